@@ -1,0 +1,147 @@
+"""Time and peak memory of the RoCOCO Recall metric at RoCOCO scale, as ratios against baselines of the same run.
+
+    python benchmarks/bench_metric.py [--directions image_to_text text_to_image] [--argsort-rows 200]
+
+For each direction it builds the official layout (5,000 x 50,010 image-to-text; 25,010 x 10,000
+text-to-image; float32) with model-like scores (one correct item lifted above noise, so that R@1 is about
+that of CLIP) and measures, each in a fresh child process so that peak memory is its own:
+
+- floor: one ``np.max`` pass over the matrix (the memory-bandwidth floor);
+- metric: ``evaluate.load("rococo_recall.py").compute(...)``;
+- argsort loop: the official per-row ``np.argsort`` loop, timed on ``--argsort-rows`` rows and scaled;
+- torchmetrics: ``RetrievalHitRate(top_k=1)`` on the largest slice of queries it can hold in the memory given
+  by ``--torchmetrics-gb`` (it needs flat per-pair tensors: preds, target and an int64 index), scaled.
+
+Peak memory is the child's peak RSS above the RSS it had once the matrix was built (the extra memory).
+"""
+
+import argparse
+import json
+import multiprocessing
+import resource
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from rococo_eval.layout import image_to_text_layout, text_to_image_layout  # noqa: E402
+
+SIX_CAPTION_IMAGES = (83, 1272, 1499, 1727, 3045, 3066, 3879, 3993, 4219, 4767)
+
+
+def official_layout(direction):
+    captions = [6 if i in SIX_CAPTION_IMAGES else 5 for i in range(5000)]
+    build = image_to_text_layout if direction == "image_to_text" else text_to_image_layout
+    return build(captions, attacked=True)
+
+
+def model_like_scores(layout, seed=0):
+    rng = np.random.default_rng(seed)
+    scores = rng.standard_normal((layout.num_queries, layout.num_gallery), dtype=np.float32)
+    rows = np.arange(layout.num_queries)
+    first_reference = np.array([refs[0] for refs in layout.references])
+    scores[rows, first_reference] += 3.5
+    adversarial = np.flatnonzero(layout.adversarial)
+    if len(adversarial):
+        scores[rows, adversarial[rng.integers(len(adversarial), size=layout.num_queries)]] += 3.5
+    return scores
+
+
+def _peak_rss_bytes():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def _current_rss_bytes():
+    with open("/proc/self/statm") as handle:
+        return int(handle.read().split()[1]) * resource.getpagesize()
+
+
+def _child(task, direction, options, queue):
+    layout = official_layout(direction)
+    scores = model_like_scores(layout)
+    inputs = layout.metric_inputs()
+    before = _current_rss_bytes()
+    start = time.perf_counter()
+    note = ""
+    if task == "floor":
+        scores.max(axis=1)
+    elif task == "metric":
+        import evaluate
+
+        metric = evaluate.load(str(ROOT / "rococo_recall.py"))
+        before = _current_rss_bytes()
+        start = time.perf_counter()
+        result = metric.compute(predictions=scores, **inputs)
+        note = f"R@1 {result['recall@1']:.2f}, clean R@1 {result['clean_recall@1']:.2f}"
+    elif task == "argsort":
+        rows = min(options.argsort_rows, layout.num_queries)
+        for index in range(rows):
+            inds = np.argsort(scores[index])[::-1]
+            min(np.where(inds == i)[0][0] for i in inputs["references"][index])
+        note = f"{rows} rows, scaled x{layout.num_queries / rows:.1f}"
+        elapsed = (time.perf_counter() - start) * layout.num_queries / rows
+        queue.put((elapsed, _peak_rss_bytes() - before, note))
+        return
+    elif task == "torchmetrics":
+        import torch
+        from torchmetrics.retrieval import RetrievalHitRate
+
+        # preds float32 + target bool + indexes int64 = 13 bytes per (query, item) pair, plus the metric's copies
+        rows = max(1, min(layout.num_queries, int(options.torchmetrics_gb * 2**30 / (13 * 3 * layout.num_gallery))))
+        target = np.zeros((rows, layout.num_gallery), dtype=bool)
+        for index in range(rows):
+            target[index, inputs["references"][index]] = True
+        indexes = torch.arange(rows).repeat_interleave(layout.num_gallery)
+        before = _current_rss_bytes()
+        start = time.perf_counter()
+        hit_rate = RetrievalHitRate(top_k=1)
+        hit_rate.update(torch.from_numpy(scores[:rows]).reshape(-1), torch.from_numpy(target).reshape(-1), indexes)
+        value = float(hit_rate.compute())
+        elapsed = (time.perf_counter() - start) * layout.num_queries / rows
+        note = f"{rows} of {layout.num_queries} queries, scaled; hit rate@1 {100 * value:.2f}"
+        queue.put((elapsed, _peak_rss_bytes() - before, note))
+        return
+    queue.put((time.perf_counter() - start, _peak_rss_bytes() - before, note))
+
+
+def measure(task, direction, options):
+    context = multiprocessing.get_context("spawn")
+    queue = context.Queue()
+    process = context.Process(target=_child, args=(task, direction, options, queue))
+    process.start()
+    result = queue.get()
+    process.join()
+    return result
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--directions", nargs="+", default=["image_to_text", "text_to_image"])
+    parser.add_argument("--argsort-rows", type=int, default=200)
+    parser.add_argument("--torchmetrics-gb", type=float, default=6.0)
+    parser.add_argument("--json", type=Path, help="also write the measurements here")
+    options = parser.parse_args(argv)
+    rows = []
+    print("| direction | matrix | method | time (s) | x floor | argsort / metric | extra memory (MB) | "
+          "extra / matrix | note |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for direction in options.directions:
+        layout = official_layout(direction)
+        matrix_bytes = layout.num_queries * layout.num_gallery * 4
+        results = {task: measure(task, direction, options) for task in ("floor", "metric", "argsort", "torchmetrics")}
+        floor, metric = results["floor"][0], results["metric"][0]
+        for task, (elapsed, extra, note) in results.items():
+            rows.append(dict(direction=direction, method=task, seconds=elapsed, extra_bytes=extra, note=note))
+            print(f"| {direction} | {layout.num_queries} x {layout.num_gallery} | {task} | {elapsed:.3f} | "
+                  f"{elapsed / floor:.2f} | {elapsed / metric:.1f} | {extra / 2**20:.0f} | "
+                  f"{100 * extra / matrix_bytes:.1f}% | {note} |", flush=True)
+    if options.json:
+        options.json.write_text(json.dumps(rows, indent=2))
+
+
+if __name__ == "__main__":
+    main()

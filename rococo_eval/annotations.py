@@ -1,0 +1,158 @@
+"""The RoCOCO annotation files: names, pinned sources, checks and reading.
+
+Every file is a JSON list of 5,000 records ``{"image": "val2014/COCO_val2014_....jpg", "caption": [...]}``
+in the same image order (the Karpathy 5K test split). Files come from a local folder the user names
+(for example ``ROCOCO_ANNOTATIONS_DIR``) or are downloaded from the official repository at a pinned
+commit; either way each file is checked against its sha256 before it is read.
+
+Example:
+    >>> TEXT_ATTACKS
+    ('same_concept', 'diff_concept', 'rand_voca', 'danger')
+    >>> ANNOTATION_FILES["rand_voca"].file_name
+    'rand_voca.json'
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+OFFICIAL_REPOSITORY = "https://github.com/pseulki/rococo"
+OFFICIAL_COMMIT = "d8ba2a6ef31f3a428a02d5060990f022c2bf1e2a"
+RAW_BASE_URL = f"https://raw.githubusercontent.com/pseulki/rococo/{OFFICIAL_COMMIT}/annotations/"
+ANNOTATIONS_DIR_ENV = "ROCOCO_ANNOTATIONS_DIR"
+
+CLEAN = "clean"
+TEXT_ATTACKS = ("same_concept", "diff_concept", "rand_voca", "danger")
+NUM_IMAGES = 5000
+NUM_ADVERSARIAL_PER_IMAGE = 5
+
+
+@dataclass(frozen=True)
+class AnnotationFile:
+    """One pinned annotation file of the official repository."""
+
+    name: str
+    file_name: str
+    size: int
+    sha256: str
+
+    @property
+    def url(self) -> str:
+        return RAW_BASE_URL + self.file_name
+
+
+ANNOTATION_FILES = {
+    f.name: f
+    for f in (
+        AnnotationFile(CLEAN, "coco_karpathy_test.json", 1_735_468,
+                       "5b202a235ee2a4e13f82b984ef9293b8e2d34f9b1f92147bf8340580f20faf15"),
+        AnnotationFile("same_concept", "same_concept.json", 3_148_901,
+                       "afca80639b0d1e494771dd6c22f7bbedb430fd795f0e99ab2a598bef04002771"),
+        AnnotationFile("diff_concept", "diff_concept.json", 3_146_112,
+                       "4a18a5f0ddc22eb889bdd9ed07b1a65778775385bc31e2c72520d0d3beaa94bc"),
+        AnnotationFile("rand_voca", "rand_voca.json", 3_157_104,
+                       "768c62b11021e1e904b1e63ee757bc450879538a1ea0c1bd8114e51e0b7c3c9c"),
+        AnnotationFile("danger", "danger.json", 3_213_848,
+                       "36ddba6223543df092513d28340bf45900913c83995377564030dcedf6685ee5"),
+    )
+}
+
+
+class AnnotationError(ValueError):
+    """An annotation file is missing, corrupt or not laid out as RoCOCO's files are."""
+
+
+def sha256_of(path: str | os.PathLike) -> str:
+    """Return the hex sha256 of a file, read in 1 MiB blocks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def annotation_file(name: str) -> AnnotationFile:
+    """Return the pinned description of annotation file ``name`` (``"clean"`` or a text attack)."""
+    try:
+        return ANNOTATION_FILES[name]
+    except KeyError:
+        raise ValueError(
+            f"`name` must be one of {sorted(ANNOTATION_FILES)}, got {name!r}"
+        ) from None
+
+
+def verify_annotation_file(name: str, path: str | os.PathLike) -> Path:
+    """Check that ``path`` exists and has the pinned sha256 of annotation file ``name``."""
+    spec = annotation_file(name)
+    path = Path(path)
+    if not path.is_file():
+        raise AnnotationError(
+            f"annotation file {spec.file_name!r} is missing: expected it at {str(path)!r}. "
+            f"Point `annotations_dir` (or ${ANNOTATIONS_DIR_ENV}) at a folder holding the official "
+            f"files, or leave it unset to download them from {spec.url}"
+        )
+    actual = sha256_of(path)
+    if actual != spec.sha256:
+        raise AnnotationError(
+            f"annotation file {str(path)!r} is corrupt or not the official one: sha256 {actual}, "
+            f"expected {spec.sha256}. Delete it and download it again from {spec.url}"
+        )
+    return path
+
+
+def resolve_annotations_dir(annotations_dir: str | os.PathLike | None = None,
+                            names=tuple(ANNOTATION_FILES), cache_dir: str | os.PathLike | None = None) -> Path:
+    """Return a folder holding the verified annotation files ``names``.
+
+    Looks at ``annotations_dir``, then ``$ROCOCO_ANNOTATIONS_DIR``; with neither, downloads the pinned files
+    into ``cache_dir`` (see :mod:`rococo_eval.download`). Raises :class:`AnnotationError` naming the file
+    and what to do when a file is missing or corrupt.
+    """
+    chosen = annotations_dir if annotations_dir is not None else os.environ.get(ANNOTATIONS_DIR_ENV)
+    if chosen is None:
+        from .download import download_annotations
+
+        return download_annotations(names, cache_dir=cache_dir)
+    folder = Path(chosen)
+    if not folder.is_dir():
+        raise AnnotationError(f"`annotations_dir` {str(folder)!r} is not a folder")
+    for name in names:
+        verify_annotation_file(name, folder / annotation_file(name).file_name)
+    return folder
+
+
+def read_annotation_file(name: str, annotations_dir: str | os.PathLike | None = None) -> list[dict]:
+    """Read and check annotation file ``name``: 5,000 records with ``image`` and ``caption``.
+
+    Example:
+        >>> records = read_annotation_file("clean")  # from $ROCOCO_ANNOTATIONS_DIR or the pinned download
+        >>> len(records), len(records[83]["caption"]), records[83]["image"]
+        (5000, 6, 'val2014/COCO_val2014_000000415746.jpg')
+    """
+    folder = resolve_annotations_dir(annotations_dir, names=(name,))
+    path = folder / annotation_file(name).file_name
+    with open(path, encoding="utf-8") as handle:
+        records = json.load(handle)
+    _check_records(name, path, records)
+    return records
+
+
+def _check_records(name: str, path: Path, records) -> None:
+    if not isinstance(records, list) or len(records) != NUM_IMAGES:
+        raise AnnotationError(f"{str(path)!r}: expected a list of {NUM_IMAGES} records")
+    for index, record in enumerate(records):
+        captions = record.get("caption") if isinstance(record, dict) else None
+        if not isinstance(captions, list) or not isinstance(record.get("image"), str):
+            raise AnnotationError(f"{str(path)!r}: record {index} lacks `image` or `caption`")
+        extra = NUM_ADVERSARIAL_PER_IMAGE if name in TEXT_ATTACKS else 0
+        if len(captions) - extra not in (5, 6):
+            raise AnnotationError(
+                f"{str(path)!r}: record {index} has {len(captions)} captions, expected {5 + extra} or {6 + extra}"
+            )

@@ -1,0 +1,521 @@
+"""Resumable, verified downloads: the pinned annotation files and the COCO test images.
+
+One code path fetches ``http(s)://`` URLs, ``file://`` URLs and plain local paths, so a local mirror works
+exactly like the official source. A download streams into ``<dest>.part``, resumes an interrupted ``.part``
+with an HTTP ``Range`` request, retries dropped connections and short reads with a short backoff, checks
+the result (size, sha256, or for COCO images byte count and a full decode) and only then renames it to
+``dest``. A file that fails its check is fetched once more from scratch before an error is raised.
+
+Environment variables:
+    ``ROCOCO_CACHE_DIR``: the cache folder (default ``~/.cache/rococo-eval``); annotation files go to its
+    ``annotations`` subfolder.
+    ``ROCOCO_ANNOTATIONS_BASE_URL``: a mirror of the annotation files (``http(s)://``, ``file://`` or a
+    folder); each file is fetched from ``<base>/<file_name>`` and still checked against its pinned sha256.
+
+Example:
+    >>> COCO_IMAGE_BASE_URL
+    'http://images.cocodataset.org/'
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from contextlib import contextmanager
+from pathlib import Path, PurePosixPath
+from typing import Callable, Iterable, Iterator
+from urllib.parse import quote, urlsplit
+from urllib.request import url2pathname
+
+import requests
+import urllib3
+from PIL import Image
+from tqdm import tqdm
+
+from . import __version__
+from .annotations import ANNOTATIONS_DIR_ENV, annotation_file, sha256_of
+
+logger = logging.getLogger(__name__)
+
+CACHE_DIR_ENV = "ROCOCO_CACHE_DIR"
+ANNOTATIONS_BASE_URL_ENV = "ROCOCO_ANNOTATIONS_BASE_URL"
+COCO_IMAGE_BASE_URL = "http://images.cocodataset.org/"
+
+_CHUNK_BYTES = 1 << 16
+_RETRY_DELAY_SECONDS = 0.5
+_MAX_RETRY_DELAY_SECONDS = 8.0
+_RETRYABLE_STATUS = frozenset({408, 425, 429, 500, 502, 503, 504})
+_STREAM_ERRORS = (requests.RequestException, urllib3.exceptions.HTTPError, OSError)
+
+
+class DownloadError(OSError):
+    """A file could not be fetched: the source is missing, refused, or the connection kept failing.
+
+    ``failures`` maps each file that failed to the reason, when one call fetched several files.
+    """
+
+    def __init__(self, message: str, failures: dict[str, str] | None = None):
+        super().__init__(message)
+        self.failures = dict(failures or {})
+
+
+class VerificationError(ValueError):
+    """A fetched file has the wrong size or sha256, or is not a complete image, even after a fresh fetch."""
+
+
+class CorruptImageError(ValueError):
+    """An image file cannot be fully decoded (truncated, damaged or not an image)."""
+
+
+class _Incomplete(Exception):
+    """A transfer stopped early for a reason worth retrying (dropped connection, short read, HTTP 5xx)."""
+
+
+class _StaleRange(Exception):
+    """The source cannot continue the ``.part`` file at its current length; start again from byte 0."""
+
+
+def default_cache_dir() -> Path:
+    """Return the cache folder: ``$ROCOCO_CACHE_DIR`` or ``~/.cache/rococo-eval``.
+
+    Example:
+        >>> default_cache_dir() == Path(os.environ.get("ROCOCO_CACHE_DIR") or "~/.cache/rococo-eval").expanduser()
+        True
+    """
+    return Path(os.environ.get(CACHE_DIR_ENV) or "~/.cache/rococo-eval").expanduser()
+
+
+def download_file(url: str | os.PathLike, dest: str | os.PathLike, *, sha256: str | None = None,
+                  size: int | None = None, timeout: float = 30.0, retries: int = 3,
+                  session: requests.Session | None = None) -> Path:
+    """Fetch ``url`` to ``dest`` through ``dest.part``, resuming, retrying and verifying.
+
+    A file already at ``dest`` that passes the given checks is kept and nothing is fetched (with neither
+    ``sha256`` nor ``size`` any existing file passes); one that fails them is deleted and fetched again.
+    An interrupted ``.part`` is continued with a ``Range`` request; a server that ignores ``Range`` is
+    read again from byte 0. A download that fails its checks is fetched once more from scratch before
+    :class:`VerificationError` is raised; either way no file is left at ``dest`` after an error.
+
+    Args:
+        url: ``http://``, ``https://`` or ``file://`` URL, or a local path.
+        dest: where the file goes; missing folders are created.
+        sha256: expected hex sha256, or None to skip the check.
+        size: expected size in bytes, or None to skip the check.
+        timeout: seconds to wait for the connection and for each read.
+        retries: how many more times a dropped connection, short read or HTTP 5xx is tried again.
+        session: a ``requests.Session`` to reuse connections; None makes a fresh connection per request.
+
+    Raises:
+        ValueError: ``url`` has an unsupported scheme, or ``retries`` is negative.
+        DownloadError: the source is missing (HTTP 404, no such local file) or refused the request, or
+            the transfer still failed after ``retries`` retries.
+        VerificationError: the size or sha256 is wrong after a fresh fetch.
+
+    Example:
+        >>> import shutil, tempfile
+        >>> folder = Path(tempfile.mkdtemp())
+        >>> source = folder / "hello.txt"
+        >>> _ = source.write_bytes(b"hello")
+        >>> digest = "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824"
+        >>> path = download_file(source.as_uri(), folder / "copy" / "hello.txt", sha256=digest, size=5)
+        >>> path.read_bytes()
+        b'hello'
+        >>> shutil.rmtree(folder)
+    """
+    return _fetch(url, dest, sha256=sha256, size=size, timeout=timeout, retries=retries, session=session)
+
+
+def download_annotations(names: Iterable[str] | str, cache_dir: str | os.PathLike | None = None,
+                         base_url: str | os.PathLike | None = None) -> Path:
+    """Download the pinned annotation files ``names`` and return the folder holding them, verified.
+
+    Files go to ``<cache_dir>/annotations`` (``cache_dir`` defaults to :func:`default_cache_dir`); files
+    already there with the pinned sha256 are not fetched again. The source is ``base_url``, else
+    ``$ROCOCO_ANNOTATIONS_BASE_URL``, else the official repository at the pinned commit; a mirror
+    serves ``<base_url>/<file_name>``, and every file is checked against its pinned size and sha256.
+
+    Args:
+        names: annotation file names (``"clean"`` or a text attack), or one name.
+        cache_dir: cache folder; None uses :func:`default_cache_dir`.
+        base_url: ``http(s)://`` or ``file://`` URL or local folder of a mirror; None uses
+            ``$ROCOCO_ANNOTATIONS_BASE_URL`` or the official source.
+
+    Raises:
+        ValueError: a name is not an annotation file.
+        DownloadError: a file could not be fetched.
+        VerificationError: a fetched file is not the official one.
+
+    Example:
+        >>> import tempfile
+        >>> mirror = Path(os.environ["ROCOCO_ANNOTATIONS_DIR"]).as_uri()  # a local mirror: no network here
+        >>> folder = download_annotations(["clean", "danger"], cache_dir=tempfile.mkdtemp(), base_url=mirror)
+        >>> sorted(p.name for p in folder.glob("*.json"))
+        ['coco_karpathy_test.json', 'danger.json']
+    """
+    specs = [annotation_file(name) for name in ((names,) if isinstance(names, str) else names)]
+    base = base_url if base_url is not None else os.environ.get(ANNOTATIONS_BASE_URL_ENV) or None
+    folder = (Path(cache_dir) if cache_dir is not None else default_cache_dir()) / "annotations"
+    for spec in specs:
+        url = spec.url if base is None else _join(base, spec.file_name)
+        try:
+            download_file(url, folder / spec.file_name, sha256=spec.sha256, size=spec.size)
+        except (DownloadError, VerificationError) as error:
+            error.add_note(
+                f"Alternatively set ${ANNOTATIONS_DIR_ENV} to a folder holding the official files, or "
+                f"${ANNOTATIONS_BASE_URL_ENV} to a mirror of them."
+            )
+            raise
+    return folder
+
+
+def verify_image_file(path: str | os.PathLike) -> None:
+    """Check that ``path`` is an image PIL can decode to the last pixel (catches truncated downloads).
+
+    Notes:
+        Truncation is caught only while ``PIL.ImageFile.LOAD_TRUNCATED_IMAGES`` is False, PIL's default.
+
+    Args:
+        path: the image file.
+
+    Raises:
+        FileNotFoundError: there is no file at ``path``.
+        CorruptImageError: the file is not an image or cannot be fully decoded.
+
+    Example:
+        >>> import shutil, tempfile
+        >>> folder = Path(tempfile.mkdtemp())
+        >>> Image.effect_noise((64, 64), 64).save(folder / "noise.jpg")
+        >>> verify_image_file(folder / "noise.jpg")
+        >>> data = (folder / "noise.jpg").read_bytes()
+        >>> _ = (folder / "noise.jpg").write_bytes(data[: len(data) // 2])
+        >>> verify_image_file(folder / "noise.jpg")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        rococo_eval.download.CorruptImageError: ...noise.jpg' is not a complete image: image file is truncated ...
+        >>> shutil.rmtree(folder)
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"image file {str(path)!r} does not exist")
+    try:
+        with Image.open(path) as image:
+            image.load()
+    except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as error:
+        raise CorruptImageError(
+            f"{str(path)!r} is not a complete image: {error}"
+        ) from error
+
+
+def download_coco_images(file_names: Iterable[str], dest_root: str | os.PathLike, *,
+                         base_url: str | os.PathLike = COCO_IMAGE_BASE_URL, workers: int = 8,
+                         progress: bool = False, retries: int = 3, timeout: float = 60.0) -> list[Path]:
+    """Download COCO images in parallel to ``dest_root/<file_name>``, resuming and verifying each one.
+
+    COCO publishes no per-image checksum, so an image counts as complete when the bytes received match
+    the ``Content-Length`` and PIL decodes it fully (:func:`verify_image_file`). Images already complete
+    are not fetched; ``.part`` files are resumed; a corrupt existing image is fetched again. All images
+    are tried before one error lists every image that failed.
+
+    Args:
+        file_names: paths relative to ``base_url`` as in the annotation files, e.g.
+            ``"val2014/COCO_val2014_000000391895.jpg"``.
+        dest_root: folder that receives the same relative paths.
+        base_url: ``http(s)://`` or ``file://`` URL or local folder of the images.
+        workers: number of parallel downloads.
+        progress: show a tqdm bar counting images.
+        retries: how many more times a dropped connection or short read is tried again, per image.
+        timeout: seconds to wait for each connection and read.
+
+    Returns:
+        The local paths, one per distinct file name, in the order first given.
+
+    Raises:
+        ValueError: a file name is absolute or climbs out of ``dest_root`` with ``..``, or ``workers`` is
+            not a positive integer.
+        DownloadError: some images could not be fetched or verified; ``failures`` maps each to the reason.
+
+    Example:
+        >>> import shutil, tempfile
+        >>> mirror = Path(tempfile.mkdtemp())
+        >>> (mirror / "val2014").mkdir()
+        >>> Image.new("RGB", (8, 8), "red").save(mirror / "val2014" / "COCO_val2014_000000000001.jpg")
+        >>> paths = download_coco_images(["val2014/COCO_val2014_000000000001.jpg"], mirror / "copy",
+        ...                              base_url=mirror.as_uri())
+        >>> paths[0].relative_to(mirror).as_posix()
+        'copy/val2014/COCO_val2014_000000000001.jpg'
+        >>> shutil.rmtree(mirror)
+    """
+    if not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"`workers` has to be a positive integer, got {workers!r}")
+    dest_root = Path(dest_root)
+    targets = {name: dest_root.joinpath(*_relative_parts(name)) for name in file_names}
+    sessions = _ThreadSessions()
+    failures: dict[str, str] = {}
+
+    def fetch(name: str) -> Path:
+        return _fetch(_join(base_url, name), targets[name], timeout=timeout, retries=retries,
+                      session=sessions.get(), check=verify_image_file)
+
+    logger.info("fetching %d COCO images from %s into %s", len(targets), base_url, dest_root)
+    try:
+        with (ThreadPoolExecutor(max_workers=workers, thread_name_prefix="rococo-download") as pool,
+              tqdm(total=len(targets), unit="image", desc="COCO images", disable=not progress) as bar):
+            futures = {pool.submit(fetch, name): name for name in targets}
+            try:
+                for future in as_completed(futures):
+                    try:
+                        future.result()
+                    except (OSError, ValueError) as error:
+                        failures[futures[future]] = str(error)
+                        logger.warning("could not fetch %s: %s", futures[future], error)
+                    bar.update(1)
+            except BaseException:
+                pool.shutdown(wait=True, cancel_futures=True)
+                raise
+    finally:
+        sessions.close()
+    if failures:
+        listing = "\n".join(f"  {name}: {failures[name]}" for name in targets if name in failures)
+        raise DownloadError(
+            f"{len(failures)} of {len(targets)} COCO images could not be downloaded from {str(base_url)!r} "
+            f"into {str(dest_root)!r}:\n{listing}\nRun again to retry them; complete images are not fetched "
+            f"again.",
+            failures={name: failures[name] for name in targets if name in failures},
+        )
+    return list(targets.values())
+
+
+class _ThreadSessions:
+    """One ``requests.Session`` per worker thread (sessions are not documented as thread-safe)."""
+
+    def __init__(self):
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._opened: list[requests.Session] = []
+
+    def get(self) -> requests.Session:
+        session = getattr(self._local, "session", None)
+        if session is None:
+            session = self._local.session = requests.Session()
+            with self._lock:
+                self._opened.append(session)
+        return session
+
+    def close(self) -> None:
+        for session in self._opened:
+            session.close()
+
+
+def _fetch(url, dest, *, sha256=None, size=None, timeout, retries, session,
+           check: Callable[[Path], None] | None = None) -> Path:
+    """The whole of :func:`download_file`, plus an extra ``check`` that raises ``ValueError`` on a bad file."""
+    if not isinstance(retries, int) or retries < 0:
+        raise ValueError(f"`retries` has to be a non-negative integer, got {retries!r}")
+    _local_path(url)  # refuses an unsupported scheme before anything is touched
+    dest = Path(dest)
+    if dest.is_file():
+        problem = _problem(dest, sha256, size, check)
+        if problem is None:
+            logger.debug("%s is already complete", dest)
+            return dest
+        logger.warning("%s %s; fetching it again from %s", dest, problem, url)
+        dest.unlink()
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    part = dest.with_name(dest.name + ".part")
+    for fresh in (False, True):
+        _transfer(url, part, size, timeout, retries, session)
+        problem = _problem(part, sha256, size, check)
+        if problem is None:
+            os.replace(part, dest)
+            logger.info("fetched %s", dest)
+            return dest
+        part.unlink()
+        if not fresh:
+            logger.warning("download of %s %s; fetching it once more from scratch", url, problem)
+    raise VerificationError(
+        f"download of {str(url)!r} to {str(dest)!r} failed verification twice: it {problem}. The source "
+        f"serves a different or damaged file; check the URL (or mirror) and run again."
+    )
+
+
+def _problem(path: Path, sha256: str | None, size: int | None, check) -> str | None:
+    """Say what is wrong with ``path`` (``"has sha256 X, expected Y"``), or None when it passes."""
+    found, expected = [], []
+    actual_size = path.stat().st_size
+    if size is not None and actual_size != size:
+        found.append(f"{actual_size} bytes")
+        expected.append(f"{size} bytes")
+    if sha256 is not None:
+        actual = sha256_of(path)
+        if actual != sha256.lower() or found:
+            found.append(f"sha256 {actual}")
+            expected.append(f"sha256 {sha256.lower()}")
+    if found:
+        return f"has {' and '.join(found)}, expected {' and '.join(expected)}"
+    if check is not None:
+        try:
+            check(path)
+        except ValueError as error:
+            return f"fails its check: {error}"
+    return None
+
+
+def _transfer(url, part: Path, size: int | None, timeout: float, retries: int, session) -> None:
+    """Bring ``part`` to the full length of the source, resuming it and retrying transient failures."""
+    failures = 0
+    while True:
+        offset = part.stat().st_size if part.exists() else 0
+        if size is not None and offset > size:
+            part.unlink()
+            offset = 0
+        if size is not None and offset == size and part.exists():
+            return
+        try:
+            _receive(url, part, offset, timeout, session)
+            return
+        except _StaleRange as reason:
+            part.unlink(missing_ok=True)
+            if offset:
+                logger.info("%s: %s; fetching it from byte 0", url, reason)
+                continue
+            error = reason
+        except _Incomplete as reason:
+            error = reason
+        failures += 1
+        if failures > retries:
+            raise DownloadError(
+                f"could not fetch {str(url)!r}: {error} (tried {retries + 1} times). Check the network or the "
+                f"URL and run again; the partial file {str(part)!r}, if any, is resumed."
+            )
+        delay = min(_RETRY_DELAY_SECONDS * 2 ** (failures - 1), _MAX_RETRY_DELAY_SECONDS)
+        logger.warning("%s: %s; retrying in %.2g s (%d of %d)", url, error, delay, failures, retries)
+        time.sleep(delay)
+
+
+def _receive(url, part: Path, offset: int, timeout: float, session) -> None:
+    """Make one request for ``url`` from byte ``offset`` and append (or rewrite) ``part`` with the body."""
+    local = _local_path(url)
+    opened = _open_local(local, offset) if local is not None else _open_http(url, offset, timeout, session)
+    with opened as (start, total, chunks):
+        if start != offset:
+            logger.info("%s: the source ignored the range request; fetching it from byte 0", url)
+        received = start
+        with open(part, "ab" if start > 0 else "wb") as out:
+            try:
+                for chunk in chunks:
+                    out.write(chunk)
+                    received += len(chunk)
+            except _Incomplete as error:
+                of_total = "" if total is None else f" of {total}"
+                raise _Incomplete(f"the connection broke after {received}{of_total} bytes ({error})") from error
+    if total is not None and received != total:
+        raise _Incomplete(f"the connection closed after {received} of {total} bytes")
+
+
+@contextmanager
+def _open_local(path: Path, offset: int) -> Iterator[tuple[int, int, Iterator[bytes]]]:
+    """Open a local file like a range request: ``(start, total, chunks)``."""
+    try:
+        handle = open(path, "rb")
+    except FileNotFoundError:
+        raise DownloadError(f"no file at {str(path)!r}: check the path or the mirror folder") from None
+    with handle:
+        total = os.fstat(handle.fileno()).st_size
+        start = offset if offset <= total else 0
+        handle.seek(start)
+        yield start, total, _local_chunks(handle)
+
+
+def _local_chunks(handle) -> Iterator[bytes]:
+    try:
+        yield from iter(lambda: handle.read(_CHUNK_BYTES), b"")
+    except OSError as error:
+        raise _Incomplete(str(error)) from error
+
+
+@contextmanager
+def _open_http(url: str, offset: int, timeout: float, session) -> Iterator[tuple[int, int | None, Iterator[bytes]]]:
+    """Request ``url`` from byte ``offset``: ``(start, total, chunks)``, where ``start`` is 0 when the
+    server sends the whole file and ``total`` is the full size if known."""
+    headers = {"Accept-Encoding": "identity", "User-Agent": f"rococo-eval/{__version__}"}
+    if offset:
+        headers["Range"] = f"bytes={offset}-"
+    try:
+        response = (session or requests).get(url, headers=headers, stream=True, timeout=timeout)
+    except (requests.ConnectionError, requests.Timeout) as error:
+        raise _Incomplete(f"the request failed: {error}") from error
+    except requests.RequestException as error:
+        raise DownloadError(f"could not request {url!r}: {error}") from error
+    with response:
+        status = response.status_code
+        if status == 206:
+            start, total = _content_range(response.headers.get("Content-Range", ""))
+            if start != offset:
+                raise _StaleRange(f"the server sent bytes from {start}, not {offset}")
+        elif status == 200:
+            start = 0
+            length = response.headers.get("Content-Length")
+            total = int(length) if length and length.isdigit() else None
+        elif status == 416:
+            _, total = _content_range(response.headers.get("Content-Range", ""))
+            if total != offset:
+                raise _StaleRange(f"the partial file has {offset} bytes, the source {total}")
+            yield offset, total, iter(())
+            return
+        elif status in _RETRYABLE_STATUS:
+            raise _Incomplete(f"HTTP {status} {response.reason}")
+        else:
+            raise DownloadError(
+                f"could not fetch {url!r}: HTTP {status} {response.reason}. Check the URL (or mirror)"
+            )
+        yield start, total, _http_chunks(response)
+
+
+def _http_chunks(response) -> Iterator[bytes]:
+    try:
+        yield from response.raw.stream(_CHUNK_BYTES, decode_content=False)
+    except _STREAM_ERRORS as error:
+        raise _Incomplete(str(error)) from error
+
+
+def _content_range(value: str) -> tuple[int | None, int | None]:
+    """Parse ``bytes 10-99/100`` to ``(10, 100)`` and ``bytes */100`` to ``(None, 100)``."""
+    unit, _, spec = value.strip().partition(" ")
+    span, _, total = spec.partition("/")
+    if unit != "bytes":
+        return None, None
+    start = span.partition("-")[0]
+    return (int(start) if start.isdigit() else None), (int(total) if total.isdigit() else None)
+
+
+def _local_path(url) -> Path | None:
+    """Return the local path ``url`` names (``file://`` or a plain path), or None for ``http(s)://``."""
+    if isinstance(url, os.PathLike):
+        return Path(url)
+    parts = urlsplit(url)
+    if parts.scheme in ("http", "https"):
+        return None
+    if parts.scheme == "file" and parts.netloc in ("", "localhost"):
+        return Path(url2pathname(parts.path))
+    if parts.scheme == "" or len(parts.scheme) == 1:
+        return Path(url)
+    raise ValueError(f"`url` has to be an http(s):// or file:// URL or a local path, got {url!r}")
+
+
+def _join(base: str | os.PathLike, relative: str) -> str:
+    """Append the relative POSIX path ``relative`` to a URL or a local folder."""
+    base = os.fspath(base)
+    if _local_path(base) is None or urlsplit(base).scheme == "file":
+        return (base if base.endswith("/") else base + "/") + quote(relative)
+    return str(Path(base).joinpath(*_relative_parts(relative)))
+
+
+def _relative_parts(name: str) -> tuple[str, ...]:
+    """Split a relative POSIX path, refusing absolute paths and ``..`` that would leave the folder."""
+    path = PurePosixPath(name)
+    if path.is_absolute() or ".." in path.parts or not path.parts or "\\" in name:
+        raise ValueError(f"file names have to be relative paths inside the folder, got {name!r}")
+    return path.parts

@@ -21,6 +21,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from .layout import CLEAN, TEXT_ATTACKS
+
 logger = logging.getLogger(__name__)
 
 OFFICIAL_REPOSITORY = "https://github.com/pseulki/rococo"
@@ -28,8 +30,7 @@ OFFICIAL_COMMIT = "d8ba2a6ef31f3a428a02d5060990f022c2bf1e2a"
 RAW_BASE_URL = f"https://raw.githubusercontent.com/pseulki/rococo/{OFFICIAL_COMMIT}/annotations/"
 ANNOTATIONS_DIR_ENV = "ROCOCO_ANNOTATIONS_DIR"
 
-CLEAN = "clean"
-TEXT_ATTACKS = ("same_concept", "diff_concept", "rand_voca", "danger")
+
 NUM_IMAGES = 5000
 NUM_ADVERSARIAL_PER_IMAGE = 5
 

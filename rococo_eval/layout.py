@@ -30,6 +30,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+CLEAN = "clean"
+TEXT_ATTACKS = ("same_concept", "diff_concept", "rand_voca", "danger")
+IMAGE_ATTACK_METHODS = ("mix", "patch")
+SEEDS = (1, 10, 100)
+IMAGE_ATTACKS = tuple(f"{method}_seed{seed}" for method in IMAGE_ATTACK_METHODS for seed in SEEDS)
+ATTACKS = TEXT_ATTACKS + IMAGE_ATTACKS
 IMAGE_TO_TEXT = "image_to_text"
 TEXT_TO_IMAGE = "text_to_image"
 DIRECTIONS = (IMAGE_TO_TEXT, TEXT_TO_IMAGE)
@@ -180,3 +186,65 @@ def reorder_gallery(scores, source: GalleryLayout, target: GalleryLayout):
 def _check_order(order: str) -> None:
     if order not in ORDERS:
         raise ValueError(f"`order` must be one of {ORDERS}, got {order!r}")
+
+
+def attack_direction(attack: str) -> str:
+    """The direction an attack is scored in: text attacks image-to-text, image attacks text-to-image.
+
+    Example:
+        >>> attack_direction("rand_voca"), attack_direction("mix_seed10")
+        ('image_to_text', 'text_to_image')
+    """
+    if attack in TEXT_ATTACKS:
+        return IMAGE_TO_TEXT
+    if attack in IMAGE_ATTACKS:
+        return TEXT_TO_IMAGE
+    raise ValueError(f"`attack` must be one of {ATTACKS}, got {attack!r}")
+
+
+def gallery_layout(attack: str, direction: str, captions_per_image, order: str = "official") -> GalleryLayout:
+    """The layout of one RoCOCO gallery: ``attack`` is ``"clean"`` or an attack scored in ``direction``.
+
+    Example:
+        >>> gallery_layout("danger", "image_to_text", [5, 6], order="dataset").num_gallery
+        21
+        >>> gallery_layout("clean", "text_to_image", [5, 6]).num_gallery
+        2
+    """
+    if direction not in DIRECTIONS:
+        raise ValueError(f"`direction` must be one of {DIRECTIONS}, got {direction!r}")
+    if attack != CLEAN and attack_direction(attack) != direction:
+        raise ValueError(f"attack {attack!r} is scored {attack_direction(attack)}, not {direction}")
+    build = image_to_text_layout if direction == IMAGE_TO_TEXT else text_to_image_layout
+    return build(captions_per_image, attacked=attack != CLEAN, order=order)
+
+
+def gallery_shape(attack: str, direction: str, captions_per_image) -> tuple[int, int]:
+    """The (queries, gallery) shape of a score matrix for one gallery, without building its layout.
+
+    Example:
+        >>> gallery_shape("rand_voca", "image_to_text", [5] * 4990 + [6] * 10)
+        (5000, 50010)
+    """
+    num_images, num_captions = len(captions_per_image), int(sum(captions_per_image))
+    attacked = attack != CLEAN
+    if attacked and attack_direction(attack) != direction:
+        raise ValueError(f"attack {attack!r} is scored {attack_direction(attack)}, not {direction}")
+    if direction == IMAGE_TO_TEXT:
+        return num_images, num_captions + attacked * ADVERSARIAL_PER_IMAGE * num_images
+    return num_captions, num_images * (2 if attacked else 1)
+
+
+def matching_galleries(shape, captions_per_image) -> list[tuple[str, str]]:
+    """Every (attack, direction) whose score matrix has ``shape``; attacks of one direction share a shape.
+
+    Example:
+        >>> matching_galleries((3, 16), [5, 6, 5])
+        [('clean', 'image_to_text')]
+        >>> [attack for attack, _ in matching_galleries((16, 6), [5, 6, 5])][:3]
+        ['mix_seed1', 'mix_seed10', 'mix_seed100']
+    """
+    shape = tuple(int(n) for n in shape)
+    return [(attack, direction) for direction in DIRECTIONS for attack in (CLEAN,) + ATTACKS
+            if (attack == CLEAN or attack_direction(attack) == direction)
+            and gallery_shape(attack, direction, captions_per_image) == shape]

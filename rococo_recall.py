@@ -62,7 +62,7 @@ Returns:
     for every percentage; with per_query, the arrays above.
 Examples:
     >>> import evaluate
-    >>> rococo = evaluate.load("rococo_recall.py")
+    >>> rococo = evaluate.load("rococo_recall")  # a checkout; from the Hub: evaluate.load("<org>/rococo_recall")
     >>> scores = [[0.9, 0.1, 0.95],   # query 0: the adversarial item 2 outranks its caption 0
     ...           [0.2, 0.8, 0.1]]    # query 1: its caption 1 is first
     >>> result = rococo.compute(predictions=scores, references=[0, 1], adversarial=[2], k=(1, 2))
@@ -487,6 +487,9 @@ class RococoRecall(evaluate.Metric):
             accumulator = self._accumulator = RankAccumulator(adversarial, ties, chunk_size)
         elif ties != accumulator.ties:
             raise ValueError(f"`ties` changed between batches: {accumulator.ties!r} then {ties!r}")
+        elif adversarial is not None and not np.array_equal(
+                _adversarial_mask(adversarial, accumulator.num_gallery), accumulator.adversarial):
+            raise ValueError("`adversarial` changed between batches: pass the same mask or indices to every batch")
         if predictions is not None:
             accumulator.update(predictions, references)
         else:

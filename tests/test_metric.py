@@ -234,6 +234,17 @@ def test_bad_input_is_refused_by_name(metric, overrides, message, backend):
         metric.compute(**kwargs)
 
 
+def test_batches_must_agree_on_the_gallery(metric):
+    metric.add_batch(predictions=[[0.5, 0.1, 0.2]], references=[0], adversarial=[2], ties="optimistic")
+    with pytest.raises(ValueError, match="`adversarial` changed between batches"):
+        metric.add_batch(predictions=[[0.5, 0.1, 0.2]], references=[0], adversarial=[1], ties="optimistic")
+    with pytest.raises(ValueError, match="`ties` changed between batches"):
+        metric.add_batch(predictions=[[0.5, 0.1, 0.2]], references=[0], adversarial=[2])
+    with pytest.raises(ValueError, match="every block must score the same gallery: got 2 gallery items after 3"):
+        metric.add_batch(predictions=[[0.5, 0.1]], references=[0], ties="optimistic")
+    assert metric.compute(k=1)["num_queries"] == 1
+
+
 def test_compute_after_batches_refuses_batch_arguments(metric):
     metric.add_batch(predictions=[[0.5, 0.1]], references=[0])
     with pytest.raises(ValueError, match="belong to `add_batch`"):

@@ -1,0 +1,1 @@
+../rococo_recall.py

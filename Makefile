@@ -2,6 +2,7 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 SHARED_ANNOTATIONS := $(abspath ../shared/rococo-data/annotations)
 ifneq ($(wildcard $(SHARED_ANNOTATIONS)),)
 export ROCOCO_ANNOTATIONS_DIR ?= $(SHARED_ANNOTATIONS)
@@ -26,10 +27,17 @@ $(VENV)/.installed-run: pyproject.toml | $(BIN)/python
 run: $(VENV)/.installed-run
 	$(BIN)/python examples/quickstart.py
 
-test: $(VENV)/.installed-test
+# The browser test drives Debian's chromium (Playwright's own browser download cannot run here).
+CHROMIUM := /usr/bin/chromium
+$(CHROMIUM):
+	@command -v apt-get >/dev/null || { echo "install chromium (Debian package 'chromium') for the browser test"; exit 1; }
+	$(SUDO) apt-get update -qq
+	$(SUDO) DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null
+
+test: $(VENV)/.installed-test $(CHROMIUM)
 	$(BIN)/python -m pytest -q
 
-test-fast: $(VENV)/.installed-test
+test-fast: $(VENV)/.installed-test $(CHROMIUM)
 	$(BIN)/python -m pytest -q -m "not slow"
 
 bench: $(VENV)/.installed-test

@@ -1,0 +1,431 @@
+"""Export RoCOCO as a folder of Parquet files with a dataset card, and upload it to the Hugging Face Hub.
+
+The folder works with ``datasets.load_dataset(folder, config, split=...)`` on every ``datasets`` version
+(no loading script) and uploads as it is::
+
+    OUT/README.md                                 dataset card; its YAML ``configs:`` names every config and split
+    OUT/data/captions_original-00000-of-00001.parquet   shared by the text-attack configs and ``captions``
+    OUT/data/images_original-0000k-of-00005.parquet     shared by the image-attack configs and ``images``
+    OUT/data/<attack>_adversarial-....parquet
+
+Rows are written in order by :func:`rococo_eval.dataset.table_rows`, with the ``datasets`` features stored in
+the Parquet schema (images as JPEG bytes). The folder is built next to ``OUT`` and renamed into place when
+complete, so an interrupted export leaves no partial folder.
+
+Example:
+    >>> card_configs = configs_yaml({"rand_voca": {"original": ["data/a.parquet"], "adversarial": ["data/b.parquet"]}})
+    >>> print(card_configs)
+    - config_name: rand_voca
+      data_files:
+      - split: original
+        path:
+        - data/a.parquet
+      - split: adversarial
+        path:
+        - data/b.parquet
+    <BLANKLINE>
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import re
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Iterable
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import yaml
+from tqdm import tqdm
+
+from . import __version__
+from .annotations import ANNOTATION_FILES, OFFICIAL_COMMIT, OFFICIAL_REPOSITORY
+from .dataset import (
+    CAPTIONS_CONFIG,
+    CONFIGS,
+    IMAGE_FEATURES,
+    RococoSource,
+    check_config,
+    config_splits,
+    open_source,
+    query_config,
+    table_features,
+    table_num_rows,
+    table_rows,
+    tables_of,
+)
+from .download import COCO_IMAGE_BASE_URL
+from .images import load_mix_table
+from .layout import IMAGE_ATTACKS, TEXT_ATTACKS
+
+logger = logging.getLogger(__name__)
+
+IMAGE_SHARD_ROWS = 1000
+IMAGE_ROW_GROUP_ROWS = 100
+CAPTION_ROW_GROUP_ROWS = 5000
+_REPO_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*")
+
+CITATION = """\
+@inproceedings{park2024rococo,
+  title     = {RoCOCO: Robustness Benchmark of MS-COCO to Stress-test Image-Text Matching Models},
+  author    = {Park, Seulki and Um, Daeho and Yoon, Hajung and Chun, Sanghyuk and Yun, Sangdoo},
+  booktitle = {ECCV 2024 Workshop on Synthetic Data for Computer Vision},
+  year      = {2024},
+  eprint    = {2304.10727},
+  archivePrefix = {arXiv},
+}
+@inproceedings{lin2014coco,
+  title     = {Microsoft {COCO}: Common Objects in Context},
+  author    = {Lin, Tsung-Yi and Maire, Michael and Belongie, Serge and Hays, James and Perona, Pietro and
+               Ramanan, Deva and Doll{\\'a}r, Piotr and Zitnick, C. Lawrence},
+  booktitle = {ECCV},
+  year      = {2014},
+}
+"""
+
+
+def export_dataset(out_dir, configs: Iterable[str] | str | None = None, *, annotations_dir=None, images_dir=None,
+                   cache_dir=None, image_base_url=COCO_IMAGE_BASE_URL, include_queries: bool = True,
+                   workers: int | None = None, overwrite: bool = False, progress: bool = False) -> Path:
+    """Write ``configs`` as Parquet files plus a dataset card into ``out_dir``; return ``out_dir``.
+
+    Every input is checked (annotation sha256, all images present) before anything is written; the folder is
+    built beside ``out_dir`` and renamed into place only when complete.
+
+    Args:
+        out_dir: the folder to create. It must not exist or be empty, unless ``overwrite``.
+        configs: config names (see :data:`rococo_eval.dataset.CONFIGS`); None exports all of them.
+        annotations_dir: folder holding the official annotation files; None uses ``$ROCOCO_ANNOTATIONS_DIR``,
+            else downloads the pinned files.
+        images_dir: the COCO root holding ``val2014/``; None downloads the 5,000 test images (only if an
+            exported config has images) into ``<cache_dir>/coco``, resuming an interrupted download.
+        cache_dir: cache for downloads (default :func:`~rococo_eval.download.default_cache_dir`).
+        image_base_url: where to download images from: COCO's image server or a mirror laid out the same.
+        include_queries: also export the config holding each config's queries (``images`` for text attacks,
+            ``captions`` for image attacks), so the folder is all a user needs to score a model.
+        workers: threads making altered images (None: up to 8, one per CPU).
+        overwrite: replace an existing ``out_dir``.
+        progress: show progress bars.
+
+    Raises:
+        ValueError: an unknown config, or ``out_dir`` exists and is not empty (without ``overwrite``).
+        AnnotationError, ImageFolderError, DownloadError: a missing or corrupt input; nothing is written.
+
+    Example:
+        >>> import tempfile
+        >>> folder = export_dataset(Path(tempfile.mkdtemp()) / "rococo", ["danger"], include_queries=False)
+        >>> sorted(path.name for path in folder.rglob("*"))
+        ['README.md', 'captions_original-00000-of-00001.parquet', 'danger_adversarial-00000-of-00001.parquet', 'data']
+        >>> import datasets
+        >>> datasets.load_dataset(str(folder), "danger", split="adversarial", cache_dir=str(folder.parent)).num_rows
+        25000
+        >>> import shutil; shutil.rmtree(folder.parent)
+    """
+    configs = _select_configs(configs, include_queries)
+    out = Path(out_dir)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())) and not overwrite:
+        raise ValueError(f"`out_dir` {str(out)!r} already exists and is not empty: choose a new folder or pass "
+                         f"overwrite=True (--overwrite)")
+    source = open_source(configs, annotations_dir, images_dir, cache_dir, image_base_url=image_base_url,
+                         progress=progress)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
+    try:
+        files = {table: _write_table(source, table, staging, workers, progress) for table in tables_of(configs)}
+        splits = {config: {split: files[table] for split, table in config_splits(config).items()}
+                  for config in configs}
+        (staging / "README.md").write_text(_dataset_card(splits, source), encoding="utf-8")
+        _move_into_place(staging, out)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    logger.info("exported %s to %s", ", ".join(configs), out)
+    return out
+
+
+def _select_configs(configs, include_queries: bool) -> list[str]:
+    names = list(CONFIGS) if configs is None else [configs] if isinstance(configs, str) else list(configs)
+    if not names:
+        raise ValueError("`configs` is empty: name at least one config, or pass None for all")
+    for name in names:
+        check_config(name)
+    if include_queries:
+        names += [query_config(name) for name in names]
+    return list(dict.fromkeys(names))
+
+
+def _write_table(source: RococoSource, table: str, folder: Path, workers, progress: bool) -> list[str]:
+    """Write one table as ``data/<table>-0000k-of-0000n.parquet``; return the relative paths in row order."""
+    features = table_features(table)
+    schema = features.arrow_schema
+    has_images = features is IMAGE_FEATURES
+    num_rows = table_num_rows(source, table)
+    shard_rows = IMAGE_SHARD_ROWS if has_images else num_rows
+    group_rows = IMAGE_ROW_GROUP_ROWS if has_images else CAPTION_ROW_GROUP_ROWS
+    num_shards = math.ceil(num_rows / shard_rows)
+    paths = [f"data/{table}-{k:05d}-of-{num_shards:05d}.parquet" for k in range(num_shards)]
+    (folder / "data").mkdir(exist_ok=True)
+    rows = table_rows(source, table, workers=workers)
+    with tqdm(total=num_rows, unit="row", desc=table, disable=not progress) as bar:
+        for shard, path in enumerate(paths):
+            count = min(shard_rows, num_rows - shard * shard_rows)
+            with pq.ParquetWriter(folder / path, schema) as writer:
+                for start in range(0, count, group_rows):
+                    batch = [next(rows) for _ in range(min(group_rows, count - start))]
+                    columns = features.encode_batch({name: [row[name] for row in batch] for name in features})
+                    writer.write_table(pa.Table.from_pydict(columns, schema=schema), row_group_size=group_rows)
+                    bar.update(len(batch))
+    logger.info("wrote %s: %d rows in %d file(s)", table, num_rows, num_shards)
+    return paths
+
+
+def _move_into_place(staging: Path, out: Path) -> None:
+    if not out.exists():
+        os.replace(staging, out)
+        return
+    old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
+    os.replace(out, old / out.name)
+    os.replace(staging, out)
+    shutil.rmtree(old)
+
+
+def configs_yaml(splits: dict[str, dict[str, list[str]]]) -> str:
+    """The ``configs:`` list of a dataset card: config -> split -> Parquet files (explicit, in row order)."""
+    entries = [{"config_name": config,
+                "data_files": [{"split": split, "path": list(paths)} for split, paths in config_splits_.items()]}
+               for config, config_splits_ in splits.items()]
+    return yaml.safe_dump(entries, sort_keys=False, default_flow_style=False)
+
+
+def _dataset_card(splits: dict[str, dict[str, list[str]]], source: RococoSource) -> str:
+    """The README.md of an export: YAML header (licence, ``configs:``) and the card text."""
+    header = {
+        "pretty_name": "RoCOCO",
+        "language": ["en"],
+        "license": "other",
+        "license_name": "rococo-mit-and-coco-terms",
+        "license_link": "https://cocodataset.org/#termsofuse",
+        "task_categories": ["image-to-text", "text-to-image"],
+        "tags": ["image-text-retrieval", "robustness", "adversarial", "coco"],
+        "size_categories": ["10K<n<100K"],
+    }
+    front = yaml.safe_dump(header, sort_keys=False, default_flow_style=False)
+    rows = "\n".join(_config_line(config, config_splits_, source) for config, config_splits_ in splits.items())
+    hashes = "\n".join(f"| `{spec.file_name}` | `{spec.sha256}` |" for spec in ANNOTATION_FILES.values())
+    self_partners = ", ".join(
+        f"{int((load_mix_table('mix', seed).partner == np.arange(source.num_images)).sum())} (seed {seed})"
+        for seed in (1, 10, 100))
+    example = next((c for c in splits if c in TEXT_ATTACKS), next(iter(splits)))
+    return _CARD.format(front=front, configs=configs_yaml(splits), rows=rows, version=__version__,
+                        repository=OFFICIAL_REPOSITORY, commit=OFFICIAL_COMMIT, hashes=hashes,
+                        coco=COCO_IMAGE_BASE_URL, self_partners=self_partners, example=example,
+                        citation=CITATION)
+
+
+def _config_line(config: str, config_splits_: dict[str, list[str]], source: RococoSource) -> str:
+    counts = ", ".join(f"`{split}` ({table_num_rows(source, table):,})"
+                       for split, table in config_splits(config).items() if split in config_splits_)
+    if config in TEXT_ATTACKS:
+        what = "text attack; scored image-to-text, queries in `images`"
+    elif config in IMAGE_ATTACKS:
+        what = "image attack; scored text-to-image, queries in `captions`"
+    elif config == CAPTIONS_CONFIG:
+        what = "the ground-truth captions: text-to-image queries, clean image-to-text gallery"
+    else:
+        what = "the test images: image-to-text queries, clean text-to-image gallery"
+    return f"| `{config}` | {counts} | {what} |"
+
+
+def exported_configs(folder) -> dict[str, dict[str, list[str]]]:
+    """Read an export's card: config -> split -> files; check that every listed file is there.
+
+    Raises:
+        ValueError: no README.md with a ``configs:`` list, or a listed file is missing.
+
+    Example:
+        >>> exported_configs("no-such-folder")
+        Traceback (most recent call last):
+        ...
+        ValueError: 'no-such-folder' has no README.md: export it first with `python rococo_dataset.py export`
+    """
+    folder = Path(folder)
+    card = folder / "README.md"
+    if not card.is_file():
+        raise ValueError(f"{str(folder)!r} has no README.md: export it first with `python rococo_dataset.py export`")
+    text = card.read_text(encoding="utf-8")
+    match = re.match(r"---\n(.*?)\n---\n", text, re.DOTALL)
+    entries = (yaml.safe_load(match.group(1)) or {}).get("configs") if match else None
+    if not entries:
+        raise ValueError(f"{str(card)!r} has no YAML `configs:` list: it is not a RoCOCO export")
+    result = {}
+    for entry in entries:
+        files = {item["split"]: [item["path"]] if isinstance(item["path"], str) else list(item["path"])
+                 for item in entry["data_files"]}
+        for paths in files.values():
+            for path in paths:
+                if not (folder / path).is_file():
+                    raise ValueError(f"{str(card)!r} lists {path!r}, which is missing: export the folder again")
+        result[entry["config_name"]] = files
+    return result
+
+
+def push_to_hub(folder, repo_id: str, *, token: str | None = None, private: bool = False,
+                endpoint: str | None = None, commit_message: str = "Upload RoCOCO (rococo-eval export)") -> str:
+    """Upload an exported folder to the dataset repository ``repo_id`` on the Hub; return the commit URL.
+
+    Creates the repository if needed, then uploads ``README.md`` and ``data/*.parquet`` in one commit with
+    ``huggingface_hub.HfApi.upload_folder``.
+
+    Args:
+        folder: a folder written by :func:`export_dataset`.
+        repo_id: ``"<owner>/<name>"``.
+        token: a Hub token with write access; None uses the saved login or ``$HF_TOKEN``.
+        private: create the repository as private (an existing repository keeps its visibility).
+        endpoint: another Hub endpoint; None uses ``$HF_ENDPOINT`` or huggingface.co.
+        commit_message: the commit's summary.
+
+    Raises:
+        ValueError: ``repo_id`` is not ``owner/name``, or ``folder`` is not a complete export.
+
+    Example:
+        >>> push_to_hub(".", "rococo")
+        Traceback (most recent call last):
+        ...
+        ValueError: `repo_id` must be '<owner>/<name>', got 'rococo'
+    """
+    if not isinstance(repo_id, str) or not _REPO_ID.fullmatch(repo_id):
+        raise ValueError(f"`repo_id` must be '<owner>/<name>', got {repo_id!r}")
+    exported_configs(folder)
+    from huggingface_hub import HfApi
+
+    api = HfApi(endpoint=endpoint, token=token)
+    api.create_repo(repo_id, repo_type="dataset", private=private, exist_ok=True)
+    info = api.upload_folder(repo_id=repo_id, folder_path=str(folder), repo_type="dataset",
+                             commit_message=commit_message, allow_patterns=["README.md", "data/*.parquet"])
+    logger.info("uploaded %s to %s", folder, info.commit_url)
+    return info.commit_url
+
+
+_CARD = """\
+---
+{front}configs:
+{configs}---
+
+# RoCOCO: a robustness benchmark of MS-COCO for image-text matching
+
+RoCOCO ([Park et al., arXiv:2304.10727](https://arxiv.org/abs/2304.10727), ECCV 2024 Workshop on Synthetic
+Data for Computer Vision) stress-tests image-text matching models (CLIP, BLIP, VSE infinity, ...). It adds
+*slightly altered* items to the retrieval gallery of the MS-COCO 5K test split (Karpathy split, COCO val2014
+images) and measures whether the model still ranks a true item first; the queries stay clean.
+
+- **Text attacks** (scored image-to-text): each ground-truth caption gets an altered copy with one word
+  replaced: `same_concept` (a word of the same category: man -> lady), `diff_concept` (a visual word of
+  another category: man -> scissors), `rand_voca` (a random word: man -> war), `danger` ("weapon",
+  "criminal", "minefield", "commiting crime").
+- **Image attacks** (scored text-to-image): each test image gets an altered copy made with a partner test
+  image: `mix` (every pixel 0.9 * image + 0.1 * partner) or `patch` (a box of at most 120 x 120 pixels taken
+  from the partner, CutMix-like), for the paper's seeds 1, 10 and 100.
+
+Exported by rococo-eval {version} (`python rococo_dataset.py export`).
+
+## Configs
+
+| config | splits (rows) | what |
+|---|---|---|
+{rows}
+
+```python
+from datasets import load_dataset
+adversarial = load_dataset("<this repository or folder>", "{example}", split="adversarial")
+```
+
+Original rows are stored once and shared: every text-attack config's `original` split is the `test` split of
+`captions`, every image-attack config's `original` split is the `test` split of `images`.
+
+## Fields
+
+Captions (text-attack configs and `captions`):
+- `image_index` (int32): the test image, 0..4999, in the order of the official files.
+- `caption` (string).
+- `is_adversarial` (bool).
+- `source_caption_index` (int32, None on original rows): the ground-truth caption it was made from, as a row
+  of the `original` split. Adversarial row `5 * i + j` was made from caption `j` of image `i`.
+- `replacements` (list, None on original rows): how the caption differs from its source, on lower-cased word
+  tokens: `original` (the replaced word, "" for an insertion), `replacement`, `position` (token index in the
+  source). Usually one item; more where the attack replaced several occurrences of the word or the attack
+  file re-tokenised the caption ("dryin g" -> "drying"). Derived by comparing the two captions; the official
+  files do not record it.
+
+Images (image-attack configs and `images`):
+- `image_index` (int32), `file_name` (string, the COCO file name, kept by the altered copy as the official
+  script keeps it), `is_adversarial` (bool).
+- `image` (Image): original rows hold the COCO file's bytes unchanged; altered rows the 384 x 384 JPEG the
+  official script saves.
+- `partner_index` (int32, None on original rows): the test image mixed in.
+- `box` (list of 4 int32, `patch` only): `[row0, row1, col0, col1]`, the region of the 384 x 384 image taken
+  from the partner.
+
+## Scoring a model
+
+Score the queries (in row order) against the gallery: the config's `original` split followed by its
+`adversarial` split. The package `rococo-eval` gives the metric's other inputs in that order:
+
+```python
+import numpy as np
+from rococo_eval.dataset import load_queries_and_gallery, metric_inputs
+from rococo_recall import rococo_recall      # or evaluate.load("<org>/rococo_recall")
+
+queries, gallery = load_queries_and_gallery("<this repository or folder>", "{example}")
+scores = my_model.score(queries, gallery)     # (queries, gallery) array, higher = more similar
+result = rococo_recall(scores, **metric_inputs("{example}", order="dataset"))
+result["recall@1"], result["clean_recall@1"], result["false_rate"]
+```
+
+Image-to-text queries are the 5,000 images of `images`; text-to-image queries the 25,010 captions of
+`captions`. A query's correct items are its own ground-truth captions (image-to-text) or its own original
+image (text-to-image); adversarial items never count as correct. `metric_inputs(..., order="official")` gives
+the same for the official `itm_eval` order (for each image its captions then its 5 adversarial ones;
+the 5,000 images then their 5,000 altered copies).
+
+## Sources
+
+- Annotation files: {repository} at commit `{commit}` (`annotations/`), each checked by sha256 before use:
+
+| file | sha256 |
+|---|---|
+{hashes}
+
+- Images: the 5,000 COCO val2014 test images, fetched one by one from COCO's image server ({coco}),
+  resumable and verified (byte count and a full decode), or read from a local COCO folder.
+- Altered images: a port of the official `mix_images.py` in NumPy and PIL: bicubic resize to 384 x 384,
+  float32 mix (lam 0.9) or patch, `torchvision.utils.save_image`'s rounding, JPEG with PIL's defaults
+  (quality 75). The partner and box of every image come from a table published with rococo-eval
+  (`rococo_eval/data/mix_tables.npz`), so every machine makes the same images. The table replays the
+  official script's random stream as PyTorch 2.13 draws it (`torch.manual_seed`, the DataLoader's worker base
+  seed, `RandomSampler`'s permutation, one `torch.randperm` per batch of 64, NumPy's box centres). PyTorch
+  before 1.9 consumed the stream differently in `RandomSampler`, so the official script run there pairs other
+  images. Some images are their own partner, so their altered copy is the resized original:
+  {self_partners}.
+
+Quirks of the official files are kept as they are: `danger` has 3 adversarial captions identical to their
+source; adversarial captions contain duplicates; `same_concept`, `diff_concept` and `rand_voca` captions are
+lower-cased and tokenised, without a final period.
+
+## Licences
+
+- RoCOCO annotation files: MIT ({repository}). The captions are MS-COCO captions (COCO annotations:
+  CC BY 4.0) and altered versions of them.
+- Images: COCO images, under the COCO terms of use (https://cocodataset.org/#termsofuse): the images belong to
+  their owners on Flickr and their use must abide by the Flickr Terms of Use. The altered images are derived
+  from them and follow the same terms.
+
+## Citation
+
+```bibtex
+{citation}```
+"""

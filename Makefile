@@ -18,6 +18,8 @@ $(BIN)/python:
 $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install --quiet "torch==2.13.0"
 	$(BIN)/pip install --quiet -e ".[test]"
+	# open_clip without its torchvision: PyPI's torchvision cannot load beside the CPU torch (see README).
+	$(BIN)/pip install --quiet --no-deps "open_clip_torch==3.3.0"
 	touch $@
 
 $(VENV)/.installed-run: pyproject.toml | $(BIN)/python

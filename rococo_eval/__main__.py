@@ -1,0 +1,7 @@
+"""``python -m rococo_eval``: the ``rococo-eval`` command (see :mod:`rococo_eval.cli`)."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())

@@ -1,0 +1,362 @@
+"""Embeddings of RoCOCO's captions and images, cached on disk, and the galleries scored from them.
+
+A model embeds four kinds of item sets once: the 25,010 ground-truth captions, the 25,000 adversarial
+captions of each text attack, the 5,000 test images and the 5,000 altered images of each image attack.
+Every gallery is then scored from those embeddings: the clean embeddings are shared by all ten attacks.
+
+The cache keeps one folder per model fingerprint and item set::
+
+    <root>/<model fingerprint>/<item set>-<data fingerprint>/
+        manifest.json                 what the folder holds (model name, item set, fingerprints, count)
+        rows-000000-000256.npy ...    one shard per encoded batch, while the set is incomplete
+        embeddings.npy                all rows (float32), once complete; the shards are then removed
+
+Each shard is written to a temporary file and renamed into place, so an interrupted run (Ctrl-C) loses at
+most the batch in flight and the next run encodes only the rows no shard holds yet.
+
+Example:
+    >>> import tempfile
+    >>> class Letters:  # any object with a name, a fingerprint and encode_texts / encode_images
+    ...     name, fingerprint = "letters", "0" * 64
+    ...     def encode_texts(self, texts):
+    ...         return np.array([[float(ord(t[0])), 1.0] for t in texts], dtype=np.float32)
+    >>> cache = EmbeddingCache(tempfile.mkdtemp(), batch_size=2)
+    >>> items = ItemSet("captions/demo", "text", ["a", "b", "c"])
+    >>> cache.embeddings(Letters(), items)[:, 0].tolist()
+    [97.0, 98.0, 99.0]
+    >>> cache.is_complete(Letters(), items)
+    True
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import re
+import uuid
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator, Optional, Sequence
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from rococo_recall import rococo_recall
+
+from .layout import CLEAN, IMAGE_TO_TEXT, TEXT_ATTACKS, TEXT_TO_IMAGE, attack_direction
+
+logger = logging.getLogger(__name__)
+
+MANIFEST = "manifest.json"
+COMPLETE = "embeddings.npy"
+KINDS = ("text", "image")
+SCORE_BLOCK_BYTES = 32 << 20
+_SHARD = re.compile(r"rows-(\d+)-(\d+)\.npy")
+
+
+@dataclass(frozen=True)
+class ItemSet:
+    """A sequence of captions or images to embed, with a name and a fingerprint of its content.
+
+    Attributes:
+        name: what it is, e.g. ``"captions/ground_truth"`` or ``"images/mix_seed1"``.
+        kind: ``"text"`` or ``"image"`` (which ``encode_`` method embeds it).
+        items: the captions, or anything indexable whose ``items[i]`` is a PIL image (loaded on demand).
+        fingerprint: digest of the content; defaults to the digest of ``items`` when they are strings.
+    """
+
+    name: str
+    kind: str
+    items: Sequence
+    fingerprint: str = ""
+
+    def __post_init__(self):
+        if self.kind not in KINDS:
+            raise ValueError(f"`kind` must be one of {KINDS}, got {self.kind!r}")
+        if not self.fingerprint:
+            if self.kind != "text":
+                raise ValueError("`fingerprint` is required for image item sets")
+            object.__setattr__(self, "fingerprint", digest_strings(self.items))
+
+    def __len__(self):
+        return len(self.items)
+
+
+class LazyImages(Sequence):
+    """``images[i]`` calls ``load(i)``: a sequence of images read only when the cache needs them."""
+
+    def __init__(self, load: Callable[[int], object], count: int):
+        self.load, self.count = load, count
+
+    def __len__(self):
+        return self.count
+
+    def __getitem__(self, index):
+        return self.load(index)
+
+
+class EmbeddingCache:
+    """Embeddings on disk, per model fingerprint and item set; resumable at batch granularity.
+
+    Args:
+        root: the cache folder (created if needed).
+        batch_size: items per ``encode_`` call, and rows per shard.
+        workers: threads that load images ahead of the model (0: load in the calling thread).
+        progress: show a tqdm progress bar per item set.
+    """
+
+    def __init__(self, root, batch_size: int = 256, workers: int = 0, progress: bool = False):
+        if not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"`batch_size` must be a positive int, got {batch_size!r}")
+        if not isinstance(workers, int) or workers < 0:
+            raise ValueError(f"`workers` must be a non-negative int, got {workers!r}")
+        self.root = Path(root)
+        self.batch_size = batch_size
+        self.workers = workers
+        self.progress = progress
+
+    def folder(self, model, items: ItemSet) -> Path:
+        """The folder holding ``model``'s embeddings of ``items``."""
+        safe = re.sub(r"[^A-Za-z0-9_.-]+", "-", items.name)
+        return self.root / model.fingerprint[:20] / f"{safe}-{items.fingerprint[:16]}"
+
+    def is_complete(self, model, items: ItemSet) -> bool:
+        """Whether every row of ``items`` is cached for ``model``."""
+        return (self.folder(model, items) / COMPLETE).is_file()
+
+    def embeddings(self, model, items: ItemSet) -> np.ndarray:
+        """Return ``model``'s float32 embeddings of ``items``, one row per item, encoding only what is missing."""
+        folder = self.folder(model, items)
+        manifest = {"model": model.name, "model_fingerprint": model.fingerprint, "items": items.name,
+                    "kind": items.kind, "items_fingerprint": items.fingerprint, "count": len(items)}
+        _open_folder(folder, manifest)
+        complete = folder / COMPLETE
+        if complete.is_file():
+            logger.info("%s: %d embeddings from the cache", items.name, len(items))
+            return np.load(complete)
+        shards = _read_shards(folder, len(items))
+        missing = _missing_ranges(shards, len(items))
+        done = len(items) - sum(stop - start for start, stop in missing)
+        logger.info("%s: %d of %d embeddings cached, encoding the rest", items.name, done, len(items))
+        encode = model.encode_texts if items.kind == "text" else model.encode_images
+        batches = [(start, min(start + self.batch_size, stop))
+                   for start, stop in missing for start in range(start, stop, self.batch_size)]
+        workers = self.workers if items.kind == "image" else 0
+        with tqdm(total=len(items), initial=done, desc=items.name, unit=items.kind,
+                  disable=not self.progress, dynamic_ncols=True) as bar:
+            for (start, stop), batch in _loaded(batches, items.items, workers):
+                path = folder / f"rows-{start:06d}-{stop:06d}.npy"
+                _save_npy(path, _check_vectors(encode(batch), stop - start, model.name))
+                shards[(start, stop)] = path
+                bar.update(stop - start)
+        vectors = np.concatenate([np.load(shards[key]) for key in sorted(shards)])
+        _save_npy(complete, vectors)
+        for path in shards.values():
+            path.unlink(missing_ok=True)
+        return vectors
+
+
+def digest_strings(values: Sequence[str]) -> str:
+    """Hex sha256 of a sequence of strings (each one length-prefixed, so the split is part of the digest).
+
+    Example:
+        >>> digest_strings(["ab", "c"]) == digest_strings(["a", "bc"])
+        False
+    """
+    digest = hashlib.sha256()
+    for value in values:
+        data = value.encode("utf-8")
+        digest.update(len(data).to_bytes(8, "little"))
+        digest.update(data)
+    return digest.hexdigest()
+
+
+def ground_truth_captions(source) -> ItemSet:
+    """The 25,010 ground-truth captions: image-to-text gallery and text-to-image queries."""
+    return ItemSet("captions/ground_truth", "text", source.ground_truth_captions())
+
+
+def adversarial_captions(source, attack: str) -> ItemSet:
+    """The 25,000 adversarial captions of text attack ``attack``."""
+    return ItemSet(f"captions/{attack}", "text", source.adversarial_captions(attack))
+
+
+def original_images(source) -> ItemSet:
+    """The 5,000 test images: image-to-text queries and text-to-image gallery. Fingerprint: names and sizes."""
+    return ItemSet("images/original", "image", LazyImages(source.original_image, source.num_images),
+                   _images_fingerprint(source))
+
+
+def altered_images(source, attack: str) -> ItemSet:
+    """The 5,000 altered copies of image attack ``attack``, made from the test images on demand."""
+    digest = hashlib.sha256(_images_fingerprint(source).encode())
+    for index in range(source.num_images):
+        digest.update(repr(source.alteration(index, attack)).encode())
+    return ItemSet(f"images/{attack}", "image",
+                   LazyImages(lambda index: source.altered_image(index, attack), source.num_images),
+                   digest.hexdigest())
+
+
+def galleries(attacks: Sequence[str]) -> list[tuple[str, str]]:
+    """The ``(attack, direction)`` galleries a run scores: both clean galleries, then each attack's own.
+
+    Example:
+        >>> galleries(["rand_voca", "mix_seed1"])[1:]
+        [('clean', 'text_to_image'), ('rand_voca', 'image_to_text'), ('mix_seed1', 'text_to_image')]
+    """
+    return [(CLEAN, IMAGE_TO_TEXT), (CLEAN, TEXT_TO_IMAGE)] + [(a, attack_direction(a)) for a in attacks]
+
+
+def score_gallery(layout, queries: np.ndarray, originals: np.ndarray, adversarial: Optional[np.ndarray] = None,
+                  **metric_kwargs) -> dict:
+    """Score one gallery from embeddings with the RoCOCO Recall metric, block by block.
+
+    Blocks of query rows hold about :data:`SCORE_BLOCK_BYTES` of scores (the metric's own default block
+    is sized for score matrices and makes many small matrix products here).
+
+    Args:
+        layout: the gallery's :class:`~rococo_eval.layout.GalleryLayout`; its ``gallery_rows`` index the
+            concatenation of ``originals`` and ``adversarial``.
+        queries: query embeddings in test order.
+        originals: embeddings of the clean gallery items (ground-truth captions or test images).
+        adversarial: embeddings of the altered items (None for a clean gallery).
+        metric_kwargs: passed to :func:`rococo_recall.rococo_recall` (``k``, ``ties``, ...).
+
+    Example:
+        >>> from rococo_eval.layout import gallery_layout
+        >>> layout = gallery_layout("mix_seed1", "text_to_image", [1, 1])
+        >>> eye = np.eye(2, dtype=np.float32)
+        >>> result = score_gallery(layout, eye, eye, 0.5 * eye[::-1], k=1)
+        >>> result["recall@1"], result["false_rate"]
+        (100.0, 0.0)
+    """
+    pool = originals if adversarial is None else np.concatenate([originals, adversarial])
+    metric_kwargs.setdefault("chunk_size", max(1, SCORE_BLOCK_BYTES // (4 * layout.num_gallery)))
+    return rococo_recall(query_embeddings=queries, gallery_embeddings=pool[layout.gallery_rows],
+                         **layout.metric_inputs(), **metric_kwargs)
+
+
+def score_model(model, source, attacks: Sequence[str], cache: EmbeddingCache) -> dict[str, dict]:
+    """Embed what ``attacks`` need (through ``cache``), then score both clean galleries and each attack.
+
+    Returns:
+        ``{"<attack>/<direction>": metric outputs}`` for every gallery of :func:`galleries`, official order.
+    """
+    images = cache.embeddings(model, original_images(source))
+    captions = cache.embeddings(model, ground_truth_captions(source))
+    altered = {attack: cache.embeddings(model, adversarial_captions(source, attack) if attack in TEXT_ATTACKS
+                                        else altered_images(source, attack)) for attack in attacks}
+    results = {}
+    for attack, direction in tqdm(galleries(attacks), desc="scoring", unit="gallery", disable=not cache.progress,
+                                  dynamic_ncols=True):
+        queries, originals = (images, captions) if direction == IMAGE_TO_TEXT else (captions, images)
+        key = f"{attack}/{direction}"
+        results[key] = score_gallery(source.gallery(attack, direction), queries, originals, altered.get(attack))
+        logger.info("%s: R@1 %.2f", key, results[key]["recall@1"])
+    return results
+
+
+def _images_fingerprint(source) -> str:
+    digest = hashlib.sha256()
+    for name in source.image_files:
+        digest.update(f"{name}:{(source.images_dir / name).stat().st_size};".encode())
+    return digest.hexdigest()
+
+
+def _open_folder(folder: Path, manifest: dict) -> None:
+    path = folder / MANIFEST
+    if path.is_file():
+        found = json.loads(path.read_text())
+        if found != manifest:
+            raise ValueError(f"cache folder {str(folder)!r} holds other embeddings ({found}); remove it")
+        return
+    folder.mkdir(parents=True, exist_ok=True)
+    _write_atomic(path, lambda handle: handle.write(json.dumps(manifest, indent=2).encode()))
+
+
+def _read_shards(folder: Path, count: int) -> dict[tuple[int, int], Path]:
+    """The shards already written, by row range; unreadable or overlapping ones are dropped."""
+    shards = {}
+    for path in sorted(folder.glob("rows-*.npy")):
+        match = _SHARD.fullmatch(path.name)
+        start, stop = (int(match[1]), int(match[2])) if match else (0, 0)
+        try:
+            rows = np.load(path, mmap_mode="r").shape[0]
+        except (OSError, ValueError):
+            rows = -1
+        overlaps = any(start < b and a < stop for a, b in shards)
+        if not match or rows != stop - start or stop > count or overlaps:
+            logger.warning("ignoring cache shard %s", path)
+            path.unlink(missing_ok=True)
+            continue
+        shards[(start, stop)] = path
+    return shards
+
+
+def _missing_ranges(shards, count: int) -> list[tuple[int, int]]:
+    """The row ranges of ``range(count)`` that no shard covers.
+
+    Example:
+        >>> _missing_ranges({(2, 4): None, (6, 7): None}, 8)
+        [(0, 2), (4, 6), (7, 8)]
+    """
+    missing, position = [], 0
+    for start, stop in sorted(shards):
+        if start > position:
+            missing.append((position, start))
+        position = max(position, stop)
+    if position < count:
+        missing.append((position, count))
+    return missing
+
+
+def _loaded(batches, items: Sequence, workers: int) -> Iterator[tuple[tuple[int, int], list]]:
+    """Each batch range with its items; with ``workers``, the next batch loads while this one is encoded."""
+    if workers == 0:
+        for start, stop in batches:
+            yield (start, stop), [items[i] for i in range(start, stop)]
+        return
+    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="rococo-load")
+    pending = deque()
+    try:
+        for batch in batches:
+            pending.append((batch, [pool.submit(items.__getitem__, i) for i in range(*batch)]))
+            if len(pending) > 1:
+                ready, futures = pending.popleft()
+                yield ready, [future.result() for future in futures]
+        while pending:
+            ready, futures = pending.popleft()
+            yield ready, [future.result() for future in futures]
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _check_vectors(vectors, rows: int, model_name: str) -> np.ndarray:
+    vectors = np.asarray(vectors, dtype=np.float32)
+    if vectors.ndim != 2 or vectors.shape[0] != rows:
+        raise ValueError(f"model {model_name!r} returned shape {vectors.shape} for a batch of {rows}")
+    if not np.isfinite(vectors).all():
+        raise ValueError(f"model {model_name!r} returned non-finite embeddings")
+    return vectors
+
+
+def _save_npy(path: Path, array: np.ndarray) -> None:
+    _write_atomic(path, lambda handle: np.save(handle, array))
+
+
+def _write_atomic(path: Path, write: Callable) -> None:
+    """Write through a new temporary file beside ``path`` (permissions from the umask), then rename it."""
+    temporary = path.with_name(f".tmp-{uuid.uuid4().hex}-{path.name}")
+    try:
+        with open(temporary, "xb") as handle:
+            write(handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise

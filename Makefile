@@ -27,7 +27,7 @@ $(VENV)/.installed-run: pyproject.toml | $(BIN)/python
 	touch $@
 
 run: $(VENV)/.installed-run
-	$(BIN)/python examples/quickstart.py
+	$(BIN)/python app.py
 
 # The browser test drives Debian's chromium (Playwright's own browser download cannot run here).
 CHROMIUM := /usr/bin/chromium

@@ -1,0 +1,330 @@
+"""Reports of RoCOCO results: summary rows, tables, a JSON file and a chart, shared by the Space and the CLI.
+
+Results are the metric's outputs keyed by :func:`gallery_key` (``"rand_voca/image_to_text"``). A *row* is
+a flat dict of one gallery's numbers (percentages as the metric gives them) with its ``attack`` and
+``direction``; :func:`summary_rows` adds, for each image attack method, the mean over the paper's seeds.
+
+Example:
+    >>> results = {gallery_key("rand_voca", "image_to_text"): {"recall@1": 37.0, "clean_recall@1": 50.12}}
+    >>> print(to_markdown(summary_rows(results)))
+    | attack | direction | clean R@1 | R@1 |
+    |---|---|---:|---:|
+    | rand_voca | image_to_text | 50.12 | 37.00 |
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import re
+import threading
+from pathlib import Path
+
+import numpy as np
+
+from .layout import ATTACKS, CLEAN, DIRECTIONS, IMAGE_ATTACK_METHODS, SEEDS, TEXT_TO_IMAGE
+
+logger = logging.getLogger(__name__)
+
+_TEXT_COLUMNS = ("model", "file", "attack", "direction")
+_TRAILING_COLUMNS = ("num_queries", "num_gallery", "num_adversarial", "source")
+_LABELS = {"false_rate": "false rate", "attack_success_rate": "attack success", "num_queries": "queries",
+           "num_gallery": "gallery", "num_adversarial": "adversarial"}
+_NOTE = ("[a, b]: 95% bootstrap confidence interval; (a–b): lowest and highest over the seeds; "
+         "all numbers in percent")
+
+REFERENCE_RESULTS: list[dict] = [
+    {"model": "CLIP ViT-B/32", "attack": CLEAN, "direction": "image_to_text", "recall@1": 50.12,
+     "recall@5": 74.66, "recall@10": 83.04, "r_mean": 69.27333333333333, "false_rate": 0.0,
+     "source": "official log clip/ViT-B_32log.txt, line 2 (github.com/pseulki/rococo @ d8ba2a6)"},
+    {"model": "CLIP ViT-B/32", "attack": "text attack, unnamed (probably rand_voca)", "direction": "image_to_text",
+     "clean_recall@1": 50.12, "recall@1": 37.0, "recall@5": 66.72, "recall@10": 76.5, "r_mean": 60.07333333333333,
+     "false_rate": 33.48,
+     "source": "official log clip/ViT-B_32log.txt, line 1; clean R@1 from line 2 "
+               "(github.com/pseulki/rococo @ d8ba2a6)"},
+    {"model": "CLIP ViT-B/32", "attack": "text attack, unnamed", "direction": "image_to_text",
+     "clean_recall@1": 50.12, "recall@1": 36.88, "recall@5": 66.68, "recall@10": 76.52, "r_mean": 60.026666666666664,
+     "false_rate": 34.34,
+     "source": "official log clip/ViT-B_32log.txt, line 3; clean R@1 from line 2 "
+               "(github.com/pseulki/rococo @ d8ba2a6)"},
+    {"model": "CLIP ViT-B/32", "attack": "mix_seed1", "direction": "text_to_image", "recall@1": 19.83606557377049,
+     "recall@5": 46.27748900439824, "recall@10": 57.33706517393043, "r_mean": 41.15020658403305,
+     "false_rate": 37.02119152339064,
+     "source": "official log clip/ViT-B_32log.txt, line 4 (github.com/pseulki/rococo @ d8ba2a6)"},
+    {"model": "BLIP", "attack": "text attacks (not named in the abstract)", "direction": "image_to_text",
+     "clean_recall@1": 81.9, "recall@1": 48.4,
+     "source": "Park et al., RoCOCO, arXiv:2304.10727v5, abstract"},
+    {"model": "VSE infinity", "attack": "text attacks (not named in the abstract)", "direction": "image_to_text",
+     "clean_recall@1": 66.1, "recall@1": 37.6,
+     "source": "Park et al., RoCOCO, arXiv:2304.10727v5, abstract"},
+]
+
+
+def gallery_key(attack: str, direction: str) -> str:
+    """The key of one gallery's results: ``"<attack>/<direction>"``.
+
+    Example:
+        >>> gallery_key("rand_voca", "image_to_text"), gallery_key("clean", "text_to_image")
+        ('rand_voca/image_to_text', 'clean/text_to_image')
+    """
+    if not attack or not direction or "/" in attack or "/" in direction:
+        raise ValueError(f"`attack` and `direction` must be non-empty and free of '/', got {attack!r}, {direction!r}")
+    return f"{attack}/{direction}"
+
+
+def summary_rows(results: dict[str, dict]) -> list[dict]:
+    """One row per gallery, standard galleries in the paper's order, then the mean over seeds per image method.
+
+    Each row holds ``attack`` and ``direction`` and the metric's scalar outputs under their own names:
+    ``clean_recall@1`` (the gallery's R@1 without its adversarial items, which equals the clean gallery's
+    R@1), ``recall@K``, ``r_mean``, ``false_rate``, ``attack_success_rate``, ``<name>_ci`` when the metric
+    computed intervals, and the counts. Per-query arrays are left out.
+
+    For ``mix`` and ``patch``, when at least two of the seeds 1, 10 and 100 are present, a row
+    ``attack = method`` with ``seeds`` holds the mean of each percentage over those seeds, as the paper
+    reports; with all three seeds, ``<name>_range`` holds the lowest and highest seed's value (the spread
+    is given as the min–max range: with three seeds a standard deviation says little). Intervals are not
+    averaged.
+
+    Example:
+        >>> results = {gallery_key(f"mix_seed{s}", "text_to_image"): {"recall@1": r, "clean_recall@1": 30.0}
+        ...            for s, r in [(1, 19.0), (10, 20.0), (100, 24.0)]}
+        >>> mean = summary_rows(results)[-1]
+        >>> mean["attack"], mean["seeds"], mean["recall@1"], mean["recall@1_range"]
+        ('mix', (1, 10, 100), 21.0, (19.0, 24.0))
+    """
+    rows = []
+    for key, output in results.items():
+        attack, _, direction = key.partition("/")
+        row = {"attack": attack, "direction": direction}
+        row.update({name: _plain(value) for name, value in output.items() if _is_reported(name, value)})
+        rows.append(row)
+    rows.sort(key=_row_order)
+    for method in IMAGE_ATTACK_METHODS:
+        seed_rows = [row for row in rows if row["direction"] == TEXT_TO_IMAGE and row["attack"] in
+                     {f"{method}_seed{seed}" for seed in SEEDS}]
+        if len(seed_rows) >= 2:
+            last = rows.index(seed_rows[-1])
+            rows.insert(last + 1, _seed_mean(method, seed_rows))
+    return rows
+
+
+def format_rows(rows) -> tuple[list[str], list[list[str]]]:
+    """Headers and cells of a table of ``rows``: only columns some row has, numbers with 2 decimals.
+
+    A value with an interval shows it beside it: ``37.00 [35.61, 38.42]`` (95% CI) or
+    ``21.00 (19.00–24.00)`` (range over seeds).
+
+    Example:
+        >>> format_rows([{"attack": "danger", "recall@1": 40.0, "recall@1_ci": (38.5, 41.25)}])
+        (['attack', 'R@1'], [['danger', '40.00 [38.50, 41.25]']])
+    """
+    columns = _columns(rows)
+    return [_label(name) for name in columns], [[_cell(row, name) for name in columns] for row in rows]
+
+
+def to_markdown(rows) -> str:
+    """A Markdown table of ``rows`` (see :func:`format_rows`), with a note when intervals are shown.
+
+    Example:
+        >>> print(to_markdown([{"attack": "clean", "direction": "image_to_text", "recall@1": 50.12}]))
+        | attack | direction | R@1 |
+        |---|---|---:|
+        | clean | image_to_text | 50.12 |
+    """
+    headers, cells = format_rows(rows)
+    align = ["---" if header in _TEXT_COLUMNS + ("source",) else "---:" for header in headers]
+    lines = ["| " + " | ".join(line) + " |" for line in [headers] + cells]
+    lines.insert(1, "|" + "|".join(align) + "|")
+    return "\n".join(lines + ([f"\n{_NOTE}"] if _has_intervals(rows) else []))
+
+
+def to_text_table(rows) -> str:
+    """A plain-text table of ``rows`` for terminals: padded columns, numbers right-aligned.
+
+    Example:
+        >>> print(to_text_table([{"attack": "danger", "recall@1": 40.0}, {"attack": "rand_voca", "recall@1": 37.5}]))
+        attack       R@1
+        ---------  -----
+        danger     40.00
+        rand_voca  37.50
+    """
+    headers, cells = format_rows(rows)
+    widths = [max(len(text) for text in column) for column in zip(headers, *cells)]
+    numeric = [header not in _TEXT_COLUMNS + ("source",) for header in headers]
+
+    def line(values):
+        return "  ".join(v.rjust(w) if n else v.ljust(w) for v, w, n in zip(values, widths, numeric)).rstrip()
+
+    lines = [line(headers), "  ".join("-" * w for w in widths)] + [line(values) for values in cells]
+    return "\n".join(lines + ([_NOTE] if _has_intervals(rows) else []))
+
+
+def write_json(results: dict, path) -> Path:
+    """Write ``results`` as JSON, atomically: NaN and infinities become ``null``, numpy values plain Python.
+
+    Example:
+        >>> import tempfile
+        >>> path = write_json({"r": {"recall@1": np.float32(0.5), "asr": float("nan"), "ci": (1, 2)}},
+        ...                   Path(tempfile.mkdtemp()) / "results.json")
+        >>> json.loads(path.read_text())
+        {'r': {'recall@1': 0.5, 'asr': None, 'ci': [1, 2]}}
+    """
+    text = json.dumps(_jsonable(results), indent=2, allow_nan=False) + "\n"
+    return _atomic_write(Path(path), lambda handle: handle.write(text.encode("utf-8")))
+
+
+def plot_recall(rows, path) -> Path:
+    """Draw clean vs attacked R@1 for each attacked row as a PNG (matplotlib Agg, no global state), atomically.
+
+    Error bars show the attacked R@1's 95% CI, or its range over seeds for a mean row. Clean galleries are
+    left out (their two bars are equal).
+
+    Example:
+        >>> import tempfile
+        >>> rows = [{"attack": "danger", "direction": "image_to_text", "clean_recall@1": 50.0, "recall@1": 40.0}]
+        >>> plot_recall(rows, Path(tempfile.mkdtemp()) / "recall.png").read_bytes()[:4]
+        b'\\x89PNG'
+    """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    attacked = [row for row in rows if row.get("attack") != CLEAN and "recall@1" in row]
+    figure = Figure(figsize=(max(5.0, 1.1 * len(attacked) + 2), 3.8), dpi=100, layout="constrained")
+    FigureCanvasAgg(figure)
+    axes = figure.add_subplot()
+    positions = np.arange(len(attacked))
+    clean = [_number(row.get("clean_recall@1")) for row in attacked]
+    hit = [_number(row["recall@1"]) for row in attacked]
+    axes.bar(positions - 0.2, clean, 0.4, label="clean R@1", color="#9db4d6")
+    axes.bar(positions + 0.2, hit, 0.4, yerr=_error_bars(attacked), capsize=3, label="attacked R@1", color="#c0504d")
+    axes.set_xticks(positions, [_short_label(row) for row in attacked], rotation=30, ha="right", fontsize=8)
+    axes.set_ylabel("R@1 (%)")
+    axes.set_ylim(0, 100)
+    axes.set_title("Clean vs attacked R@1 per attack")
+    if attacked:
+        axes.legend(loc="upper right", fontsize=8)
+    else:
+        axes.text(0.5, 0.5, "no attacked gallery in these results", ha="center", va="center", transform=axes.transAxes)
+    return _atomic_write(Path(path), lambda handle: figure.savefig(handle, format="png"))
+
+
+def _is_reported(name: str, value) -> bool:
+    if name.endswith("_ci"):
+        return True
+    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
+
+
+def _plain(value):
+    if isinstance(value, (tuple, list, np.ndarray)):
+        return tuple(float(v) for v in value)
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def _row_order(row):
+    direction, attack = row["direction"], row["attack"]
+    known = (CLEAN,) + ATTACKS
+    return (DIRECTIONS.index(direction) if direction in DIRECTIONS else len(DIRECTIONS),
+            known.index(attack) if attack in known else len(known))
+
+
+def _seed_mean(method: str, seed_rows: list[dict]) -> dict:
+    seeds = tuple(int(row["attack"].rsplit("seed", 1)[1]) for row in seed_rows)
+    row = {"attack": method, "direction": TEXT_TO_IMAGE, "seeds": seeds}
+    names = [name for name in seed_rows[0] if name not in ("attack", "direction") and not name.endswith("_ci")
+             and all(name in other for other in seed_rows)]
+    for name in names:
+        values = [float(other[name]) if other[name] is not None else math.nan for other in seed_rows]
+        row[name] = seed_rows[0][name] if name.startswith("num_") else float(np.mean(values))
+        if len(seed_rows) == len(SEEDS) and not name.startswith("num_"):
+            row[f"{name}_range"] = (min(values), max(values))
+    return row
+
+
+def _columns(rows) -> list[str]:
+    present = {name for row in rows for name in row}
+
+    def recall_columns(prefix):
+        ks = sorted(int(m.group(1)) for name in present if (m := re.fullmatch(prefix + r"recall@(\d+)", name)))
+        return [f"{prefix}recall@{k}" for k in ks] + [f"{prefix}r_mean"]
+
+    ordered = ([name for name in _TEXT_COLUMNS if name in present] + recall_columns("clean_") + recall_columns("")
+               + ["false_rate", "attack_success_rate"] + list(_TRAILING_COLUMNS))
+    return [name for name in ordered if name in present]
+
+
+def _label(name: str) -> str:
+    if name in _LABELS:
+        return _LABELS[name]
+    return name.replace("clean_", "clean ").replace("recall@", "R@")
+
+
+def _cell(row: dict, name: str) -> str:
+    value = row.get(name)
+    if name == "attack" and "seeds" in row:
+        return f"{value} (mean of seeds {', '.join(map(str, row['seeds']))})"
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    if name.startswith("num_"):
+        return str(int(value))
+    text = "n/a" if math.isnan(value) else f"{value:.2f}"
+    if row.get(f"{name}_ci") is not None:
+        text += " [{:.2f}, {:.2f}]".format(*row[f"{name}_ci"])
+    if row.get(f"{name}_range") is not None:
+        text += " ({:.2f}–{:.2f})".format(*row[f"{name}_range"])
+    return text
+
+
+def _has_intervals(rows) -> bool:
+    return any(name.endswith(("_ci", "_range")) for row in rows for name in row)
+
+
+def _number(value) -> float:
+    return math.nan if value is None else float(value)
+
+
+def _error_bars(rows):
+    bars = np.full((2, len(rows)), np.nan)
+    for i, row in enumerate(rows):
+        interval = row.get("recall@1_ci") or row.get("recall@1_range")
+        if interval is not None:
+            bars[:, i] = np.clip([row["recall@1"] - interval[0], interval[1] - row["recall@1"]], 0, None)
+    return bars
+
+
+def _short_label(row: dict) -> str:
+    label = row["attack"] + (" (mean)" if "seeds" in row else "")
+    return label if row.get("direction") in DIRECTIONS else f"{label}\n{row.get('direction', '')}"
+
+
+def _jsonable(value):
+    if isinstance(value, dict):
+        return {str(key): _jsonable(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple, np.ndarray)):
+        return [_jsonable(item) for item in (value.tolist() if isinstance(value, np.ndarray) else value)]
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, Path):
+        return str(value)
+    return value
+
+
+def _atomic_write(path: Path, write) -> Path:
+    """Write through a temporary file in ``path``'s folder, then rename it over ``path`` (permissions per umask)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.part")
+    try:
+        with open(temporary, "xb") as handle:
+            write(handle)
+        os.replace(temporary, path)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
+    logger.debug("wrote %s", path)
+    return path

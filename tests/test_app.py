@@ -1,0 +1,493 @@
+"""The Space through its API: gradio_client against the app served on a free loopback port."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+import psutil
+import pytest
+from gradio_client import Client, handle_file
+from gradio_client.exceptions import AppError
+from PIL import Image
+
+import app
+from rococo_eval.layout import IMAGE_ATTACKS, gallery_layout
+from rococo_eval.report import REFERENCE_RESULTS, write_json
+from rococo_recall import rococo_recall
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+CAPTIONS = [5] * 13 + [6] + [5] * 15 + [6]  # 30 images, 152 captions
+SHAPES = {"clean/image_to_text": (30, 152), "attacked/image_to_text": (30, 302),
+          "clean/text_to_image": (152, 30), "attacked/text_to_image": (152, 60)}
+
+
+class TinySource:
+    """A RoCOCO-like source of 30 images: the caption "A dog ..." whose "dog" each text attack replaces."""
+
+    WORDS = {"same_concept": "cat", "diff_concept": "car", "rand_voca": "war", "danger": "weapon"}
+
+    def __init__(self, captions_per_image, images=True):
+        self.captions_per_image = list(captions_per_image)
+        self.image_files = [f"val2014/COCO_val2014_{i:012d}.jpg" for i in range(len(captions_per_image))]
+        self.images_dir = Path("tiny-coco") if images else None
+
+    def ground_truth_captions(self):
+        return [f"A dog number {i} in scene {j}." for i, n in enumerate(self.captions_per_image) for j in range(n)]
+
+    def adversarial_captions(self, attack):
+        return [f"a {self.WORDS[attack]} number {i} in scene {j}"
+                for i in range(len(self.captions_per_image)) for j in range(5)]
+
+    def original_image(self, index):
+        return Image.new("RGB", (48, 32), (8 * index % 256, 90, 160))
+
+    def altered_image(self, index, attack):
+        return Image.new("RGB", (40, 40), (200, 8 * index % 256, 20 * IMAGE_ATTACKS.index(attack)))
+
+
+def free_port():
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def serve(demo):
+    _, url, _ = demo.launch(server_name="127.0.0.1", server_port=free_port(), prevent_thread_lock=True, quiet=True)
+    return url
+
+
+@pytest.fixture(scope="module")
+def url(tmp_path_factory):
+    demo = app.build_app(source=TinySource(CAPTIONS), output_dir=tmp_path_factory.mktemp("outputs"))
+    yield serve(demo)
+    demo.close()
+
+
+@pytest.fixture
+def client(url):
+    return Client(url, verbose=False)
+
+
+def planted(shape, references, adversarial=None, seed=0, dtype=np.float32):
+    """Random scores where each query's first correct item gets a boost and adversarial items a smaller one."""
+    rng = np.random.default_rng(seed)
+    scores = rng.standard_normal(shape)
+    scores[np.arange(shape[0]), [r[0] if isinstance(r, (list, tuple)) else r for r in references]] += 1.5
+    if adversarial is not None:
+        scores[:, adversarial] += 0.8
+    return scores.astype(dtype)
+
+
+def layout_scores(attack, direction, seed, order="official", dtype=np.float32):
+    layout = gallery_layout(attack, direction, CAPTIONS, order)
+    return layout, planted((layout.num_queries, layout.num_gallery), layout.references, layout.adversarial, seed, dtype)
+
+
+def as_saved(result, folder, name="expected"):
+    """The metric's output as it reads back from JSON (tuples -> lists, NaN -> None)."""
+    return json.loads(write_json(result, Path(folder) / f"{name}.json").read_text())
+
+
+def saved_results(answer):
+    return json.loads(Path(answer[3]).read_text())
+
+
+def test_every_action_has_an_endpoint(client):
+    endpoints = client.view_api(print_info=False, return_format="dict")["named_endpoints"]
+    assert {"/detect", "/evaluate", "/explore", "/explore_random", "/compare"} <= set(endpoints)
+
+
+def test_detect(client, tmp_path):
+    files = {"m_rand_voca.npy": SHAPES["attacked/image_to_text"], "clean.npy": SHAPES["clean/image_to_text"],
+             "images.npy": SHAPES["attacked/text_to_image"], "broken.npy": (30, 7)}
+    for name, shape in files.items():
+        np.save(tmp_path / name, np.zeros(shape, dtype=np.float16))
+    np.savez(tmp_path / "mine.npz", scores=np.zeros((4, 9)), references=np.arange(4))
+    answer = client.predict([handle_file(tmp_path / name) for name in [*files, "mine.npz"]], api_name="/detect")
+    assert answer["headers"] == app.LAYOUT_HEADERS
+    rows = {row[0]: row for row in answer["data"]}
+    assert rows["m_rand_voca.npy"][1:4] == ["rand_voca", "image_to_text", "official"]
+    assert "assumed the official order" in rows["m_rand_voca.npy"][4]
+    assert rows["clean.npy"][1:4] == ["clean", "image_to_text", "official"]
+    assert rows["images.npy"][1] == "" and "mix_seed1, mix_seed10, mix_seed100" in rows["images.npy"][4]
+    assert rows["broken.npy"][1] == "" and "fits no RoCOCO layout" in rows["broken.npy"][4]
+    assert rows["mine.npz"][1:4] == ["custom", "custom", "custom"]
+
+
+def test_evaluate_standard_galleries(client, tmp_path):
+    galleries = [("clean", "image_to_text", "official", "clean_i2t.npy"),
+                 ("rand_voca", "image_to_text", "official", "clip_rand_voca.npy"),
+                 ("danger", "image_to_text", "dataset", "clip_danger.npz"),
+                 ("clean", "text_to_image", "official", "clean_t2i.safetensors"),
+                 *[(attack, "text_to_image", "official", f"clip_{attack}.npy") for attack in IMAGE_ATTACKS[:3]]]
+    expected, paths = {}, []
+    for seed, (attack, direction, order, name) in enumerate(galleries):
+        layout, scores = layout_scores(attack, direction, seed, order, np.float16 if attack == "danger" else np.float32)
+        path = tmp_path / name
+        if name.endswith(".npy"):
+            np.save(path, scores)
+        elif name.endswith(".npz"):
+            np.savez_compressed(path, scores=scores)
+        else:
+            from safetensors.numpy import save_file
+            save_file({"scores": scores}, str(path))
+        expected[f"{attack}/{direction}"] = rococo_recall(scores, **layout.metric_inputs(), k=(1, 5, 10))
+        paths.append(path)
+    layouts = {"headers": app.LAYOUT_HEADERS, "data": [["clip_danger.npz", "danger", "", "dataset", ""]]}
+    answer = client.predict([handle_file(p) for p in paths], layouts, api_name="/evaluate")
+    message, table, chart, download = answer
+    saved = saved_results(answer)
+    assert set(saved["results"]) == set(expected)
+    for key, result in expected.items():
+        assert saved["results"][key] == as_saved(result, tmp_path), key
+    assert saved["layouts"]["danger/image_to_text"]["order"] == "dataset"
+    assert saved["files"]["rand_voca/image_to_text"] == "clip_rand_voca.npy"
+    assert "clip_rand_voca.npy` (30 x 302, float32): rand_voca image-to-text gallery" in message
+    assert "assumed the official order" in message
+    attacks = [row[table["headers"].index("attack")] for row in table["data"]]
+    assert attacks == ["clean", "rand_voca", "danger", "clean", "mix_seed1", "mix_seed10", "mix_seed100",
+                       "mix (mean of seeds 1, 10, 100)"]
+    mix_mean = np.mean([expected[f"{a}/text_to_image"]["recall@1"] for a in IMAGE_ATTACKS[:3]])
+    assert table["data"][-1][table["headers"].index("R@1")].startswith(f"{mix_mean:.2f} (")
+    with Image.open(chart) as image:
+        assert image.size[0] > 500
+
+
+def test_evaluate_options(client, tmp_path):
+    layout, scores = layout_scores("same_concept", "image_to_text", 3)
+    scores = np.round(scores, 1)  # ties
+    np.save(tmp_path / "same_concept.npy", scores)
+    answer = client.predict([handle_file(tmp_path / "same_concept.npy")], ties="optimistic", bootstrap=25,
+                            api_name="/evaluate")
+    expected = rococo_recall(scores, **layout.metric_inputs(), ties="optimistic", bootstrap=25)
+    assert expected != rococo_recall(scores, **layout.metric_inputs(), bootstrap=25)
+    assert saved_results(answer)["results"]["same_concept/image_to_text"] == as_saved(expected, tmp_path)
+    assert saved_results(answer)["settings"] == {"k": [1, 5, 10], "ties": "optimistic", "bootstrap": 25}
+    assert "[" in answer[1]["data"][0][answer[1]["headers"].index("R@1")]  # the CI is shown
+
+
+def test_evaluate_custom_layouts(client, tmp_path):
+    rng = np.random.default_rng(5)
+    references = [[int(i), int(i) + 40] for i in range(25)]
+    adversarial = np.zeros(90, dtype=bool)
+    adversarial[70:] = True
+    scores = planted((25, 90), references, np.flatnonzero(adversarial), seed=9)
+    np.savez(tmp_path / "inside.npz", scores=scores, references=np.array(references), adversarial=adversarial)
+    other = rng.standard_normal((25, 90)).astype(np.float32)
+    np.save(tmp_path / "outside.npy", other)
+    (tmp_path / "references.json").write_text(json.dumps(references))
+    np.save(tmp_path / "adversarial.npy", np.flatnonzero(adversarial))
+    layouts = {"headers": app.LAYOUT_HEADERS, "data": [["outside.npy", "custom", "", "", ""]]}
+    answer = client.predict([handle_file(tmp_path / "inside.npz"), handle_file(tmp_path / "outside.npy")], layouts,
+                            handle_file(tmp_path / "references.json"), handle_file(tmp_path / "adversarial.npy"),
+                            api_name="/evaluate")
+    saved = saved_results(answer)["results"]
+    assert saved["inside/custom"] == as_saved(rococo_recall(scores, references, adversarial), tmp_path)
+    assert saved["outside/custom"] == as_saved(rococo_recall(other, references, adversarial), tmp_path)
+
+
+def _save(tmp_path, name, values, **arrays):
+    path = tmp_path / name
+    if arrays:
+        np.savez(path, scores=values, **arrays)
+    else:
+        np.save(path, values, allow_pickle=values.dtype == object)
+    return path
+
+
+def _nan_scores():
+    scores = np.zeros(SHAPES["clean/image_to_text"], dtype=np.float32)
+    scores[3, 5] = np.nan
+    return scores
+
+
+ERRORS = [
+    ("fits_nothing.npy", np.zeros((30, 301), np.float32), None,
+     r"fits_nothing.npy: shape \(30, 301\) fits no RoCOCO layout \(expected \(30, 152\) for image_to_text clean"),
+    ("scores.npy", np.zeros(SHAPES["attacked/image_to_text"], np.float32), None,
+     "scores.npy: shape .* fits an attacked image_to_text gallery of same_concept, .*: choose the attack"),
+    ("nan.npy", _nan_scores(), None, r"nan.npy: `predictions` must be finite: predictions\[3\]\[5\] is nan"),
+    ("ints.npy", np.zeros((30, 152), np.int32), None, r"ints.npy: scores must be floats .* got int32"),
+    ("vector.npy", np.zeros(152, np.float32), None, r"vector.npy: scores must be a non-empty 2-D matrix"),
+    ("objects.npy", np.full((30, 152), None, dtype=object), None, "objects.npy: scores must be floats .* got object"),
+    ("wrong.npy", np.zeros((30, 302), np.float32), ["wrong.npy", "mix_seed1", "", ""],
+     r"wrong.npy: mix_seed1/text_to_image expects a \(152, 60\) matrix, got \(30, 302\)"),
+    ("typo.npy", np.zeros((30, 302), np.float32), ["typo.npy", "rand-voca", "", ""],
+     "typo.npy: `attack` must be one of clean, same_concept"),
+    ("clean.npy", np.zeros((30, 152), np.float32), ["other.npy", "clean", "", ""],
+     "the layout table names 'other.npy', which is not among the uploads"),
+    ("custom.npy", np.zeros((30, 152), np.float32), ["custom.npy", "custom", "", ""],
+     "custom.npy: a custom layout needs references: upload a references file"),
+]
+
+
+@pytest.mark.parametrize("name, values, layout, problem", ERRORS, ids=[e[0] for e in ERRORS])
+def test_evaluate_errors(client, tmp_path, name, values, layout, problem):
+    path = _save(tmp_path, name, values)
+    layouts = {"layouts": {"headers": app.LAYOUT_HEADERS, "data": [layout + [""]]}} if layout else {}
+    with pytest.raises(AppError, match=problem):
+        client.predict([handle_file(path)], **layouts, api_name="/evaluate")
+
+
+@pytest.mark.parametrize("arrays, problem", [
+    ({"references": np.array([[0, 200]] * 25)},
+     r"bad.npz: `references\[0\]` holds 200, out of range for a gallery of 90"),
+    ({"references": np.arange(25), "adversarial": np.ones(89, bool)},
+     r"bad.npz: `adversarial` mask must have one entry per gallery item \(90\), got 89"),
+    ({"references": np.arange(24)}, r"bad.npz: `references` must have one entry per query \(25\), got 24"),
+    ({"references": np.arange(25), "adversarial": np.array([3])},
+     "points at gallery item 3, which `adversarial` marks"),
+])
+def test_evaluate_custom_errors(client, tmp_path, arrays, problem):
+    path = _save(tmp_path, "bad.npz", np.zeros((25, 90), np.float32), **arrays)
+    with pytest.raises(AppError, match=problem):
+        client.predict([handle_file(path)], api_name="/evaluate")
+
+
+def test_every_problem_is_reported_at_once(client, tmp_path):
+    first = _save(tmp_path, "a_rand_voca.npy", np.zeros((30, 302), np.float32))
+    second = _save(tmp_path, "b_rand_voca.npy", np.zeros((30, 302), np.float32))
+    third = _save(tmp_path, "c.npy", np.zeros((3, 3), np.float32))
+    with pytest.raises(AppError) as raised:
+        client.predict([handle_file(p) for p in (first, second, third)], api_name="/evaluate")
+    assert "c.npy: shape (3, 3) fits no RoCOCO layout" in str(raised.value)
+    assert "rand_voca/image_to_text: several uploads score this gallery" in str(raised.value)
+
+
+def test_evaluate_refuses_bad_requests(client, tmp_path, monkeypatch):
+    path = _save(tmp_path, "clean.npy", np.zeros((30, 152), np.float32))
+    with pytest.raises(AppError, match="upload at least one score file"):
+        client.predict([], api_name="/evaluate")
+    with pytest.raises(AppError, match="greater than maximum value 1000"):
+        client.predict([handle_file(path)], bootstrap=5000, api_name="/evaluate")
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    (copy / "clean.npy").write_bytes(path.read_bytes())
+    with pytest.raises(AppError, match="several uploads are named clean.npy"):
+        client.predict([handle_file(path), handle_file(copy / "clean.npy")], api_name="/evaluate")
+    monkeypatch.setenv("ROCOCO_MAX_UPLOAD_MB", "0.01")
+    with pytest.raises(AppError, match=r"clean.npy: the file is 18368 bytes \(17.9 KB\), over the limit of 10485"):
+        client.predict([handle_file(path)], api_name="/evaluate")
+    monkeypatch.delenv("ROCOCO_MAX_UPLOAD_MB")
+    answer = client.predict([handle_file(path)], api_name="/evaluate")  # the app still serves
+    assert "clean/image_to_text" in saved_results(answer)["results"]
+
+
+def test_explore(client):
+    captions, images, note = client.predict(13, api_name="/explore")
+    assert captions.count("<tr>") == 1 + 6  # image 13 has 6 captions
+    assert "<mark>weapon</mark> number 13 in scene 0<br><small>dog → weapon</small>" in captions
+    assert captions.endswith("<td>—</td><td>—</td><td>—</td><td>—</td></tr></tbody></table>")
+    assert [item["caption"] for item in images] == ["original", *IMAGE_ATTACKS]
+    with Image.open(images[0]["image"]) as original:
+        assert original.size == (48, 32)
+    assert "val2014/COCO_val2014_000000000013.jpg" in note
+    with pytest.raises(AppError, match=r"`index` must be an image index from 0 to 29, got 30"):
+        client.predict(30, api_name="/explore")
+    index, captions, images, note = client.predict(api_name="/explore_random")
+    assert 0 <= index < 30 and f"number {index} in scene 4" in captions and len(images) == 7
+
+
+def test_compare_shows_references_and_only_this_sessions_results(url, tmp_path):
+    mine, theirs = Client(url, verbose=False), Client(url, verbose=False)
+    references = mine.predict(api_name="/compare")
+    assert len(references["data"]) == len(REFERENCE_RESULTS)
+    assert references["headers"][:3] == ["model", "attack", "direction"] and references["headers"][-1] == "source"
+    layout, scores = layout_scores("diff_concept", "image_to_text", 11)
+    np.save(tmp_path / "diff_concept.npy", scores)
+    mine.predict([handle_file(tmp_path / "diff_concept.npy")], api_name="/evaluate")
+    compared = mine.predict(api_name="/compare")
+    assert len(compared["data"]) == len(REFERENCE_RESULTS) + 1
+    assert compared["data"][-1][:3] == ["your upload", "diff_concept", "image_to_text"]
+    recall = rococo_recall(scores, **layout.metric_inputs())["recall@1"]
+    assert compared["data"][-1][compared["headers"].index("R@1")] == f"{recall:.2f}"
+    assert len(theirs.predict(api_name="/compare")["data"]) == len(REFERENCE_RESULTS)
+
+
+def test_explore_the_real_captions(annotations_dir):
+    """Image 1533's danger caption 4 is its source caption unchanged: a real quirk, shown as such."""
+    from rococo_eval.dataset import RococoSource
+
+    captions, images, note = app.explore(RococoSource(annotations_dir), 1533)
+    danger = [row.split("</td>")[5] for row in captions.split("<tr>")[2:]]
+    assert danger[4] == "<td>a close up ofa dog looking out of a window<br><small>same as the ground truth</small>"
+    assert "<mark>weapon</mark>" in danger[0] and images == [] and "ROCOCO_IMAGES_DIR" in note
+
+
+def test_explore_without_images(tmp_path):
+    demo = app.build_app(source=TinySource(CAPTIONS, images=False), output_dir=tmp_path)
+    try:
+        captions, images, note = Client(serve(demo), verbose=False).predict(2, api_name="/explore")
+    finally:
+        demo.close()
+    assert images == [] and "ROCOCO_IMAGES_DIR" in note and "number 2 in scene 4" in captions
+
+
+def test_without_annotations_the_page_says_how_and_custom_layouts_work(tmp_path, monkeypatch):
+    monkeypatch.setenv("ROCOCO_ANNOTATIONS_DIR", str(tmp_path / "nowhere"))
+    demo = app.build_app(output_dir=tmp_path)
+    try:
+        url = serve(demo)
+        page = httpx.get(f"{url}config", timeout=30).text
+        assert "The RoCOCO annotation files are not available here" in page and "ROCOCO_ANNOTATIONS_DIR" in page
+        client = Client(url, verbose=False)
+        scores = planted((6, 12), list(range(6)))
+        np.savez(tmp_path / "mine.npz", scores=scores, references=np.arange(6))
+        answer = client.predict([handle_file(tmp_path / "mine.npz")], api_name="/evaluate")
+        assert saved_results(answer)["results"]["mine/custom"] == as_saved(rococo_recall(scores, list(range(6))),
+                                                                           tmp_path)
+        np.save(tmp_path / "clean.npy", np.zeros((5000, 2), np.float32))
+        with pytest.raises(AppError, match=r"clean.npy: standard layouts need the RoCOCO caption counts.*"
+                                           r"\$ROCOCO_ANNOTATIONS_DIR"):
+            client.predict([handle_file(tmp_path / "clean.npy")], api_name="/evaluate")
+        with pytest.raises(AppError, match="annotation files are not available"):
+            client.predict(0, api_name="/explore")
+    finally:
+        demo.close()
+
+
+# The real app, as `make run` starts it: `python app.py` with the real annotations, in its own process
+# (marked slow: starting it takes 15-30 s).
+
+LOAD_THREADS, LOAD_REQUESTS, LOAD_SHAPE = 4, 3, (200, 10_000)
+RSS_GROWTH_BOUND, RSS_PEAK_BOUND = 64 << 20, 160 << 20
+
+
+@pytest.fixture(scope="module")
+def real_app(annotations_dir, tmp_path_factory):
+    port = free_port()
+    env = {**os.environ, "GRADIO_SERVER_NAME": "127.0.0.1", "GRADIO_SERVER_PORT": str(port),
+           "ROCOCO_ANNOTATIONS_DIR": str(annotations_dir), "GRADIO_ANALYTICS_ENABLED": "False",
+           "GRADIO_TEMP_DIR": str(tmp_path_factory.mktemp("gradio")), "ROCOCO_MAX_UPLOAD_MB": "16"}
+    log = open(tmp_path_factory.mktemp("log") / "app.log", "w+")
+    process = subprocess.Popen([sys.executable, "app.py"], cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}/"
+    deadline = time.monotonic() + 180
+    while True:
+        try:
+            if httpx.get(url, timeout=5).status_code == 200:
+                break
+        except httpx.TransportError:
+            pass
+        if process.poll() is not None or time.monotonic() > deadline:
+            log.seek(0)
+            process.kill()
+            pytest.fail(f"app.py did not start on {url}:\n{log.read()[-3000:]}")
+        time.sleep(0.5)
+    yield url, process
+    process.terminate()
+    process.wait(timeout=30)
+    log.close()
+
+
+@pytest.mark.slow
+def test_real_app_explores_the_real_captions(real_app):
+    captions, images, note = Client(real_app[0], verbose=False).predict(83, api_name="/explore")
+    assert captions.count("<tr>") == 1 + 6  # image 83 has a sixth caption, without altered ones
+    assert "<mark>viewers</mark> and other pastries on display ground and purchase" in captions
+    assert "val2014/COCO_val2014_000000415746.jpg" in note and images == []
+
+
+@pytest.mark.slow
+def test_real_app_detects_real_layouts(real_app, tmp_path):
+    np.save(tmp_path / "small.npy", np.zeros((5000, 3), np.float16))
+    with pytest.raises(AppError, match=r"small.npy: shape \(5000, 3\) fits no RoCOCO layout \(expected \(5000, 25010\) "
+                                       r"for image_to_text clean, \(5000, 50010\) for image_to_text attacked"):
+        Client(real_app[0], verbose=False).predict([handle_file(tmp_path / "small.npy")], api_name="/evaluate")
+
+
+@pytest.mark.slow
+def test_real_app_refuses_oversized_uploads(real_app, tmp_path):
+    """`python app.py` passes the limit ($ROCOCO_MAX_UPLOAD_MB, 16 here) to gradio: the upload is refused."""
+    url = real_app[0]
+    path = tmp_path / "huge.npy"
+    with open(path, "wb") as handle:
+        handle.truncate(17 << 20)
+    with pytest.raises(ValueError, match="huge.npy exceeds the maximum file size of 16777216 bytes"):
+        Client(url, verbose=False).predict([handle_file(path)], api_name="/evaluate")
+    with open(path, "rb") as handle:
+        response = httpx.post(f"{url}gradio_api/upload", files={"files": ("huge.npy", handle)}, timeout=60)
+    assert response.status_code == 413, response.text
+
+
+def _load_request(tmp_path, thread, request):
+    """One mid-size custom gallery: an .npz with its layout inside, or an .npy with side files."""
+    seed = 100 * thread + request
+    rng = np.random.default_rng(seed)
+    adversarial = rng.random(LOAD_SHAPE[1]) < 0.2
+    clean_items = np.flatnonzero(~adversarial)
+    references = rng.choice(clean_items, size=(LOAD_SHAPE[0], 3))
+    scores = planted(LOAD_SHAPE, references.tolist(), np.flatnonzero(adversarial), seed=seed)
+    scores[:, references[:, 0]] += 0.1 * request  # every request has its own answer
+    name = f"load_{thread}_{request}"
+    if request % 2:
+        np.save(tmp_path / f"{name}.npy", scores)
+        (tmp_path / f"{name}_refs.json").write_text(json.dumps(references.tolist()))
+        np.save(tmp_path / f"{name}_adv.npy", adversarial)
+        args = [[handle_file(tmp_path / f"{name}.npy")], {"headers": app.LAYOUT_HEADERS,
+                                                          "data": [[f"{name}.npy", "custom", "", "", ""]]},
+                handle_file(tmp_path / f"{name}_refs.json"), handle_file(tmp_path / f"{name}_adv.npy")]
+    else:
+        np.savez(tmp_path / f"{name}.npz", scores=scores, references=references, adversarial=adversarial)
+        args = [[handle_file(tmp_path / f"{name}.npz")]]
+    return name, args, as_saved(rococo_recall(scores, references, adversarial), tmp_path, f"{name}_expected")
+
+
+def _run_clients(url, jobs, server):
+    """Each of LOAD_THREADS clients sends its share of ``jobs`` in turn; returns answers, errors and peak RSS."""
+    answers, errors, peak = {}, [], [server.memory_info().rss]
+    share = -(-len(jobs) // LOAD_THREADS)
+
+    def work(thread):
+        client = Client(url, verbose=False)
+        for name, args, _ in jobs[thread * share:(thread + 1) * share]:
+            try:
+                answers[name] = saved_results(client.predict(*args, api_name="/evaluate"))["results"]
+            except Exception as error:  # noqa: BLE001 - reported with the request's name
+                errors.append(f"{name}: {error!r}")
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(LOAD_THREADS)]
+    for thread in threads:
+        thread.start()
+    while any(thread.is_alive() for thread in threads):
+        peak.append(server.memory_info().rss)
+        time.sleep(0.05)
+    return answers, errors, max(peak)
+
+
+@pytest.mark.slow
+def test_concurrent_evaluations_are_isolated_and_memory_stays_bounded(real_app, tmp_path):
+    """4 clients x 3 requests of 200 x 10,000 custom galleries at once; each answer is the metric's own.
+
+    The server evaluates 2 requests at a time (``concurrency``), each holding one 7.6 MB matrix and a few
+    MB of blocks. After a warm-up round (imports, allocator arenas of the worker threads), the 12 requests
+    upload 92 MB of scores. Bounds: a server that kept each request's matrix would grow by at least 92 MB,
+    so the growth after the round must stay under 64 MB; the peak under load must stay under 160 MB above
+    the warm level. Measured here: 10-30 MB for both, none of it per-request Python objects (tracemalloc
+    finds under 1 MB over 36 requests, gradio's per-session state, capped by gradio at 10,000 sessions);
+    the rest is matplotlib's bounded text caches (new tick labels per file) and allocator arenas.
+    """
+    url, process = real_app
+    server = psutil.Process(process.pid)
+    jobs = [_load_request(tmp_path, t, r) for t in range(LOAD_THREADS) for r in range(LOAD_REQUESTS)]
+    warm_up = [_load_request(tmp_path, LOAD_THREADS + t, 0) for t in range(LOAD_THREADS)]
+    assert not _run_clients(url, warm_up, server)[1]
+    baseline = server.memory_info().rss
+    started = time.monotonic()
+    answers, errors, peak = _run_clients(url, jobs, server)
+    elapsed = time.monotonic() - started
+    assert not errors, errors
+    for name, _, expected in jobs:
+        assert answers[name] == {f"{name}/custom": expected}, name
+    growth = server.memory_info().rss - baseline
+    print(f"\n{len(jobs)} requests in {elapsed:.1f} s; server RSS {baseline / 2**20:.0f} MB warm, peak "
+          f"+{(peak - baseline) / 2**20:.0f} MB, after +{growth / 2**20:.1f} MB")
+    assert growth < RSS_GROWTH_BOUND
+    assert peak - baseline < RSS_PEAK_BOUND

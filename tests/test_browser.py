@@ -1,0 +1,92 @@
+"""The Space in a real browser: Debian's chromium, driven by Playwright, uploads a score file and reads the results.
+
+Screenshots go to ``test-artifacts/``. The browser comes from ``apt-get install chromium`` (never
+``playwright install``).
+"""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import app
+from test_app import CAPTIONS, TinySource, layout_scores, serve
+from rococo_recall import rococo_recall
+
+CHROMIUM = Path("/usr/bin/chromium")
+ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+TIMEOUT_MS = 30_000
+
+@pytest.fixture(scope="module")
+def page(tmp_path_factory):
+    from playwright import sync_api
+
+    assert CHROMIUM.exists(), "the browser test needs Debian's chromium: `make test` installs it with apt-get"
+    demo = app.build_app(source=TinySource(CAPTIONS), output_dir=tmp_path_factory.mktemp("outputs"))
+    url = serve(demo)
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 1600})
+        page.set_default_timeout(TIMEOUT_MS)
+        page.goto(url, wait_until="load")
+        page.get_by_role("button", name="Evaluate", exact=True).wait_for()
+        yield page
+        browser.close()
+    demo.close()
+
+
+def _errors(page):
+    return page.locator("[data-testid=toast-body].error").all_inner_texts()
+
+
+def _table(page, selector):
+    """Headers and data rows of a gradio Dataframe, as the page shows them."""
+    rows = page.locator(selector).get_by_role("row")
+    headers = [text.strip() for text in rows.first.get_by_role("columnheader").all_inner_texts()]
+    return headers, [[text.strip() for text in rows.nth(i).inner_text().split("\n")] for i in range(1, rows.count())]
+
+
+def _upload_and_evaluate(page, path):
+    page.locator("input[type=file]").first.set_input_files(str(path))
+    page.get_by_role("grid", name="layouts").get_by_role("row").filter(has_text=path.name).wait_for()  # detected
+    page.get_by_role("button", name="Evaluate", exact=True).click()
+
+
+def test_upload_evaluate_and_read_the_table(page, tmp_path):
+    layout, scores = layout_scores("rand_voca", "image_to_text", seed=2)
+    scores[np.arange(layout.num_queries), [refs[0] for refs in layout.references]] += 1.5  # a model worth attacking
+    path = tmp_path / "clip_rand_voca.npy"
+    np.save(path, scores)
+    expected = rococo_recall(scores, **layout.metric_inputs())
+
+    _upload_and_evaluate(page, path)
+    page.locator("#results-table").get_by_role("row").filter(has_text=path.name).wait_for()
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "browser-evaluate.png"), full_page=True)
+
+    assert not _errors(page), _errors(page)
+    headers, rows = _table(page, "#results-table")
+    assert len(rows) == 1, rows
+    shown = dict(zip(headers, rows[0]))
+    assert shown["file"] == path.name and shown["attack"] == "rand_voca"
+    numbers = {name: float(shown[label]) for name, label in [("recall@1", "R@1"), ("recall@5", "R@5"),
+                                                               ("clean_recall@1", "clean R@1"),
+                                                               ("false_rate", "false rate")]}
+    assert numbers == {name: round(expected[name], 2) for name in numbers}
+    assert 0 < numbers["recall@1"] < numbers["clean_recall@1"]
+    assert "assumed the official order" in page.locator("#evaluate-message").inner_text()
+
+
+def test_a_bad_upload_shows_its_error(page, tmp_path):
+    path = tmp_path / "wrong_shape.npy"
+    np.save(path, np.zeros((3, 3), dtype=np.float32))
+    page.reload(wait_until="load")
+    page.get_by_role("button", name="Evaluate", exact=True).wait_for()
+    _upload_and_evaluate(page, path)
+    page.locator("[data-testid=toast-body].error").get_by_text("wrong_shape.npy").wait_for()
+    page.wait_for_timeout(500)  # the toast slides in
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "browser-error.png"))
+    assert any("wrong_shape.npy: shape (3, 3) fits no RoCOCO layout" in text for text in _errors(page))

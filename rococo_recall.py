@@ -74,6 +74,7 @@ TIE_POLICIES = ("pessimistic", "optimistic")
 DEFAULT_K = (1, 5, 10)
 _CHUNK_BYTES = 5 << 19
 _NUM_THREADS = max(1, min(8, os.cpu_count() or 1))
+_MAX_SLICED_RUNS = 8
 
 
 @dataclass(frozen=True)
@@ -245,20 +246,36 @@ def _rank_rows(scores, refs, valid, adversarial, ties, chunk_size):
     adversarial_above = np.zeros(num_queries, dtype=np.int64)
     top_checked = np.zeros(num_queries, dtype=bool)
     compute_dtype = scores.dtype if scores.dtype in (np.float32, np.float64) else np.dtype(np.float32)
-    top_score = np.empty(num_queries, dtype=compute_dtype)
-    low_score = np.empty(num_queries, dtype=compute_dtype)
+    row_sums = np.empty(num_queries, dtype=compute_dtype)
     rows = chunk_size or _default_rows(num_gallery, 4)
     starts = range(0, num_queries, rows)
     width = -(-num_gallery // 64) * 64
     mask = np.zeros(width, dtype=bool)
     mask[:num_gallery] = adversarial
     adversarial_words = np.packbits(mask).view(np.uint64)
-    any_adversarial = bool(adversarial.any())
+    edges = np.flatnonzero(np.diff(np.concatenate([[False], adversarial, [False]]).astype(np.int8)))
+    any_adversarial = len(edges) > 0
+    sliced = 0 < len(edges) <= 2 * _MAX_SLICED_RUNS
+    if sliced:
+        adversarial_runs = edges.reshape(-1, 2).tolist()
+        bounds = [0, *edges.tolist(), num_gallery]
+        clean_runs = [(a, b) for a, b in zip(bounds[::2], bounds[1::2]) if a < b]
 
     def packed_compare(block, threshold, inclusive, bits):
         bits = bits[:len(block)]
         (np.greater_equal if inclusive else np.greater)(block, threshold[:, None], out=bits[:, :num_gallery])
         return np.packbits(bits, axis=1).view(np.uint64)
+
+    def top_is_adversarial(block, bits):
+        """Whether each row's best-scoring item is adversarial (pessimistic: at a tie, yes)."""
+        if sliced:  # few runs of adversarial columns: compare the two maxima, read off slices
+            best_adversarial = np.max([block[:, a:b].max(axis=1) for a, b in adversarial_runs], axis=0)
+            best_clean = np.max([block[:, a:b].max(axis=1) for a, b in clean_runs], axis=0)
+            return best_adversarial >= best_clean if pessimistic else best_adversarial > best_clean
+        at_top = packed_compare(block, block.max(axis=1), True, bits)
+        if pessimistic:
+            return (at_top & adversarial_words).any(axis=1)
+        return ~(at_top & ~adversarial_words).any(axis=1)
 
     def work(thread):
         bits = np.zeros((rows, width), dtype=bool)
@@ -267,8 +284,7 @@ def _rank_rows(scores, refs, valid, adversarial, ties, chunk_size):
             block = scores[part]
             if block.dtype != compute_dtype:
                 block = block.astype(compute_dtype)
-            np.max(block, axis=1, out=top_score[part])
-            np.min(block, axis=1, out=low_score[part])
+            np.einsum("ij->i", block, out=row_sums[part])
             words = packed_compare(block, best[part], pessimistic, bits)
             np.sum(np.bitwise_count(words), axis=1, out=above[part])
             if not any_adversarial:
@@ -277,11 +293,7 @@ def _rank_rows(scores, refs, valid, adversarial, ties, chunk_size):
             np.sum(np.bitwise_count(words), axis=1, out=adversarial_above[part])
             clean_above = above[part] - adversarial_above[part] - (tied_refs[part] if pessimistic else 0)
             if ((adversarial_above[part] > 0) & (clean_above > 0)).any():
-                at_top = packed_compare(block, top_score[part], True, bits)
-                if pessimistic:
-                    top_checked[part] = (at_top & adversarial_words).any(axis=1)
-                else:
-                    top_checked[part] = ~(at_top & ~adversarial_words).any(axis=1)
+                top_checked[part] = top_is_adversarial(block, bits)
 
     threads = min(_NUM_THREADS, len(starts))
     if threads == 1:
@@ -289,9 +301,9 @@ def _rank_rows(scores, refs, valid, adversarial, ties, chunk_size):
     else:
         with ThreadPoolExecutor(threads) as pool:
             list(pool.map(work, range(threads)))
-    not_finite = ~np.isfinite(top_score) | ~np.isfinite(low_score)
-    if not_finite.any():
-        _raise_not_finite(scores, int(np.flatnonzero(not_finite)[0]))
+    for row in np.flatnonzero(~np.isfinite(row_sums)):  # a non-finite score, or finite ones summing past the range
+        if not np.isfinite(scores[row]).all():
+            _raise_not_finite(scores, int(row))
     rank = above - tied_refs
     clean_rank = rank - adversarial_above
     top1 = (adversarial_above > 0) & ((clean_rank == 0) | top_checked)

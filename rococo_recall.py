@@ -20,7 +20,7 @@ import numpy as np
 
 logger = logging.getLogger(__name__)
 
-_CITATION = """\
+CITATION = """\
 @inproceedings{park2024rococo,
   title     = {RoCOCO: Robustness Benchmark of MS-COCO to Stress-test Image-Text Matching Models},
   author    = {Park, Seulki and Um, Daeho and Yoon, Hajung and Chun, Sanghyuk and Yun, Sangdoo},
@@ -481,7 +481,7 @@ class RococoRecall(evaluate.Metric):
     def _info(self):
         return evaluate.MetricInfo(
             description=_DESCRIPTION,
-            citation=_CITATION,
+            citation=CITATION,
             inputs_description=_KWARGS_DESCRIPTION,
             features=datasets.Features({
                 "predictions": datasets.Sequence(datasets.Value("float32")),

@@ -43,6 +43,8 @@ import pyarrow.parquet as pq
 import yaml
 from tqdm import tqdm
 
+from rococo_recall import CITATION as ROCOCO_CITATION
+
 from . import __version__
 from .annotations import ANNOTATION_FILES, OFFICIAL_COMMIT, OFFICIAL_REPOSITORY
 from .dataset import (
@@ -70,15 +72,7 @@ IMAGE_ROW_GROUP_ROWS = 100
 CAPTION_ROW_GROUP_ROWS = 5000
 _REPO_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*")
 
-CITATION = """\
-@inproceedings{park2024rococo,
-  title     = {RoCOCO: Robustness Benchmark of MS-COCO to Stress-test Image-Text Matching Models},
-  author    = {Park, Seulki and Um, Daeho and Yoon, Hajung and Chun, Sanghyuk and Yun, Sangdoo},
-  booktitle = {ECCV 2024 Workshop on Synthetic Data for Computer Vision},
-  year      = {2024},
-  eprint    = {2304.10727},
-  archivePrefix = {arXiv},
-}
+CITATION = ROCOCO_CITATION + """\
 @inproceedings{lin2014coco,
   title     = {Microsoft {COCO}: Common Objects in Context},
   author    = {Lin, Tsung-Yi and Maire, Michael and Belongie, Serge and Hays, James and Perona, Pietro and

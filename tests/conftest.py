@@ -1,9 +1,13 @@
 import os
 from pathlib import Path
 
+import numpy as np
 import pytest
+from PIL import Image
 
 from rococo_eval.annotations import read_annotation_file, resolve_annotations_dir
+from rococo_eval.dataset import RococoSource
+from tiny_models import make_tiny_hf_clip, register_tiny_open_clip, torchvision_stand_in
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
@@ -31,3 +35,34 @@ def _doctest_cwd(request, monkeypatch):
     """Doctests name files relative to the repository root, as a user in a checkout would."""
     if isinstance(request.node, pytest.DoctestItem):
         monkeypatch.chdir(REPO_ROOT)
+
+
+@pytest.fixture(scope="session")
+def coco_root(tmp_path_factory, clean_records):
+    """A COCO root with the 5,000 test images as tiny JPEGs of varied sizes (every 50th grayscale)."""
+    root = tmp_path_factory.mktemp("coco") / "coco"
+    (root / "val2014").mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    for index, record in enumerate(clean_records):
+        height, width = rng.integers(20, 48, 2)
+        small = rng.integers(0, 256, (4, 5, 3), dtype=np.uint8)
+        image = Image.fromarray(small).resize((int(width), int(height)), Image.Resampling.BILINEAR)
+        (image.convert("L") if index % 50 == 0 else image).save(root / record["image"], quality=90)
+    return root
+
+
+@pytest.fixture(scope="session")
+def source(annotations_dir, coco_root):
+    return RococoSource(annotations_dir, images_dir=coco_root)
+
+
+@pytest.fixture(scope="module")
+def open_clip_name(tmp_path_factory):
+    with torchvision_stand_in():
+        import open_clip  # noqa: F401  (installed by `make test`; a missing one must fail, not skip)
+        yield register_tiny_open_clip(tmp_path_factory.mktemp("open_clip_configs"))
+
+
+@pytest.fixture(scope="module")
+def hf_name(tmp_path_factory):
+    return make_tiny_hf_clip(tmp_path_factory.mktemp("hf"))

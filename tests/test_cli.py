@@ -13,12 +13,10 @@ import types
 
 import numpy as np
 import pytest
-from PIL import Image
 
 import rococo_recall
 from rococo_eval import models
 from rococo_eval.cli import main
-from rococo_eval.dataset import RococoSource
 from rococo_eval.embeddings import (
     EmbeddingCache,
     adversarial_captions,
@@ -27,35 +25,6 @@ from rococo_eval.embeddings import (
     original_images,
 )
 from rococo_eval.layout import CLEAN, IMAGE_TO_TEXT, TEXT_TO_IMAGE
-from test_models import make_tiny_hf_clip, register_tiny_open_clip, torchvision_stand_in
-
-
-@pytest.fixture(scope="module")
-def coco_root(tmp_path_factory, clean_records):
-    """A COCO root with the 5,000 test file names, each a random 24 x 24 JPEG."""
-    root = tmp_path_factory.mktemp("coco")
-    (root / "val2014").mkdir()
-    rng = np.random.default_rng(0)
-    for record in clean_records:
-        Image.fromarray(rng.integers(0, 256, (24, 24, 3), dtype=np.uint8)).save(root / record["image"])
-    return root
-
-
-@pytest.fixture(scope="module")
-def source(annotations_dir, coco_root):
-    return RococoSource(annotations_dir, images_dir=coco_root)
-
-
-@pytest.fixture(scope="module")
-def open_clip_name(tmp_path_factory):
-    with torchvision_stand_in():
-        import open_clip  # noqa: F401  (installed by `make test`; a missing one must fail, not skip)
-        yield register_tiny_open_clip(tmp_path_factory.mktemp("open_clip_configs"))
-
-
-@pytest.fixture(scope="module")
-def hf_name(tmp_path_factory):
-    return make_tiny_hf_clip(tmp_path_factory.mktemp("hf"))
 
 
 @pytest.fixture

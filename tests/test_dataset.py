@@ -52,25 +52,6 @@ def quick_retries(monkeypatch):
 
 
 @pytest.fixture(scope="module")
-def coco_root(tmp_path_factory, clean_records):
-    """A COCO root with the 5,000 test images as tiny JPEGs of varied sizes (every 50th grayscale)."""
-    root = tmp_path_factory.mktemp("coco") / "coco"
-    (root / "val2014").mkdir(parents=True)
-    rng = np.random.default_rng(0)
-    for index, record in enumerate(clean_records):
-        height, width = rng.integers(20, 48, 2)
-        small = rng.integers(0, 256, (4, 5, 3), dtype=np.uint8)
-        image = Image.fromarray(small).resize((int(width), int(height)), Image.Resampling.BILINEAR)
-        (image.convert("L") if index % 50 == 0 else image).save(root / record["image"], quality=90)
-    return root
-
-
-@pytest.fixture(scope="module")
-def source(annotations_dir, coco_root):
-    return RococoSource(annotations_dir, images_dir=coco_root)
-
-
-@pytest.fixture(scope="module")
 def hf_cache(tmp_path_factory):
     return str(tmp_path_factory.mktemp("hf-cache"))
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import doctest
 import hashlib
 import io
-import os
 import threading
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer

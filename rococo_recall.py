@@ -73,6 +73,8 @@ Examples:
 TIE_POLICIES = ("pessimistic", "optimistic")
 DEFAULT_K = (1, 5, 10)
 _CHUNK_BYTES = 5 << 19
+_GPU_CHUNK_BYTES = 1 << 24
+_SCORE_BLOCK_BYTES = 1 << 25  # scores made from embeddings at a time (then ranked in cache-sized chunks)
 _NUM_THREADS = max(1, min(8, os.cpu_count() or 1))
 _MAX_SLICED_RUNS = 8
 
@@ -130,7 +132,8 @@ class RankAccumulator:
             )
         self._bind_gallery(gallery.shape[0])
         refs, valid = _reference_table(references, queries.shape[0], self.num_gallery, self.adversarial)
-        rows = _default_rows(self.num_gallery, 4) if self.chunk_size is None else self.chunk_size
+        on_gpu = _is_torch(queries) and queries.device.type != "cpu"
+        rows = self.chunk_size or _default_rows(self.num_gallery, 4, _GPU_CHUNK_BYTES if on_gpu else _SCORE_BLOCK_BYTES)
         for start in range(0, queries.shape[0], rows):
             block = queries[start:start + rows] @ gallery.T
             self._blocks.append(_rank_rows(block, refs[start:start + rows], valid[start:start + rows],
@@ -311,37 +314,37 @@ def _rank_rows(scores, refs, valid, adversarial, ties, chunk_size):
 
 
 def _rank_rows_torch(scores, refs, valid, adversarial, ties, chunk_size):
+    """The same counting on the tensor's own device; only per-query results are copied back, once."""
     import torch
 
     device = scores.device
     adversarial_t = torch.as_tensor(adversarial, device=device)
     refs_t = torch.as_tensor(refs, device=device)
     valid_t = torch.as_tensor(valid, device=device)
-    rows = chunk_size or _default_rows(scores.shape[1], scores.element_size())
-    out = {"rank": [], "clean_rank": [], "top1_adversarial": []}
+    budget = _GPU_CHUNK_BYTES if device.type != "cpu" else _CHUNK_BYTES
+    rows = chunk_size or _default_rows(scores.shape[1], 4, budget)  # bool temporaries: size them as float32
+    finite, rank, clean_rank, top1 = [], [], [], []
     for start in range(0, scores.shape[0], rows):
         block = scores[start:start + rows]
-        finite = torch.isfinite(block).all(dim=1)
-        if not finite.all():
-            _raise_not_finite(scores, start + int((~finite).nonzero()[0]))
+        finite.append(torch.isfinite(block).all(dim=1))
         ref_scores = block.gather(1, refs_t[start:start + rows])
         best = ref_scores.amax(dim=1, keepdim=True)
         above_mask = block >= best if ties == "pessimistic" else block > best
         above = above_mask.sum(dim=1)
         if ties == "pessimistic":
             above -= ((ref_scores == best) & valid_t[start:start + rows]).sum(dim=1)
-        adversarial_above = (above_mask & adversarial_t).sum(dim=1)
-        top_score = block.amax(dim=1, keepdim=True)
-        at_top = block == top_score
+        rank.append(above)
+        clean_rank.append(above - (above_mask & adversarial_t).sum(dim=1))
+        at_top = block == block.amax(dim=1, keepdim=True)
         if ties == "pessimistic":
-            top1 = (at_top & adversarial_t).any(dim=1)
+            top1.append((at_top & adversarial_t).any(dim=1))
         else:
-            top1 = ~(at_top & ~adversarial_t).any(dim=1)
-        out["rank"].append(above.cpu().numpy())
-        out["clean_rank"].append((above - adversarial_above).cpu().numpy())
-        out["top1_adversarial"].append(top1.cpu().numpy())
-    return QueryRanks(*(np.concatenate(out[f]).astype(np.int64 if f != "top1_adversarial" else bool)
-                        for f in ("rank", "clean_rank", "top1_adversarial")))
+            top1.append(~(at_top & ~adversarial_t).any(dim=1))
+    finite = torch.cat(finite)
+    if not finite.all():
+        _raise_not_finite(scores, int((~finite).nonzero()[0]))
+    return QueryRanks(torch.cat(rank).cpu().numpy().astype(np.int64),
+                      torch.cat(clean_rank).cpu().numpy().astype(np.int64), torch.cat(top1).cpu().numpy())
 
 
 def _raise_not_finite(scores, row):
@@ -462,8 +465,8 @@ def _check_k(k, num_gallery):
     return tuple(int(kk) for kk in ks)
 
 
-def _default_rows(num_gallery, itemsize):
-    return max(1, min(4096, _CHUNK_BYTES // max(1, num_gallery * itemsize)))
+def _default_rows(num_gallery, itemsize, budget=_CHUNK_BYTES):
+    return max(1, min(4096, budget // max(1, num_gallery * itemsize)))
 
 
 def _is_int(value):

@@ -11,36 +11,24 @@ a user uploads or gets back is kept in this process beyond the request and the u
 from __future__ import annotations
 
 import functools
-import html
 import logging
-import os
 import random
-import re
 import shutil
 import tempfile
 import time
-from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import gradio as gr
 import pandas as pd
 
 from rococo_eval import report, scorefiles
-from rococo_eval.captions import find_replacements, highlight
-from rococo_eval.layout import (ADVERSARIAL_PER_IMAGE, CLEAN, IMAGE_ATTACKS, TEXT_ATTACKS, caption_offsets,
-                                gallery_layout, gallery_shape)
-from rococo_recall import rococo_recall
+from rococo_eval.layout import CLEAN, gallery_shape
+from rococo_eval.space import (K, LAYOUT_HEADERS, MAX_BOOTSTRAP, TIES, compare_rows, detect_layouts, evaluate_files,
+                               explore, open_source, write_outputs)
 
 logger = logging.getLogger("rococo_app")
 
-IMAGES_DIR_ENV = "ROCOCO_IMAGES_DIR"
-LAYOUT_HEADERS = ["file", "attack", "direction", "order", "note"]
-TIES = ("pessimistic", "optimistic")
-K = (1, 5, 10)
-MAX_BOOTSTRAP = 1000
 OUTPUT_MAX_AGE_S = 3600
-_COMPARE_KEYS = ("model", "attack", "direction", "clean_recall@1", "recall@1", "recall@5", "recall@10",
-                 "r_mean", "false_rate", "source")
 _COMPARE_WIDTHS = ["11%", "17%", "10%", "6%", "6%", "6%", "6%", "6%", "6%", "26%"]
 _NO_ANNOTATIONS = (
     "**The RoCOCO annotation files are not available here**, so standard layouts and the Explore tab are off; "
@@ -50,168 +38,10 @@ _NO_ANNOTATIONS = (
 )
 
 
-@dataclass
-class Evaluation:
-    """What one evaluation request produced."""
-
-    results: dict
-    files: dict
-    layouts: dict
-    rows: list
-    message: str
-
-
-def open_source(images_dir=None):
-    """Open the RoCOCO annotations (and images, when ``images_dir`` or ``$ROCOCO_IMAGES_DIR`` is set).
-
-    Returns ``(source, problem)``: the source or None, and what went wrong, for the page.
-    """
-    from rococo_eval.dataset import ImageFolderError, RococoSource
-
-    images_dir = images_dir or os.environ.get(IMAGES_DIR_ENV) or None
-    try:
-        return RococoSource(images_dir=images_dir), ""
-    except ImageFolderError as error:
-        logger.warning("images unavailable: %s", error)
-        problem = f"images unavailable: {error}"
-    except (OSError, ValueError) as error:
-        logger.warning("RoCOCO annotations unavailable: %s", error)
-        return None, str(error)
-    try:
-        return RococoSource(), problem
-    except (OSError, ValueError) as error:
-        return None, str(error)
-
-
-def detect_layouts(paths, captions_per_image) -> list[list[str]]:
-    """One layout row (``LAYOUT_HEADERS``) per uploaded file, from its header: detected, or blank with why."""
-    rows = []
-    for path in paths or []:
-        name = Path(path).name
-        try:
-            info = scorefiles.read_header(path)
-            attack = scorefiles.CUSTOM if info.layout_keys else ""
-            choice = scorefiles.choose_layout(info.shape, captions_per_image, name, attack=attack)
-            rows.append([name, choice.attack, choice.direction, choice.order, choice.note])
-        except ValueError as error:
-            rows.append([name, "", "", "", str(error)])
-    return rows
-
-
-def evaluate_files(paths, layouts=None, references=None, adversarial=None, *, captions_per_image=None,
-                   ties="pessimistic", bootstrap=0) -> Evaluation:
-    """Score every uploaded file on its layout; raise one ``ValueError`` listing every file's problem.
-
-    ``layouts`` are rows ``[file, attack, direction, order, ...]``; a file without a row, or blank cells,
-    gets the detected layout. ``references`` and ``adversarial`` are files for custom layouts whose score file
-    does not carry its own.
-    """
-    if not paths:
-        raise ValueError("upload at least one score file (.npy, .npz or .safetensors)")
-    if ties not in TIES:
-        raise ValueError(f"`ties` must be one of {', '.join(TIES)}, got {ties!r}")
-    if not isinstance(bootstrap, int) or isinstance(bootstrap, bool) or not 0 <= bootstrap <= MAX_BOOTSTRAP:
-        raise ValueError(f"`bootstrap` must be an int from 0 to {MAX_BOOTSTRAP}, got {bootstrap!r}")
-    names = [Path(path).name for path in paths]
-    repeated = sorted({name for name in names if names.count(name) > 1})
-    if repeated:
-        raise ValueError(f"several uploads are named {', '.join(repeated)}: rename them so each has its own layout")
-    chosen = _layout_rows(layouts, names)
-    plans, problems = [], []
-    for path, name in zip(paths, names):
-        try:
-            plans.append(_plan(path, name, chosen.get(name, []), captions_per_image, references, adversarial))
-        except ValueError as error:
-            problems.append(_with_name(name, error))
-    keys = [plan[0] for plan in plans]
-    problems += [f"{key}: several uploads score this gallery" for key in sorted(set(keys)) if keys.count(key) > 1]
-    if problems:
-        raise ValueError("\n".join(problems))
-    results, files, layouts_used = {}, {}, {}
-    for key, path, info, choice, inputs in plans:
-        started = time.perf_counter()
-        try:
-            scores = scorefiles.read_scores(path, info.key)
-            results[key] = rococo_recall(scores, **inputs, k=K, ties=ties, bootstrap=bootstrap)
-        except ValueError as error:
-            problems.append(_with_name(Path(path).name, error))
-            continue
-        files[key], layouts_used[key] = Path(path).name, asdict(choice)
-        logger.info("scored %s %s as %s in %.2f s", Path(path).name, info.shape, key, time.perf_counter() - started)
-    if problems:
-        raise ValueError("\n".join(problems))
-    rows = report.summary_rows(results)
-    for row in rows:
-        row["file"] = files.get(report.gallery_key(row["attack"], row["direction"]), "")
-    lines = [f"- `{files[key]}` ({plan_info.shape[0]} x {plan_info.shape[1]}, {plan_info.dtype}): {choice.note}"
-             for key, _, plan_info, choice, _ in plans]
-    message = f"Scored {len(results)} file(s), ties {ties}, bootstrap {bootstrap}:\n" + "\n".join(lines)
-    return Evaluation(results, files, layouts_used, rows, message)
-
-
-def write_outputs(evaluation: Evaluation, folder: Path, settings: dict) -> tuple[Path, Path]:
-    """Write the JSON download and the chart of one evaluation into ``folder``."""
-    document = {"results": evaluation.results, "files": evaluation.files, "layouts": evaluation.layouts,
-                "settings": settings, "summary": evaluation.rows}
-    json_path = report.write_json(document, folder / "rococo_results.json")
-    chart_path = report.plot_recall(evaluation.rows, folder / "rococo_recall.png")
-    return json_path, chart_path
-
-
 def table(rows) -> pd.DataFrame:
     """The rows as the page shows them (see :func:`rococo_eval.report.format_rows`)."""
     headers, cells = report.format_rows(rows)
     return pd.DataFrame(cells, columns=headers)
-
-
-def compare_rows(user_rows) -> list[dict]:
-    """The published reference results, then this session's own rows, on the columns they share."""
-    mine = [{**row, "model": "your upload", "source": f"this session: {row.get('file') or 'mean over seeds'}"}
-            for row in user_rows or []]
-    def shown(key):
-        return key == "seeds" or re.sub(r"_(ci|range)$", "", key) in _COMPARE_KEYS
-
-    return [{key: value for key, value in row.items() if shown(key)} for row in report.REFERENCE_RESULTS + mine]
-
-
-def explore(source, index):
-    """The captions of test image ``index`` beside each text attack's, and its images when available.
-
-    Returns ``(captions_html, images, note)``; ``images`` is a list of ``(PIL image, label)``.
-    """
-    if source is None:
-        raise ValueError("the RoCOCO annotation files are not available here (see the note at the top)")
-    if not 0 <= index < len(source.captions_per_image):
-        last = len(source.captions_per_image) - 1
-        raise ValueError(f"`index` must be an image index from 0 to {last}, got {index!r}")
-    offsets = caption_offsets(source.captions_per_image)
-    ground_truth = source.ground_truth_captions()[offsets[index]:offsets[index + 1]]
-    start = ADVERSARIAL_PER_IMAGE * index
-    altered = {attack: source.adversarial_captions(attack)[start:start + ADVERSARIAL_PER_IMAGE]
-               for attack in TEXT_ATTACKS}
-    images, note = [], f"Image {index}: `{source.image_files[index]}`."
-    if getattr(source, "images_dir", "") is None:
-        note += (f" The COCO images are not available here: set ${IMAGES_DIR_ENV} to a COCO root holding "
-                 "`val2014/` to see the original beside its altered copies.")
-        return caption_table_html(ground_truth, altered), images, note
-    try:
-        images.append((source.original_image(index), "original"))
-        images += [(source.altered_image(index, attack), attack) for attack in IMAGE_ATTACKS]
-    except (OSError, ValueError) as error:
-        images, note = [], note + f" Cannot show its images: {error}"
-    return caption_table_html(ground_truth, altered), images, note
-
-
-def caption_table_html(ground_truth, altered) -> str:
-    """An HTML table: each ground-truth caption beside the captions each attack made from it, changes marked."""
-    head = "".join(f"<th>{html.escape(attack)}</th>" for attack in altered)
-    body = []
-    for j, caption in enumerate(ground_truth):
-        cells = "".join(f"<td>{_marked(caption, captions[j]) if j < len(captions) else '—'}</td>"
-                        for captions in altered.values())
-        body.append(f"<tr><td>{j}</td><td>{html.escape(caption, quote=False)}</td>{cells}</tr>")
-    return (f'<table class="rococo-captions"><thead><tr><th>#</th><th>ground truth</th>{head}</tr></thead>'
-            f"<tbody>{''.join(body)}</tbody></table>")
 
 
 def build_app(source=None, captions_per_image=None, *, concurrency: int = 2, output_dir=None) -> gr.Blocks:
@@ -343,53 +173,6 @@ def _intro(captions_per_image) -> str:
                    "(`clip_rand_voca.npy`) and its layout is found for you.")
 
 
-def _layout_rows(layouts, names) -> dict[str, list[str]]:
-    """The user's layout rows by file name; rows for files not uploaded are an error."""
-    if layouts is None or isinstance(layouts, pd.DataFrame) and layouts.empty:
-        return {}
-    rows = layouts.values.tolist() if isinstance(layouts, pd.DataFrame) else layouts
-    chosen = {}
-    for row in rows:
-        cells = ["" if cell is None else str(cell).strip() for cell in row]
-        if not any(cells):
-            continue
-        if cells[0] not in names:
-            raise ValueError(f"the layout table names {cells[0]!r}, which is not among the uploads "
-                             f"({', '.join(names)})")
-        chosen[cells[0]] = cells[1:4]
-    return chosen
-
-
-def _plan(path, name, cells, captions_per_image, references, adversarial):
-    """Check one upload from its header and layout: ``(key, path, info, choice, metric inputs)``."""
-    info = scorefiles.read_header(path)
-    attack, direction, order = (cells + ["", "", ""])[:3]
-    if not attack and info.layout_keys:
-        attack = scorefiles.CUSTOM
-    choice = scorefiles.choose_layout(info.shape, captions_per_image, name, attack, direction, order)
-    if choice.attack != scorefiles.CUSTOM:
-        layout = _standard_layout(choice.attack != CLEAN, choice.direction, choice.order, tuple(captions_per_image))
-        key = report.gallery_key(choice.attack, choice.direction)
-        return key, path, info, choice, {"references": layout.references, "adversarial": layout.adversarial}
-    inside = scorefiles.read_layout_arrays(path)
-    if "references" not in inside and references is None:
-        raise ValueError("a custom layout needs references: upload a references file, or put a `references` "
-                         "array in an .npz or .safetensors score file")
-    inputs = {"references": inside["references"] if "references" in inside else scorefiles.read_references(references),
-              "adversarial": inside.get("adversarial")}
-    if inputs["adversarial"] is None and adversarial is not None:
-        inputs["adversarial"] = scorefiles.read_adversarial(adversarial)
-    label = re.sub(r"[/\s]+", "_", Path(name).stem)
-    return report.gallery_key(label, choice.direction), path, info, choice, inputs
-
-
-@functools.lru_cache(maxsize=8)
-def _standard_layout(attacked, direction, order, captions_per_image):
-    """Layouts are read-only and shared by all requests; all attacks of a direction have the same one."""
-    attack = (TEXT_ATTACKS[0] if direction == "image_to_text" else IMAGE_ATTACKS[0]) if attacked else CLEAN
-    return gallery_layout(attack, direction, list(captions_per_image), order)
-
-
 def _fresh_folder(root: Path) -> Path:
     """A new folder for one request's files; folders older than ``OUTPUT_MAX_AGE_S`` are removed."""
     root.mkdir(parents=True, exist_ok=True)
@@ -403,24 +186,8 @@ def _fresh_folder(root: Path) -> Path:
     return Path(tempfile.mkdtemp(dir=root))
 
 
-def _marked(original: str, altered: str) -> str:
-    """``altered`` as HTML with the words that replaced ``original``'s marked, and what they replaced."""
-    changes = find_replacements(original, altered)
-    text = html.escape(altered, quote=False)
-    for word in dict.fromkeys(change.replacement for change in changes if change.replacement):
-        text = highlight(text, html.escape(word, quote=False), mark="\x00")
-    text = re.sub("\x00(.*?)\x00", r"<mark>\1</mark>", text)
-    summary = "; ".join(f"{c.original or '∅'} → {c.replacement or '∅'}" for c in changes) or "same as the ground truth"
-    return f"{text}<br><small>{html.escape(summary, quote=False)}</small>"
-
-
 def _shorten(text: str, limit: int = 400) -> str:
     return text if len(text) <= limit else text[:limit - 1] + "…"
-
-
-def _with_name(name: str, error: Exception) -> str:
-    text = str(error)
-    return text if text.startswith(f"{name}:") else f"{name}: {text}"
 
 
 def _int(value, name: str) -> int:

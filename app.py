@@ -117,7 +117,7 @@ def build_app(source=None, captions_per_image=None, *, concurrency: int = 2, out
             run = gr.Button("Evaluate", variant="primary")
             message = gr.Markdown(label="message", elem_id="evaluate-message")
             results_table = gr.Dataframe(label="results", interactive=False, wrap=True, elem_id="results-table")
-            chart = gr.Image(label="chart", type="filepath", interactive=False)
+            chart = gr.Image(label="chart", type="filepath", interactive=False, elem_id="recall-chart")
             download = gr.File(label="json", interactive=False)
         with gr.Tab("Explore"):
             with gr.Row():

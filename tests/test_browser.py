@@ -63,6 +63,9 @@ def test_upload_evaluate_and_read_the_table(page, tmp_path):
 
     _upload_and_evaluate(page, path)
     page.locator("#results-table").get_by_role("row").filter(has_text=path.name).wait_for()
+    chart = page.locator("#recall-chart img")
+    chart.wait_for()
+    page.wait_for_function("img => img.complete && img.naturalWidth > 0", arg=chart.element_handle())
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "browser-evaluate.png"), full_page=True)
 

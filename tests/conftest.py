@@ -7,6 +7,7 @@ from PIL import Image
 
 from rococo_eval.annotations import read_annotation_file, resolve_annotations_dir
 from rococo_eval.dataset import RococoSource
+from http_server import Server
 from tiny_models import make_tiny_hf_clip, register_tiny_open_clip, torchvision_stand_in
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -66,3 +67,12 @@ def open_clip_name(tmp_path_factory):
 @pytest.fixture(scope="module")
 def hf_name(tmp_path_factory):
     return make_tiny_hf_clip(tmp_path_factory.mktemp("hf"))
+
+
+@pytest.fixture
+def server():
+    running = Server()
+    running.thread.start()
+    yield running
+    running.httpd.shutdown()
+    running.httpd.server_close()

@@ -40,7 +40,7 @@ from rococo_eval.download import CorruptImageError, DownloadError
 from rococo_eval.export import export_dataset, exported_configs, push_to_hub
 from rococo_eval.images import load_mix_table
 from rococo_eval.layout import TEXT_ATTACKS, caption_offsets, reorder_gallery
-from test_download import Route, Server
+from http_server import Route
 
 EXPORTED = ["rand_voca", "patch_seed10"]
 DANGER_UNCHANGED = {(1533, 4), (1970, 3), (4752, 3)}  # official quirk: adversarial caption == its source
@@ -449,15 +449,6 @@ def test_dataset_splits_name_configs_of_the_export(export_folder):
 
 
 # --- downloads through the builder ------------------------------------------------------------------------
-
-
-@pytest.fixture
-def server():
-    running = Server()
-    running.thread.start()
-    yield running
-    running.httpd.shutdown()
-    running.httpd.server_close()
 
 
 @pytest.mark.slow

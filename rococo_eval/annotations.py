@@ -129,15 +129,19 @@ def resolve_annotations_dir(annotations_dir: str | os.PathLike | None = None,
     return folder
 
 
-def read_annotation_file(name: str, annotations_dir: str | os.PathLike | None = None) -> list[dict]:
+def read_annotation_file(name: str, annotations_dir: str | os.PathLike | None = None,
+                         cache_dir: str | os.PathLike | None = None) -> list[dict]:
     """Read and check annotation file ``name``: 5,000 records with ``image`` and ``caption``.
+
+    The file comes from :func:`resolve_annotations_dir` (``annotations_dir``, the environment, or a download
+    into ``cache_dir``) and is checked against its sha256 once, here.
 
     Example:
         >>> records = read_annotation_file("clean")  # from $ROCOCO_ANNOTATIONS_DIR or the pinned download
         >>> len(records), len(records[83]["caption"]), records[83]["image"]
         (5000, 6, 'val2014/COCO_val2014_000000415746.jpg')
     """
-    folder = resolve_annotations_dir(annotations_dir, names=(name,))
+    folder = resolve_annotations_dir(annotations_dir, names=(name,), cache_dir=cache_dir)
     path = folder / annotation_file(name).file_name
     with open(path, encoding="utf-8") as handle:
         records = json.load(handle)

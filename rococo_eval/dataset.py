@@ -248,8 +248,7 @@ class RococoSource:
 
     def _read(self, name: str) -> list[dict]:
         if name not in self._records:
-            folder = resolve_annotations_dir(self._annotations_dir, names=(name,), cache_dir=self._cache_dir)
-            records = read_annotation_file(name, folder)
+            records = read_annotation_file(name, self._annotations_dir, cache_dir=self._cache_dir)
             if name != CLEAN:
                 _check_against_clean(name, records, self._records[CLEAN])
             self._records[name] = records

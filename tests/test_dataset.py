@@ -102,7 +102,8 @@ def test_source_reads_each_file_once(annotations_dir, monkeypatch):
 
     reads = []
     real = dataset.read_annotation_file
-    monkeypatch.setattr(dataset, "read_annotation_file", lambda name, folder: reads.append(name) or real(name, folder))
+    monkeypatch.setattr(dataset, "read_annotation_file",
+                        lambda name, *args, **kwargs: reads.append(name) or real(name, *args, **kwargs))
     source = RococoSource(annotations_dir)
     for _ in range(2):
         source.ground_truth_captions(), source.adversarial_captions("danger"), source.gallery("danger")

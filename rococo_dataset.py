@@ -18,7 +18,8 @@ Builder keyword arguments (each also a :class:`RococoConfig` field):
     ``images_dir``: the COCO root holding ``val2014/``; default: the 5,000 test images are downloaded into
     ``<download_dir>/coco`` (resumable) when the config has images.
     ``download_dir``: where downloads go (default ``$ROCOCO_CACHE_DIR`` or ``~/.cache/rococo-eval``).
-    ``image_base_url``: COCO's image server (default) or a mirror laid out the same.
+    ``image_base_url``: a mirror of COCO's image server laid out the same; default ``$ROCOCO_IMAGE_BASE_URL``,
+    else COCO's server.
     ``workers``: threads making altered images (default: up to 8).
 
 Example:
@@ -44,7 +45,6 @@ import datasets
 
 from rococo_eval import __version__
 from rococo_eval.dataset import CONFIGS, config_features, config_splits, open_source, table_rows
-from rococo_eval.download import COCO_IMAGE_BASE_URL
 from rococo_eval.export import CITATION, export_dataset, push_to_hub
 
 _DESCRIPTION = """\
@@ -62,7 +62,7 @@ class RococoConfig(datasets.BuilderConfig):
     annotations_dir: Optional[str] = None
     images_dir: Optional[str] = None
     download_dir: Optional[str] = None
-    image_base_url: str = COCO_IMAGE_BASE_URL
+    image_base_url: Optional[str] = None
     workers: Optional[int] = None
 
 
@@ -101,7 +101,8 @@ def main(argv=None) -> int:
                         "$ROCOCO_ANNOTATIONS_DIR, else the pinned download)")
     export.add_argument("--images-dir", help="COCO root holding val2014/ (default: download the test images)")
     export.add_argument("--cache-dir", help="download cache (default: $ROCOCO_CACHE_DIR or ~/.cache/rococo-eval)")
-    export.add_argument("--image-base-url", default=COCO_IMAGE_BASE_URL, help="COCO image server or a mirror")
+    export.add_argument("--image-base-url", help="a mirror of COCO's image server (default: $ROCOCO_IMAGE_BASE_URL, "
+                        "else http://images.cocodataset.org/)")
     export.add_argument("--workers", type=int, help="threads making altered images (default: up to 8)")
     export.add_argument("--no-queries", action="store_true",
                         help="do not add the query configs (images, captions) the chosen configs are scored with")

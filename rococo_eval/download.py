@@ -2,15 +2,20 @@
 
 One code path fetches ``http(s)://`` URLs, ``file://`` URLs and plain local paths, so a local mirror works
 exactly like the official source. A download streams into ``<dest>.part``, resumes an interrupted ``.part``
-with an HTTP ``Range`` request, retries dropped connections and short reads with a short backoff, checks
-the result (size, sha256, or for COCO images byte count and a full decode) and only then renames it to
-``dest``. A file that fails its check is fetched once more from scratch before an error is raised.
+with an HTTP ``Range`` request, retries dropped connections, short reads, timeouts and HTTP 5xx with a short
+backoff, checks the result (size, sha256, or for COCO images byte count and a full decode) and only then
+renames it to ``dest``. A file that fails its check is fetched once more from scratch before an error is
+raised. A server that cannot be reached at all (its name does not resolve, it refuses the connection or
+never accepts it) is not retried: :class:`ServerUnreachableError` comes at once, and a batch of COCO images
+stops at the first one, since none of the others can succeed either.
 
 Environment variables:
     ``ROCOCO_CACHE_DIR``: the cache folder (default ``~/.cache/rococo-eval``); annotation files go to its
     ``annotations`` subfolder.
     ``ROCOCO_ANNOTATIONS_BASE_URL``: a mirror of the annotation files (``http(s)://``, ``file://`` or a
     folder); each file is fetched from ``<base>/<file_name>`` and still checked against its pinned sha256.
+    ``ROCOCO_IMAGE_BASE_URL``: a mirror of COCO's image server, laid out the same (``val2014/...``), used
+    wherever no image base URL is given (``rococo-eval run --download-images`` has no option for it).
 
 Example:
     >>> COCO_IMAGE_BASE_URL
@@ -42,6 +47,7 @@ logger = logging.getLogger(__name__)
 
 CACHE_DIR_ENV = "ROCOCO_CACHE_DIR"
 ANNOTATIONS_BASE_URL_ENV = "ROCOCO_ANNOTATIONS_BASE_URL"
+IMAGE_BASE_URL_ENV = "ROCOCO_IMAGE_BASE_URL"
 COCO_IMAGE_BASE_URL = "http://images.cocodataset.org/"
 
 _CHUNK_BYTES = 1 << 16
@@ -60,6 +66,11 @@ class DownloadError(OSError):
     def __init__(self, message: str, failures: dict[str, str] | None = None):
         super().__init__(message)
         self.failures = dict(failures or {})
+
+
+class ServerUnreachableError(DownloadError):
+    """The server of a URL cannot be reached: its name does not resolve, or it refuses or never accepts the
+    connection. Nothing from that server can succeed now, so this is raised at once, without retries."""
 
 
 class VerificationError(ValueError):
@@ -110,6 +121,8 @@ def download_file(url: str | os.PathLike, dest: str | os.PathLike, *, sha256: st
 
     Raises:
         ValueError: ``url`` has an unsupported scheme, or ``retries`` is negative.
+        ServerUnreachableError: the server cannot be reached at all (the name does not resolve, the
+            connection is refused or never accepted); raised at once, without retries.
         DownloadError: the source is missing (HTTP 404, no such local file) or refused the request, or
             the transfer still failed after ``retries`` retries.
         VerificationError: the size or sha256 is wrong after a fresh fetch.
@@ -145,12 +158,14 @@ def download_annotations(names: Iterable[str] | str, cache_dir: str | os.PathLik
 
     Raises:
         ValueError: a name is not an annotation file.
-        DownloadError: a file could not be fetched.
+        DownloadError: a file could not be fetched (:class:`ServerUnreachableError`, at once, when the source
+            cannot be reached); the message says how to point the package at local files instead.
         VerificationError: a fetched file is not the official one.
 
     Example:
         >>> import tempfile
-        >>> mirror = Path(os.environ["ROCOCO_ANNOTATIONS_DIR"]).as_uri()  # a local mirror: no network here
+        >>> from rococo_eval.annotations import resolve_annotations_dir
+        >>> mirror = resolve_annotations_dir().as_uri()  # a local copy of the official files as the mirror
         >>> folder = download_annotations(["clean", "danger"], cache_dir=tempfile.mkdtemp(), base_url=mirror)
         >>> sorted(p.name for p in folder.glob("*.json"))
         ['coco_karpathy_test.json', 'danger.json']
@@ -163,11 +178,10 @@ def download_annotations(names: Iterable[str] | str, cache_dir: str | os.PathLik
         try:
             download_file(url, folder / spec.file_name, sha256=spec.sha256, size=spec.size)
         except (DownloadError, VerificationError) as error:
-            error.add_note(
-                f"Alternatively set ${ANNOTATIONS_DIR_ENV} to a folder holding the official files, or "
-                f"${ANNOTATIONS_BASE_URL_ENV} to a mirror of them."
-            )
-            raise
+            raise type(error)(
+                f"{error} To use the annotation files without this download, set ${ANNOTATIONS_DIR_ENV} to a "
+                f"folder holding the official files, or ${ANNOTATIONS_BASE_URL_ENV} to a mirror of them."
+            ) from error.__cause__
     return folder
 
 
@@ -210,20 +224,22 @@ def verify_image_file(path: str | os.PathLike) -> None:
 
 
 def download_coco_images(file_names: Iterable[str], dest_root: str | os.PathLike, *,
-                         base_url: str | os.PathLike = COCO_IMAGE_BASE_URL, workers: int = 8,
+                         base_url: str | os.PathLike | None = None, workers: int = 8,
                          progress: bool = False, retries: int = 3, timeout: float = 60.0) -> list[Path]:
     """Download COCO images in parallel to ``dest_root/<file_name>``, resuming and verifying each one.
 
     COCO publishes no per-image checksum, so an image counts as complete when the bytes received match
     the ``Content-Length`` and PIL decodes it fully (:func:`verify_image_file`). Images already complete
     are not fetched; ``.part`` files are resumed; a corrupt existing image is fetched again. All images
-    are tried before one error lists every image that failed.
+    are tried before one error lists every image that failed, except when the server cannot be reached
+    at all: then the first image that finds out stops the whole batch.
 
     Args:
         file_names: paths relative to ``base_url`` as in the annotation files, e.g.
             ``"val2014/COCO_val2014_000000391895.jpg"``.
         dest_root: folder that receives the same relative paths.
-        base_url: ``http(s)://`` or ``file://`` URL or local folder of the images.
+        base_url: ``http(s)://`` or ``file://`` URL or local folder of the images; None uses
+            ``$ROCOCO_IMAGE_BASE_URL``, else :data:`COCO_IMAGE_BASE_URL`.
         workers: number of parallel downloads.
         progress: show a tqdm bar counting images.
         retries: how many more times a dropped connection or short read is tried again, per image.
@@ -235,6 +251,9 @@ def download_coco_images(file_names: Iterable[str], dest_root: str | os.PathLike
     Raises:
         ValueError: a file name is absolute or climbs out of ``dest_root`` with ``..``, or ``workers`` is
             not a positive integer.
+        ServerUnreachableError: the image server cannot be reached; raised as soon as one image finds
+            out, without trying the others. The message names ``dest_root`` and ``images_dir``
+            (``--images-dir``), the way to use images already on disk.
         DownloadError: some images could not be fetched or verified; ``failures`` maps each to the reason.
 
     Example:
@@ -250,10 +269,13 @@ def download_coco_images(file_names: Iterable[str], dest_root: str | os.PathLike
     """
     if not isinstance(workers, int) or workers < 1:
         raise ValueError(f"`workers` has to be a positive integer, got {workers!r}")
+    if base_url is None:
+        base_url = os.environ.get(IMAGE_BASE_URL_ENV) or COCO_IMAGE_BASE_URL
     dest_root = Path(dest_root)
     targets = {name: dest_root.joinpath(*_relative_parts(name)) for name in file_names}
     sessions = _ThreadSessions()
     failures: dict[str, str] = {}
+    complete = 0
 
     def fetch(name: str) -> Path:
         return _fetch(_join(base_url, name), targets[name], timeout=timeout, retries=retries,
@@ -268,6 +290,14 @@ def download_coco_images(file_names: Iterable[str], dest_root: str | os.PathLike
                 for future in as_completed(futures):
                     try:
                         future.result()
+                        complete += 1
+                    except ServerUnreachableError as error:
+                        raise ServerUnreachableError(
+                            f"{error} Stopped: no COCO image can be downloaded into {str(dest_root)!r} now "
+                            f"({complete} of {len(targets)} images there are complete). Pass a COCO root that "
+                            f"already holds val2014/ as `images_dir` (--images-dir on the command line), or run "
+                            f"again once the server can be reached; complete images are not fetched again."
+                        ) from error.__cause__
                     except (OSError, ValueError) as error:
                         failures[futures[future]] = str(error)
                         logger.warning("could not fetch %s: %s", futures[future], error)
@@ -323,7 +353,6 @@ def _fetch(url, dest, *, sha256=None, size=None, timeout, retries, session,
             return dest
         logger.warning("%s %s; fetching it again from %s", dest, problem, url)
         dest.unlink()
-    dest.parent.mkdir(parents=True, exist_ok=True)
     part = dest.with_name(dest.name + ".part")
     for fresh in (False, True):
         _transfer(url, part, size, timeout, retries, session)
@@ -386,10 +415,14 @@ def _transfer(url, part: Path, size: int | None, timeout: float, retries: int, s
             error = reason
         failures += 1
         if failures > retries:
+            received = part.stat().st_size if part.is_file() else 0
+            if not received:
+                part.unlink(missing_ok=True)
+            kept = f"; the {received} bytes received so far stay in {str(part)!r} and are resumed" if received else ""
             raise DownloadError(
                 f"could not fetch {str(url)!r}: {error} (tried {retries + 1} times). Check the network or the "
-                f"URL and run again; the partial file {str(part)!r}, if any, is resumed."
-            )
+                f"URL and run again{kept}."
+            ) from error.__cause__
         delay = min(_RETRY_DELAY_SECONDS * 2 ** (failures - 1), _MAX_RETRY_DELAY_SECONDS)
         logger.warning("%s: %s; retrying in %.2g s (%d of %d)", url, error, delay, failures, retries)
         time.sleep(delay)
@@ -403,6 +436,7 @@ def _receive(url, part: Path, offset: int, timeout: float, session) -> None:
         if start != offset:
             logger.info("%s: the source ignored the range request; fetching it from byte 0", url)
         received = start
+        part.parent.mkdir(parents=True, exist_ok=True)
         with open(part, "ab" if start > 0 else "wb") as out:
             try:
                 for chunk in chunks:
@@ -446,9 +480,13 @@ def _open_http(url: str, offset: int, timeout: float, session) -> Iterator[tuple
     try:
         response = (session or requests).get(url, headers=headers, stream=True, timeout=timeout)
     except (requests.ConnectionError, requests.Timeout) as error:
-        raise _Incomplete(f"the request failed: {error}") from error
+        if _never_connected(error):
+            raise ServerUnreachableError(
+                f"could not fetch {url!r}: cannot connect to {urlsplit(url).netloc} ({_reason(error)})."
+            ) from error
+        raise _Incomplete(f"the request failed: {_reason(error)}") from error
     except requests.RequestException as error:
-        raise DownloadError(f"could not request {url!r}: {error}") from error
+        raise DownloadError(f"could not request {url!r}: {_reason(error)}") from error
     with response:
         status = response.status_code
         if status == 206:
@@ -478,7 +516,48 @@ def _http_chunks(response) -> Iterator[bytes]:
     try:
         yield from response.raw.stream(_CHUNK_BYTES, decode_content=False)
     except _STREAM_ERRORS as error:
-        raise _Incomplete(str(error)) from error
+        raise _Incomplete(_reason(error)) from error
+
+
+def _never_connected(error: requests.RequestException) -> bool:
+    """Whether a request failed before any server (or proxy) accepted the connection: no address for the name,
+    the connection refused or unreachable, or no answer to it within the timeout."""
+    if isinstance(error, requests.ConnectTimeout):
+        return True
+    reason = getattr(error.args[0] if error.args else None, "reason", None)
+    if isinstance(reason, urllib3.exceptions.ProxyError):
+        reason = reason.original_error
+    return isinstance(reason, urllib3.exceptions.NewConnectionError)
+
+
+def _reason(error: BaseException) -> str:
+    """Why a request failed, in a few words: the innermost cause, without the URL that requests and urllib3
+    repeat in every layer of their exceptions.
+
+    Example:
+        >>> _reason(requests.ConnectionError(urllib3.exceptions.ProtocolError(
+        ...     "Connection aborted.", ConnectionResetError(104, "Connection reset by peer"))))
+        'Connection reset by peer'
+    """
+    where = ""
+    for _ in range(8):
+        if isinstance(error, urllib3.exceptions.MaxRetryError) and error.reason is not None:
+            inner = error.reason
+        elif isinstance(error, urllib3.exceptions.ProxyError) and error.original_error is not None:
+            inner, where = error.original_error, "the proxy: "
+        elif isinstance(error, (requests.RequestException, urllib3.exceptions.ProtocolError)):
+            inner = next((arg for arg in reversed(error.args) if isinstance(arg, BaseException)), None)
+        elif isinstance(error, urllib3.exceptions.HTTPError):
+            cause = error.__cause__ or error.__context__
+            inner = cause if isinstance(cause, OSError) else None
+        else:
+            inner = None
+        if inner is None:
+            break
+        error = inner
+    if isinstance(error, OSError) and error.strerror:
+        return where + error.strerror
+    return where + (str(error) or type(error).__name__)
 
 
 def _content_range(value: str) -> tuple[int | None, int | None]:

@@ -84,7 +84,7 @@ CITATION = ROCOCO_CITATION + """\
 
 
 def export_dataset(out_dir, configs: Iterable[str] | str | None = None, *, annotations_dir=None, images_dir=None,
-                   cache_dir=None, image_base_url=COCO_IMAGE_BASE_URL, include_queries: bool = True,
+                   cache_dir=None, image_base_url=None, include_queries: bool = True,
                    workers: int | None = None, overwrite: bool = False, progress: bool = False) -> Path:
     """Write ``configs`` as Parquet files plus a dataset card into ``out_dir``; return ``out_dir``.
 
@@ -99,7 +99,8 @@ def export_dataset(out_dir, configs: Iterable[str] | str | None = None, *, annot
         images_dir: the COCO root holding ``val2014/``; None downloads the 5,000 test images (only if an
             exported config has images) into ``<cache_dir>/coco``, resuming an interrupted download.
         cache_dir: cache for downloads (default :func:`~rococo_eval.download.default_cache_dir`).
-        image_base_url: where to download images from: COCO's image server or a mirror laid out the same.
+        image_base_url: where to download images from: COCO's image server or a mirror laid out the same;
+            None uses ``$ROCOCO_IMAGE_BASE_URL``, else COCO's server.
         include_queries: also export the config holding each config's queries (``images`` for text attacks,
             ``captions`` for image attacks), so the folder is all a user needs to score a model.
         workers: threads making altered images (None: up to 8, one per CPU).

@@ -1,23 +1,69 @@
 import os
+import shutil
+import tempfile
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import numpy as np
 import pytest
 from PIL import Image
 
-from rococo_eval.annotations import read_annotation_file, resolve_annotations_dir
+from rococo_eval.annotations import ANNOTATION_FILES, RAW_BASE_URL, read_annotation_file, resolve_annotations_dir
 from rococo_eval.dataset import RococoSource
-from http_server import Server
+from http_server import Route, Server
 from tiny_models import make_tiny_hf_clip, register_tiny_open_clip, torchvision_stand_in
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+SHARED_ANNOTATIONS = REPO_ROOT.parent / "shared" / "rococo-data" / "annotations"
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+_annotation_mirror: dict = {}
+
+
+def pytest_configure(config):
+    """Without $ROCOCO_ANNOTATIONS_DIR, the tests fetch the annotation files through the real download code.
+
+    When ``../shared/rococo-data/annotations`` exists (the copy the Makefile points $ROCOCO_ANNOTATIONS_DIR at)
+    and neither $ROCOCO_ANNOTATIONS_DIR nor $ROCOCO_ANNOTATIONS_BASE_URL is set, a local HTTP server serves it
+    at the pinned URL paths for the whole session ($ROCOCO_ANNOTATIONS_BASE_URL points there) and downloads go
+    to a temporary $ROCOCO_CACHE_DIR; each file is still checked against its pinned sha256. Without that copy
+    the files come from their pinned URLs. Doctests of ``rococo_eval/`` see the same environment when this
+    conftest is loaded (``pytest`` from the repository root, as ``make test`` runs it).
+    """
+    if os.environ.get("ROCOCO_ANNOTATIONS_DIR") is not None or os.environ.get("ROCOCO_ANNOTATIONS_BASE_URL") \
+            or not SHARED_ANNOTATIONS.is_dir():
+        return
+    server = Server()
+    pinned_path = urlsplit(RAW_BASE_URL).path
+    for spec in ANNOTATION_FILES.values():
+        server.routes[pinned_path + spec.file_name] = Route((SHARED_ANNOTATIONS / spec.file_name).read_bytes())
+    server.thread.start()
+    _annotation_mirror.update(server=server, saved={name: os.environ.get(name) for name in
+                                                    ("ROCOCO_ANNOTATIONS_BASE_URL", "ROCOCO_CACHE_DIR")})
+    os.environ["ROCOCO_ANNOTATIONS_BASE_URL"] = server.url.rstrip("/") + pinned_path
+    if os.environ.get("ROCOCO_CACHE_DIR") is None:
+        _annotation_mirror["cache"] = os.environ["ROCOCO_CACHE_DIR"] = tempfile.mkdtemp(prefix="rococo-test-cache-")
+
+
+def pytest_unconfigure(config):
+    if not _annotation_mirror:
+        return
+    server = _annotation_mirror.pop("server")
+    server.httpd.shutdown()
+    server.httpd.server_close()
+    for name, value in _annotation_mirror.pop("saved").items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+    if "cache" in _annotation_mirror:
+        shutil.rmtree(_annotation_mirror.pop("cache"), ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
 def annotations_dir():
-    """The verified official annotation files: $ROCOCO_ANNOTATIONS_DIR, else the pinned download."""
+    """The verified official annotation files: $ROCOCO_ANNOTATIONS_DIR, else the pinned download (from the
+    local server of :func:`pytest_configure` when it runs)."""
     return resolve_annotations_dir()
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -12,7 +13,9 @@ class Route:
     """What the server answers for one path.
 
     ``bad_bodies`` are served, one per request, before ``body``; ``always_bad`` replaces ``body`` for good;
-    ``drops`` cut the connection after that many body bytes, one per request.
+    ``drops`` cut the connection after that many body bytes, one per request; ``statuses`` are answered
+    (with no file), one per request, before anything else (``[503, 503]``: unavailable twice, then served);
+    ``delays`` hold the answer that many seconds after the connection is accepted, one per request.
     """
 
     body: bytes
@@ -20,6 +23,8 @@ class Route:
     always_bad: bytes | None = None
     drops: list[int] = field(default_factory=list)
     ignore_range: bool = False
+    statuses: list[int] = field(default_factory=list)
+    delays: list[float] = field(default_factory=list)
 
 
 @dataclass
@@ -60,12 +65,17 @@ def _handler(server: Server):
             range_header = self.headers.get("Range")
             with server.lock:
                 route = server.routes.get(self.path)
-                if route is None:
+                status = route.statuses.pop(0) if route is not None and route.statuses else None
+                delay = route.delays.pop(0) if route is not None and route.delays else 0
+                if route is None or status is not None:
                     body, drop = None, None
                 else:
                     body = route.always_bad or (route.bad_bodies.pop(0) if route.bad_bodies else route.body)
                     drop = route.drops.pop(0) if route.drops else None
-            if body is None:
+            time.sleep(delay)
+            if status is not None:
+                self._send(range_header, status, b"try again later")
+            elif body is None:
                 self._send(range_header, 404, b"not found")
             elif range_header and not route.ignore_range:
                 start = int(range_header.removeprefix("bytes=").partition("-")[0])

@@ -5,6 +5,8 @@ from __future__ import annotations
 import doctest
 import hashlib
 import io
+import socket
+import time
 from pathlib import Path
 
 import numpy as np
@@ -12,11 +14,12 @@ import pytest
 from PIL import Image
 
 from http_server import Route
-from rococo_eval import download
+from rococo_eval import cli, download, space
 from rococo_eval.annotations import ANNOTATION_FILES, AnnotationError, resolve_annotations_dir
 from rococo_eval.download import (
     CorruptImageError,
     DownloadError,
+    ServerUnreachableError,
     VerificationError,
     default_cache_dir,
     download_annotations,
@@ -216,7 +219,7 @@ def test_download_annotations_from_base_url(annotation_server, tmp_path):
 
 
 def test_resolve_annotations_dir_downloads_from_env_mirror(annotation_server, tmp_path, monkeypatch):
-    monkeypatch.delenv("ROCOCO_ANNOTATIONS_DIR")
+    monkeypatch.delenv("ROCOCO_ANNOTATIONS_DIR", raising=False)
     monkeypatch.setenv("ROCOCO_ANNOTATIONS_BASE_URL", annotation_server.url + "mirror/")
     monkeypatch.setenv("ROCOCO_CACHE_DIR", str(tmp_path))
     folder = resolve_annotations_dir()
@@ -234,7 +237,7 @@ def test_download_annotations_rejects_a_wrong_file(annotation_server, tmp_path):
     annotation_server.routes["/mirror/danger.json"] = annotation_server.routes["/mirror/rand_voca.json"]
     with pytest.raises(VerificationError, match=ANNOTATION_FILES["danger"].sha256) as caught:
         download_annotations(["danger"], cache_dir=tmp_path, base_url=annotation_server.url + "mirror")
-    assert "ROCOCO_ANNOTATIONS_DIR" in caught.value.__notes__[0]
+    assert "set $ROCOCO_ANNOTATIONS_DIR to a folder holding the official files" in str(caught.value)
     assert not (tmp_path / "annotations" / "danger.json").exists()
 
 
@@ -310,6 +313,100 @@ def test_coco_images_from_file_url(tmp_path):
 def test_coco_images_bad_arguments(tmp_path, kwargs, match):
     with pytest.raises(ValueError, match=match):
         download_coco_images(dest_root=tmp_path, base_url=tmp_path.as_uri(), **kwargs)
+
+
+def _refused_url() -> str:
+    """The URL of a port on 127.0.0.1 with nothing listening: every connection is refused."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    return f"http://127.0.0.1:{port}/"
+
+
+UNREACHABLE = {"refused": (_refused_url, "(Connection refused)"),
+               "no-such-host": (lambda: "http://nonexistent.invalid/", "cannot connect to nonexistent.invalid (")}
+MANY_IMAGES = [f"val2014/COCO_val2014_{index:012d}.jpg" for index in range(400)]
+
+
+@pytest.fixture
+def real_retry_delays(monkeypatch):
+    """The real backoff, so that a download that retried what cannot succeed would take minutes, not seconds."""
+    monkeypatch.setattr(download, "_RETRY_DELAY_SECONDS", 0.5)
+
+
+@pytest.mark.parametrize("kind", UNREACHABLE)
+def test_unreachable_image_server_stops_the_batch_at_once(tmp_path, real_retry_delays, kind):
+    make_url, reason = UNREACHABLE[kind]
+    dest = tmp_path / "cache" / "coco"
+    started = time.monotonic()
+    with pytest.raises(ServerUnreachableError) as caught:
+        download_coco_images(MANY_IMAGES, dest, base_url=make_url(), workers=8)
+    assert time.monotonic() - started < 20  # a loose guard: retrying each image would take minutes
+    message = str(caught.value)
+    assert "cannot connect to" in message and reason in message
+    assert f"into {str(dest)!r}" in message and "(0 of 400 images there are complete)" in message
+    assert "--images-dir" in message and "`images_dir`" in message
+    assert "HTTPConnectionPool" not in message and "Max retries" not in message
+    assert not (tmp_path / "cache").exists()  # no folder, no .part file: nothing half-written
+
+
+@pytest.mark.parametrize("kind", UNREACHABLE)
+def test_unreachable_annotation_source_fails_at_once_and_says_it_once(tmp_path, real_retry_delays, kind):
+    make_url, reason = UNREACHABLE[kind]
+    base = make_url()
+    started = time.monotonic()
+    with pytest.raises(ServerUnreachableError) as caught:
+        download_annotations(["clean", "danger"], cache_dir=tmp_path, base_url=base)
+    assert time.monotonic() - started < 20
+    message = str(caught.value)
+    url = base + "coco_karpathy_test.json"
+    host = url.split("/")[2]
+    assert message.startswith(f"could not fetch {url!r}: cannot connect to {host} (")
+    assert message.count(host) == 2 and message.count(reason) == 1  # the URL and the reason, once each
+    assert message.endswith("set $ROCOCO_ANNOTATIONS_DIR to a folder holding the official files, or "
+                            "$ROCOCO_ANNOTATIONS_BASE_URL to a mirror of them.")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_space_without_annotations_fails_at_once(tmp_path, real_retry_delays, monkeypatch):
+    for name in ("ROCOCO_ANNOTATIONS_DIR", "ROCOCO_IMAGES_DIR"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("ROCOCO_ANNOTATIONS_BASE_URL", _refused_url())
+    monkeypatch.setenv("ROCOCO_CACHE_DIR", str(tmp_path))
+    started = time.monotonic()
+    source, problem = space.open_source()
+    assert time.monotonic() - started < 20
+    assert source is None
+    assert "(Connection refused)" in problem and "$ROCOCO_ANNOTATIONS_DIR" in problem
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("kind", UNREACHABLE)
+def test_run_download_images_stops_at_once(annotations_dir, tmp_path, real_retry_delays, monkeypatch, capsys, kind):
+    make_url, reason = UNREACHABLE[kind]
+    monkeypatch.setenv("ROCOCO_IMAGE_BASE_URL", make_url())
+    cache = tmp_path / "cache"
+    started = time.monotonic()
+    status = cli.main(["run", "--model", "hf:openai/clip-vit-base-patch32", "--attacks", "rand_voca",
+                       "--download-images", "--cache-dir", str(cache), "--annotations-dir", str(annotations_dir),
+                       "--out", str(tmp_path / "report"), "--quiet"])
+    assert time.monotonic() - started < 20
+    assert status == 1
+    error = capsys.readouterr().err
+    assert reason in error and "--images-dir" in error and repr(str(cache / "coco")) in error
+    assert not (cache / "coco").exists()
+
+
+def test_an_answering_server_is_retried_through_5xx_timeouts_and_resets(image_server, tmp_path):
+    unavailable, slow, reset = IMAGE_NAMES[:3]
+    image_server.routes[f"/{unavailable}"].statuses.extend([503, 503])
+    image_server.routes[f"/{slow}"].delays.append(3.0)
+    image_server.routes[f"/{reset}"].drops.append(100)
+    paths = download_coco_images(IMAGE_NAMES[:4], tmp_path, base_url=image_server.url, timeout=1.0)
+    assert [p.read_bytes() for p in paths] == [image_server.routes[f"/{n}"].body for n in IMAGE_NAMES[:4]]
+    assert [r.status for r in image_server.requests_for(f"/{unavailable}")] == [503, 503, 200]
+    assert [r.sent for r in image_server.requests_for(f"/{reset}")][0] == 100
+    assert sorted(p.name for p in (tmp_path / "val2014").iterdir()) == sorted(Path(n).name for n in IMAGE_NAMES[:4])
 
 
 def test_verify_image_file(tmp_path):

@@ -150,7 +150,9 @@ _LAYOUT_HELP = ("**Layout of each file**, detected from its shape when you uploa
                 "clean, same_concept, diff_concept, rand_voca, danger, mix_seed1/10/100, patch_seed1/10/100, or "
                 "custom. `direction`: image_to_text or text_to_image. `order` of an attacked image-to-text gallery: "
                 "official (each image's captions, then its 5 altered ones) or dataset (all originals, then all "
-                "altered captions).")
+                "altered captions). Both orders have the same shape, so the order is read from the scores only "
+                "when they clearly show it (the note says so); otherwise it stays blank and Evaluate refuses "
+                "the file until you choose it.")
 _CUSTOM_HELP = ("For a gallery that is not a standard RoCOCO one, set the file's attack to `custom` and give "
                 "`references` (for each query, its correct gallery index or list of indices: a JSON list, or an "
                 ".npy int array with one row per query) and `adversarial` (a boolean mask over the gallery, or the "
@@ -170,7 +172,8 @@ def _intro(captions_per_image) -> str:
     return text + (f"\n\nStandard shapes: image-to-text clean {shape(CLEAN, 'image_to_text')}, text attack "
                    f"{shape('rand_voca', 'image_to_text')}; text-to-image clean {shape(CLEAN, 'text_to_image')}, "
                    f"image attack {shape('mix_seed1', 'text_to_image')}. Put the attack's name in a file's name "
-                   "(`clip_rand_voca.npy`) and its layout is found for you.")
+                   "(`clip_rand_voca.npy`) and its layout is found for you; a text attack's order is read from "
+                   "the scores when they clearly show it, else you choose it.")
 
 
 def _fresh_folder(root: Path) -> Path:

@@ -14,6 +14,7 @@ Example:
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import os
 import platform
@@ -23,12 +24,12 @@ import tempfile
 from pathlib import Path
 
 from . import __version__
-from .layout import ATTACKS, IMAGE_ATTACKS, TEXT_ATTACKS
+from .layout import ATTACKS, CLEAN, DIRECTIONS, IMAGE_ATTACKS, ORDERS, TEXT_ATTACKS
 
 logger = logging.getLogger("rococo_eval")
 
 DEFAULT_OUT = "rococo-report"
-_SPEC = re.compile(r"[a-z0-9_]+(:[a-z_]*){0,2}")
+_SPEC = re.compile(r"[a-z0-9_]+(:[a-z0-9_]*){0,2}")
 
 
 class CommandError(Exception):
@@ -94,8 +95,13 @@ def build_parser() -> argparse.ArgumentParser:
                                 description="Score matrices (queries x gallery, higher = more similar) in .npy, "
                                             ".npz or .safetensors files. Give each as PATH, its gallery read from "
                                             "its shape and file name (rand_voca.npy, blip_mix_seed10.npy), or as "
-                                            "ATTACK[:DIRECTION][:ORDER]=PATH.")
-    score.add_argument("files", nargs="+", metavar="FILE", help="[ATTACK[:DIRECTION][:ORDER]=]PATH")
+                                            "ATTACK:DIRECTION:ORDER=PATH, any part of which may be left out "
+                                            "(rand_voca:dataset=PATH). An attacked image-to-text gallery has the "
+                                            "same shape in the official order (each image's captions, then its 5 "
+                                            "altered ones) and the dataset order (all ground-truth captions, then "
+                                            "all altered ones): give its ORDER, or it is read from the scores when "
+                                            "they clearly show it, and refused when they do not.")
+    score.add_argument("files", nargs="+", metavar="FILE", help="[ATTACK:DIRECTION:ORDER=]PATH")
     score.set_defaults(handler=score_command)
 
     for command in (run, score):
@@ -138,31 +144,45 @@ def run_command(args) -> Path:
 
 
 def score_command(args) -> Path:
-    """``rococo-eval score``: score files in, report out. Returns the report folder."""
+    """``rococo-eval score``: score files in, report out. Returns the report folder.
+
+    Every file's gallery is settled before any is scored, so a file that cannot be placed stops the command
+    before the work.
+    """
     import rococo_recall
 
     from .dataset import RococoSource
     from .report import gallery_key
-    from .scorefiles import choose_layout, read_header, read_scores
+    from .scorefiles import CUSTOM, choose_layout, read_header, read_scores
 
     out = writable_folder(args.out)
     given = [(spec, read_header(path)) for spec, path in map(split_file_argument, args.files)]
     source = RococoSource(args.annotations_dir)
-    results, files = {}, {}
+    planned, files = [], {}
     for spec, info in given:
         path = info.path
-        attack, direction, order = (spec.split(":") + ["", ""])[:3]
-        choice = choose_layout(info.shape, source.captions_per_image, path.name, attack, direction, order)
-        if choice.attack == "custom":
+        attack, direction, order = parse_layout_spec(spec)
+        choice = choose_layout(info.shape, source.captions_per_image, path.name, attack, direction, order,
+                               scores=functools.partial(read_scores, path, info.key))
+        if choice.attack == CUSTOM:
             raise CommandError(f"{path}: custom layouts have no place in a RoCOCO report; score them with "
                                "rococo_recall directly")
+        if not choice.order:
+            raise CommandError(f"{path}: {choice.note}; give it as ATTACK:DIRECTION:ORDER=PATH, here "
+                               f"{choice.attack}:{choice.direction}:official={path} or "
+                               f"{choice.attack}:{choice.direction}:dataset={path}")
         key = gallery_key(choice.attack, choice.direction)
-        if key in results:
+        if key in files:
             raise CommandError(f"{path}: gallery {key} was already given by {files[key]['path']}")
-        (logger.info if spec else logger.warning)("%s: %s", path, choice.note)  # say what was read off the file
-        layout = source.gallery(choice.attack, choice.direction, choice.order)
-        results[key] = rococo_recall.rococo_recall(read_scores(path, info.key), **layout.metric_inputs())
+        decided = choice.order_decision.order if choice.order_decision else ""
+        read_off_the_file = not spec or decided not in ("", order)  # or the scores dispute the given order
+        (logger.warning if read_off_the_file else logger.info)("%s: %s", path, choice.note)
         files[key] = {"path": str(path), "order": choice.order, "note": choice.note}
+        planned.append((key, info, choice))
+    results = {}
+    for key, info, choice in planned:
+        layout = source.gallery(choice.attack, choice.direction, choice.order)
+        results[key] = rococo_recall.rococo_recall(read_scores(info.path, info.key), **layout.metric_inputs())
     write_report(results, out, {"files": files}, quiet=args.quiet)
     return out
 
@@ -200,6 +220,36 @@ def split_file_argument(argument: str) -> tuple[str, Path]:
     if sep and _SPEC.fullmatch(spec):
         return spec, Path(path)
     return "", Path(argument)
+
+
+def parse_layout_spec(spec: str) -> tuple[str, str, str]:
+    """The ``(attack, direction, order)`` a ``score`` argument's ``ATTACK:DIRECTION:ORDER`` gives ("" = not given).
+
+    Each part is known by its value, so any may be left out: ``rand_voca:dataset`` gives the attack and
+    the order, ``dataset`` only the order.
+
+    Example:
+        >>> parse_layout_spec("rand_voca:image_to_text:dataset")
+        ('rand_voca', 'image_to_text', 'dataset')
+        >>> parse_layout_spec("rand_voca:dataset"), parse_layout_spec("")
+        (('rand_voca', '', 'dataset'), ('', '', ''))
+        >>> parse_layout_spec("rand_voca:i2t")
+        Traceback (most recent call last):
+        ...
+        rococo_eval.cli.CommandError: 'i2t' in 'rand_voca:i2t' is not an attack, a direction or an order; ...
+    """
+    kinds = {"attack": (CLEAN,) + ATTACKS + ("custom",), "direction": DIRECTIONS, "order": ORDERS}
+    found = {kind: "" for kind in kinds}
+    for part in filter(None, spec.split(":")):
+        kind = next((kind for kind, values in kinds.items() if part in values), None)
+        if kind is None:
+            raise CommandError(f"{part!r} in {spec!r} is not an attack, a direction or an order; write "
+                               f"ATTACK:DIRECTION:ORDER=PATH with ATTACK one of {', '.join(kinds['attack'])}, "
+                               f"DIRECTION {' or '.join(DIRECTIONS)}, ORDER {' or '.join(ORDERS)}")
+        if found[kind]:
+            raise CommandError(f"{part!r} in {spec!r} gives a second {kind}")
+        found[kind] = part
+    return found["attack"], found["direction"], found["order"]
 
 
 def writable_folder(path) -> Path:

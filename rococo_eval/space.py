@@ -21,7 +21,7 @@ from rococo_recall import rococo_recall
 
 from . import report, scorefiles
 from .captions import find_replacements, highlight
-from .layout import ADVERSARIAL_PER_IMAGE, CLEAN, IMAGE_ATTACKS, TEXT_ATTACKS, caption_offsets, gallery_layout
+from .layout import ADVERSARIAL_PER_IMAGE, IMAGE_ATTACKS, TEXT_ATTACKS, caption_offsets, gallery_layout
 
 logger = logging.getLogger(__name__)
 
@@ -68,14 +68,20 @@ def open_source(images_dir=None):
 
 
 def detect_layouts(paths, captions_per_image) -> list[list[str]]:
-    """One layout row (``LAYOUT_HEADERS``) per uploaded file, from its header: detected, or blank with why."""
+    """One layout row (``LAYOUT_HEADERS``) per uploaded file: detected, or blank with why.
+
+    The shape and name come from the header; the order of an attacked image-to-text gallery comes from the
+    scores when they clearly show it (:func:`rococo_eval.scorefiles.decide_order`), else it stays blank and
+    the note asks for it.
+    """
     rows = []
     for path in paths or []:
         name = Path(path).name
         try:
             info = scorefiles.read_header(path)
             attack = scorefiles.CUSTOM if info.layout_keys else ""
-            choice = scorefiles.choose_layout(info.shape, captions_per_image, name, attack=attack)
+            choice = scorefiles.choose_layout(info.shape, captions_per_image, name, attack=attack,
+                                              scores=functools.partial(scorefiles.read_scores, path, info.key))
             rows.append([name, choice.attack, choice.direction, choice.order, choice.note])
         except ValueError as error:
             rows.append([name, "", "", "", str(error)])
@@ -87,8 +93,9 @@ def evaluate_files(paths, layouts=None, references=None, adversarial=None, *, ca
     """Score every uploaded file on its layout; raise one ``ValueError`` listing every file's problem.
 
     ``layouts`` are rows ``[file, attack, direction, order, ...]``; a file without a row, or blank cells,
-    gets the detected layout. ``references`` and ``adversarial`` are files for custom layouts whose score file
-    does not carry its own.
+    gets the detected layout. An attacked image-to-text gallery whose order is blank and not clear from its
+    scores is refused. ``references`` and ``adversarial`` are files for custom layouts whose score file does
+    not carry its own.
     """
     if not paths:
         raise ValueError("upload at least one score file (.npy, .npz or .safetensors)")
@@ -215,9 +222,12 @@ def _plan(path, name, cells, captions_per_image, references, adversarial):
     attack, direction, order = (cells + ["", "", ""])[:3]
     if not attack and info.layout_keys:
         attack = scorefiles.CUSTOM
-    choice = scorefiles.choose_layout(info.shape, captions_per_image, name, attack, direction, order)
+    choice = scorefiles.choose_layout(info.shape, captions_per_image, name, attack, direction, order,
+                                      scores=functools.partial(scorefiles.read_scores, path, info.key))
+    if not choice.order:
+        raise ValueError(f"{choice.note}; set it in the `order` column of the layout table")
     if choice.attack != scorefiles.CUSTOM:
-        layout = _standard_layout(choice.attack != CLEAN, choice.direction, choice.order, tuple(captions_per_image))
+        layout = _standard_layout(choice.attack, choice.direction, choice.order, tuple(captions_per_image))
         key = report.gallery_key(choice.attack, choice.direction)
         return key, path, info, choice, {"references": layout.references, "adversarial": layout.adversarial}
     inside = scorefiles.read_layout_arrays(path)
@@ -233,9 +243,8 @@ def _plan(path, name, cells, captions_per_image, references, adversarial):
 
 
 @functools.lru_cache(maxsize=8)
-def _standard_layout(attacked, direction, order, captions_per_image):
-    """Layouts are read-only and shared by all requests; all attacks of a direction have the same one."""
-    attack = (TEXT_ATTACKS[0] if direction == "image_to_text" else IMAGE_ATTACKS[0]) if attacked else CLEAN
+def _standard_layout(attack, direction, order, captions_per_image):
+    """Layouts are read-only and shared by all requests; each is built for its own attack (and checked)."""
     return gallery_layout(attack, direction, list(captions_per_image), order)
 
 

@@ -18,6 +18,7 @@ from gradio_client.exceptions import AppError
 from PIL import Image
 
 import app
+from rococo_eval import space
 from rococo_eval.layout import IMAGE_ATTACKS, gallery_layout
 from rococo_eval.report import REFERENCE_RESULTS, write_json
 from rococo_recall import rococo_recall
@@ -85,9 +86,29 @@ def planted(shape, references, adversarial=None, seed=0, dtype=np.float32):
     return scores.astype(dtype)
 
 
-def layout_scores(attack, direction, seed, order="official", dtype=np.float32):
-    layout = gallery_layout(attack, direction, CAPTIONS, order)
+def layout_scores(attack, direction, seed, order="official", dtype=np.float32, captions=CAPTIONS):
+    layout = gallery_layout(attack, direction, captions, order)
     return layout, planted((layout.num_queries, layout.num_gallery), layout.references, layout.adversarial, seed, dtype)
+
+
+DECIDING_CAPTIONS = [5] * 40 + [6] + [5] * 39  # 80 images: enough queries for the scores to show the order
+
+
+def clear_scores(attack, order, seed=0, captions=DECIDING_CAPTIONS):
+    """An attacked image-to-text gallery scored by a model with clear signal: every correct caption +4, the
+    image's own adversarial captions +3, over unit noise; its order shows in the scores."""
+    layout = gallery_layout(attack, "image_to_text", captions, order)
+    scores = np.random.default_rng(seed).standard_normal((layout.num_queries, layout.num_gallery))
+    adversarial = np.flatnonzero(layout.adversarial)
+    for query, references in enumerate(layout.references):
+        scores[query, list(references)] += 4.0
+        scores[query, adversarial[5 * query:5 * query + 5]] += 3.0
+    return layout, scores.astype(np.float32)
+
+
+def rows(*cells):
+    """A layout table for /evaluate: one row ``[file, attack, direction, order]`` per argument."""
+    return {"headers": app.LAYOUT_HEADERS, "data": [list(row) + [""] for row in cells]}
 
 
 def as_saved(result, folder, name="expected"):
@@ -113,8 +134,9 @@ def test_detect(client, tmp_path):
     answer = client.predict([handle_file(tmp_path / name) for name in [*files, "mine.npz"]], api_name="/detect")
     assert answer["headers"] == app.LAYOUT_HEADERS
     rows = {row[0]: row for row in answer["data"]}
-    assert rows["m_rand_voca.npy"][1:4] == ["rand_voca", "image_to_text", "official"]
-    assert "assumed the official order" in rows["m_rand_voca.npy"][4]
+    assert rows["m_rand_voca.npy"][1:4] == ["rand_voca", "image_to_text", ""]  # zeros cannot tell the order
+    assert "the scores do not decide the order" in rows["m_rand_voca.npy"][4]
+    assert "choose the order, official (each image's captions, then its 5 altered ones)" in rows["m_rand_voca.npy"][4]
     assert rows["clean.npy"][1:4] == ["clean", "image_to_text", "official"]
     assert rows["images.npy"][1] == "" and "mix_seed1, mix_seed10, mix_seed100" in rows["images.npy"][4]
     assert rows["broken.npy"][1] == "" and "fits no RoCOCO layout" in rows["broken.npy"][4]
@@ -140,7 +162,7 @@ def test_evaluate_standard_galleries(client, tmp_path):
             save_file({"scores": scores}, str(path))
         expected[f"{attack}/{direction}"] = rococo_recall(scores, **layout.metric_inputs(), k=(1, 5, 10))
         paths.append(path)
-    layouts = {"headers": app.LAYOUT_HEADERS, "data": [["clip_danger.npz", "danger", "", "dataset", ""]]}
+    layouts = rows(["clip_danger.npz", "danger", "", "dataset"], ["clip_rand_voca.npy", "", "", "official"])
     answer = client.predict([handle_file(p) for p in paths], layouts, api_name="/evaluate")
     message, table, chart, download = answer
     saved = saved_results(answer)
@@ -149,8 +171,8 @@ def test_evaluate_standard_galleries(client, tmp_path):
         assert saved["results"][key] == as_saved(result, tmp_path), key
     assert saved["layouts"]["danger/image_to_text"]["order"] == "dataset"
     assert saved["files"]["rand_voca/image_to_text"] == "clip_rand_voca.npy"
-    assert "clip_rand_voca.npy` (30 x 302, float32): rand_voca image-to-text gallery" in message
-    assert "assumed the official order" in message
+    assert "clip_rand_voca.npy` (30 x 302, float32): rand_voca image-to-text gallery in the official order, " \
+           "as chosen" in message
     attacks = [row[table["headers"].index("attack")] for row in table["data"]]
     assert attacks == ["clean", "rand_voca", "danger", "clean", "mix_seed1", "mix_seed10", "mix_seed100",
                        "mix (mean of seeds 1, 10, 100)"]
@@ -164,7 +186,8 @@ def test_evaluate_options(client, tmp_path):
     layout, scores = layout_scores("same_concept", "image_to_text", 3)
     scores = np.round(scores, 1)  # ties
     np.save(tmp_path / "same_concept.npy", scores)
-    answer = client.predict([handle_file(tmp_path / "same_concept.npy")], ties="optimistic", bootstrap=25,
+    answer = client.predict([handle_file(tmp_path / "same_concept.npy")],
+                            rows(["same_concept.npy", "", "", "official"]), ties="optimistic", bootstrap=25,
                             api_name="/evaluate")
     expected = rococo_recall(scores, **layout.metric_inputs(), ties="optimistic", bootstrap=25)
     assert expected != rococo_recall(scores, **layout.metric_inputs(), bootstrap=25)
@@ -217,6 +240,16 @@ ERRORS = [
     ("ints.npy", np.zeros((30, 152), np.int32), None, r"ints.npy: scores must be floats .* got int32"),
     ("vector.npy", np.zeros(152, np.float32), None, r"vector.npy: scores must be a non-empty 2-D matrix"),
     ("objects.npy", np.full((30, 152), None, dtype=object), None, "objects.npy: scores must be floats .* got object"),
+    ("clip_mix_seed1.npy", np.zeros(SHAPES["clean/text_to_image"], np.float32), None,
+     r"clip_mix_seed1.npy: the file name names the attack mix_seed1, but shape \(152, 30\) is that of the clean "
+     r"text_to_image gallery \(a mix_seed1 gallery is \(152, 60\)\): check the file, or choose the attack clean"),
+    ("clean_rand_voca.npy", np.zeros(SHAPES["attacked/image_to_text"], np.float32), None,
+     "clean_rand_voca.npy: the file name 'clean_rand_voca.npy' names clean and rand_voca"),
+    ("m_rand_voca.npy", np.zeros(SHAPES["attacked/image_to_text"], np.float32), None,
+     r"m_rand_voca.npy: rand_voca image-to-text gallery \(shape \(30, 302\); attack named in the file name\); the "
+     r"scores do not decide the order .*: choose the order, official .* or dataset .*; set it in the `order` column"),
+    ("danger.npy", np.zeros(SHAPES["attacked/image_to_text"], np.float32), ["danger.npy", "danger", "", ""],
+     r"danger.npy: danger image-to-text gallery, as chosen; the scores do not decide the order"),
     ("wrong.npy", np.zeros((30, 302), np.float32), ["wrong.npy", "mix_seed1", "", ""],
      r"wrong.npy: mix_seed1/text_to_image expects a \(152, 60\) matrix, got \(30, 302\)"),
     ("typo.npy", np.zeros((30, 302), np.float32), ["typo.npy", "rand-voca", "", ""],
@@ -255,10 +288,70 @@ def test_every_problem_is_reported_at_once(client, tmp_path):
     first = _save(tmp_path, "a_rand_voca.npy", np.zeros((30, 302), np.float32))
     second = _save(tmp_path, "b_rand_voca.npy", np.zeros((30, 302), np.float32))
     third = _save(tmp_path, "c.npy", np.zeros((3, 3), np.float32))
+    layouts = rows(["a_rand_voca.npy", "", "", "official"], ["b_rand_voca.npy", "", "", "dataset"])
     with pytest.raises(AppError) as raised:
-        client.predict([handle_file(p) for p in (first, second, third)], api_name="/evaluate")
+        client.predict([handle_file(p) for p in (first, second, third)], layouts, api_name="/evaluate")
     assert "c.npy: shape (3, 3) fits no RoCOCO layout" in str(raised.value)
     assert "rand_voca/image_to_text: several uploads score this gallery" in str(raised.value)
+
+
+def test_evaluate_waits_for_the_order_of_an_unclear_text_attack(client, tmp_path):
+    """30 images are too few for the scores to show the order: it stays blank until chosen, then it is used."""
+    layout, scores = layout_scores("rand_voca", "image_to_text", 4, order="dataset")
+    path = tmp_path / "m_rand_voca.npy"
+    np.save(path, scores)
+    detected = client.predict([handle_file(path)], api_name="/detect")["data"][0]
+    assert detected[:4] == ["m_rand_voca.npy", "rand_voca", "image_to_text", ""]
+    unclear = r"m_rand_voca.npy: .*: choose the order, .*; set it in the `order` column of the layout table"
+    with pytest.raises(AppError, match=unclear):
+        client.predict([handle_file(path)], api_name="/evaluate")
+    with pytest.raises(AppError, match=unclear):
+        client.predict([handle_file(path)], {"headers": app.LAYOUT_HEADERS, "data": [detected]}, api_name="/evaluate")
+    detected[3] = "dataset"
+    answer = client.predict([handle_file(path)], {"headers": app.LAYOUT_HEADERS, "data": [detected]},
+                            api_name="/evaluate")
+    saved = saved_results(answer)
+    assert saved["results"]["rand_voca/image_to_text"] == as_saved(
+        rococo_recall(scores, **layout.metric_inputs(), k=(1, 5, 10)), tmp_path)
+    assert saved["layouts"]["rand_voca/image_to_text"]["order"] == "dataset"
+
+
+def test_clear_scores_show_their_order(tmp_path):
+    """With 80 images and a model with signal, the order is read from the scores: by the functions and the API."""
+    demo = app.build_app(source=TinySource(DECIDING_CAPTIONS), output_dir=tmp_path / "outputs")
+    client = Client(serve(demo), verbose=False)
+    try:
+        for order, other in (("dataset", "official"), ("official", "dataset")):
+            layout, scores = clear_scores("danger", order)
+            path = tmp_path / order / "vit_danger.npy"
+            path.parent.mkdir()
+            np.save(path, scores)
+            expected = as_saved(rococo_recall(scores, **layout.metric_inputs(), k=(1, 5, 10)), tmp_path)
+            misread = rococo_recall(scores, **gallery_layout("danger", "image_to_text", DECIDING_CAPTIONS,
+                                                             other).metric_inputs())
+            assert misread["recall@1"] < 5 < expected["recall@1"] - 50
+            decided = f"the scores decide the {order} order (of 80 sampled queries"
+
+            [row] = space.detect_layouts([str(path)], DECIDING_CAPTIONS)
+            assert row[1:4] == ["danger", "image_to_text", order] and decided in row[4]
+            evaluation = space.evaluate_files([str(path)], captions_per_image=DECIDING_CAPTIONS)
+            assert as_saved(evaluation.results, tmp_path, "functions") == {"danger/image_to_text": expected}
+            assert decided in evaluation.message
+
+            [row] = client.predict([handle_file(path)], api_name="/detect")["data"]
+            assert row[1:4] == ["danger", "image_to_text", order] and decided in row[4]
+            answer = client.predict([handle_file(path)], api_name="/evaluate")
+            assert saved_results(answer)["results"] == {"danger/image_to_text": expected}
+            assert saved_results(answer)["layouts"]["danger/image_to_text"]["order_decision"]["order"] == order
+            assert decided in answer[0]
+    finally:
+        demo.close()
+
+
+def test_standard_layouts_are_built_for_the_attack_itself():
+    assert space._standard_layout("danger", "image_to_text", "dataset", tuple(CAPTIONS)).num_gallery == 302
+    with pytest.raises(ValueError, match="attack 'mix_seed1' is scored text_to_image, not image_to_text"):
+        space._standard_layout("mix_seed1", "image_to_text", "official", tuple(CAPTIONS))
 
 
 def test_evaluate_refuses_bad_requests(client, tmp_path, monkeypatch):
@@ -302,7 +395,8 @@ def test_compare_shows_references_and_only_this_sessions_results(url, tmp_path):
     assert references["headers"][:3] == ["model", "attack", "direction"] and references["headers"][-1] == "source"
     layout, scores = layout_scores("diff_concept", "image_to_text", 11)
     np.save(tmp_path / "diff_concept.npy", scores)
-    mine.predict([handle_file(tmp_path / "diff_concept.npy")], api_name="/evaluate")
+    mine.predict([handle_file(tmp_path / "diff_concept.npy")], rows(["diff_concept.npy", "", "", "official"]),
+                 api_name="/evaluate")
     compared = mine.predict(api_name="/compare")
     assert len(compared["data"]) == len(REFERENCE_RESULTS) + 1
     assert compared["data"][-1][:3] == ["your upload", "diff_concept", "image_to_text"]

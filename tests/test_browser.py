@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import app
-from test_app import CAPTIONS, TinySource, layout_scores, serve
+from test_app import DECIDING_CAPTIONS, TinySource, clear_scores, serve
 from rococo_recall import rococo_recall
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -24,7 +24,7 @@ def page(tmp_path_factory):
     from playwright import sync_api
 
     assert CHROMIUM.exists(), "the browser test needs Debian's chromium: `make test` installs it with apt-get"
-    demo = app.build_app(source=TinySource(CAPTIONS), output_dir=tmp_path_factory.mktemp("outputs"))
+    demo = app.build_app(source=TinySource(DECIDING_CAPTIONS), output_dir=tmp_path_factory.mktemp("outputs"))
     url = serve(demo)
     with sync_api.sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
@@ -55,8 +55,7 @@ def _upload_and_evaluate(page, path):
 
 
 def test_upload_evaluate_and_read_the_table(page, tmp_path):
-    layout, scores = layout_scores("rand_voca", "image_to_text", seed=2)
-    scores[np.arange(layout.num_queries), [refs[0] for refs in layout.references]] += 1.5  # a model worth attacking
+    layout, scores = clear_scores("rand_voca", "official", seed=2)  # its order shows in the scores
     path = tmp_path / "clip_rand_voca.npy"
     np.save(path, scores)
     expected = rococo_recall(scores, **layout.metric_inputs())
@@ -79,7 +78,7 @@ def test_upload_evaluate_and_read_the_table(page, tmp_path):
                                                                ("false_rate", "false rate")]}
     assert numbers == {name: round(expected[name], 2) for name in numbers}
     assert 0 < numbers["recall@1"] < numbers["clean_recall@1"]
-    assert "assumed the official order" in page.locator("#evaluate-message").inner_text()
+    assert "the scores decide the official order" in page.locator("#evaluate-message").inner_text()
 
 
 def test_a_bad_upload_shows_its_error(page, tmp_path):
@@ -93,3 +92,32 @@ def test_a_bad_upload_shows_its_error(page, tmp_path):
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "browser-error.png"))
     assert any("wrong_shape.npy: shape (3, 3) fits no RoCOCO layout" in text for text in _errors(page))
+
+
+def test_an_unclear_order_is_asked_for_and_then_used(page, tmp_path):
+    """Random scores cannot tell the order: the table leaves it blank, Evaluate refuses; once chosen, it is used."""
+    layout, _ = clear_scores("danger", "dataset")
+    scores = np.random.default_rng(5).standard_normal((layout.num_queries, layout.num_gallery)).astype(np.float32)
+    path = tmp_path / "noise_danger.npy"
+    np.save(path, scores)
+    page.reload(wait_until="load")
+    page.get_by_role("button", name="Evaluate", exact=True).wait_for()
+    _upload_and_evaluate(page, path)
+    page.locator("[data-testid=toast-body].error").get_by_text("noise_danger.npy").wait_for()
+    assert any("set it in the `order` column of the layout table" in text for text in _errors(page))
+    headers, rows = _table(page, "[aria-label=layouts]")
+    assert rows[0][:3] == ["noise_danger.npy", "danger", "image_to_text"]  # and no order
+    assert rows[0][3].startswith("danger image-to-text gallery") and "choose the order" in rows[0][3]
+
+    order_cell = page.get_by_role("grid", name="layouts").get_by_role("row").nth(1).get_by_role("gridcell").nth(3)
+    order_cell.dblclick()
+    page.keyboard.type("dataset")
+    page.keyboard.press("Enter")
+    page.get_by_role("button", name="Evaluate", exact=True).click()
+    page.locator("#results-table").get_by_role("row").filter(has_text=path.name).wait_for()
+    headers, rows = _table(page, "#results-table")
+    shown = dict(zip(headers, rows[0]))
+    expected = rococo_recall(scores, **layout.metric_inputs())
+    assert float(shown["R@1"]) == round(expected["recall@1"], 2)
+    assert "danger image-to-text gallery in the dataset order, as chosen" in \
+        page.locator("#evaluate-message").inner_text()

@@ -10,13 +10,14 @@ import math
 import subprocess
 import sys
 import types
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 import rococo_recall
 from rococo_eval import models
-from rococo_eval.cli import main
+from rococo_eval.cli import CommandError, main, parse_layout_spec, split_file_argument
 from rococo_eval.embeddings import (
     EmbeddingCache,
     adversarial_captions,
@@ -24,7 +25,8 @@ from rococo_eval.embeddings import (
     ground_truth_captions,
     original_images,
 )
-from rococo_eval.layout import CLEAN, IMAGE_TO_TEXT, TEXT_TO_IMAGE
+from rococo_eval.layout import CLEAN, IMAGE_TO_TEXT, TEXT_TO_IMAGE, attack_direction, gallery_layout
+from sparse_files import sparse_npy
 
 
 @pytest.fixture
@@ -62,7 +64,7 @@ def cached_embeddings(cache_dir, name, source, attacks):
     cache = EmbeddingCache(cache_dir / "embeddings")
     sets = {"images": original_images(source), "captions": ground_truth_captions(source)}
     for attack in attacks:
-        text_attack = source.gallery(attack).direction == IMAGE_TO_TEXT
+        text_attack = attack_direction(attack) == IMAGE_TO_TEXT
         sets[attack] = adversarial_captions(source, attack) if text_attack else altered_images(source, attack)
     return model, sets, {key: cache.embeddings(reader, items) for key, items in sets.items()}
 
@@ -72,7 +74,7 @@ def direct_results(source, embeddings, attacks):
     images, captions = embeddings["images"], embeddings["captions"]
     galleries = {(CLEAN, IMAGE_TO_TEXT): images @ captions.T, (CLEAN, TEXT_TO_IMAGE): captions @ images.T}
     for attack in attacks:
-        if source.gallery(attack).direction == IMAGE_TO_TEXT:
+        if attack_direction(attack) == IMAGE_TO_TEXT:
             galleries[attack, IMAGE_TO_TEXT] = images @ np.concatenate([captions, embeddings[attack]]).T
         else:
             galleries[attack, TEXT_TO_IMAGE] = captions @ np.concatenate([images, embeddings[attack]]).T
@@ -163,6 +165,108 @@ def test_score_files(source, tmp_path, capsys):
     assert_report_equals(out, expected)
     report = json.loads((out / "report.json").read_text())
     assert report["meta"]["files"]["clean/text_to_image"]["path"] == str(tmp_path / "t2i.npy")
+
+
+def dataset_order_rand_voca(path, captions_per_image, seed=8):
+    """A rand_voca-like (5000, 50010) float16 matrix in the dataset order: all ground-truth captions, then all
+    adversarial ones (as ``load_queries_and_gallery`` gives them). Embeddings: a caption is its image plus noise,
+    an adversarial caption its image plus less noise, so a model with signal that the attack often fools."""
+    rng = np.random.default_rng(seed)
+    images = rng.standard_normal((len(captions_per_image), 32)).astype(np.float32)
+    ground_truth = np.repeat(images, captions_per_image, axis=0)
+    adversarial = np.repeat(images, 5, axis=0)
+    captions = np.concatenate([ground_truth + 0.8 * rng.standard_normal(ground_truth.shape, np.float32),
+                               adversarial + 0.5 * rng.standard_normal(adversarial.shape, np.float32)])
+    scores = np.lib.format.open_memmap(path, mode="w+", dtype=np.float16, shape=(len(images), len(captions)))
+    for start in range(0, len(images), 500):
+        scores[start:start + 500] = images[start:start + 500] @ captions.T
+    scores.flush()
+    return np.load(path, mmap_mode="r")
+
+
+@pytest.mark.slow
+def test_score_reads_a_dataset_order_matrix_in_the_dataset_order(captions_per_image, tmp_path, caplog, capsys):
+    """The case that gave R@1 0.0: a dataset-order rand_voca matrix, no order given, was scored as official."""
+    path = tmp_path / "mymodel_rand_voca.npy"
+    scores = dataset_order_rand_voca(path, captions_per_image)
+    layouts = {order: gallery_layout("rand_voca", IMAGE_TO_TEXT, captions_per_image, order)
+               for order in ("dataset", "official")}
+    expected = rococo_recall.rococo_recall(scores, **layouts["dataset"].metric_inputs())
+    assert expected["recall@1"] > 60 and expected["false_rate"] > 10
+
+    assert main(["score", str(path), "--out", str(tmp_path / "detected")]) == 0
+    assert_report_equals(tmp_path / "detected", {"rand_voca/image_to_text": expected})
+    meta = json.loads((tmp_path / "detected" / "report.json").read_text())["meta"]["files"]["rand_voca/image_to_text"]
+    assert meta["order"] == "dataset"
+    assert "the scores decide the dataset order (of 512 sampled queries, 0 score their official-order ground " \
+           "truth higher and 511 their dataset-order ground truth)" in meta["note"]
+    assert meta["note"] in caplog.text  # said on the terminal, as a warning
+
+    assert main(["score", f"rand_voca:dataset={path}", "--out", str(tmp_path / "given"), "--quiet"]) == 0
+    assert_report_equals(tmp_path / "given", {"rand_voca/image_to_text": expected})
+    caplog.clear()
+    assert main(["score", f"rand_voca:image_to_text:official={path}", "--out", str(tmp_path / "official")]) == 0
+    official = rococo_recall.rococo_recall(scores, **layouts["official"].metric_inputs())
+    assert_report_equals(tmp_path / "official", {"rand_voca/image_to_text": official})  # used as given
+    assert official["recall@1"] < 1
+    assert "in the official order, as chosen; but the scores decide the dataset order" in caplog.text  # a warning
+    capsys.readouterr()
+
+
+@pytest.mark.parametrize("spec", ["", "rand_voca=", "rand_voca:image_to_text="])
+def test_score_refuses_an_attacked_image_to_text_matrix_whose_order_is_unclear(spec, tmp_path, capsys):
+    """Zeros say nothing about the order: the command names the file and the form that gives the order."""
+    path = sparse_npy(tmp_path / "mymodel_rand_voca.npy", (5000, 50010))
+    assert main(["score", spec + str(path), "--out", str(tmp_path / "report")]) == 1
+    error = capsys.readouterr().err
+    assert f"rococo-eval: error: {path}: rand_voca image-to-text gallery" in error
+    assert "the scores do not decide the order (of 512 sampled queries, 0 score" in error
+    assert (f"give it as ATTACK:DIRECTION:ORDER=PATH, here rand_voca:image_to_text:official={path} or "
+            f"rand_voca:image_to_text:dataset={path}") in error
+    assert not (tmp_path / "report" / "report.json").exists()
+
+
+@pytest.mark.parametrize("name, shape, problem", [
+    ("clip_mix_seed1.npy", (25010, 5000), "names the attack mix_seed1, but shape (25010, 5000) is that of the clean "
+                                          "text_to_image gallery (a mix_seed1 gallery is (25010, 10000))"),
+    ("rand_voca.npy", (5000, 25010), "names the attack rand_voca, but shape (5000, 25010) is that of the clean "
+                                     "image_to_text gallery (a rand_voca gallery is (5000, 50010))"),
+])
+def test_score_refuses_an_attack_name_on_a_clean_matrix(name, shape, problem, tmp_path, capsys):
+    path = sparse_npy(tmp_path / name, shape)
+    assert main(["score", str(path), "--out", str(tmp_path / "report")]) == 1
+    assert problem in capsys.readouterr().err
+    assert not (tmp_path / "report" / "report.json").exists()
+
+
+@pytest.mark.parametrize("spec, expected", [
+    ("", ("", "", "")),
+    ("rand_voca", ("rand_voca", "", "")),
+    ("rand_voca:image_to_text:dataset", ("rand_voca", "image_to_text", "dataset")),
+    ("rand_voca:dataset", ("rand_voca", "", "dataset")),
+    ("rand_voca::official", ("rand_voca", "", "official")),
+    ("dataset", ("", "", "dataset")),
+    ("clean:text_to_image", ("clean", "text_to_image", "")),
+    ("mix_seed10:text_to_image", ("mix_seed10", "text_to_image", "")),
+])
+def test_layout_specs(spec, expected):
+    assert parse_layout_spec(spec) == expected
+
+
+@pytest.mark.parametrize("spec, problem", [
+    ("rand_voca:i2t", "'i2t' in 'rand_voca:i2t' is not an attack, a direction or an order; write "
+                      "ATTACK:DIRECTION:ORDER=PATH with ATTACK one of clean, same_concept"),
+    ("rand_voca:dataset:official", "'official' in 'rand_voca:dataset:official' gives a second order"),
+    ("rand_voca:danger", "'danger' in 'rand_voca:danger' gives a second attack"),
+    ("mix_seed2", "'mix_seed2' in 'mix_seed2' is not an attack"),
+])
+def test_layout_specs_refused(spec, problem):
+    with pytest.raises(CommandError, match=problem):
+        parse_layout_spec(spec)
+
+
+def test_file_arguments_with_digits_in_any_part_are_specs():
+    assert split_file_argument("clean:mix_seed1=x.npy") == ("clean:mix_seed1", Path("x.npy"))
 
 
 def test_score_rejects_a_matrix_of_no_rococo_shape(tmp_path, capsys):

@@ -7,9 +7,11 @@ import pytest
 from safetensors.numpy import save_file
 
 from rococo_eval import scorefiles
-from rococo_eval.layout import IMAGE_ATTACKS, TEXT_ATTACKS
-from rococo_eval.scorefiles import (LayoutChoice, choose_layout, detect_layout, read_adversarial,
-                                    read_header, read_layout_arrays, read_references, read_scores)
+from rococo_eval.layout import (ATTACKS, CLEAN, DIRECTIONS, IMAGE_ATTACKS, ORDERS, TEXT_ATTACKS, attack_direction,
+                                gallery_layout, image_to_text_layout)
+from rococo_eval.scorefiles import (LayoutChoice, OrderDecision, choose_layout, decide_order, detect_layout,
+                                    read_adversarial, read_header, read_layout_arrays, read_references, read_scores)
+from sparse_files import sparse_npy
 
 TINY = [5, 6, 5]  # 3 images, 16 captions: clean i2t (3, 16), attacked i2t (3, 31), clean t2i (16, 3), attacked (16, 6)
 
@@ -234,32 +236,86 @@ def test_bad_side_npy(tmp_path):
 
 
 @pytest.mark.parametrize("shape, file_name, expected", [
-    ((3, 16), "", ("clean", "image_to_text")),
-    ((16, 3), "whatever_rand_voca.npy", ("clean", "text_to_image")),
-    ((3, 31), "clip_rand_voca.npy", ("rand_voca", "image_to_text")),
-    ((3, 31), "BLIP-Same-Concept.npz", ("same_concept", "image_to_text")),
-    ((16, 6), "vse_mix_seed1.npy", ("mix_seed1", "text_to_image")),
-    ((16, 6), "vse_mix_seed10.safetensors", ("mix_seed10", "text_to_image")),
-    ((16, 6), "mix_seed100_vse.npy", ("mix_seed100", "text_to_image")),
-    ((16, 6), "patch-seed10.npy", ("patch_seed10", "text_to_image")),
+    ((3, 16), "", ("clean", "image_to_text", "official")),
+    ((16, 3), "blip_clean.npy", ("clean", "text_to_image", "official")),
+    ((16, 3), "dangerous_model.npy", ("clean", "text_to_image", "official")),  # "dangerous" is not "danger"
+    ((3, 31), "clip_rand_voca.npy", ("rand_voca", "image_to_text", "")),  # the order is not in the shape
+    ((3, 31), "BLIP-Same-Concept.npz", ("same_concept", "image_to_text", "")),
+    ((16, 6), "vse_mix_seed1.npy", ("mix_seed1", "text_to_image", "official")),
+    ((16, 6), "vse_mix_seed10.safetensors", ("mix_seed10", "text_to_image", "official")),
+    ((16, 6), "mix_seed100_vse.npy", ("mix_seed100", "text_to_image", "official")),
+    ((16, 6), "patch-seed10.npy", ("patch_seed10", "text_to_image", "official")),
 ])
 def test_detect_layout(shape, file_name, expected):
     choice = detect_layout(shape, TINY, file_name)
-    assert (choice.attack, choice.direction, choice.order) == expected + ("official",)
+    assert (choice.attack, choice.direction, choice.order) == expected
     assert str(shape) in choice.note
 
 
 @pytest.mark.parametrize("shape, file_name, problem", [
     ((3, 31), "scores.npy", "fits an attacked image_to_text gallery of same_concept, diff_concept, rand_voca, danger"),
     ((3, 31), "endangered.npy", "fits an attacked image_to_text gallery"),
-    ((3, 31), "danger_vs_rand_voca.npy", "choose the attack, or name it in the file name"),
+    ((3, 31), "danger_vs_rand_voca.npy", "the file name 'danger_vs_rand_voca.npy' names danger and rand_voca"),
     ((16, 6), "mix_seed1000.npy", "fits an attacked text_to_image gallery of mix_seed1, mix_seed10, mix_seed100"),
     ((3, 30), "rand_voca.npy", r"shape \(3, 30\) fits no RoCOCO layout \(expected \(3, 16\) for image_to_text clean"),
-    ((16, 6), "danger.npy", "fits an attacked text_to_image gallery"),
+    ((16, 6), "danger.npy", r"the file name names the attack danger, scored image_to_text, but shape \(16, 6\) is "
+                            "that of an attacked text_to_image gallery"),
+    ((16, 6), "clean_t2i.npy", r"the file name says clean but shape \(16, 6\) is that of an attacked text_to_image"),
 ])
 def test_detect_layout_refuses(shape, file_name, problem):
     with pytest.raises(ValueError, match=problem):
         detect_layout(shape, TINY, file_name)
+
+
+@pytest.mark.parametrize("shape, file_name, problem", [
+    # a clean gallery's shape under an attack's name: the old code scored it as clean, ignoring the name
+    ((16, 3), "clip_mix_seed1.npy", r"the file name names the attack mix_seed1, but shape \(16, 3\) is that of the "
+                                    r"clean text_to_image gallery \(a mix_seed1 gallery is \(16, 6\)\)"),
+    ((3, 16), "rand_voca.npy", r"names the attack rand_voca, but shape \(3, 16\) is that of the clean image_to_text "
+                               r"gallery \(a rand_voca gallery is \(3, 31\)\)"),
+    ((16, 3), "whatever_rand_voca.npy", "names the attack rand_voca, but .* clean text_to_image gallery"),
+    ((3, 16), "vse_patch-seed100.npz", "names the attack patch_seed100, but .* clean image_to_text gallery"),
+    # two names, one of which fits the shape: the old code took the one that fits
+    ((3, 31), "rand_voca_vs_mix_seed1.npy", "names rand_voca and mix_seed1: name one gallery in it"),
+    ((3, 31), "clean_and_danger.npy", "names clean and danger"),
+    ((16, 6), "patch_seed10_not_clean.npy", "names patch_seed10 and clean"),
+])
+def test_detect_layout_refuses_a_name_that_contradicts_the_shape(shape, file_name, problem):
+    with pytest.raises(ValueError, match=problem):
+        detect_layout(shape, TINY, file_name)
+    with pytest.raises(ValueError, match=problem):
+        choose_layout(shape, TINY, file_name)
+
+
+def test_a_name_that_contradicts_the_shape_gives_way_to_a_chosen_attack():
+    assert choose_layout((16, 3), TINY, "clip_mix_seed1.npy", attack="clean").direction == "text_to_image"
+    assert choose_layout((3, 31), TINY, "rand_voca_vs_mix_seed1.npy", attack="rand_voca", order="dataset").order == \
+        "dataset"
+
+
+def test_one_caption_per_image_makes_both_clean_galleries_square():
+    """The only shapes two standard galleries share across directions: clean, with one caption per image."""
+    captions = [1, 1, 1, 1]
+    assert [d for _, d in scorefiles.matching_galleries((4, 4), captions)] == list(DIRECTIONS)
+    for call in (lambda: detect_layout((4, 4), captions), lambda: choose_layout((4, 4), captions, attack="clean")):
+        with pytest.raises(ValueError, match=r"shape \(4, 4\) fits both the clean image_to_text and the clean "
+                                             r"text_to_image gallery \(one caption per image\): choose the direction"):
+            call()
+    assert choose_layout((4, 4), captions, attack="clean", direction="text_to_image").direction == "text_to_image"
+    assert detect_layout((4, 8), captions, "mix_seed1.npy").direction == "text_to_image"  # attacked: apart
+    assert detect_layout((4, 24), captions, "danger.npy").direction == "image_to_text"
+
+
+@pytest.mark.parametrize("captions", [TINY, [1] * 4, [5, 6, 5, 5, 6, 5, 5], [2, 7, 1]])
+def test_only_attacked_image_to_text_galleries_depend_on_the_order(captions):
+    """The ambiguity the order decision exists for: every other gallery is the same in both orders."""
+    for attack in (CLEAN,) + ATTACKS:
+        for direction in DIRECTIONS if attack == CLEAN else (attack_direction(attack),):
+            official, dataset = (gallery_layout(attack, direction, captions, order) for order in ORDERS)
+            same = (official.references == dataset.references
+                    and official.adversarial.tolist() == dataset.adversarial.tolist())
+            assert (official.num_queries, official.num_gallery) == (dataset.num_queries, dataset.num_gallery)
+            assert same == (attack == CLEAN or direction == "text_to_image"), (attack, direction)
 
 
 def test_detect_layout_without_captions():
@@ -268,7 +324,7 @@ def test_detect_layout_without_captions():
 
 
 def test_choose_layout():
-    assert choose_layout((3, 31), TINY, "x.npy", attack="danger").order == "official"
+    assert choose_layout((16, 3), TINY, "x.npy", attack="clean", order="dataset").order == "dataset"  # the same
     assert choose_layout((3, 31), TINY, "rand_voca.npy", order="dataset") == LayoutChoice(
         "rand_voca", "image_to_text", "dataset", "rand_voca image-to-text gallery in the dataset order, as chosen")
     assert choose_layout((16, 3), TINY, attack="clean").direction == "text_to_image"
@@ -289,21 +345,12 @@ def test_choose_layout_refuses(kwargs, problem):
         choose_layout((3, 31), TINY, "x.npy", **kwargs)
 
 
-def _sparse_npy(path, shape, dtype=np.float16):
-    """An .npy file of full size whose data is a hole: real RoCOCO shapes without writing or holding the data."""
-    with open(path, "wb") as handle:
-        np.lib.format.write_array_header_1_0(handle, {"descr": np.dtype(dtype).str, "fortran_order": False,
-                                                      "shape": shape})
-        handle.truncate(handle.tell() + int(np.prod(shape)) * np.dtype(dtype).itemsize)
-    return path
-
-
 def test_real_shapes_from_headers(tmp_path, captions_per_image):
     """The four RoCOCO shapes, read from the headers of 250-500 MB sparse files (no data is written or read)."""
     cases = {(5000, 25010): ("clean", "image_to_text"), (5000, 50010): ("danger", "image_to_text"),
              (25010, 5000): ("clean", "text_to_image"), (25010, 10000): ("patch_seed100", "text_to_image")}
     for shape, (attack, direction) in cases.items():
-        path = _sparse_npy(tmp_path / f"blip_{attack}.npy", shape)
+        path = sparse_npy(tmp_path / f"blip_{attack}.npy", shape)
         info = read_header(path)
         assert info.shape == shape
         choice = detect_layout(info.shape, captions_per_image, path.name)
@@ -314,3 +361,124 @@ def test_real_shapes_from_headers(tmp_path, captions_per_image):
     with pytest.raises(ValueError, match=r"fits no RoCOCO layout \(expected \(5000, 25010\) for image_to_text clean, "
                                          r"\(5000, 50010\) for image_to_text attacked, \(25010, 5000\)"):
         detect_layout((5000, 25000), captions_per_image)
+
+
+# The order of an attacked image-to-text gallery, read from the scores (decide_order).
+
+MANY = [5] * 150 + [6] * 5 + [5] * 145  # 300 images: enough sampled queries to decide
+
+
+def model_scores(captions, order, seed=0, signal=3.0, dtype=np.float32):
+    """A model with signal, in ``order``: ground truth +signal, the image's own adversarial captions +0.8 signal."""
+    layout = image_to_text_layout(captions, order=order)
+    scores = np.random.default_rng(seed).standard_normal((layout.num_queries, layout.num_gallery))
+    adversarial = np.flatnonzero(layout.adversarial)
+    for query, references in enumerate(layout.references):
+        scores[query, list(references)] += signal
+        scores[query, adversarial[5 * query:5 * query + 5]] += 0.8 * signal
+    return scores.astype(dtype)
+
+
+def test_model_scores_put_each_images_adversarial_captions_where_the_order_does():
+    official, dataset = (image_to_text_layout(TINY, order=order) for order in ("official", "dataset"))
+    assert np.flatnonzero(official.adversarial)[5:10].tolist() == [16, 17, 18, 19, 20]  # image 1's, after its 6
+    assert np.flatnonzero(dataset.adversarial)[5:10].tolist() == [21, 22, 23, 24, 25]
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+@pytest.mark.parametrize("order", ["official", "dataset"])
+def test_clear_scores_decide_their_order(order, dtype, tmp_path):
+    for seed in range(3):
+        scores = model_scores(MANY, order, seed, dtype=dtype)
+        decision = decide_order(scores, MANY)
+        assert decision.order == order and decision.sampled == 300
+        assert getattr(decision, order) >= 0.9 * (decision.official + decision.dataset) >= 0.9 * 299
+    np.save(tmp_path / "m_rand_voca.npy", scores)
+    mapped = read_scores(tmp_path / "m_rand_voca.npy")
+    assert isinstance(mapped, np.memmap) and decide_order(mapped, MANY) == decision
+    choice = choose_layout(scores.shape, MANY, "m_rand_voca.npy", scores=mapped)
+    assert (choice.attack, choice.order, choice.order_decision) == ("rand_voca", order, decision)
+    assert f"the scores decide the {order} order (of 300 sampled queries," in choice.note
+    given_attack = choose_layout(scores.shape, MANY, "x.npy", attack="danger", scores=lambda: mapped)
+    assert (given_attack.attack, given_attack.order) == ("danger", order)
+
+
+def test_scores_without_signal_decide_nothing():
+    layout = image_to_text_layout(MANY)
+    shape = (layout.num_queries, layout.num_gallery)
+    rng = np.random.default_rng(7)
+    blind = np.broadcast_to(rng.standard_normal(shape[1]), shape)  # image-blind: each caption one score
+    cases = {"constant": np.zeros(shape, np.float16), "blind": blind,
+             "nan": np.full(shape, np.nan, np.float32),
+             **{f"random{seed}": np.random.default_rng(seed).standard_normal(shape) for seed in range(5)}}
+    for name, scores in cases.items():
+        decision = decide_order(scores, MANY)
+        assert decision.order == "", (name, decision)
+        assert decision.official <= 0.7 * 299 and decision.dataset <= 0.7 * 299, (name, decision)
+    assert decide_order(cases["constant"], MANY) == OrderDecision("", 0, 0, 300)
+    choice = choose_layout(shape, MANY, "m_rand_voca.npy", scores=cases["random0"])
+    assert choice.order == "" and choice.order_decision.order == ""
+    assert "the scores do not decide the order (of 300 sampled queries," in choice.note
+    assert "deciding takes at least 50 such queries, 90% of them one way): choose the order, official" in choice.note
+
+
+def test_few_queries_never_decide():
+    """3 images give 1 informative query, however clear the scores: image 0 has the same ground truth in both
+    orders, and image 1's two sets share position 10, its best in the dataset order (a tie)."""
+    decision = decide_order(model_scores(TINY, "dataset", signal=50.0), TINY)
+    assert decision == OrderDecision("", 0, 1, 3)
+
+
+def test_decide_order_samples_a_bounded_number_of_rows():
+    scores = model_scores(MANY, "official", signal=6.0)
+    assert decide_order(scores, MANY, max_rows=60) == OrderDecision("official", 59, 0, 60)
+    assert decide_order(scores, MANY, max_rows=40).order == ""  # 39 informative queries: too few
+
+
+@pytest.mark.parametrize("kwargs, problem", [
+    ({"scores": np.zeros((3, 16))}, r"`scores` must be the \(3, 31\) matrix of an attacked image-to-text gallery, "
+                                    r"got shape \(3, 16\)"),
+    ({"scores": np.zeros(31)}, r"got shape \(31,\)"),
+    ({"scores": np.zeros((3, 31)), "max_rows": 0}, "`max_rows` must be a positive int, got 0"),
+])
+def test_decide_order_refuses(kwargs, problem):
+    with pytest.raises(ValueError, match=problem):
+        decide_order(captions_per_image=TINY, **kwargs)
+
+
+def test_the_order_is_never_assumed():
+    """No order and no scores: the order stays blank. Galleries that are the same in both orders never read
+    the scores."""
+    assert choose_layout((3, 31), TINY, "x.npy", attack="danger").order == ""
+    assert detect_layout((3, 31), TINY, "clip_rand_voca.npy").order == ""
+    assert "the order cannot be read from the shape: choose it, official (each image's captions" in \
+        choose_layout((3, 31), TINY, "clip_rand_voca.npy").note
+    assert choose_layout((3, 31), TINY, "clip_rand_voca.npy", order="official").order == "official"
+
+    def unread():
+        raise AssertionError("the scores were read although nothing needed them")
+
+    assert choose_layout((3, 16), TINY, "clip.npy", scores=unread).order == "official"
+    assert choose_layout((16, 3), TINY, "clip.npy", attack="clean", scores=unread).order == "official"
+    assert choose_layout((16, 6), TINY, "mix_seed1.npy", scores=unread).order == "official"
+
+
+def test_a_given_order_is_used_and_checked_against_the_scores():
+    scores = model_scores(MANY, "dataset")
+    shape = scores.shape
+    agreed = choose_layout(shape, MANY, "m_rand_voca.npy", order="dataset", scores=scores)
+    assert agreed.order == "dataset" and agreed.order_decision.order == "dataset"
+    assert agreed.note.startswith("rand_voca image-to-text gallery in the dataset order, as chosen; the scores "
+                                  "decide the dataset order (of 300 sampled queries")
+    disputed = choose_layout(shape, MANY, "m_rand_voca.npy", order="official", scores=scores)
+    assert disputed.order == "official"  # as given
+    assert "in the official order, as chosen; but the scores decide the dataset order (" in disputed.note
+    assert disputed.note.endswith("): check the order")
+
+
+def test_real_shape_refuses_without_reading_the_matrix(tmp_path, captions_per_image):
+    """A 500 MB RoCOCO-size file of zeros (a hole): the decision reads a few pages and refuses."""
+    path = sparse_npy(tmp_path / "m_danger.npy", (5000, 50010))
+    choice = choose_layout((5000, 50010), captions_per_image, path.name, scores=read_scores(path))
+    assert (choice.attack, choice.order) == ("danger", "")
+    assert choice.order_decision == OrderDecision("", 0, 0, 512)

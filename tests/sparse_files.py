@@ -1,0 +1,12 @@
+"""Score files for tests at RoCOCO size without writing their data: the data is a hole in a sparse file."""
+
+import numpy as np
+
+
+def sparse_npy(path, shape, dtype=np.float16):
+    """An .npy file of zeros whose data is a hole: real RoCOCO shapes without writing or holding the data."""
+    with open(path, "wb") as handle:
+        np.lib.format.write_array_header_1_0(handle, {"descr": np.dtype(dtype).str, "fortran_order": False,
+                                                      "shape": shape})
+        handle.truncate(handle.tell() + int(np.prod(shape)) * np.dtype(dtype).itemsize)
+    return path

@@ -8,7 +8,7 @@ ifneq ($(wildcard $(SHARED_ANNOTATIONS)),)
 export ROCOCO_ANNOTATIONS_DIR ?= $(SHARED_ANNOTATIONS)
 endif
 
-.PHONY: run test test-fast bench clean
+.PHONY: run test test-fast test-numpy1 bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -36,8 +36,24 @@ $(CHROMIUM):
 	$(SUDO) apt-get update -qq
 	$(SUDO) DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null
 
-test: $(VENV)/.installed-test $(CHROMIUM)
+test: $(VENV)/.installed-test $(CHROMIUM) test-numpy1
 	$(BIN)/python -m pytest -q
+
+# evaluate copies rococo_recall.py alone into whatever environment loads it, NumPy 1.x included (no
+# np.bitwise_count there). The metric's tests also run in such an environment: NumPy 1.26, no torch.
+NUMPY1_VENV := .venv-numpy1
+METRIC_TESTS := rococo_recall.py tests/test_metric.py tests/test_metric_wrapper.py tests/test_distributed.py
+$(NUMPY1_VENV)/.installed: Makefile
+	$(PYTHON) -m venv $(NUMPY1_VENV)
+	$(NUMPY1_VENV)/bin/pip install --quiet --upgrade pip
+	# pyarrow 25 and newer import only with NumPy 2.
+	$(NUMPY1_VENV)/bin/pip install --quiet "numpy==1.26.4" "pyarrow<25" "evaluate==0.4.6" datasets pillow requests \
+		tqdm pyyaml "pytest>=8" "hypothesis>=6.100" ml_dtypes
+	touch $@
+
+test-numpy1: $(NUMPY1_VENV)/.installed
+	$(NUMPY1_VENV)/bin/python -c 'import numpy; assert not hasattr(numpy, "bitwise_count"), numpy.__version__'
+	PYTHONPATH=. $(NUMPY1_VENV)/bin/python -m pytest -q $(METRIC_TESTS) -k "not torch"  # no torch there
 
 test-fast: $(VENV)/.installed-test $(CHROMIUM)
 	$(BIN)/python -m pytest -q -m "not slow"
@@ -46,4 +62,4 @@ bench: $(VENV)/.installed-test
 	$(BIN)/python benchmarks/bench_metric.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) $(NUMPY1_VENV) build *.egg-info

@@ -43,7 +43,8 @@ On score matrices without ties the numbers equal the official RoCOCO ``itm_eval`
 _KWARGS_DESCRIPTION = """
 Args:
     predictions: scores, queries x gallery, higher = more similar. A numpy array, a torch tensor on any
-        device (computed there), or nested lists; float16, bfloat16, float32 or float64. Leave out and give
+        device (computed there), or nested lists; float16, bfloat16, float32, float64 or long double (ints
+        up to 2**53 and ml_dtypes' bfloat16/float8 are converted exactly; anything else is refused). Leave out and give
         `query_embeddings` and `gallery_embeddings` instead to score by dot product, block by block.
     references: for each query, the gallery indices that count as correct: an int or a list of ints
         (5 or 6 captions per image for image-to-text queries).
@@ -53,6 +54,8 @@ Args:
     ties: "pessimistic" (default: a wrong item with the same score as the best correct one ranks above it,
         so a constant-score model gets no credit) or "optimistic" (it ranks below).
     per_query: add per-query arrays `rank`, `clean_rank` (0 = correct at rank 1) and `top1_adversarial`.
+    query_index: `add_batch` only, optional (on every batch or on none): one int per query numbering the queries
+        0..N-1; per-query outputs come in that order, whichever batch or process added them.
     bootstrap: number of bootstrap resamples of the queries for 95% confidence intervals (0 = none).
     seed: seed of the bootstrap resampling.
     chunk_size: number of query rows processed at a time (default: about 2 MB of scores).
@@ -112,14 +115,20 @@ class RankAccumulator:
         self._adversarial_arg = adversarial
         self.adversarial = None
         self.num_gallery = None
+        self.num_queries = 0
         self._blocks = []
 
     def update(self, scores, references):
-        """Add the rows of ``scores`` (queries x gallery) and their ``references``."""
+        """Add the rows of ``scores`` (queries x gallery) and their ``references``.
+
+        Every check runs before anything is kept: after a ``ValueError`` the accumulator is as it was.
+        """
         scores = _as_matrix(scores)
-        self._bind_gallery(scores.shape[1])
-        refs, valid = _reference_table(references, scores.shape[0], self.num_gallery, self.adversarial)
-        self._blocks.append(_rank_rows(scores, refs, valid, self.adversarial, self.ties, self.chunk_size))
+        adversarial = self._gallery_mask(scores.shape[1])
+        refs, valid = _reference_table(references, scores.shape[0], len(adversarial), adversarial)
+        block = _rank_rows(scores, refs, valid, adversarial, self.ties, self.chunk_size,
+                           _Origin("predictions", self.num_queries))
+        self._keep(adversarial, [block])
 
     def update_embeddings(self, query_embeddings, gallery_embeddings, references):
         """Add queries given as embeddings; scores are their dot products with ``gallery_embeddings``."""
@@ -130,14 +139,16 @@ class RankAccumulator:
                 f"`query_embeddings` and `gallery_embeddings` must have the same width, got "
                 f"{queries.shape[1]} and {gallery.shape[1]}"
             )
-        self._bind_gallery(gallery.shape[0])
-        refs, valid = _reference_table(references, queries.shape[0], self.num_gallery, self.adversarial)
+        adversarial = self._gallery_mask(gallery.shape[0])
+        refs, valid = _reference_table(references, queries.shape[0], len(adversarial), adversarial)
         on_gpu = _is_torch(queries) and queries.device.type != "cpu"
-        rows = self.chunk_size or _default_rows(self.num_gallery, 4, _GPU_CHUNK_BYTES if on_gpu else _SCORE_BLOCK_BYTES)
+        rows = self.chunk_size or _default_rows(len(adversarial), 4, _GPU_CHUNK_BYTES if on_gpu else _SCORE_BLOCK_BYTES)
+        blocks = []
         for start in range(0, queries.shape[0], rows):
-            block = queries[start:start + rows] @ gallery.T
-            self._blocks.append(_rank_rows(block, refs[start:start + rows], valid[start:start + rows],
-                                           self.adversarial, self.ties, None))
+            scores = queries[start:start + rows] @ gallery.T
+            blocks.append(_rank_rows(scores, refs[start:start + rows], valid[start:start + rows], adversarial,
+                                     self.ties, None, _Origin("embeddings", self.num_queries + start)))
+        self._keep(adversarial, blocks)
 
     def compute(self, k=DEFAULT_K, per_query=False, bootstrap=0, seed=0):
         """Return the metric's outputs for every query added so far."""
@@ -148,14 +159,20 @@ class RankAccumulator:
         return summarize(ranks, self.num_gallery, int(self.adversarial.sum()), k=k, per_query=per_query,
                          bootstrap=bootstrap, seed=seed)
 
-    def _bind_gallery(self, num_gallery):
+    def _gallery_mask(self, num_gallery):
+        """The adversarial mask for a block scoring ``num_gallery`` items; checks only, keeps nothing."""
         if self.num_gallery is None:
-            self.num_gallery = num_gallery
-            self.adversarial = _adversarial_mask(self._adversarial_arg, num_gallery)
-        elif num_gallery != self.num_gallery:
+            return _adversarial_mask(self._adversarial_arg, num_gallery)
+        if num_gallery != self.num_gallery:
             raise ValueError(
                 f"every block must score the same gallery: got {num_gallery} gallery items after {self.num_gallery}"
             )
+        return self.adversarial
+
+    def _keep(self, adversarial, blocks):
+        self.num_gallery, self.adversarial = len(adversarial), adversarial
+        self._blocks.extend(blocks)
+        self.num_queries += sum(len(block.rank) for block in blocks)
 
 
 def rococo_recall(predictions=None, references=None, adversarial=None, k=DEFAULT_K, ties="pessimistic",
@@ -237,18 +254,18 @@ def _percentages(names, counts, num_queries, ks):
     return out
 
 
-def _rank_rows(scores, refs, valid, adversarial, ties, chunk_size):
+def _rank_rows(scores, refs, valid, adversarial, ties, chunk_size, origin):
     if _is_torch(scores):
-        return _rank_rows_torch(scores, refs, valid, adversarial, ties, chunk_size)
+        return _rank_rows_torch(scores, refs, valid, adversarial, ties, chunk_size, origin)
     pessimistic = ties == "pessimistic"
     num_queries, num_gallery = scores.shape
-    ref_scores = scores[np.arange(num_queries)[:, None], refs]
+    compute_dtype = _numpy_compute_dtype(scores.dtype)
+    ref_scores = scores[np.arange(num_queries)[:, None], refs].astype(compute_dtype)
     best = ref_scores.max(axis=1)
     tied_refs = ((ref_scores == best[:, None]) & valid).sum(axis=1) if pessimistic else 0
     above = np.empty(num_queries, dtype=np.int64)
     adversarial_above = np.zeros(num_queries, dtype=np.int64)
     top_checked = np.zeros(num_queries, dtype=bool)
-    compute_dtype = scores.dtype if scores.dtype in (np.float32, np.float64) else np.dtype(np.float32)
     row_sums = np.empty(num_queries, dtype=compute_dtype)
     rows = chunk_size or _default_rows(num_gallery, 4)
     starts = range(0, num_queries, rows)
@@ -289,11 +306,11 @@ def _rank_rows(scores, refs, valid, adversarial, ties, chunk_size):
                 block = block.astype(compute_dtype)
             np.einsum("ij->i", block, out=row_sums[part])
             words = packed_compare(block, best[part], pessimistic, bits)
-            np.sum(np.bitwise_count(words), axis=1, out=above[part])
+            _count_bits(words, out=above[part])
             if not any_adversarial:
                 continue
             words &= adversarial_words
-            np.sum(np.bitwise_count(words), axis=1, out=adversarial_above[part])
+            _count_bits(words, out=adversarial_above[part])
             clean_above = above[part] - adversarial_above[part] - (tied_refs[part] if pessimistic else 0)
             if ((adversarial_above[part] > 0) & (clean_above > 0)).any():
                 top_checked[part] = top_is_adversarial(block, bits)
@@ -305,15 +322,16 @@ def _rank_rows(scores, refs, valid, adversarial, ties, chunk_size):
         with ThreadPoolExecutor(threads) as pool:
             list(pool.map(work, range(threads)))
     for row in np.flatnonzero(~np.isfinite(row_sums)):  # a non-finite score, or finite ones summing past the range
-        if not np.isfinite(scores[row]).all():
-            _raise_not_finite(scores, int(row))
+        values = np.asarray(scores[row], dtype=compute_dtype)
+        if not np.isfinite(values).all():
+            raise origin.error(values, int(row))
     rank = above - tied_refs
     clean_rank = rank - adversarial_above
     top1 = (adversarial_above > 0) & ((clean_rank == 0) | top_checked)
     return QueryRanks(rank, clean_rank, top1)
 
 
-def _rank_rows_torch(scores, refs, valid, adversarial, ties, chunk_size):
+def _rank_rows_torch(scores, refs, valid, adversarial, ties, chunk_size, origin):
     """The same counting on the tensor's own device; only per-query results are copied back, once."""
     import torch
 
@@ -342,39 +360,140 @@ def _rank_rows_torch(scores, refs, valid, adversarial, ties, chunk_size):
             top1.append(~(at_top & ~adversarial_t).any(dim=1))
     finite = torch.cat(finite)
     if not finite.all():
-        _raise_not_finite(scores, int((~finite).nonzero()[0]))
+        row = int((~finite).nonzero()[0])
+        raise origin.error(scores[row].double().cpu().numpy(), row)
     return QueryRanks(torch.cat(rank).cpu().numpy().astype(np.int64),
                       torch.cat(clean_rank).cpu().numpy().astype(np.int64), torch.cat(top1).cpu().numpy())
 
 
-def _raise_not_finite(scores, row):
-    """Name the first non-finite score of ``row`` (a row known to hold one)."""
-    values = scores[row].double().cpu().numpy() if _is_torch(scores) else np.asarray(scores[row], dtype=np.float64)
-    col = int(np.flatnonzero(~np.isfinite(values))[0])
-    raise ValueError(f"`predictions` must be finite: predictions[{row}][{col}] is {values[col]}")
+@dataclass(frozen=True)
+class _Origin:
+    """Where a block of score rows came from, so that a non-finite score is named as the user gave it.
+
+    ``source`` is ``"predictions"`` or ``"embeddings"``; ``first_row`` is the query number of the block's
+    first row among all the queries given so far.
+    """
+
+    source: str
+    first_row: int
+
+    def error(self, values, row):
+        """The ``ValueError`` for ``values``, the scores of the block's row ``row``, one of them non-finite."""
+        col = int(np.flatnonzero(~np.isfinite(values))[0])
+        query = self.first_row + row
+        if self.source == "predictions":
+            return ValueError(f"`predictions` must be finite: predictions[{query}][{col}] is {values[col]}")
+        return ValueError(
+            f"the scores of `query_embeddings` and `gallery_embeddings` must be finite: the dot product of "
+            f"query_embeddings[{query}] and gallery_embeddings[{col}] is {values[col]}, although both are finite "
+            "(it overflows their dtype: normalise the embeddings or pass them in float64)"
+        )
+
+
+if hasattr(np, "bitwise_count"):  # NumPy >= 2.0
+
+    def _count_bits(words, out):
+        """Write into ``out`` the number of set bits in each row of the uint64 matrix ``words``."""
+        np.sum(np.bitwise_count(words), axis=1, out=out)
+
+else:  # pragma: no cover - NumPy 1.x (evaluate supports it): a byte table gives the same counts
+
+    def _count_bits(words, out):
+        """Write into ``out`` the number of set bits in each row of the uint64 matrix ``words``."""
+        _count_bits_by_table(words, out)
+
+
+_BITS_IN_BYTE = np.array([bin(byte).count("1") for byte in range(256)], dtype=np.uint8)
+
+
+def _count_bits_by_table(words, out):
+    """:func:`_count_bits` for NumPy 1.x, one byte-table lookup per byte.
+
+    Example:
+        >>> out = np.empty(2, dtype=np.int64)
+        >>> _count_bits_by_table(np.array([[1, 3], [2**64 - 1, 0]], dtype=np.uint64), out)
+        >>> out.tolist()
+        [3, 64]
+    """
+    np.sum(_BITS_IN_BYTE[words.view(np.uint8)], axis=1, out=out)
+
+
+def _numpy_compute_dtype(dtype):
+    """The dtype a NumPy score matrix is compared in: its own, or float32 for float16 (exact either way)."""
+    return np.dtype(np.float32) if dtype == np.float16 else dtype
+
+
+_NUMPY_FLOATS = (np.float16, np.float32, np.float64, np.longdouble)
+_EXACT_IN_FLOAT64 = 2**53
 
 
 def _as_matrix(values, name="predictions", check_finite=False):
+    """``values`` as a 2-D matrix of a dtype the ranking compares exactly, or a ``ValueError`` naming ``name``.
+
+    Kept as given: NumPy float16/32/64 and long double; torch float16, bfloat16, float32 and float64.
+    Converted exactly: integers and booleans to float64 (integers beyond 2**53 are refused: float64 cannot
+    tell them apart), other floats of at most 16 bits (``ml_dtypes.bfloat16``, float8, torch's float8) to
+    float32. Anything else is refused.
+    """
     if _is_torch(values):
-        matrix = values.detach()
+        matrix = _torch_matrix(values.detach(), name)
     else:
-        matrix = np.asarray(values)
-        if matrix.dtype.kind not in "fiub":
-            raise ValueError(f"`{name}` must hold numbers, got dtype {matrix.dtype}")
-        if matrix.dtype.kind != "f":
-            matrix = matrix.astype(np.float64)
+        try:
+            matrix = np.asarray(values)
+        except (ValueError, TypeError) as error:
+            raise ValueError(f"`{name}` must be a 2-D matrix (queries x gallery) of numbers: {error}") from None
+        matrix = _numpy_matrix(matrix, name)
     if matrix.ndim != 2 or matrix.shape[0] == 0 or matrix.shape[1] == 0:
         raise ValueError(f"`{name}` must be a non-empty 2-D matrix (queries x gallery), got shape {tuple(matrix.shape)}")
-    if _is_torch(matrix) and not matrix.is_floating_point():
-        matrix = matrix.double()
     if check_finite:
-        finite = matrix.isfinite().all() if _is_torch(matrix) else np.isfinite(matrix).all()
-        if not bool(finite):
-            raise ValueError(f"`{name}` must be finite")
+        finite = matrix.isfinite() if _is_torch(matrix) else np.isfinite(matrix)
+        if not bool(finite.all()):
+            row, col = (int(i) for i in (~finite).nonzero()[0]) if _is_torch(matrix) else np.argwhere(~finite)[0]
+            raise ValueError(f"`{name}` must be finite: {name}[{row}][{col}] is {float(matrix[row, col])}")
     return matrix
 
 
+def _numpy_matrix(matrix, name):
+    if matrix.dtype.type in _NUMPY_FLOATS:
+        return matrix
+    if matrix.dtype.kind in "iub":
+        if matrix.dtype.itemsize == 8 and matrix.size and int(np.abs(matrix).max()) > _EXACT_IN_FLOAT64:
+            raise ValueError(f"`{name}` holds integers beyond 2**53, which float64 cannot compare exactly: "
+                             "rescale them or pass floats")
+        return matrix.astype(np.float64)
+    if matrix.dtype.kind in "fV" and matrix.dtype.names is None and matrix.dtype.itemsize <= 2:
+        try:  # a float format of at most 16 bits from ml_dtypes (bfloat16, float8_*): float32 holds it exactly
+            converted = matrix.astype(np.float32)
+        except (TypeError, ValueError):
+            converted = None
+        if converted is not None and np.array_equal(converted.astype(matrix.dtype).view(np.uint8),
+                                                    matrix.view(np.uint8)):
+            return converted
+    raise ValueError(f"`{name}` must hold real numbers (float16, bfloat16, float32, float64, long double, ints), "
+                     f"got dtype {matrix.dtype}")
+
+
+def _torch_matrix(tensor, name):
+    import torch
+
+    if tensor.dtype in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
+        return tensor
+    if tensor.is_floating_point() and tensor.element_size() <= 2:  # float8 formats: float32 holds them exactly
+        return tensor.float()
+    if tensor.dtype == torch.bool or not (tensor.is_floating_point() or tensor.is_complex()):
+        if tensor.element_size() == 8 and tensor.numel() and int(tensor.abs().max()) > _EXACT_IN_FLOAT64:
+            raise ValueError(f"`{name}` holds integers beyond 2**53, which float64 cannot compare exactly: "
+                             "rescale them or pass floats")
+        return tensor.double()
+    raise ValueError(f"`{name}` must hold real numbers (float16, bfloat16, float32, float64, ints), "
+                     f"got dtype {tensor.dtype}")
+
+
 def _adversarial_mask(adversarial, num_gallery):
+    """The boolean mask of the adversarial gallery items, from a mask or from indices.
+
+    An integer array with one entry per gallery item holding only 0s and 1s could be either, so it is refused.
+    """
     if adversarial is None:
         return np.zeros(num_gallery, dtype=bool)
     values = adversarial.detach().cpu().numpy() if _is_torch(adversarial) else np.asarray(adversarial)
@@ -388,6 +507,12 @@ def _adversarial_mask(adversarial, num_gallery):
         return values.copy()
     if len(values) and values.dtype.kind not in "iu":
         raise ValueError(f"`adversarial` must be a boolean mask or a list of ints, got dtype {values.dtype}")
+    if len(values) == num_gallery and num_gallery > 1 and np.isin(values, (0, 1)).all():
+        raise ValueError(
+            f"`adversarial` has one int per gallery item ({num_gallery}), all 0 or 1: it reads as a mask and as "
+            "indices. Pass a boolean mask (e.g. np.asarray(adversarial, dtype=bool)) or the adversarial indices "
+            "(e.g. np.flatnonzero(adversarial))"
+        )
     bad = values[(values < 0) | (values >= num_gallery)]
     if len(bad):
         raise ValueError(f"`adversarial` index {int(bad[0])} is out of range for a gallery of {num_gallery}")
@@ -404,6 +529,9 @@ def _reference_table(references, num_queries, num_gallery, adversarial):
         references = references.detach().cpu().numpy()
     if isinstance(references, np.ndarray) and references.ndim in (1, 2) and references.dtype.kind in "iu":
         table = references.reshape(len(references), -1).astype(np.int64)
+        if table.shape[1] == 0:
+            raise ValueError(f"`references` must hold at least one gallery index per query, got shape "
+                             f"{references.shape}")
         if (table < 0).any():
             row = int(np.argwhere(table < 0)[0][0])
             raise ValueError(f"`references[{row}]` holds a negative index: {references[row]!r}")
@@ -411,6 +539,14 @@ def _reference_table(references, num_queries, num_gallery, adversarial):
         table = _ragged_table(list(references), num_queries)
     if len(table) != num_queries:
         raise ValueError(f"`references` must have one entry per query ({num_queries}), got {len(table)}")
+    full_rows = (table >= 0).sum(axis=1) == num_gallery
+    if num_gallery > 1 and full_rows.any() and np.isin(table[full_rows], (0, 1)).all():
+        row = int(np.flatnonzero(full_rows)[0])
+        raise ValueError(
+            f"`references[{row}]` has one int per gallery item ({num_gallery}), all 0 or 1: it reads as a relevance "
+            "mask, but `references` takes the correct gallery indices of each query "
+            "(e.g. [np.flatnonzero(row).tolist() for row in relevance])"
+        )
     table.sort(axis=1)
     padding = table < 0
     valid = ~padding
@@ -477,9 +613,133 @@ def _is_torch(value):
     return type(value).__module__.startswith("torch")
 
 
+_COMPUTE_ARGUMENTS = ("k", "per_query", "bootstrap", "seed")
+_RANK_FIELDS = (("rank", "int64"), ("clean_rank", "int64"), ("top1_adversarial", "bool"))
+
+# What one process hands to process 0, as one Arrow row under evaluate's column names: the per-query results
+# of its queries, their `query_index` (null when the batches gave none) and the gallery they were ranked on.
+_SHARD_FEATURES = datasets.Features({
+    "predictions": {name: datasets.Sequence(datasets.Value(dtype)) for name, dtype in _RANK_FIELDS},
+    "references": {
+        "query_index": datasets.Sequence(datasets.Value("int64")),
+        "num_gallery": datasets.Value("int64"),
+        "num_adversarial": datasets.Value("int64"),
+        "adversarial_crc32": datasets.Value("int64"),
+        "ties": datasets.Value("string"),
+    },
+})
+
+
+def _check_query_index(query_index, num_queries, earlier):
+    """``query_index`` as int64, checked: one non-negative int per query of a batch, none seen ``earlier``."""
+    values = query_index.detach().cpu().numpy() if _is_torch(query_index) else np.asarray(query_index)
+    if values.shape != (num_queries,):
+        raise ValueError(f"`query_index` must hold one int per query ({num_queries}), got shape {values.shape}")
+    if values.dtype.kind not in "iu":
+        raise ValueError(f"`query_index` must hold ints, got dtype {values.dtype}")
+    if (values < 0).any():
+        raise ValueError(f"`query_index` must be non-negative, got {int(values[values < 0][0])}")
+    unique, counts = np.unique(values, return_counts=True)
+    repeated = unique[counts > 1].tolist() + [index for index in unique.tolist() if index in earlier]
+    if repeated:
+        raise _repeated_query(min(repeated))
+    return values.astype(np.int64)
+
+
+def _repeated_query(index):
+    """The error for a query numbered ``index`` twice."""
+    return ValueError(
+        f"`query_index` {index} was given twice: add every query once (a sampler that pads its shards to equal "
+        "length, as DistributedSampler does, repeats queries; shard without padding instead, e.g. "
+        "range(rank, num_queries, world_size))"
+    )
+
+
+def _shard(accumulator, query_index):
+    """What this process sends to process 0: its per-query results and the gallery they were ranked on."""
+    import zlib
+
+    ranked = accumulator.compute(k=1, per_query=True)
+    return {
+        "predictions": {name: ranked[name] for name, _ in _RANK_FIELDS},
+        "references": {
+            "query_index": None if query_index is None else np.fromiter(query_index, np.int64, len(query_index)),
+            "num_gallery": accumulator.num_gallery,
+            "num_adversarial": ranked["num_adversarial"],
+            "adversarial_crc32": zlib.crc32(np.packbits(accumulator.adversarial).tobytes()),
+            "ties": accumulator.ties,
+        },
+    }
+
+
+def _merge_shards(shards):
+    """The per-query results of every process's shard, checked to come from one gallery, in query order.
+
+    The order is that of ``query_index`` when the batches gave it (it must number the queries 0 to N-1, each
+    once), else process order: process 0's queries in the order they were added, then process 1's, ...
+    """
+    first = shards[0]["references"]
+    for process, shard in enumerate(shards[1:], start=1):
+        other = shard["references"]
+        if other["num_gallery"] != first["num_gallery"]:
+            raise ValueError(f"every process must score the same gallery: process {process} scored "
+                             f"{other['num_gallery']} gallery items, process 0 {first['num_gallery']}")
+        if (other["num_adversarial"], other["adversarial_crc32"]) != (first["num_adversarial"],
+                                                                      first["adversarial_crc32"]):
+            same_count = other["num_adversarial"] == first["num_adversarial"]
+            raise ValueError(f"every process must pass the same `adversarial`: process {process} marks "
+                             f"{other['num_adversarial']} gallery items, process 0 {first['num_adversarial']}"
+                             + (", not the same ones" if same_count else ""))
+        if other["ties"] != first["ties"]:
+            raise ValueError(f"every process must pass the same `ties`: process {process} used {other['ties']!r}, "
+                             f"process 0 {first['ties']!r}")
+        if (other["query_index"] is None) != (first["query_index"] is None):
+            raise ValueError(f"`query_index` must be given on every process or on none: process {process} "
+                             f"{'did not give it' if other['query_index'] is None else 'gave it'}, process 0 "
+                             f"{'did not' if first['query_index'] is None else 'did'}")
+    ranks = [np.concatenate([np.asarray(shard["predictions"][name], dtype=dtype) for shard in shards])
+             for name, dtype in _RANK_FIELDS]
+    if first["query_index"] is not None:
+        index = np.concatenate([np.asarray(shard["references"]["query_index"], dtype=np.int64) for shard in shards])
+        order = np.argsort(index, kind="stable")
+        index = index[order]
+        repeated = index[1:][index[1:] == index[:-1]]
+        if len(repeated):  # on two processes (`add_batch` refuses a repeat on one)
+            raise _repeated_query(repeated[0])
+        gaps = np.flatnonzero(index != np.arange(len(index)))
+        if len(gaps):
+            raise ValueError(f"`query_index` must number the queries from 0 to {len(index) - 1}: {gaps[0]} is missing")
+        ranks = [values[order] for values in ranks]
+    return QueryRanks(*ranks), int(first["num_gallery"]), int(first["num_adversarial"])
+
+
+def _torch_distributed_group():
+    """``(rank, world size)`` in torch.distributed's default group when one is initialised, else None."""
+    import sys
+
+    if "torch" not in sys.modules:  # a program that has not imported torch has no process group
+        return None
+    import torch.distributed as dist
+
+    if not dist.is_available() or not dist.is_initialized():
+        return None
+    return dist.get_rank(), dist.get_world_size()
+
+
 @evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
 class RococoRecall(evaluate.Metric):
-    """The RoCOCO Recall metric; ``compute`` and ``add_batch`` take score matrices directly (no Arrow)."""
+    """The RoCOCO Recall metric; ``compute`` and ``add_batch`` take score matrices directly (no Arrow).
+
+    Loaded with ``num_process=n, process_id=i`` (one per process), each process adds its own queries and calls
+    ``compute``: process 0 returns the result over the queries of all the processes, the others ``None``. Only
+    per-query results travel: through ``torch.distributed`` when its default group has ``n`` processes, else
+    through evaluate's cache files (``cache_dir`` on a file system that every process sees).
+    """
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._accumulator = None  # the per-query ranks of the batches added so far (a RankAccumulator)
+        self._query_index = None  # their `query_index` values, in the order added (a dict used as a set)
 
     def _info(self):
         return evaluate.MetricInfo(
@@ -495,40 +755,123 @@ class RococoRecall(evaluate.Metric):
         )
 
     def add_batch(self, *, predictions=None, references=None, adversarial=None, ties="pessimistic",
-                  chunk_size=None, query_embeddings=None, gallery_embeddings=None):
-        """Reduce a block of query rows to per-query ranks; the rows themselves are not kept."""
-        accumulator = getattr(self, "_accumulator", None)
-        if accumulator is None:
-            accumulator = self._accumulator = RankAccumulator(adversarial, ties, chunk_size)
+                  chunk_size=None, query_embeddings=None, gallery_embeddings=None, query_index=None):
+        """Reduce a block of query rows to per-query ranks; the rows themselves are not kept.
+
+        ``query_index`` (optional: one int per row, on every batch or on none) numbers the queries from 0;
+        ``compute`` then returns the per-query results in that order, whichever batch or process added them.
+        Every check runs before anything is kept: after a ``ValueError`` the metric is as it was.
+        """
+        accumulator = self._accumulator
+        first = accumulator is None
+        if first:
+            accumulator = RankAccumulator(adversarial, ties, chunk_size)
         elif ties != accumulator.ties:
             raise ValueError(f"`ties` changed between batches: {accumulator.ties!r} then {ties!r}")
         elif adversarial is not None and not np.array_equal(
                 _adversarial_mask(adversarial, accumulator.num_gallery), accumulator.adversarial):
             raise ValueError("`adversarial` changed between batches: pass the same mask or indices to every batch")
+        elif (query_index is None) != (self._query_index is None):
+            raise ValueError("`query_index` must be given with every batch or with none")
+        if predictions is not None and (query_embeddings is not None or gallery_embeddings is not None):
+            raise ValueError("give either `predictions` or `query_embeddings` and `gallery_embeddings`, not both")
+        if predictions is None and (query_embeddings is None or gallery_embeddings is None):
+            raise ValueError("`predictions` is required (or both `query_embeddings` and `gallery_embeddings`)")
+        index = None
+        if query_index is not None:  # its length is checked against the rows before any row is kept
+            if predictions is not None:
+                predictions = _as_matrix(predictions)
+                index = _check_query_index(query_index, predictions.shape[0], self._query_index or {})
+            else:
+                query_embeddings = _as_matrix(query_embeddings, name="query_embeddings")
+                index = _check_query_index(query_index, query_embeddings.shape[0], self._query_index or {})
         if predictions is not None:
             accumulator.update(predictions, references)
         else:
             accumulator.update_embeddings(query_embeddings, gallery_embeddings, references)
+        if first:
+            self._accumulator, self._query_index = accumulator, None if index is None else {}
+        if index is not None:
+            self._query_index.update(dict.fromkeys(index.tolist()))
 
-    def add(self, *, prediction=None, reference=None, **kwargs):
+    def add(self, *, prediction=None, reference=None, query_index=None, **kwargs):
         """Add one query: ``prediction`` is its row of scores, ``reference`` its correct gallery indices."""
-        self.add_batch(predictions=[prediction], references=[reference], **kwargs)
+        self.add_batch(predictions=[prediction], references=[reference],
+                       query_index=None if query_index is None else [query_index], **kwargs)
 
     def compute(self, *, predictions=None, references=None, **kwargs):
-        """Compute the metric on ``predictions`` or, without them, on the batches added so far."""
-        accumulator = getattr(self, "_accumulator", None)
-        self._accumulator = None
+        """Compute the metric on ``predictions`` or, without them, on the batches added so far.
+
+        With ``num_process > 1``, process 0 returns the result over the queries of every process and the
+        others ``None``; ``compute(predictions=...)`` then adds this process's queries first. A result starts
+        the metric afresh. A ``ValueError`` leaves it as it was, except once the processes have exchanged
+        their results (process 0 then checks that they scored the same gallery): the batches are spent.
+        """
+        _, world_size = _torch_distributed_group() or (0, 1)
+        if world_size > 1 and self.num_process == 1:
+            logger.warning("torch.distributed has %d processes but the metric was loaded with num_process=1: this "
+                           "result covers this process's queries only; load it with num_process=world size and "
+                           "process_id=rank to get the result over all of them on process 0", world_size)
+        accumulator = self._accumulator
         if predictions is None and kwargs.get("query_embeddings") is None:
             if accumulator is None:
                 raise ValueError("`predictions` is required (or batches added with `add_batch`)")
-            unused = sorted(set(kwargs) - {"k", "per_query", "bootstrap", "seed"})
+            unused = sorted(set(kwargs) - set(_COMPUTE_ARGUMENTS))
             if unused:
                 raise ValueError(f"{unused} belong to `add_batch`; `compute()` after batches takes only "
                                  "`k`, `per_query`, `bootstrap` and `seed`")
-            return accumulator.compute(**kwargs)
+            return self._compute_batches(**kwargs)
         if accumulator is not None:
             raise ValueError("batches were added with `add_batch`: call `compute()` without `predictions`")
-        return self._compute(predictions=predictions, references=references, **kwargs)
+        if self.num_process == 1 and kwargs.get("query_index") is None:
+            return rococo_recall(predictions, references, **kwargs)
+        options = {key: kwargs.pop(key) for key in _COMPUTE_ARGUMENTS if key in kwargs}
+        self.add_batch(predictions=predictions, references=references, **kwargs)
+        try:
+            return self._compute_batches(**options)
+        finally:  # after an error too: the metric had no batches before this call
+            self._accumulator = self._query_index = None
 
-    def _compute(self, predictions=None, references=None, **kwargs):
-        return rococo_recall(predictions, references, **kwargs)
+    def _compute_batches(self, k=DEFAULT_K, per_query=False, bootstrap=0, seed=0):
+        """The result over the batches added (on every process); they are dropped once it is computed."""
+        accumulator = self._accumulator
+        _check_k(k, accumulator.num_gallery)  # before the processes exchange anything
+        if not _is_int(bootstrap) or bootstrap < 0:
+            raise ValueError(f"`bootstrap` must be a non-negative int, got {bootstrap!r}")
+        shard = _shard(accumulator, self._query_index)
+        if self.num_process == 1:
+            shards = [shard]
+        else:
+            shards = self._gather(shard)
+            self._accumulator = self._query_index = None  # exchanged: spent on every process
+            if shards is None:
+                return None
+        ranks, num_gallery, num_adversarial = _merge_shards(shards)
+        result = summarize(ranks, num_gallery, num_adversarial, k=k, per_query=per_query, bootstrap=bootstrap,
+                           seed=seed)
+        self._accumulator = self._query_index = None
+        return result
+
+    def _gather(self, shard):
+        """Every process's shard on process 0, in process order; ``None`` on the others."""
+        rank, world_size = _torch_distributed_group() or (None, None)
+        if world_size == self.num_process:
+            if rank != self.process_id:
+                raise ValueError(f"`process_id` is {self.process_id} but this process has torch.distributed rank "
+                                 f"{rank}: load the metric with process_id=torch.distributed.get_rank()")
+            import torch.distributed as dist
+
+            shards = [None] * self.num_process if rank == 0 else None
+            dist.gather_object(shard, shards, dst=0)
+            return shards
+        # evaluate's own mechanism: a rendez-vous, one cache file per process, process 0 reads them all
+        super().add_batch(predictions=[shard["predictions"]], references=[shard["references"]])
+        return super().compute()
+
+    def _infer_feature_from_batch(self, batch):
+        """evaluate's cache files hold one shard of per-query results per process, never score rows."""
+        return _SHARD_FEATURES
+
+    def _compute(self, predictions=None, references=None):
+        """On process 0, inside evaluate's ``compute``: the shards read back from every process's cache file."""
+        return [{"predictions": shard, "references": gallery} for shard, gallery in zip(predictions, references)]

@@ -1,0 +1,86 @@
+"""Shared cases of the metric's tests: random inputs, the expected outputs by sorting, and refused inputs."""
+
+import math
+
+import numpy as np
+import pytest
+
+from reference_metric import sorted_ranks
+
+
+def random_case(rng, num_queries, num_gallery, num_adversarial, max_refs=3, levels=None):
+    """A random score matrix with references avoiding the adversarial items; `levels` makes ties."""
+    if levels:
+        scores = rng.integers(0, levels, (num_queries, num_gallery)).astype(np.float32)
+    else:
+        scores = rng.standard_normal((num_queries, num_gallery)).astype(np.float32)
+    adversarial = np.zeros(num_gallery, dtype=bool)
+    adversarial[rng.choice(num_gallery, num_adversarial, replace=False)] = True
+    clean = np.flatnonzero(~adversarial)
+    references = [rng.choice(clean, rng.integers(1, max_refs + 1), replace=False).tolist()
+                  for _ in range(num_queries)]
+    return scores, references, adversarial
+
+
+def embedding_case(seed=8):
+    """Query and gallery embeddings with references and an adversarial mask, and their score matrix."""
+    rng = np.random.default_rng(seed)
+    queries = rng.standard_normal((33, 16)).astype(np.float32)
+    gallery = rng.standard_normal((45, 16)).astype(np.float32)
+    _, references, adversarial = random_case(rng, 33, 45, 15)
+    return queries, gallery, references, adversarial, queries @ gallery.T
+
+
+def expected_outputs(scores, references, adversarial, ties, ks):
+    rank, clean_rank, top1 = sorted_ranks(scores, references, adversarial, ties)
+    out = {}
+    for prefix, r in (("", rank), ("clean_", clean_rank)):
+        recalls = [100.0 * np.sum(r < k) / len(r) for k in ks]
+        out.update({f"{prefix}recall@{k}": v for k, v in zip(ks, recalls)})
+        out[f"{prefix}r_mean"] = sum(recalls) / len(recalls)
+    out["false_rate"] = 100.0 * top1.sum() / len(top1)
+    clean_top1 = clean_rank == 0
+    out["attack_success_rate"] = (100.0 * np.sum(clean_top1 & (rank > 0)) / clean_top1.sum()
+                                  if clean_top1.any() else math.nan)
+    return out, (rank, clean_rank, top1)
+
+
+def assert_same(result, expected):
+    for key, value in expected.items():
+        if math.isnan(value):
+            assert math.isnan(result[key]), key
+        else:
+            assert result[key] == pytest.approx(value, abs=1e-12), key
+
+
+# Inputs the metric refuses, and what it says (the README's metric card lists them).
+BAD_INPUTS = [
+    (dict(predictions=[1.0, 2.0]), "`predictions` must be a non-empty 2-D matrix.*shape \\(2,\\)"),
+    (dict(predictions=[[0.1, float("nan")], [0.2, 0.3]]), "`predictions` must be finite: predictions\\[0\\]\\[1\\] is nan"),
+    (dict(predictions=[[0.1, 0.5], [0.2, -float("inf")]]), "predictions\\[1\\]\\[1\\] is -inf"),
+    (dict(references=[0]), "`references` must have one entry per query \\(2\\), got 1"),
+    (dict(references=[0, []]), "`references\\[1\\]` is empty"),
+    (dict(references=[0, 5]), "`references\\[1\\]` holds 5, out of range for a gallery of 3"),
+    (dict(references=[0, -1]), "`references\\[1\\]` holds a negative index"),
+    (dict(references=[0, "a"]), "`references\\[1\\]` must be an int or a list of ints, got 'a'"),
+    (dict(references=[0, 2], adversarial=[2]), "`references\\[1\\]` points at gallery item 2.*adversarial"),
+    (dict(adversarial=[True, False]), "`adversarial` mask must have one entry per gallery item \\(3\\), got 2"),
+    (dict(adversarial=[7]), "`adversarial` index 7 is out of range for a gallery of 3"),
+    (dict(ties="random"), "`ties` must be one of \\('pessimistic', 'optimistic'\\), got 'random'"),
+    (dict(k=0), "`k` values must be ints from 1 to the gallery size 3, got 0"),
+    (dict(k=(1, 4)), "`k` values must be ints from 1 to the gallery size 3, got 4"),
+    (dict(chunk_size=0), "`chunk_size` must be a positive int, got 0"),
+    (dict(bootstrap=-1), "`bootstrap` must be a non-negative int, got -1"),
+    (dict(references=np.zeros((2, 0), dtype=int)), "`references` must hold at least one gallery index per query, "
+                                                   "got shape \\(2, 0\\)"),
+    (dict(references=np.array([[1, 0, 0], [0, 1, 0]])), "`references\\[0\\]` has one int per gallery item \\(3\\), "
+                                                         "all 0 or 1: it reads as a relevance mask"),
+    (dict(references=[[1, 0, 0], 1]), "`references\\[0\\]` has one int per gallery item \\(3\\), all 0 or 1"),
+    (dict(adversarial=[0, 0, 1]), "`adversarial` has one int per gallery item \\(3\\), all 0 or 1: it reads as a "
+                                  "mask and as indices. Pass a boolean mask"),
+    (dict(adversarial=[0.0, 2.0]), "`adversarial` must be a boolean mask or a list of ints, got dtype float64"),
+    (dict(predictions=[[0.9, 0.1], [0.2]]), "`predictions` must be a 2-D matrix \\(queries x gallery\\) of numbers"),
+    (dict(predictions=[["a", "b", "c"], ["d", "e", "f"]]), "`predictions` must hold real numbers .*got dtype <U1"),
+    (dict(predictions=np.array([[1 + 1j, 0, 0], [0, 1, 0]])), "`predictions` must hold real numbers .*complex128"),
+    (dict(predictions=np.array([[2**60, 2**60 + 1, 0], [0, 1, 0]])), "`predictions` holds integers beyond 2\\*\\*53"),
+]

@@ -1,0 +1,45 @@
+"""The metric on torch tensors: every dtype and the tensor's own device agree with NumPy."""
+
+import numpy as np
+import pytest
+import torch
+
+from metric_cases import BAD_INPUTS, embedding_case, random_case
+from rococo_recall import rococo_recall as compute
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
+@pytest.mark.parametrize("ties", ["pessimistic", "optimistic"])
+def test_torch_inputs_match_numpy(dtype, ties):
+    rng = np.random.default_rng(3)
+    scores, references, adversarial = random_case(rng, 40, 70, 20, levels=40)
+    tensor = torch.from_numpy(scores).to(dtype)
+    exact = tensor.to(torch.float64).numpy()
+    result = compute(tensor, references, torch.from_numpy(adversarial), ties=ties, chunk_size=9, per_query=True)
+    expected = compute(exact, references, adversarial, ties=ties, per_query=True)
+    for key in ("recall@1", "recall@10", "false_rate", "clean_recall@5", "attack_success_rate"):
+        np.testing.assert_equal(result[key], expected[key])
+    np.testing.assert_array_equal(result["rank"], expected["rank"])
+    np.testing.assert_array_equal(result["top1_adversarial"], expected["top1_adversarial"])
+
+
+def test_embeddings_equal_scores_torch():
+    queries, gallery, references, adversarial, scores = embedding_case()
+    expected = compute(scores, references, adversarial, per_query=True)
+    queries, gallery = torch.from_numpy(queries), torch.from_numpy(gallery)
+    result = compute(query_embeddings=queries, gallery_embeddings=gallery, references=references,
+                     adversarial=adversarial, chunk_size=4, per_query=True)
+    np.testing.assert_array_equal(result["rank"], expected["rank"])
+    assert result["r_mean"] == expected["r_mean"]
+
+
+@pytest.mark.parametrize("overrides, message", BAD_INPUTS)
+def test_bad_input_is_refused_by_name_torch(overrides, message):
+    kwargs = dict(predictions=[[0.9, 0.1, 0.5], [0.2, 0.8, 0.1]], references=[0, 1], k=1)
+    kwargs.update(overrides)
+    try:
+        kwargs["predictions"] = torch.tensor(kwargs["predictions"])
+    except (ValueError, TypeError):  # ragged lists, strings, ...: torch itself refuses them
+        return
+    with pytest.raises(ValueError, match=message):
+        compute(**kwargs)

@@ -49,7 +49,7 @@ from PIL import Image
 
 from .annotations import AnnotationError, read_annotation_file, resolve_annotations_dir
 from .captions import find_replacements
-from .download import COCO_IMAGE_BASE_URL, CorruptImageError, default_cache_dir, download_coco_images
+from .download import CorruptImageError, default_cache_dir, download_coco_images
 from .images import alter_image, encode_jpeg, load_mix_table
 from .layout import (
     ADVERSARIAL_PER_IMAGE,
@@ -194,6 +194,20 @@ def _direction(attack: str, direction: str | None) -> str:
     if attack == CLEAN:
         raise ValueError("`direction` is required for the clean gallery: 'image_to_text' or 'text_to_image'")
     return attack_direction(attack)
+
+
+def _order(attack: str, direction: str, order: str | None) -> str:
+    """``order``, which may be left out only where both orders are the same gallery (never guessed)."""
+    if order is not None:
+        return order
+    if attack != CLEAN and direction == IMAGE_TO_TEXT:
+        raise ValueError(
+            f"`order` is required for the attacked image-to-text gallery of {attack}, where the two orders differ: "
+            "'dataset' when the gallery follows the exported splits (original, then adversarial, as "
+            "load_queries_and_gallery returns them), 'official' for the official itm_eval order (each image's "
+            "captions, then its 5 adversarial ones)"
+        )
+    return "official"  # a clean or text-to-image gallery: the official and dataset orders coincide
 
 
 def _image_attack(attack: str) -> tuple[str, int]:
@@ -358,7 +372,7 @@ class RococoSource:
         image.load()
         return image
 
-    def gallery(self, attack: str, direction: str | None = None, order: str = "official") -> GalleryLayout:
+    def gallery(self, attack: str, direction: str | None = None, order: str | None = None) -> GalleryLayout:
         """The layout of one gallery: queries, ``references``, ``adversarial`` mask and gallery order.
 
         Args:
@@ -366,14 +380,18 @@ class RococoSource:
             direction: ``"image_to_text"`` or ``"text_to_image"``; None means the attack's own direction
                 (required for ``"clean"``).
             order: ``"official"`` (the official ``itm_eval`` order) or ``"dataset"`` (the order of the
-                exported splits listed by :func:`dataset_splits`).
+                exported splits listed by :func:`dataset_splits`). Required for an attacked image-to-text
+                gallery, the one gallery where the two orders differ; elsewhere None gives the one order.
 
         Example:
-            >>> layout = RococoSource().gallery("rand_voca")
+            >>> layout = RococoSource().gallery("rand_voca", order="official")
             >>> layout.num_queries, layout.num_gallery, layout.num_adversarial, layout.references[83]
             (5000, 50010, 25000, (830, 831, 832, 833, 834, 835))
+            >>> RococoSource().gallery("mix_seed1").num_gallery  # text-to-image: one order
+            10000
         """
         direction = _direction(attack, direction)
+        order = _order(attack, direction, order)
         key = (attack, direction, order)
         if key not in self._layouts:
             self._layouts[key] = gallery_layout(attack, direction, self.captions_per_image, order)
@@ -431,7 +449,7 @@ def _layout_hint(root: Path, relative: str) -> str:
     return ""
 
 
-def fetch_images(source=None, dest_root=None, *, base_url=COCO_IMAGE_BASE_URL, workers: int = 8,
+def fetch_images(source=None, dest_root=None, *, base_url=None, workers: int = 8,
                  progress: bool = False) -> Path:
     """Download the 5,000 COCO test images one by one into ``dest_root/val2014/``: parallel, resumable, verified.
 
@@ -443,7 +461,8 @@ def fetch_images(source=None, dest_root=None, *, base_url=COCO_IMAGE_BASE_URL, w
             pinned download) to read the list of test images from.
         dest_root: the COCO root to fill; None uses ``<cache>/coco`` (see
             :func:`~rococo_eval.download.default_cache_dir`).
-        base_url: COCO's image server, or a mirror (``http(s)://``, ``file://`` or a folder) laid out the same.
+        base_url: COCO's image server, or a mirror (``http(s)://``, ``file://`` or a folder) laid out the same;
+            None uses ``$ROCOCO_IMAGE_BASE_URL``, else COCO's server.
         workers: parallel downloads.
         progress: show a progress bar.
 
@@ -476,7 +495,7 @@ def tables_of(configs: Iterable[str]) -> list[str]:
 
 
 def open_source(configs: Iterable[str], annotations_dir=None, images_dir=None, cache_dir=None, *,
-                image_base_url=COCO_IMAGE_BASE_URL, download_workers: int = 8, progress: bool = False) -> RococoSource:
+                image_base_url=None, download_workers: int = 8, progress: bool = False) -> RococoSource:
     """A source ready to build ``configs``: every annotation file they read checked, every image they need present.
 
     Without ``images_dir``, configs with images download the 5,000 test images into ``<cache_dir>/coco``
@@ -597,7 +616,7 @@ def _source_for(annotations_dir: Path) -> RococoSource:
     return RococoSource(annotations_dir)
 
 
-def metric_inputs(attack: str, direction: str | None = None, order: str = "official",
+def metric_inputs(attack: str, direction: str | None = None, order: str | None = None,
                   annotations_dir=None) -> dict:
     """What the RoCOCO Recall metric takes besides the scores: ``references`` and the ``adversarial`` mask.
 
@@ -615,7 +634,8 @@ def metric_inputs(attack: str, direction: str | None = None, order: str = "offic
     Args:
         attack: ``"clean"`` or an attack.
         direction: ``"image_to_text"`` or ``"text_to_image"``; None means the attack's own (required for clean).
-        order: ``"official"`` or ``"dataset"``.
+        order: ``"official"`` or ``"dataset"``; required for an attacked image-to-text gallery, the one gallery
+            where the two orders differ (scores in one order scored in the other would be silently wrong).
         annotations_dir: as for :class:`RococoSource`; only the clean file is read.
 
     Example:
@@ -626,6 +646,10 @@ def metric_inputs(attack: str, direction: str | None = None, order: str = "offic
         Traceback (most recent call last):
         ...
         ValueError: `direction` is required for the clean gallery: 'image_to_text' or 'text_to_image'
+        >>> metric_inputs("danger")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        ValueError: `order` is required for the attacked image-to-text gallery of danger, where the two orders differ: ...
     """
     _direction(attack, direction)
     folder = resolve_annotations_dir(annotations_dir, names=(CLEAN,))

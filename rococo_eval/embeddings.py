@@ -255,7 +255,8 @@ def score_model(model, source, attacks: Sequence[str], cache: EmbeddingCache) ->
                                   dynamic_ncols=True):
         queries, originals = (images, captions) if direction == IMAGE_TO_TEXT else (captions, images)
         key = f"{attack}/{direction}"
-        results[key] = score_gallery(source.gallery(attack, direction), queries, originals, altered.get(attack))
+        results[key] = score_gallery(source.gallery(attack, direction, "official"), queries, originals,
+                                     altered.get(attack))
         logger.info("%s: R@1 %.2f", key, results[key]["recall@1"])
     return results
 

@@ -11,7 +11,9 @@ import functools
 import io
 import json
 import shutil
+import socket
 import threading
+import time
 import zlib
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -106,7 +108,7 @@ def test_source_reads_each_file_once(annotations_dir, monkeypatch):
                         lambda name, *args, **kwargs: reads.append(name) or real(name, *args, **kwargs))
     source = RococoSource(annotations_dir)
     for _ in range(2):
-        source.ground_truth_captions(), source.adversarial_captions("danger"), source.gallery("danger")
+        source.ground_truth_captions(), source.adversarial_captions("danger"), source.gallery("danger", order="dataset")
     assert reads == ["clean", "danger"]
 
 
@@ -119,6 +121,7 @@ def test_source_reads_each_file_once(annotations_dir, monkeypatch):
     (lambda s: s.gallery("rand_voca", "text_to_image"), "scored image_to_text, not text_to_image"),
     (lambda s: s.gallery("rand_voca", order="sorted"), "`order` must be one of"),
     (lambda s: s.gallery("randvoca"), "`attack` must be one of.*'randvoca'"),
+    (lambda s: s.gallery("rand_voca"), "`order` is required for the attacked image-to-text gallery of rand_voca"),
 ])
 def test_source_rejects_bad_arguments(source, call, match):
     with pytest.raises(ValueError, match=match):
@@ -131,7 +134,7 @@ def test_source_without_images_says_how_to_get_them(annotations_dir):
 
 
 def test_source_gallery_matches_the_protocol(source):
-    layout = source.gallery("rand_voca")
+    layout = source.gallery("rand_voca", order="official")
     assert (layout.num_queries, layout.num_gallery, layout.num_adversarial) == (5000, 50010, 25000)
     assert layout.references[0] == (0, 1, 2, 3, 4) and layout.references[83] == (830, 831, 832, 833, 834, 835)
     assert layout.adversarial[5:10].all() and layout.adversarial[836:841].all()
@@ -391,8 +394,8 @@ def test_metric_is_the_same_in_both_orders(source, annotations_dir, attack, dire
     scores = rng.standard_normal((300, num_gallery)).astype(np.float32)
     for row, query in enumerate(queries):
         scores[row, rng.choice(official["references"][query])] += 2.5
-    reordered = reorder_gallery(scores, source.gallery(attack, direction), source.gallery(attack, direction,
-                                                                                           "dataset"))
+    reordered = reorder_gallery(scores, source.gallery(attack, direction, "official"),
+                                source.gallery(attack, direction, "dataset"))
     results = [rococo_recall.rococo_recall(matrix, references=[inputs["references"][q] for q in queries],
                                            adversarial=inputs["adversarial"], per_query=True)
                for matrix, inputs in ((scores, official), (reordered, in_dataset_order))]
@@ -463,7 +466,7 @@ def test_builder_downloads_annotations_and_images(server, annotations_dir, coco_
     good = server.routes[f"/img/{corrupt}"].body
     server.routes[f"/img/{corrupt}"].bad_bodies.append(good[: len(good) // 2])
     held_back = server.routes.pop(f"/img/{missing}")
-    monkeypatch.delenv("ROCOCO_ANNOTATIONS_DIR")
+    monkeypatch.delenv("ROCOCO_ANNOTATIONS_DIR", raising=False)
     monkeypatch.setenv("ROCOCO_ANNOTATIONS_BASE_URL", server.url + "ann/")
     kwargs = dict(config_name="images", download_dir=str(tmp_path / "downloads"), image_base_url=server.url + "img/",
                   cache_dir=str(tmp_path / "hf"))
@@ -593,6 +596,31 @@ def test_cli_errors(tmp_path, capsys):
     with pytest.raises(SystemExit) as caught:
         rococo_dataset.main(["push", str(tmp_path), "--repo-id", "org/name"])
     assert caught.value.code == 1 and "has no README.md" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("image_server", ["refused", "no-such-host"])
+def test_export_without_images_stops_at_once_when_the_image_server_is_unreachable(tmp_path, capsys, monkeypatch,
+                                                                                   image_server):
+    """`python rococo_dataset.py export --out X --configs mix_seed1` with no network: seconds, not 30 minutes."""
+    if image_server == "refused":
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            url = f"http://127.0.0.1:{probe.getsockname()[1]}/"
+    else:
+        url = "http://nonexistent.invalid/"
+    monkeypatch.setattr(download, "_RETRY_DELAY_SECONDS", 0.5)  # the real backoff
+    monkeypatch.setenv("ROCOCO_IMAGE_BASE_URL", url)
+    cache = tmp_path / "cache"
+    started = time.monotonic()
+    with pytest.raises(SystemExit) as caught:
+        rococo_dataset.main(["export", "--out", str(tmp_path / "x"), "--configs", "mix_seed1", "--cache-dir", str(cache)])
+    assert time.monotonic() - started < 20  # a loose guard: retrying 5,000 images one by one takes about 30 minutes
+    error = capsys.readouterr().err
+    assert caught.value.code == 1 and error.startswith(f"error: could not fetch '{url}val2014/COCO_val2014_")
+    assert f"cannot connect to {url.split('/')[2]} (" in error
+    assert "--images-dir" in error and repr(str(cache / "coco")) in error
+    assert [path.name for path in tmp_path.iterdir()] in ([], ["cache"])  # no export folder, staged or not
+    assert not (cache / "coco").exists()
 
 
 def test_every_config_is_a_builder_config():

@@ -54,8 +54,9 @@ Args:
     ties: "pessimistic" (default: a wrong item with the same score as the best correct one ranks above it,
         so a constant-score model gets no credit) or "optimistic" (it ranks below).
     per_query: add per-query arrays `rank`, `clean_rank` (0 = correct at rank 1) and `top1_adversarial`.
-    query_index: `add_batch` only, optional (on every batch or on none): one int per query numbering the queries
-        0..N-1; per-query outputs come in that order, whichever batch or process added them.
+    query_index: one int per query numbering the queries 0..N-1 (in `add_batch`, on every batch or on none; or
+        in `compute` with `predictions`); per-query outputs come in that order, whichever batch or process added
+        them. Required when the metric is loaded with `num_process > 1`.
     bootstrap: number of bootstrap resamples of the queries for 95% confidence intervals (0 = none).
     seed: seed of the bootstrap resampling.
     chunk_size: number of query rows processed at a time (default: about 2 MB of scores).
@@ -147,7 +148,7 @@ class RankAccumulator:
         for start in range(0, queries.shape[0], rows):
             scores = queries[start:start + rows] @ gallery.T
             blocks.append(_rank_rows(scores, refs[start:start + rows], valid[start:start + rows], adversarial,
-                                     self.ties, None, _Origin("embeddings", self.num_queries + start)))
+                                     self.ties, None, _Origin("embeddings", self.num_queries, start)))
         self._keep(adversarial, blocks)
 
     def compute(self, k=DEFAULT_K, per_query=False, bootstrap=0, seed=0):
@@ -370,23 +371,29 @@ def _rank_rows_torch(scores, refs, valid, adversarial, ties, chunk_size, origin)
 class _Origin:
     """Where a block of score rows came from, so that a non-finite score is named as the user gave it.
 
-    ``source`` is ``"predictions"`` or ``"embeddings"``; ``first_row`` is the query number of the block's
-    first row among all the queries given so far.
+    ``source`` is ``"predictions"`` or ``"embeddings"``; ``queries_before`` is the number of queries added
+    by earlier calls; ``block_start`` is the row of the argument the block starts at.
     """
 
     source: str
-    first_row: int
+    queries_before: int
+    block_start: int = 0
 
     def error(self, values, row):
-        """The ``ValueError`` for ``values``, the scores of the block's row ``row``, one of them non-finite."""
+        """The ``ValueError`` for ``values``, the scores of the block's row ``row``, one of them non-finite.
+
+        The row is named as a row of the argument the user passed, and, after earlier batches, also as a
+        query among all the queries added.
+        """
         col = int(np.flatnonzero(~np.isfinite(values))[0])
-        query = self.first_row + row
+        row = self.block_start + row
+        among = f" (query {self.queries_before + row} of all added)" if self.queries_before else ""
         if self.source == "predictions":
-            return ValueError(f"`predictions` must be finite: predictions[{query}][{col}] is {values[col]}")
+            return ValueError(f"`predictions` must be finite: predictions[{row}][{col}] is {values[col]}{among}")
         return ValueError(
             f"the scores of `query_embeddings` and `gallery_embeddings` must be finite: the dot product of "
-            f"query_embeddings[{query}] and gallery_embeddings[{col}] is {values[col]}, although both are finite "
-            "(it overflows their dtype: normalise the embeddings or pass them in float64)"
+            f"query_embeddings[{row}] and gallery_embeddings[{col}] is {values[col]}{among}, although both are "
+            "finite (it overflows their dtype: normalise the embeddings or pass them in float64)"
         )
 
 
@@ -438,6 +445,9 @@ def _as_matrix(values, name="predictions", check_finite=False):
     if _is_torch(values):
         matrix = _torch_matrix(values.detach(), name)
     else:
+        if isinstance(values, np.ma.MaskedArray):
+            raise ValueError(f"`{name}` is a masked array: its mask would be ignored; fill the masked scores "
+                             "first, e.g. with a score below every real one")
         try:
             matrix = np.asarray(values)
         except (ValueError, TypeError) as error:
@@ -516,6 +526,12 @@ def _adversarial_mask(adversarial, num_gallery):
     bad = values[(values < 0) | (values >= num_gallery)]
     if len(bad):
         raise ValueError(f"`adversarial` index {int(bad[0])} is out of range for a gallery of {num_gallery}")
+    unique, counts = np.unique(values, return_counts=True)
+    if (counts > 1).any():  # an index list never repeats; a 0/1 int mask does (items 0 and 1 would be marked)
+        raise ValueError(
+            f"`adversarial` index {int(unique[counts > 1][0])} is given {int(counts.max())} times: pass a boolean "
+            "mask (e.g. np.asarray(adversarial, dtype=bool)) or each adversarial index once"
+        )
     mask = np.zeros(num_gallery, dtype=bool)
     mask[values.astype(np.int64)] = True
     return mask
@@ -528,6 +544,8 @@ def _reference_table(references, num_queries, num_gallery, adversarial):
     if _is_torch(references):
         references = references.detach().cpu().numpy()
     if isinstance(references, np.ndarray) and references.ndim in (1, 2) and references.dtype.kind in "iu":
+        if len(references) != num_queries:
+            raise ValueError(f"`references` must have one entry per query ({num_queries}), got {len(references)}")
         table = references.reshape(len(references), -1).astype(np.int64)
         if table.shape[1] == 0:
             raise ValueError(f"`references` must hold at least one gallery index per query, got shape "
@@ -836,6 +854,12 @@ class RococoRecall(evaluate.Metric):
         """The result over the batches added (on every process); they are dropped once it is computed."""
         accumulator = self._accumulator
         _check_k(k, accumulator.num_gallery)  # before the processes exchange anything
+        if self.num_process > 1 and self._query_index is None:
+            raise ValueError(
+                "`query_index` is required with num_process > 1: give each batch's query positions "
+                "(add_batch(..., query_index=...)) so that process 0 puts the queries in order and sees any query "
+                "added twice (samplers that pad their shards, as DistributedSampler does, repeat queries)"
+            )
         if not _is_int(bootstrap) or bootstrap < 0:
             raise ValueError(f"`bootstrap` must be a non-negative int, got {bootstrap!r}")
         shard = _shard(accumulator, self._query_index)

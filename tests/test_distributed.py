@@ -104,10 +104,10 @@ def other_adversarial():
     return adversarial
 
 
-def batches_of(scores, references, adversarial, rows, size=7, with_index=False):
-    """The batches of one process holding ``rows`` of the matrix."""
+def batches_of(scores, references, adversarial, rows, size=7):
+    """The batches of one process holding ``rows`` of the matrix, each with its `query_index`."""
     return [dict(predictions=scores[part], references=[references[i] for i in part], adversarial=adversarial,
-                 **(dict(query_index=part) if with_index else {}))
+                 query_index=part)
             for part in (rows[start:start + size] for start in range(0, len(rows), size))]
 
 
@@ -126,10 +126,10 @@ def test_process_zero_gets_the_result_of_one_process(processes, tmp_path, mechan
         halves = [np.arange(0, 20), np.arange(20, 41)]
     if split == "compute":  # compute(predictions=...) adds this process's queries, then joins the others
         arguments = [dict(compute=dict(predictions=scores[rows], references=[references[i] for i in rows],
-                                       adversarial=adversarial, **OPTIONS)) for rows in halves]
+                                       adversarial=adversarial, query_index=rows, **OPTIONS)) for rows in halves]
     else:
-        arguments = [dict(batches=batches_of(scores, references, adversarial, rows, with_index=split == "interleaved"),
-                          compute=OPTIONS) for rows in halves]
+        arguments = [dict(batches=batches_of(scores, references, adversarial, rows), compute=OPTIONS)
+                     for rows in halves]
     first, second = run_both(processes, tmp_path, mechanism, arguments)
     np.testing.assert_equal(first.result(), rococo_recall(scores, references, adversarial, **OPTIONS))
     assert second.result() is None
@@ -157,13 +157,27 @@ def test_processes_that_disagree_are_refused_on_process_zero(processes, tmp_path
         import torch.distributed  # noqa: F401  (installed by `make test`; a missing one must fail)
     scores, references, adversarial = case()
     given = [dict(predictions=scores[rows], references=[references[i] for i in rows], adversarial=adversarial,
-                  **OPTIONS, **(dict(query_index=rows) if "query_index" in change else {}))
+                  query_index=rows, **OPTIONS)
              for rows in (np.arange(0, 20), np.arange(20, 41))]
     given[1].update(change)
     first, second = run_both(processes, tmp_path, mechanism, [dict(compute=kwargs) for kwargs in given])
     with pytest.raises(ValueError, match=message):
         first.result()
     assert second.result() is None
+
+
+@pytest.mark.parametrize("mechanism", ["evaluate", "torch"])
+def test_query_index_is_required_with_several_processes(processes, tmp_path, mechanism):
+    """Without positions, padded shards would count queries twice and interleaved ones would come out of order."""
+    if mechanism == "torch":
+        import torch.distributed  # noqa: F401  (installed by `make test`; a missing one must fail)
+    scores, references, adversarial = case()
+    arguments = [dict(compute=dict(predictions=scores[rows], references=[references[i] for i in rows],
+                                   adversarial=adversarial, k=K))
+                 for rows in (np.arange(0, 21), np.arange(20, 41))]  # query 20 on both: a padded shard
+    for future in run_both(processes, tmp_path, mechanism, arguments):
+        with pytest.raises(ValueError, match="`query_index` is required with num_process > 1"):
+            future.result()
 
 
 def test_one_process_metric_in_a_torch_group_warns(processes, tmp_path):
@@ -183,7 +197,7 @@ def test_a_torch_rank_other_than_process_id_is_refused(processes, tmp_path):
     import torch.distributed  # noqa: F401  (installed by `make test`; a missing one must fail)
     scores, references, adversarial = case()
     arguments = [dict(rank=1 - process_id, compute=dict(predictions=scores, references=references,
-                                                        adversarial=adversarial, k=K))
+                                                        adversarial=adversarial, query_index=np.arange(41), k=K))
                  for process_id in range(2)]
     futures = run_both(processes, tmp_path, "torch", arguments)
     for process_id, future in enumerate(futures):

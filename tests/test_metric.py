@@ -277,7 +277,7 @@ def test_integer_mask_of_indices_one_per_gallery_item_is_ambiguous():
     assert as_mask == as_indices and as_mask["recall@1"] == 50.0 and as_mask["num_adversarial"] == 2
 
 
-def test_non_finite_scores_are_named_at_their_global_row():
+def test_non_finite_scores_are_named_in_the_argument_and_among_all_queries():
     rng = np.random.default_rng(13)
     scores, references, adversarial = random_case(rng, 50, 20, 5)
     scores[37, 11] = np.nan
@@ -285,7 +285,7 @@ def test_non_finite_scores_are_named_at_their_global_row():
         compute(scores, references, adversarial, chunk_size=8)
     accumulator = RankAccumulator(adversarial)
     accumulator.update(scores[:30], references[:30])
-    with pytest.raises(ValueError, match=r"predictions\[37\]\[11\] is nan"):
+    with pytest.raises(ValueError, match=r"predictions\[7\]\[11\] is nan \(query 37 of all added\)"):
         accumulator.update(scores[30:], references[30:])
 
 
@@ -320,7 +320,7 @@ def test_accumulator_is_unchanged_by_a_refused_block():
         accumulator.update(scores[6:, :29], references[6:])
     with_inf = scores[6:].copy()
     with_inf[1, 3] = np.inf
-    with pytest.raises(ValueError, match="predictions\\[7\\]\\[3\\] is inf"):
+    with pytest.raises(ValueError, match="predictions\\[1\\]\\[3\\] is inf \\(query 7 of all added\\)"):
         accumulator.update(with_inf, references[6:])
     accumulator.update(scores[6:], references[6:])
     expected = compute(scores, references, adversarial, per_query=True)
@@ -355,3 +355,22 @@ def test_readme_lists_every_refused_input():
         with pytest.raises(ValueError) as caught:
             compute(**kwargs)
         assert str(caught.value)[:40] in table, str(caught.value)
+
+
+def test_adversarial_indices_given_twice_are_refused():
+    """A 0/1 int mask shorter or longer than the gallery is not caught by the length rule: repeats give it away."""
+    scores = np.array([[0.9, 0.1, 0.95, 0.2, 0.3], [0.2, 0.8, 0.1, 0.3, 0.4]])
+    with pytest.raises(ValueError, match="`adversarial` index 0 is given 2 times: pass a boolean mask"):
+        compute(scores, [2, 3], adversarial=[0, 0, 1, 1])
+
+
+def test_masked_arrays_are_refused():
+    scores = np.ma.masked_array([[0.9, 0.1, 0.95], [0.2, 0.8, 0.1]], mask=[[0, 0, 1], [0, 0, 0]])
+    with pytest.raises(ValueError, match="`predictions` is a masked array: its mask would be ignored"):
+        compute(scores, [0, 1])
+
+
+@pytest.mark.parametrize("references", [np.zeros(0, dtype=int), np.zeros((0, 5), dtype=int)])
+def test_empty_reference_arrays_are_named(references):
+    with pytest.raises(ValueError, match="`references` must have one entry per query \\(2\\), got 0"):
+        compute([[0.9, 0.1, 0.95], [0.2, 0.8, 0.1]], references)

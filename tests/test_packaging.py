@@ -65,3 +65,11 @@ def test_the_code_needs_no_newer_python_than_declared():
                              f"--target={_minimum_python()}-", *SHIPPED_CODE],
                             cwd=REPO_ROOT, capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_metric_module_alone_needs_no_newer_python_than_3_9():
+    """evaluate copies rococo_recall.py alone into environments as old as Python 3.9 (NumPy 1.x: see `make test`)."""
+    vermin = Path(sysconfig.get_path("scripts")) / "vermin"
+    result = subprocess.run([str(vermin), "--no-tips", "--no-parse-comments", "--violations", "--target=3.9-",
+                             "rococo_recall.py"], cwd=REPO_ROOT, capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr

@@ -6,13 +6,14 @@ Hugging Face ``evaluate`` metric and is self-contained: ``evaluate.load`` copies
 
 The dense score matrix never goes through Arrow: ``compute`` and ``add_batch`` reduce each block of query
 rows to three numbers per query (rank on the whole gallery, rank on the clean gallery, whether the top-1
-item is adversarial) as soon as they see it, reading the matrix once, without sorting it or copying it.
+item is adversarial) as soon as they see it, by counting, without sorting the matrix or copying it. Each block
+(about 2.5 MB of scores) is read from memory once and passed over two to four times while it is in cache.
 """
 
 import logging
 import os
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import datasets
 import evaluate
@@ -59,7 +60,8 @@ Args:
         them. Required when the metric is loaded with `num_process > 1`.
     bootstrap: number of bootstrap resamples of the queries for 95% confidence intervals (0 = none).
     seed: seed of the bootstrap resampling.
-    chunk_size: number of query rows processed at a time (default: about 2 MB of scores).
+    chunk_size: number of query rows processed at a time (default: about 2.5 MB of scores; from embeddings,
+        32 MB of scores are made at a time, 16 MB on a GPU).
 Returns:
     recall@K (each K), r_mean (their mean), false_rate, clean_recall@K, clean_r_mean, attack_success_rate,
     all in percent; num_queries, num_gallery, num_adversarial; with bootstrap, `<name>_ci` = (low, high)
@@ -76,11 +78,25 @@ Examples:
 
 TIE_POLICIES = ("pessimistic", "optimistic")
 DEFAULT_K = (1, 5, 10)
-_CHUNK_BYTES = 5 << 19
-_GPU_CHUNK_BYTES = 1 << 24
-_SCORE_BLOCK_BYTES = 1 << 25  # scores made from embeddings at a time (then ranked in cache-sized chunks)
+# Block sizes in bytes of scores, counted at 4 bytes a score whatever the dtype (`chunk_size` sets the rows instead).
+# 2.5 MB: a block of score rows is ranked while it is in the CPU's cache (see _rank_block). On the benchmark machine
+# blocks of 1.25 MB took 1.3-1.5x as long (per-block overhead), of 10 MB up to 1.4x (out of cache); 5 MB, within
+# noise, would need twice the cache for the same number of threads.
+_RANK_BLOCK_BYTES = 5 << 19
+# 32 MB: scores made from embeddings by one matrix product, then ranked in blocks of _RANK_BLOCK_BYTES by the
+# threads. Products of 2.5 MB made scoring RoCOCO from embeddings 1.7-3.9x slower; products of 128 MB, no faster.
+_SCORE_BLOCK_BYTES = 1 << 25
+# 16 MB on a GPU, where a block is made and ranked at once: few kernel launches, and the block's temporaries
+# stay under 10% of a RoCOCO-size matrix (benchmarks/bench_metric_cuda.py).
+_GPU_BLOCK_BYTES = 1 << 24
+_MAX_BLOCK_ROWS = 4096  # so that a narrow gallery still gives several blocks for the threads to share
+# Threads that rank blocks at once: one per core, at most 8. Each keeps a block and its temporaries (about 3 MB)
+# in cache, so that 8 fill a typical 20-32 MB shared cache (the benchmark machine has 2 cores: not tuned beyond).
 _NUM_THREADS = max(1, min(8, os.cpu_count() or 1))
-_MAX_SLICED_RUNS = 8
+# Up to 8 runs of consecutive gallery items of one kind (RoCOCO's text-to-image and dataset orders have 2), a
+# maximum per run finds the best adversarial and clean scores in one pass. Each run costs a little per row: on
+# RoCOCO-size blocks (13-65 rows) two plain passes were cheaper from 12-28 runs on.
+_MAX_RUNS = 8
 
 
 @dataclass(frozen=True)
@@ -90,6 +106,17 @@ class QueryRanks:
     rank: np.ndarray
     clean_rank: np.ndarray
     top1_adversarial: np.ndarray
+
+    @classmethod
+    def concatenate(cls, blocks):
+        """The results of ``blocks`` (:class:`QueryRanks` of consecutive queries), one after the other.
+
+        Example:
+            >>> block = QueryRanks(np.array([3]), np.array([1]), np.array([True]))
+            >>> QueryRanks.concatenate([block, block]).rank.tolist()
+            [3, 3]
+        """
+        return cls(*(np.concatenate([getattr(block, field.name) for block in blocks]) for field in fields(cls)))
 
 
 class RankAccumulator:
@@ -109,7 +136,7 @@ class RankAccumulator:
     def __init__(self, adversarial=None, ties="pessimistic", chunk_size=None):
         if ties not in TIE_POLICIES:
             raise ValueError(f"`ties` must be one of {TIE_POLICIES}, got {ties!r}")
-        if chunk_size is not None and (not _is_int(chunk_size) or chunk_size < 1):
+        if chunk_size is not None and (not _is_integer(chunk_size) or chunk_size < 1):
             raise ValueError(f"`chunk_size` must be a positive int, got {chunk_size!r}")
         self.ties = ties
         self.chunk_size = chunk_size
@@ -143,7 +170,7 @@ class RankAccumulator:
         adversarial = self._gallery_mask(gallery.shape[0])
         refs, valid = _reference_table(references, queries.shape[0], len(adversarial), adversarial)
         on_gpu = _is_torch(queries) and queries.device.type != "cpu"
-        rows = self.chunk_size or _default_rows(len(adversarial), 4, _GPU_CHUNK_BYTES if on_gpu else _SCORE_BLOCK_BYTES)
+        rows = self.chunk_size or _rows_per_block(len(adversarial), _GPU_BLOCK_BYTES if on_gpu else _SCORE_BLOCK_BYTES)
         blocks = []
         for start in range(0, queries.shape[0], rows):
             scores = queries[start:start + rows] @ gallery.T
@@ -155,10 +182,8 @@ class RankAccumulator:
         """Return the metric's outputs for every query added so far."""
         if not self._blocks:
             raise ValueError("no queries were added: pass `predictions` (or embeddings) and `references`")
-        ranks = QueryRanks(*(np.concatenate([getattr(b, f) for b in self._blocks])
-                             for f in ("rank", "clean_rank", "top1_adversarial")))
-        return summarize(ranks, self.num_gallery, int(self.adversarial.sum()), k=k, per_query=per_query,
-                         bootstrap=bootstrap, seed=seed)
+        return summarize(QueryRanks.concatenate(self._blocks), self.num_gallery, int(self.adversarial.sum()), k=k,
+                         per_query=per_query, bootstrap=bootstrap, seed=seed)
 
     def _gallery_mask(self, num_gallery):
         """The adversarial mask for a block scoring ``num_gallery`` items; checks only, keeps nothing."""
@@ -207,7 +232,7 @@ def summarize(ranks, num_gallery, num_adversarial, k=DEFAULT_K, per_query=False,
         50.0
     """
     ks = _check_k(k, num_gallery)
-    if not _is_int(bootstrap) or bootstrap < 0:
+    if not _is_integer(bootstrap) or bootstrap < 0:
         raise ValueError(f"`bootstrap` must be a non-negative int, got {bootstrap!r}")
     names, indicators = _indicators(ranks, ks)
     num_queries = len(ranks.rank)
@@ -256,80 +281,139 @@ def _percentages(names, counts, num_queries, ks):
 
 
 def _rank_rows(scores, refs, valid, adversarial, ties, chunk_size, origin):
+    """Per-query ranks of the score rows ``scores`` by counting, as ``tests/reference_metric.py`` gets them by sorting.
+
+    A query's rank is the number of wrong items that score above its best correct item (pessimistic: or as high),
+    its clean rank the same count without the adversarial items. Its top-1 item is adversarial when the best
+    adversarial score is above the best clean score, or equal to it when pessimistic. The steps:
+
+    1. Each query's best correct score, and (pessimistic) how many of its correct items share it: those are
+       counted as "as high" in step 2 and taken off again.
+    2. Each block of ``chunk_size`` rows (default :data:`_RANK_BLOCK_BYTES` of scores) is reduced to its
+       per-query results by :func:`_rank_block`, a pure function; threads map the blocks, in order.
+    3. A row whose scores are not all finite is refused (its rank would be meaningless).
+    """
     if _is_torch(scores):
         return _rank_rows_torch(scores, refs, valid, adversarial, ties, chunk_size, origin)
     pessimistic = ties == "pessimistic"
     num_queries, num_gallery = scores.shape
-    compute_dtype = _numpy_compute_dtype(scores.dtype)
-    ref_scores = scores[np.arange(num_queries)[:, None], refs].astype(compute_dtype)
+    dtype = _numpy_compute_dtype(scores.dtype)
+    # 1. the best correct score of each query, and its ties among the correct items
+    ref_scores = scores[np.arange(num_queries)[:, None], refs].astype(dtype)
     best = ref_scores.max(axis=1)
-    tied_refs = ((ref_scores == best[:, None]) & valid).sum(axis=1) if pessimistic else 0
-    above = np.empty(num_queries, dtype=np.int64)
-    adversarial_above = np.zeros(num_queries, dtype=np.int64)
-    top_checked = np.zeros(num_queries, dtype=bool)
-    row_sums = np.empty(num_queries, dtype=compute_dtype)
-    rows = chunk_size or _default_rows(num_gallery, 4)
-    starts = range(0, num_queries, rows)
-    width = -(-num_gallery // 64) * 64
-    mask = np.zeros(width, dtype=bool)
-    mask[:num_gallery] = adversarial
-    adversarial_words = np.packbits(mask).view(np.uint64)
-    edges = np.flatnonzero(np.diff(np.concatenate([[False], adversarial, [False]]).astype(np.int8)))
-    any_adversarial = len(edges) > 0
-    sliced = 0 < len(edges) <= 2 * _MAX_SLICED_RUNS
-    if sliced:
-        adversarial_runs = edges.reshape(-1, 2).tolist()
-        bounds = [0, *edges.tolist(), num_gallery]
-        clean_runs = [(a, b) for a, b in zip(bounds[::2], bounds[1::2]) if a < b]
+    tied_refs = ((ref_scores == best[:, None]) & valid).sum(axis=1) if pessimistic else np.zeros(num_queries, np.int64)
+    # 2. block by block, the items above it
+    gallery = _GalleryColumns.of(adversarial)
+    rows = chunk_size or _rows_per_block(num_gallery, _RANK_BLOCK_BYTES)
 
-    def packed_compare(block, threshold, inclusive, bits):
-        bits = bits[:len(block)]
-        (np.greater_equal if inclusive else np.greater)(block, threshold[:, None], out=bits[:, :num_gallery])
-        return np.packbits(bits, axis=1).view(np.uint64)
+    def rank_block(start):
+        part = slice(start, start + rows)
+        return _rank_block(scores[part].astype(dtype, copy=False), best[part], tied_refs[part], gallery, pessimistic)
 
-    def top_is_adversarial(block, bits):
-        """Whether each row's best-scoring item is adversarial (pessimistic: at a tie, yes)."""
-        if sliced:  # few runs of adversarial columns: compare the two maxima, read off slices
-            best_adversarial = np.max([block[:, a:b].max(axis=1) for a, b in adversarial_runs], axis=0)
-            best_clean = np.max([block[:, a:b].max(axis=1) for a, b in clean_runs], axis=0)
-            return best_adversarial >= best_clean if pessimistic else best_adversarial > best_clean
-        at_top = packed_compare(block, block.max(axis=1), True, bits)
-        if pessimistic:
-            return (at_top & adversarial_words).any(axis=1)
-        return ~(at_top & ~adversarial_words).any(axis=1)
-
-    def work(thread):
-        bits = np.zeros((rows, width), dtype=bool)
-        for start in starts[thread::_NUM_THREADS]:
-            part = slice(start, start + rows)
-            block = scores[part]
-            if block.dtype != compute_dtype:
-                block = block.astype(compute_dtype)
-            np.einsum("ij->i", block, out=row_sums[part])
-            words = packed_compare(block, best[part], pessimistic, bits)
-            _count_bits(words, out=above[part])
-            if not any_adversarial:
-                continue
-            words &= adversarial_words
-            _count_bits(words, out=adversarial_above[part])
-            clean_above = above[part] - adversarial_above[part] - (tied_refs[part] if pessimistic else 0)
-            if ((adversarial_above[part] > 0) & (clean_above > 0)).any():
-                top_checked[part] = top_is_adversarial(block, bits)
-
-    threads = min(_NUM_THREADS, len(starts))
-    if threads == 1:
-        work(0)
-    else:
-        with ThreadPoolExecutor(threads) as pool:
-            list(pool.map(work, range(threads)))
-    for row in np.flatnonzero(~np.isfinite(row_sums)):  # a non-finite score, or finite ones summing past the range
-        values = np.asarray(scores[row], dtype=compute_dtype)
+    blocks = _map_in_threads(rank_block, range(0, num_queries, rows))
+    # 3. a non-finite score makes its row's sum non-finite (as do finite ones that overflow: checked again here)
+    for row in np.flatnonzero(~np.isfinite(np.concatenate([row_sums for _, row_sums in blocks]))):
+        values = np.asarray(scores[row], dtype=dtype)
         if not np.isfinite(values).all():
             raise origin.error(values, int(row))
-    rank = above - tied_refs
+    return QueryRanks.concatenate([ranks for ranks, _ in blocks])
+
+
+def _rank_block(block, best, tied_refs, gallery, pessimistic):
+    """The :class:`QueryRanks` of one block of score rows, and the sum of each row (to find non-finite scores).
+
+    ``best`` is each row's best correct score and ``tied_refs`` the number of correct items that share it
+    (pessimistic; else 0). The block is read from memory once, then passed over while it is in cache: a row
+    sum, a comparison with ``best``, and, only where some row needs it, the top-1 check (one more pass when
+    the adversarial items form few runs, two when they form many).
+    """
+    row_sums = np.einsum("ij->i", block)
+    above = gallery.pack(np.greater_equal if pessimistic else np.greater, block, best)  # a set bit: item above
+    rank = _count_bits(above) - tied_refs
+    above &= gallery.adversarial_words
+    adversarial_above = _count_bits(above)
     clean_rank = rank - adversarial_above
-    top1 = (adversarial_above > 0) & ((clean_rank == 0) | top_checked)
-    return QueryRanks(rank, clean_rank, top1)
+    # Top-1: adversarial when the best adversarial score is above the best clean one (pessimistic: or equal).
+    # The truth is clean, so with no adversarial item above it, no; with adversarial items above it and no clean
+    # wrong one, yes (the truth is the best clean item); with items of both kinds above it, compare the two.
+    top1 = adversarial_above > 0
+    if (top1 & (clean_rank > 0)).any():
+        top1 &= (clean_rank == 0) | gallery.adversarial_beats_clean(block, or_equal=pessimistic)
+    return QueryRanks(rank, clean_rank, top1), row_sums
+
+
+@dataclass(frozen=True)
+class _GalleryColumns:
+    """The adversarial mask in the forms :func:`_rank_block` reads, made once per call of :func:`_rank_rows`.
+
+    ``adversarial_words`` is the mask packed 64 items to a uint64 word (padding bits clean).
+    ``adversarial_runs`` and ``clean_runs`` are the ``(start, stop)`` column ranges of the runs of consecutive
+    items of each kind when there are at most :data:`_MAX_RUNS` runs in all, else empty.
+    """
+
+    num_gallery: int
+    adversarial_words: np.ndarray
+    adversarial_runs: tuple
+    clean_runs: tuple
+
+    @classmethod
+    def of(cls, adversarial):
+        """The columns of the gallery whose adversarial mask is ``adversarial``."""
+        padded = np.zeros(-(-len(adversarial) // 64) * 64, dtype=bool)
+        padded[:len(adversarial)] = adversarial
+        bounds = np.flatnonzero(np.diff(adversarial.astype(np.int8), prepend=~adversarial[:1])).tolist()
+        runs = list(zip(bounds, bounds[1:] + [len(adversarial)])) if len(bounds) <= _MAX_RUNS else []
+        adversarial_runs = tuple(run for run in runs if adversarial[run[0]])
+        clean_runs = tuple(run for run in runs if not adversarial[run[0]])
+        return cls(len(adversarial), np.packbits(padded).view(np.uint64), adversarial_runs, clean_runs)
+
+    def pack(self, compare, block, threshold):
+        """``compare(block, threshold[:, None])`` (a NumPy comparison), packed 64 items to a uint64 word per row."""
+        bits = np.empty((len(block), 64 * len(self.adversarial_words)), dtype=bool)
+        bits[:, self.num_gallery:] = False
+        compare(block, threshold[:, None], out=bits[:, :self.num_gallery])
+        return np.packbits(bits, axis=1).view(np.uint64)
+
+    def adversarial_beats_clean(self, block, or_equal):
+        """Whether each row's best adversarial score is above its best clean score (``or_equal``: or equal to it).
+
+        With few runs of items of one kind (RoCOCO's text-to-image and dataset orders: one adversarial run), one
+        pass of maxima over the runs gives the two best scores. With many (the interleaved official
+        image-to-text order: one run per image), a maximum per run costs more than two passes: the row maximum,
+        then a packed comparison that shows which kinds reach it (or equal: an adversarial item reaches it;
+        above: no clean item does).
+        """
+        if self.adversarial_runs:
+            best_adversarial = _max_over_runs(block, self.adversarial_runs)
+            best_clean = _max_over_runs(block, self.clean_runs)
+            return best_adversarial >= best_clean if or_equal else best_adversarial > best_clean
+        at_top = self.pack(np.greater_equal, block, block.max(axis=1))
+        if or_equal:
+            return (at_top & self.adversarial_words).any(axis=1)
+        return ~(at_top & ~self.adversarial_words).any(axis=1)
+
+
+def _max_over_runs(block, runs):
+    """Each row's maximum over the ``(start, stop)`` column ranges ``runs`` of ``block``."""
+    (start, stop), *others = runs
+    best = block[:, start:stop].max(axis=1)
+    for start, stop in others:
+        np.maximum(best, block[:, start:stop].max(axis=1), out=best)
+    return best
+
+
+def _map_in_threads(function, items):
+    """``[function(item) for item in items]``, shared among up to :data:`_NUM_THREADS` threads (NumPy frees the GIL).
+
+    Thread ``t`` of ``n`` takes items ``t, t + n, t + 2n, ...``: one task per thread, since handing out a task per
+    item costs more than ranking a small block.
+    """
+    threads = min(_NUM_THREADS, len(items))
+    if threads <= 1:
+        return [function(item) for item in items]
+    with ThreadPoolExecutor(threads) as pool:
+        strides = list(pool.map(lambda first: [function(item) for item in items[first::threads]], range(threads)))
+    return [strides[index % threads][index // threads] for index in range(len(items))]
 
 
 def _rank_rows_torch(scores, refs, valid, adversarial, ties, chunk_size, origin):
@@ -340,8 +424,8 @@ def _rank_rows_torch(scores, refs, valid, adversarial, ties, chunk_size, origin)
     adversarial_t = torch.as_tensor(adversarial, device=device)
     refs_t = torch.as_tensor(refs, device=device)
     valid_t = torch.as_tensor(valid, device=device)
-    budget = _GPU_CHUNK_BYTES if device.type != "cpu" else _CHUNK_BYTES
-    rows = chunk_size or _default_rows(scores.shape[1], 4, budget)  # bool temporaries: size them as float32
+    block_bytes = _GPU_BLOCK_BYTES if device.type != "cpu" else _RANK_BLOCK_BYTES
+    rows = chunk_size or _rows_per_block(scores.shape[1], block_bytes)
     finite, rank, clean_rank, top1 = [], [], [], []
     for start in range(0, scores.shape[0], rows):
         block = scores[start:start + rows]
@@ -354,6 +438,8 @@ def _rank_rows_torch(scores, refs, valid, adversarial, ties, chunk_size, origin)
             above -= ((ref_scores == best) & valid_t[start:start + rows]).sum(dim=1)
         rank.append(above)
         clean_rank.append(above - (above_mask & adversarial_t).sum(dim=1))
+        # the top-1 rule of _rank_block: an adversarial item reaches the row maximum (pessimistic), no clean item
+        # does (optimistic)
         at_top = block == block.amax(dim=1, keepdim=True)
         if ties == "pessimistic":
             top1.append((at_top & adversarial_t).any(dim=1))
@@ -399,30 +485,28 @@ class _Origin:
 
 if hasattr(np, "bitwise_count"):  # NumPy >= 2.0
 
-    def _count_bits(words, out):
-        """Write into ``out`` the number of set bits in each row of the uint64 matrix ``words``."""
-        np.sum(np.bitwise_count(words), axis=1, out=out)
+    def _count_bits(words):
+        """The number of set bits in each row of the uint64 matrix ``words``, as int64."""
+        return np.sum(np.bitwise_count(words), axis=1, dtype=np.int64)
 
 else:  # pragma: no cover - NumPy 1.x (evaluate supports it): a byte table gives the same counts
 
-    def _count_bits(words, out):
-        """Write into ``out`` the number of set bits in each row of the uint64 matrix ``words``."""
-        _count_bits_by_table(words, out)
+    def _count_bits(words):
+        """The number of set bits in each row of the uint64 matrix ``words``, as int64."""
+        return _count_bits_by_table(words)
 
 
 _BITS_IN_BYTE = np.array([bin(byte).count("1") for byte in range(256)], dtype=np.uint8)
 
 
-def _count_bits_by_table(words, out):
+def _count_bits_by_table(words):
     """:func:`_count_bits` for NumPy 1.x, one byte-table lookup per byte.
 
     Example:
-        >>> out = np.empty(2, dtype=np.int64)
-        >>> _count_bits_by_table(np.array([[1, 3], [2**64 - 1, 0]], dtype=np.uint64), out)
-        >>> out.tolist()
+        >>> _count_bits_by_table(np.array([[1, 3], [2**64 - 1, 0]], dtype=np.uint64)).tolist()
         [3, 64]
     """
-    np.sum(_BITS_IN_BYTE[words.view(np.uint8)], axis=1, out=out)
+    return np.sum(_BITS_IN_BYTE[words.view(np.uint8)], axis=1, dtype=np.int64)
 
 
 def _numpy_compute_dtype(dtype):
@@ -587,7 +671,7 @@ def _ragged_table(references, num_queries):
     """Pad a list of ints and lists of ints into a (queries x max refs) table, padding with -1."""
     if len(references) != num_queries:
         raise ValueError(f"`references` must have one entry per query ({num_queries}), got {len(references)}")
-    rows = [(r,) if _is_int(r) else r for r in references]
+    rows = [(r,) if _is_integer(r) else r for r in references]
     try:
         lengths = np.fromiter(map(len, rows), dtype=np.int64, count=len(rows))
     except TypeError:
@@ -599,7 +683,7 @@ def _ragged_table(references, num_queries):
     flat = np.array([value for r in rows for value in r])
     row_of = np.repeat(np.arange(len(rows)), lengths)
     if flat.dtype.kind not in "iu":
-        row = next(i for i, r in enumerate(rows) if not all(_is_int(v) for v in r))
+        row = next(i for i, r in enumerate(rows) if not all(_is_integer(v) for v in r))
         raise ValueError(f"`references[{row}]` must be an int or a list of ints, got {references[row]!r}")
     if (flat < 0).any():
         row = int(row_of[np.flatnonzero(flat < 0)[0]])
@@ -610,20 +694,22 @@ def _ragged_table(references, num_queries):
 
 
 def _check_k(k, num_gallery):
-    ks = (k,) if _is_int(k) else tuple(k)
+    ks = (k,) if _is_integer(k) else tuple(k)
     if not ks:
         raise ValueError("`k` must name at least one cut-off")
     for kk in ks:
-        if not _is_int(kk) or not 1 <= kk <= num_gallery:
+        if not _is_integer(kk) or not 1 <= kk <= num_gallery:
             raise ValueError(f"`k` values must be ints from 1 to the gallery size {num_gallery}, got {kk!r}")
     return tuple(int(kk) for kk in ks)
 
 
-def _default_rows(num_gallery, itemsize, budget=_CHUNK_BYTES):
-    return max(1, min(4096, budget // max(1, num_gallery * itemsize)))
+def _rows_per_block(num_gallery, block_bytes):
+    """How many query rows make a block of about ``block_bytes`` of scores (4 bytes each), 1 to _MAX_BLOCK_ROWS."""
+    return max(1, min(_MAX_BLOCK_ROWS, block_bytes // (4 * num_gallery)))
 
 
-def _is_int(value):
+def _is_integer(value):
+    """Whether ``value`` is an int or a NumPy integer, not a bool."""
     return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
 
 
@@ -860,7 +946,7 @@ class RococoRecall(evaluate.Metric):
                 "(add_batch(..., query_index=...)) so that process 0 puts the queries in order and sees any query "
                 "added twice (samplers that pad their shards, as DistributedSampler does, repeat queries)"
             )
-        if not _is_int(bootstrap) or bootstrap < 0:
+        if not _is_integer(bootstrap) or bootstrap < 0:
             raise ValueError(f"`bootstrap` must be a non-negative int, got {bootstrap!r}")
         shard = _shard(accumulator, self._query_index)
         if self.num_process == 1:

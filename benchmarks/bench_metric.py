@@ -2,9 +2,10 @@
 
     python benchmarks/bench_metric.py [--directions image_to_text text_to_image] [--argsort-rows 200]
 
-For each direction it builds the official layout (5,000 x 50,010 image-to-text; 25,010 x 10,000
-text-to-image; float32) with model-like scores (one correct item lifted above noise, so that R@1 is about
-that of CLIP) and measures, each in a fresh child process so that peak memory is its own:
+For each direction it builds the official layout from the annotation files' caption counts (5,000 x 50,010
+image-to-text; 25,010 x 10,000 text-to-image; float32) with model-like scores (one correct item lifted above
+noise, so that R@1 is about that of CLIP) and measures, each in a fresh child process so that peak memory is
+its own:
 
 - floor: one ``np.max`` pass over the matrix (the memory-bandwidth floor);
 - metric: ``evaluate.load("rococo_recall.py").compute(...)``;
@@ -28,15 +29,19 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from rococo_eval.annotations import read_annotation_file  # noqa: E402
 from rococo_eval.layout import image_to_text_layout, text_to_image_layout  # noqa: E402
 
-SIX_CAPTION_IMAGES = (83, 1272, 1499, 1727, 3045, 3066, 3879, 3993, 4219, 4767)
+
+def captions_per_image():
+    """The number of ground-truth captions of each test image, from the clean annotation file."""
+    return [len(record["caption"]) for record in read_annotation_file("clean")]
 
 
-def official_layout(direction):
-    captions = [6 if i in SIX_CAPTION_IMAGES else 5 for i in range(5000)]
+def official_layout(direction, captions):
+    """The attacked gallery of ``direction`` in the official order, for images with ``captions`` captions each."""
     build = image_to_text_layout if direction == "image_to_text" else text_to_image_layout
-    return build(captions, attacked=True)
+    return build(captions, attacked=True, order="official")
 
 
 def model_like_scores(layout, seed=0):
@@ -60,8 +65,8 @@ def _current_rss_bytes():
         return int(handle.read().split()[1]) * resource.getpagesize()
 
 
-def _child(task, direction, options, queue):
-    layout = official_layout(direction)
+def _child(task, direction, captions, options, queue):
+    layout = official_layout(direction, captions)
     scores = model_like_scores(layout)
     inputs = layout.metric_inputs()
     before = _current_rss_bytes()
@@ -108,10 +113,10 @@ def _child(task, direction, options, queue):
     queue.put((time.perf_counter() - start, _peak_rss_bytes() - before, note))
 
 
-def measure(task, direction, options):
+def measure(task, direction, captions, options):
     context = multiprocessing.get_context("spawn")
     queue = context.Queue()
-    process = context.Process(target=_child, args=(task, direction, options, queue))
+    process = context.Process(target=_child, args=(task, direction, captions, options, queue))
     process.start()
     result = queue.get()
     process.join()
@@ -125,14 +130,16 @@ def main(argv=None):
     parser.add_argument("--torchmetrics-gb", type=float, default=6.0)
     parser.add_argument("--json", type=Path, help="also write the measurements here")
     options = parser.parse_args(argv)
+    captions = captions_per_image()
     rows = []
     print("| direction | matrix | method | time (s) | x floor | argsort / metric | extra memory (MB) | "
           "extra / matrix | note |")
     print("|---|---|---|---|---|---|---|---|---|")
     for direction in options.directions:
-        layout = official_layout(direction)
+        layout = official_layout(direction, captions)
         matrix_bytes = layout.num_queries * layout.num_gallery * 4
-        results = {task: measure(task, direction, options) for task in ("floor", "metric", "argsort", "torchmetrics")}
+        results = {task: measure(task, direction, captions, options)
+                   for task in ("floor", "metric", "argsort", "torchmetrics")}
         floor, metric = results["floor"][0], results["metric"][0]
         for task, (elapsed, extra, note) in results.items():
             rows.append(dict(direction=direction, method=task, seconds=elapsed, extra_bytes=extra, note=note))

@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import rococo_recall  # noqa: E402
-from bench_metric import official_layout  # noqa: E402
+from bench_metric import captions_per_image, official_layout  # noqa: E402
 
 
 def model_like_scores(layout, dtype, seed=0):
@@ -53,8 +53,9 @@ def main():
           "equals numpy |")
     print("|---|---|---|---|---|---|---|---|")
     failures = 0
+    captions = captions_per_image()
     for direction in ("image_to_text", "text_to_image"):
-        layout = official_layout(direction)
+        layout = official_layout(direction, captions)
         inputs = layout.metric_inputs()
         for dtype in (torch.float32, torch.bfloat16, torch.float16):
             scores = model_like_scores(layout, dtype)

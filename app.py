@@ -17,14 +17,16 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import gradio as gr
 import pandas as pd
 
 from rococo_eval import report, scorefiles
 from rococo_eval.layout import CLEAN, gallery_shape
-from rococo_eval.space import (K, LAYOUT_HEADERS, MAX_BOOTSTRAP, TIES, compare_rows, detect_layouts, evaluate_files,
-                               explore, open_source, write_outputs)
+from rococo_eval.space import (LAYOUT_HEADERS, MAX_BOOTSTRAP, compare_rows, detect_layouts, evaluate_files, explore,
+                               source_and_problem, write_outputs)
+from rococo_recall import DEFAULT_K, TIE_POLICIES
 
 logger = logging.getLogger("rococo_app")
 
@@ -45,11 +47,11 @@ def table(rows) -> pd.DataFrame:
 
 
 def build_app(source=None, captions_per_image=None, *, concurrency: int = 2, output_dir=None) -> gr.Blocks:
-    """Build the Space's page.
+    """Build the Space's page: three tabs whose buttons call :class:`Handlers`, each also an API endpoint.
 
     Args:
-        source: a :class:`rococo_eval.dataset.RococoSource` (or anything with its caption and image methods);
-            None opens one (see :func:`open_source`) unless ``captions_per_image`` is given.
+        source: a :class:`rococo_eval.source.RococoSource` (or anything with its caption and image methods);
+            None opens one (see :func:`rococo_eval.space.source_and_problem`) unless ``captions_per_image`` is given.
         captions_per_image: caption counts of the standard layouts; default the source's.
         concurrency: how many evaluations run at once (each holds at most one score matrix in memory).
         output_dir: where per-request result files go (default a fresh temporary folder); files older than an
@@ -57,93 +59,143 @@ def build_app(source=None, captions_per_image=None, *, concurrency: int = 2, out
     """
     problem = ""
     if source is None and captions_per_image is None:
-        source, problem = open_source()
+        source, problem = source_and_problem()
     if captions_per_image is None and source is not None:
         captions_per_image = list(source.captions_per_image)
-    output_root = Path(output_dir or tempfile.mkdtemp(prefix="rococo-app-"))
+    handlers = Handlers(source, captions_per_image, Path(output_dir or tempfile.mkdtemp(prefix="rococo-app-")))
+    with gr.Blocks(title="RoCOCO robustness evaluation", delete_cache=(OUTPUT_MAX_AGE_S, OUTPUT_MAX_AGE_S)) as demo:
+        gr.Markdown(_intro(captions_per_image))
+        note = _availability_note(source, captions_per_image, problem)
+        if note:
+            gr.Markdown(note, elem_id="annotations-note")
+        user_rows = gr.State([])
+        with gr.Tab("Evaluate"):
+            evaluate_tab = _evaluate_tab()
+        with gr.Tab("Explore"):
+            explore_tab = _explore_tab()
+        with gr.Tab("Compare"):
+            compare_tab = _compare_tab()
+        _wire(handlers, evaluate_tab, explore_tab, compare_tab, user_rows, concurrency)
+    demo.queue(default_concurrency_limit=4)
+    return demo
 
-    def detect(files):
-        return detect_layouts(files, captions_per_image)
 
-    def evaluate(files, layouts=None, references=None, adversarial=None, ties="pessimistic", bootstrap=0):
+class Handlers:
+    """What the page's buttons do, for one source: plain functions of the components' values.
+
+    A ``ValueError`` from the functions they call becomes a ``gr.Error`` the page shows.
+    """
+
+    def __init__(self, source, captions_per_image, output_root: Path):
+        self.source = source
+        self.captions_per_image = captions_per_image
+        self.output_root = output_root
+
+    def detect(self, files):
+        return detect_layouts(files, self.captions_per_image)
+
+    def evaluate(self, files, layouts=None, references=None, adversarial=None, ties="pessimistic", bootstrap=0):
         try:
-            evaluation = evaluate_files(files, layouts, references, adversarial, captions_per_image=captions_per_image,
-                                        ties=ties, bootstrap=_int(bootstrap, "bootstrap"))
-            settings = {"k": list(K), "ties": ties, "bootstrap": bootstrap}
-            json_path, chart_path = write_outputs(evaluation, _fresh_folder(output_root), settings)
+            evaluation = evaluate_files(files, layouts, references, adversarial,
+                                        captions_per_image=self.captions_per_image, ties=ties,
+                                        bootstrap=_int(bootstrap, "bootstrap"))
+            settings = {"k": list(DEFAULT_K), "ties": ties, "bootstrap": bootstrap}
+            json_path, chart_path = write_outputs(evaluation, _fresh_folder(self.output_root), settings)
         except ValueError as error:
             logger.info("evaluation refused: %s", error)
             raise gr.Error(str(error), duration=None, title="Cannot evaluate", print_exception=False) from None
         return evaluation.message, table(evaluation.rows), str(chart_path), str(json_path), evaluation.rows
 
-    def show(index):
+    def show(self, index):
         try:
-            return explore(source, _int(index, "index"))
+            return explore(self.source, _int(index, "index"))
         except ValueError as error:
             raise gr.Error(str(error), title="Cannot show this image", print_exception=False) from None
 
-    def show_random():
-        index = random.randrange(len(source.captions_per_image)) if source is not None else 0
-        return (index, *show(index))
+    def show_random(self):
+        index = random.randrange(len(self.source.captions_per_image)) if self.source is not None else 0
+        return (index, *self.show(index))
 
-    def compare(user_rows):
+    def compare(self, user_rows):
         return table(compare_rows(user_rows))
 
-    with gr.Blocks(title="RoCOCO robustness evaluation", delete_cache=(OUTPUT_MAX_AGE_S, OUTPUT_MAX_AGE_S)) as demo:
-        gr.Markdown(_intro(captions_per_image))
-        if captions_per_image is None:
-            gr.Markdown(_NO_ANNOTATIONS.format(problem=_shorten(problem)), elem_id="annotations-note")
-        elif problem or source is None:
-            gr.Markdown(f"Note: {_shorten(problem) or 'no RoCOCO source was given, so the Explore tab is off.'}",
-                        elem_id="annotations-note")
-        user_rows = gr.State([])
-        with gr.Tab("Evaluate"):
-            files = gr.File(label="Score files (.npy, .npz, .safetensors), one per gallery", file_count="multiple",
-                            file_types=list(scorefiles.SCORE_SUFFIXES), type="filepath")
-            gr.Markdown(_LAYOUT_HELP)
-            layouts = gr.Dataframe(headers=LAYOUT_HEADERS, type="array", interactive=True, wrap=True,
-                                   column_count=len(LAYOUT_HEADERS), label="layouts",
-                                   column_widths=["18%", "13%", "13%", "9%", "47%"])
-            with gr.Accordion("Custom layout (references and adversarial items)", open=False):
-                gr.Markdown(_CUSTOM_HELP)
-                with gr.Row():
-                    references = gr.File(label="references (.json or .npy)", file_types=[".json", ".npy"])
-                    adversarial = gr.File(label="adversarial (.json or .npy)", file_types=[".json", ".npy"])
-            with gr.Row():
-                ties = gr.Dropdown(list(TIES), value="pessimistic", label="ties (a wrong item with the same score "
-                                   "as the best correct one ranks above it, or below)")
-                bootstrap = gr.Number(value=0, precision=0, minimum=0, maximum=MAX_BOOTSTRAP,
-                                      label=f"bootstrap resamples for 95% CIs (0 = none, at most {MAX_BOOTSTRAP})")
-            run = gr.Button("Evaluate", variant="primary")
-            message = gr.Markdown(label="message", elem_id="evaluate-message")
-            results_table = gr.Dataframe(label="results", interactive=False, wrap=True, elem_id="results-table")
-            chart = gr.Image(label="chart", type="filepath", interactive=False, elem_id="recall-chart")
-            download = gr.File(label="json", interactive=False)
-        with gr.Tab("Explore"):
-            with gr.Row():
-                index = gr.Number(value=0, precision=0, minimum=0, label="image index")
-                show_button = gr.Button("Show")
-                random_button = gr.Button("Random image")
-            captions = gr.HTML(label="captions")
-            note = gr.Markdown(label="note")
-            images = gr.Gallery(label="images", columns=7, height="auto")
-        with gr.Tab("Compare"):
-            gr.Markdown("Published results (each with its source) and the results of your last evaluation in this "
-                        "session. Numbers in percent.")
-            compare_button = gr.Button("Refresh")
-            compare_table = gr.Dataframe(value=table(compare_rows([])), label="comparison", interactive=False,
-                                         wrap=True, column_widths=_COMPARE_WIDTHS)
 
-        files.change(detect, files, layouts, api_name="detect")
-        evaluated = run.click(evaluate, [files, layouts, references, adversarial, ties, bootstrap],
-                              [message, results_table, chart, download, user_rows], api_name="evaluate",
-                              concurrency_limit=concurrency)
-        evaluated.success(compare, user_rows, compare_table, api_name="show_comparison", api_visibility="private")
-        show_button.click(show, index, [captions, images, note], api_name="explore")
-        random_button.click(show_random, None, [index, captions, images, note], api_name="explore_random")
-        compare_button.click(compare, user_rows, compare_table, api_name="compare")
-    demo.queue(default_concurrency_limit=4)
-    return demo
+def _availability_note(source, captions_per_image, problem: str) -> str:
+    """What the page cannot do here, and why (empty when everything is available)."""
+    if captions_per_image is None:
+        return _NO_ANNOTATIONS.format(problem=_shorten(problem))
+    if problem or source is None:
+        return f"Note: {_shorten(problem) or 'no RoCOCO source was given, so the Explore tab is off.'}"
+    return ""
+
+
+def _evaluate_tab() -> SimpleNamespace:
+    """The Evaluate tab's components: uploads, layout table, options, and the results."""
+    tab = SimpleNamespace()
+    tab.files = gr.File(label="Score files (.npy, .npz, .safetensors), one per gallery", file_count="multiple",
+                        file_types=list(scorefiles.SCORE_SUFFIXES), type="filepath")
+    gr.Markdown(_LAYOUT_HELP)
+    tab.layouts = gr.Dataframe(headers=LAYOUT_HEADERS, type="array", interactive=True, wrap=True,
+                               column_count=len(LAYOUT_HEADERS), label="layouts",
+                               column_widths=["18%", "13%", "13%", "9%", "47%"])
+    with gr.Accordion("Custom layout (references and adversarial items)", open=False):
+        gr.Markdown(_CUSTOM_HELP)
+        with gr.Row():
+            tab.references = gr.File(label="references (.json or .npy)", file_types=[".json", ".npy"])
+            tab.adversarial = gr.File(label="adversarial (.json or .npy)", file_types=[".json", ".npy"])
+    with gr.Row():
+        tab.ties = gr.Dropdown(list(TIE_POLICIES), value="pessimistic", label="ties (a wrong item with the same "
+                               "score as the best correct one ranks above it, or below)")
+        tab.bootstrap = gr.Number(value=0, precision=0, minimum=0, maximum=MAX_BOOTSTRAP,
+                                  label=f"bootstrap resamples for 95% CIs (0 = none, at most {MAX_BOOTSTRAP})")
+    tab.run = gr.Button("Evaluate", variant="primary")
+    tab.message = gr.Markdown(label="message", elem_id="evaluate-message")
+    tab.results = gr.Dataframe(label="results", interactive=False, wrap=True, elem_id="results-table")
+    tab.chart = gr.Image(label="chart", type="filepath", interactive=False, elem_id="recall-chart")
+    tab.download = gr.File(label="json", interactive=False)
+    return tab
+
+
+def _explore_tab() -> SimpleNamespace:
+    """The Explore tab's components: an image index, its captions beside each attack's, and its images."""
+    tab = SimpleNamespace()
+    with gr.Row():
+        tab.index = gr.Number(value=0, precision=0, minimum=0, label="image index")
+        tab.show = gr.Button("Show")
+        tab.random = gr.Button("Random image")
+    tab.captions = gr.HTML(label="captions")
+    tab.note = gr.Markdown(label="note")
+    tab.images = gr.Gallery(label="images", columns=7, height="auto")
+    return tab
+
+
+def _compare_tab() -> SimpleNamespace:
+    """The Compare tab's components: published results beside this session's."""
+    tab = SimpleNamespace()
+    gr.Markdown("Published results (each with its source) and the results of your last evaluation in this "
+                "session. Numbers in percent.")
+    tab.refresh = gr.Button("Refresh")
+    tab.table = gr.Dataframe(value=table(compare_rows([])), label="comparison", interactive=False, wrap=True,
+                             column_widths=_COMPARE_WIDTHS)
+    return tab
+
+
+def _wire(handlers: Handlers, evaluate_tab, explore_tab, compare_tab, user_rows, concurrency: int) -> None:
+    """Connect the components to the handlers; each connection is also the named API endpoint."""
+    evaluate_tab.files.change(handlers.detect, evaluate_tab.files, evaluate_tab.layouts, api_name="detect")
+    evaluated = evaluate_tab.run.click(
+        handlers.evaluate,
+        [evaluate_tab.files, evaluate_tab.layouts, evaluate_tab.references, evaluate_tab.adversarial,
+         evaluate_tab.ties, evaluate_tab.bootstrap],
+        [evaluate_tab.message, evaluate_tab.results, evaluate_tab.chart, evaluate_tab.download, user_rows],
+        api_name="evaluate", concurrency_limit=concurrency)
+    evaluated.success(handlers.compare, user_rows, compare_tab.table, api_name="show_comparison",
+                      api_visibility="private")
+    explore_outputs = [explore_tab.captions, explore_tab.images, explore_tab.note]
+    explore_tab.show.click(handlers.show, explore_tab.index, explore_outputs, api_name="explore")
+    explore_tab.random.click(handlers.show_random, None, [explore_tab.index, *explore_outputs],
+                             api_name="explore_random")
+    compare_tab.refresh.click(handlers.compare, user_rows, compare_tab.table, api_name="compare")
 
 
 _LAYOUT_HELP = ("**Layout of each file**, detected from its shape when you upload; edit a cell to choose. `attack`: "

@@ -1,6 +1,6 @@
 """RoCOCO as a Hugging Face dataset: a ``datasets`` builder, and a command that exports and uploads it.
 
-Configs (see :mod:`rococo_eval.dataset`): the text attacks ``same_concept``, ``diff_concept``, ``rand_voca``,
+Configs (see :mod:`rococo_eval.configs`): the text attacks ``same_concept``, ``diff_concept``, ``rand_voca``,
 ``danger`` (splits ``original``: the 25,010 ground-truth captions, ``adversarial``: the 25,000 altered ones);
 the image attacks ``mix_seed1``, ``mix_seed10``, ``mix_seed100``, ``patch_seed1``, ``patch_seed10``,
 ``patch_seed100`` (``original``: the 5,000 test images, ``adversarial``: their altered copies); and the query
@@ -44,8 +44,9 @@ from typing import Optional
 import datasets
 
 from rococo_eval import __version__
-from rococo_eval.dataset import CONFIGS, config_features, config_splits, open_source, table_rows
-from rococo_eval.export import CITATION, export_dataset, push_to_hub
+from rococo_eval.configs import CONFIGS, config_features, config_splits
+from rococo_eval.export import CITATION, export_dataset, push_to_hub, table_rows
+from rococo_eval.source import source_for_configs
 
 _DESCRIPTION = """\
 RoCOCO (Park et al., arXiv:2304.10727) adds slightly altered captions (one word replaced) or images (mixed
@@ -79,8 +80,8 @@ class RococoDataset(datasets.GeneratorBasedBuilder):
 
     def _split_generators(self, dl_manager):
         config = self.config
-        source = open_source([config.name], config.annotations_dir or config.data_dir, config.images_dir,
-                             config.download_dir, image_base_url=config.image_base_url)
+        source = source_for_configs([config.name], config.annotations_dir or config.data_dir, config.images_dir,
+                                    config.download_dir, image_base_url=config.image_base_url)
         return [datasets.SplitGenerator(name=split, gen_kwargs={"source": source, "table": table})
                 for split, table in config_splits(config.name).items()]
 

@@ -9,7 +9,8 @@ import numpy as np
 from rococo_eval.layout import image_to_text_layout
 
 metric = evaluate.load(str(Path(__file__).resolve().parents[1] / "rococo_recall.py"))
-layout = image_to_text_layout([5, 6, 5, 5], attacked=True)  # 4 images, one with 6 captions, 5 altered each
+# 4 images, one with 6 captions, 5 altered each; the gallery in the official order (each image's captions, then its 5)
+layout = image_to_text_layout([5, 6, 5, 5], attacked=True, order="official")
 rng = np.random.default_rng(0)
 scores = rng.standard_normal((layout.num_queries, layout.num_gallery)).astype(np.float32)
 for query, refs in enumerate(layout.references):

@@ -1,9 +1,18 @@
-"""The RoCOCO annotation files: names, pinned sources, checks and reading.
+"""The RoCOCO annotation files: names, pinned sources, download, checks and reading.
 
 Every file is a JSON list of 5,000 records ``{"image": "val2014/COCO_val2014_....jpg", "caption": [...]}``
-in the same image order (the Karpathy 5K test split). Files come from a local folder the user names
+in the same image order (the Karpathy 5K test split): 5 or 6 ground-truth captions per image, followed in a
+text attack's file by the image's adversarial captions. Files come from a local folder the user names
 (for example ``ROCOCO_ANNOTATIONS_DIR``) or are downloaded from the official repository at a pinned
-commit; either way each file is checked against its sha256 before it is read.
+commit (through :func:`rococo_eval.download.download_file`); either way each file is checked against its
+sha256 before it is read.
+
+Environment variables:
+    ``ROCOCO_ANNOTATIONS_DIR``: a folder holding the official files; nothing is downloaded.
+    ``ROCOCO_ANNOTATIONS_BASE_URL``: a mirror of the annotation files (``http(s)://``, ``file://`` or a
+    folder); each file is fetched from ``<base>/<file_name>`` and still checked against its pinned sha256.
+    Downloads go to the ``annotations`` subfolder of the cache (``$ROCOCO_CACHE_DIR``, see
+    :func:`rococo_eval.download.default_cache_dir`).
 
 Example:
     >>> TEXT_ATTACKS
@@ -14,14 +23,15 @@ Example:
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterable
 
-from .layout import CLEAN, TEXT_ATTACKS
+from .download import DownloadError, VerificationError, default_cache_dir, download_file, join_url, sha256_of
+from .layout import ADVERSARIAL_PER_IMAGE, CLEAN, TEXT_ATTACKS
 
 logger = logging.getLogger(__name__)
 
@@ -29,10 +39,10 @@ OFFICIAL_REPOSITORY = "https://github.com/pseulki/rococo"
 OFFICIAL_COMMIT = "d8ba2a6ef31f3a428a02d5060990f022c2bf1e2a"
 RAW_BASE_URL = f"https://raw.githubusercontent.com/pseulki/rococo/{OFFICIAL_COMMIT}/annotations/"
 ANNOTATIONS_DIR_ENV = "ROCOCO_ANNOTATIONS_DIR"
+ANNOTATIONS_BASE_URL_ENV = "ROCOCO_ANNOTATIONS_BASE_URL"
 
-
-NUM_IMAGES = 5000
-NUM_ADVERSARIAL_PER_IMAGE = 5
+NUM_IMAGES = 5000  # the COCO 5K test split: one record per image in every file
+CAPTIONS_PER_IMAGE = (5, 6)  # ground-truth captions of one image (ten images have 6)
 
 
 @dataclass(frozen=True)
@@ -70,15 +80,6 @@ class AnnotationError(ValueError):
     """An annotation file is missing, corrupt or not laid out as RoCOCO's files are."""
 
 
-def sha256_of(path: str | os.PathLike) -> str:
-    """Return the hex sha256 of a file, read in 1 MiB blocks."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def annotation_file(name: str) -> AnnotationFile:
     """Return the pinned description of annotation file ``name`` (``"clean"`` or a text attack)."""
     try:
@@ -113,19 +114,62 @@ def resolve_annotations_dir(annotations_dir: str | os.PathLike | None = None,
     """Return a folder holding the verified annotation files ``names``.
 
     Looks at ``annotations_dir``, then ``$ROCOCO_ANNOTATIONS_DIR``; with neither, downloads the pinned files
-    into ``cache_dir`` (see :mod:`rococo_eval.download`). Raises :class:`AnnotationError` naming the file
+    into ``cache_dir`` (:func:`download_annotations`). Raises :class:`AnnotationError` naming the file
     and what to do when a file is missing or corrupt.
     """
     chosen = annotations_dir if annotations_dir is not None else os.environ.get(ANNOTATIONS_DIR_ENV)
     if chosen is None:
-        from .download import download_annotations
-
         return download_annotations(names, cache_dir=cache_dir)
     folder = Path(chosen)
     if not folder.is_dir():
         raise AnnotationError(f"`annotations_dir` {str(folder)!r} is not a folder")
     for name in names:
         verify_annotation_file(name, folder / annotation_file(name).file_name)
+    return folder
+
+
+def download_annotations(names: Iterable[str] | str, cache_dir: str | os.PathLike | None = None,
+                         base_url: str | os.PathLike | None = None) -> Path:
+    """Download the pinned annotation files ``names`` and return the folder holding them, verified.
+
+    Files go to ``<cache_dir>/annotations`` (``cache_dir`` defaults to
+    :func:`~rococo_eval.download.default_cache_dir`); files already there with the pinned sha256 are not
+    fetched again. The source is ``base_url``, else ``$ROCOCO_ANNOTATIONS_BASE_URL``, else the official
+    repository at the pinned commit; a mirror serves ``<base_url>/<file_name>``, and every file is checked
+    against its pinned size and sha256.
+
+    Args:
+        names: annotation file names (``"clean"`` or a text attack), or one name.
+        cache_dir: cache folder; None uses :func:`~rococo_eval.download.default_cache_dir`.
+        base_url: ``http(s)://`` or ``file://`` URL or local folder of a mirror; None uses
+            ``$ROCOCO_ANNOTATIONS_BASE_URL`` or the official source.
+
+    Raises:
+        ValueError: a name is not an annotation file.
+        DownloadError: a file could not be fetched (:class:`~rococo_eval.download.ServerUnreachableError`,
+            at once, when the source cannot be reached); the message says how to point the package at
+            local files instead.
+        VerificationError: a fetched file is not the official one.
+
+    Example:
+        >>> import tempfile
+        >>> mirror = resolve_annotations_dir().as_uri()  # a local copy of the official files as the mirror
+        >>> folder = download_annotations(["clean", "danger"], cache_dir=tempfile.mkdtemp(), base_url=mirror)
+        >>> sorted(p.name for p in folder.glob("*.json"))
+        ['coco_karpathy_test.json', 'danger.json']
+    """
+    specs = [annotation_file(name) for name in ((names,) if isinstance(names, str) else names)]
+    base = base_url if base_url is not None else os.environ.get(ANNOTATIONS_BASE_URL_ENV) or None
+    folder = (Path(cache_dir) if cache_dir is not None else default_cache_dir()) / "annotations"
+    for spec in specs:
+        url = spec.url if base is None else join_url(base, spec.file_name)
+        try:
+            download_file(url, folder / spec.file_name, sha256=spec.sha256, size=spec.size)
+        except (DownloadError, VerificationError) as error:
+            raise type(error)(
+                f"{error} To use the annotation files without this download, set ${ANNOTATIONS_DIR_ENV} to a "
+                f"folder holding the official files, or ${ANNOTATIONS_BASE_URL_ENV} to a mirror of them."
+            ) from error.__cause__
     return folder
 
 
@@ -156,8 +200,7 @@ def _check_records(name: str, path: Path, records) -> None:
         captions = record.get("caption") if isinstance(record, dict) else None
         if not isinstance(captions, list) or not isinstance(record.get("image"), str):
             raise AnnotationError(f"{str(path)!r}: record {index} lacks `image` or `caption`")
-        extra = NUM_ADVERSARIAL_PER_IMAGE if name in TEXT_ATTACKS else 0
-        if len(captions) - extra not in (5, 6):
-            raise AnnotationError(
-                f"{str(path)!r}: record {index} has {len(captions)} captions, expected {5 + extra} or {6 + extra}"
-            )
+        extra = ADVERSARIAL_PER_IMAGE if name in TEXT_ATTACKS else 0
+        if len(captions) - extra not in CAPTIONS_PER_IMAGE:
+            expected = " or ".join(str(count + extra) for count in CAPTIONS_PER_IMAGE)
+            raise AnnotationError(f"{str(path)!r}: record {index} has {len(captions)} captions, expected {expected}")

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from . import __version__
 from .layout import ATTACKS, CLEAN, DIRECTIONS, IMAGE_ATTACKS, ORDERS, TEXT_ATTACKS
+from .layout_detection import CUSTOM
 
 logger = logging.getLogger("rococo_eval")
 
@@ -115,7 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def run_command(args) -> Path:
     """``rococo-eval run``: embed, score, report. Returns the report folder."""
-    from .dataset import RococoSource, fetch_images
+    from .source import RococoSource, fetch_images
     from .download import default_cache_dir
     from .embeddings import EmbeddingCache, score_model
     from .models import load_model, parse_model_name
@@ -151,9 +152,10 @@ def score_command(args) -> Path:
     """
     import rococo_recall
 
-    from .dataset import RococoSource
+    from .source import RococoSource
     from .report import gallery_key
-    from .scorefiles import CUSTOM, choose_layout, read_header, read_scores
+    from .layout_detection import choose_layout
+    from .scorefiles import read_header, read_scores
 
     out = writable_folder(args.out)
     given = [(spec, read_header(path)) for spec, path in map(split_file_argument, args.files)]
@@ -238,7 +240,7 @@ def parse_layout_spec(spec: str) -> tuple[str, str, str]:
         ...
         rococo_eval.cli.CommandError: 'i2t' in 'rand_voca:i2t' is not an attack, a direction or an order; ...
     """
-    kinds = {"attack": (CLEAN,) + ATTACKS + ("custom",), "direction": DIRECTIONS, "order": ORDERS}
+    kinds = {"attack": (CLEAN,) + ATTACKS + (CUSTOM,), "direction": DIRECTIONS, "order": ORDERS}
     found = {kind: "" for kind in kinds}
     for part in filter(None, spec.split(":")):
         kind = next((kind for kind, values in kinds.items() if part in values), None)
@@ -278,14 +280,15 @@ def write_report(results: dict, out: Path, meta: dict, quiet: bool = False) -> d
     Returns:
         the paths written, by kind (``json``, ``markdown``, ``chart``).
     """
+    from .files import write_atomic
     from .report import plot_recall, summary_rows, to_markdown, to_text_table, write_json
 
     rows = summary_rows(results)
     meta = {"rococo_eval": __version__, "python": platform.python_version(), **meta}
     paths = {"json": write_json({"meta": meta, "results": results, "summary": rows}, out / "report.json")}
     title = f"# RoCOCO report: {meta['model']}\n\n" if "model" in meta else "# RoCOCO report\n\n"
-    paths["markdown"] = out / "report.md"
-    paths["markdown"].write_text(title + to_markdown(rows) + "\n", encoding="utf-8")
+    markdown = (title + to_markdown(rows) + "\n").encode("utf-8")
+    paths["markdown"] = write_atomic(out / "report.md", lambda handle: handle.write(markdown))
     try:
         paths["chart"] = plot_recall(rows, out / "recall.png")
     except ImportError:

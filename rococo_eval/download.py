@@ -1,4 +1,8 @@
-"""Resumable, verified downloads: the pinned annotation files and the COCO test images.
+"""Resumable, verified downloads and the checks behind them: sha256, and images that decode fully.
+
+This module knows nothing about RoCOCO's files: :func:`download_file` fetches any file by URL,
+:func:`download_coco_images` fetches a batch of images from an image server laid out like COCO's (the
+annotation files are fetched by :mod:`rococo_eval.annotations` through :func:`download_file`).
 
 One code path fetches ``http(s)://`` URLs, ``file://`` URLs and plain local paths, so a local mirror works
 exactly like the official source. A download streams into ``<dest>.part``, resumes an interrupted ``.part``
@@ -10,10 +14,7 @@ never accepts it) is not retried: :class:`ServerUnreachableError` comes at once,
 stops at the first one, since none of the others can succeed either.
 
 Environment variables:
-    ``ROCOCO_CACHE_DIR``: the cache folder (default ``~/.cache/rococo-eval``); annotation files go to its
-    ``annotations`` subfolder.
-    ``ROCOCO_ANNOTATIONS_BASE_URL``: a mirror of the annotation files (``http(s)://``, ``file://`` or a
-    folder); each file is fetched from ``<base>/<file_name>`` and still checked against its pinned sha256.
+    ``ROCOCO_CACHE_DIR``: the cache folder of every download (default ``~/.cache/rococo-eval``).
     ``ROCOCO_IMAGE_BASE_URL``: a mirror of COCO's image server, laid out the same (``val2014/...``), used
     wherever no image base URL is given (``rococo-eval run --download-images`` has no option for it).
 
@@ -24,6 +25,8 @@ Example:
 
 from __future__ import annotations
 
+import hashlib
+import io
 import logging
 import os
 import threading
@@ -41,16 +44,15 @@ from PIL import Image
 from tqdm import tqdm
 
 from . import __version__
-from .annotations import ANNOTATIONS_DIR_ENV, annotation_file, sha256_of
 
 logger = logging.getLogger(__name__)
 
 CACHE_DIR_ENV = "ROCOCO_CACHE_DIR"
-ANNOTATIONS_BASE_URL_ENV = "ROCOCO_ANNOTATIONS_BASE_URL"
 IMAGE_BASE_URL_ENV = "ROCOCO_IMAGE_BASE_URL"
 COCO_IMAGE_BASE_URL = "http://images.cocodataset.org/"
 
-_CHUNK_BYTES = 1 << 16
+_TRANSFER_CHUNK_BYTES = 1 << 16  # 64 KiB: one read from the socket or file, one write to the .part file
+_HASH_BLOCK_BYTES = 1 << 20
 _RETRY_DELAY_SECONDS = 0.5
 _MAX_RETRY_DELAY_SECONDS = 8.0
 _RETRYABLE_STATUS = frozenset({408, 425, 429, 500, 502, 503, 504})
@@ -99,6 +101,23 @@ def default_cache_dir() -> Path:
     return Path(os.environ.get(CACHE_DIR_ENV) or "~/.cache/rococo-eval").expanduser()
 
 
+def sha256_of(path: str | os.PathLike) -> str:
+    """Return the hex sha256 of a file, read in 1 MiB blocks.
+
+    Example:
+        >>> import tempfile
+        >>> path = Path(tempfile.mkdtemp()) / "hello.txt"
+        >>> _ = path.write_bytes(b"hello")
+        >>> sha256_of(path)
+        '2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824'
+    """
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(_HASH_BLOCK_BYTES), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 def download_file(url: str | os.PathLike, dest: str | os.PathLike, *, sha256: str | None = None,
                   size: int | None = None, timeout: float = 30.0, retries: int = 3,
                   session: requests.Session | None = None) -> Path:
@@ -141,50 +160,6 @@ def download_file(url: str | os.PathLike, dest: str | os.PathLike, *, sha256: st
     return _fetch(url, dest, sha256=sha256, size=size, timeout=timeout, retries=retries, session=session)
 
 
-def download_annotations(names: Iterable[str] | str, cache_dir: str | os.PathLike | None = None,
-                         base_url: str | os.PathLike | None = None) -> Path:
-    """Download the pinned annotation files ``names`` and return the folder holding them, verified.
-
-    Files go to ``<cache_dir>/annotations`` (``cache_dir`` defaults to :func:`default_cache_dir`); files
-    already there with the pinned sha256 are not fetched again. The source is ``base_url``, else
-    ``$ROCOCO_ANNOTATIONS_BASE_URL``, else the official repository at the pinned commit; a mirror
-    serves ``<base_url>/<file_name>``, and every file is checked against its pinned size and sha256.
-
-    Args:
-        names: annotation file names (``"clean"`` or a text attack), or one name.
-        cache_dir: cache folder; None uses :func:`default_cache_dir`.
-        base_url: ``http(s)://`` or ``file://`` URL or local folder of a mirror; None uses
-            ``$ROCOCO_ANNOTATIONS_BASE_URL`` or the official source.
-
-    Raises:
-        ValueError: a name is not an annotation file.
-        DownloadError: a file could not be fetched (:class:`ServerUnreachableError`, at once, when the source
-            cannot be reached); the message says how to point the package at local files instead.
-        VerificationError: a fetched file is not the official one.
-
-    Example:
-        >>> import tempfile
-        >>> from rococo_eval.annotations import resolve_annotations_dir
-        >>> mirror = resolve_annotations_dir().as_uri()  # a local copy of the official files as the mirror
-        >>> folder = download_annotations(["clean", "danger"], cache_dir=tempfile.mkdtemp(), base_url=mirror)
-        >>> sorted(p.name for p in folder.glob("*.json"))
-        ['coco_karpathy_test.json', 'danger.json']
-    """
-    specs = [annotation_file(name) for name in ((names,) if isinstance(names, str) else names)]
-    base = base_url if base_url is not None else os.environ.get(ANNOTATIONS_BASE_URL_ENV) or None
-    folder = (Path(cache_dir) if cache_dir is not None else default_cache_dir()) / "annotations"
-    for spec in specs:
-        url = spec.url if base is None else _join(base, spec.file_name)
-        try:
-            download_file(url, folder / spec.file_name, sha256=spec.sha256, size=spec.size)
-        except (DownloadError, VerificationError) as error:
-            raise type(error)(
-                f"{error} To use the annotation files without this download, set ${ANNOTATIONS_DIR_ENV} to a "
-                f"folder holding the official files, or ${ANNOTATIONS_BASE_URL_ENV} to a mirror of them."
-            ) from error.__cause__
-    return folder
-
-
 def verify_image_file(path: str | os.PathLike) -> None:
     """Check that ``path`` is an image PIL can decode to the last pixel (catches truncated downloads).
 
@@ -211,16 +186,33 @@ def verify_image_file(path: str | os.PathLike) -> None:
         rococo_eval.download.CorruptImageError: ...noise.jpg' is not a complete image: image file is truncated ...
         >>> shutil.rmtree(folder)
     """
+    read_image_file(path)
+
+
+def read_image_file(path: str | os.PathLike) -> tuple[bytes, Image.Image]:
+    """Read an image file and decode it to the last pixel: its bytes and the decoded image.
+
+    Errors are those of :func:`verify_image_file`, which is this check without the result.
+
+    Example:
+        >>> import shutil, tempfile
+        >>> folder = Path(tempfile.mkdtemp())
+        >>> Image.new("RGB", (4, 3), "red").save(folder / "red.png")
+        >>> data, image = read_image_file(folder / "red.png")
+        >>> data[:4], image.size, image.getpixel((0, 0))
+        (b'\\x89PNG', (4, 3), (255, 0, 0))
+        >>> shutil.rmtree(folder)
+    """
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"image file {str(path)!r} does not exist")
+    data = path.read_bytes()
     try:
-        with Image.open(path) as image:
-            image.load()
+        image = Image.open(io.BytesIO(data))
+        image.load()
     except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as error:
-        raise CorruptImageError(
-            f"{str(path)!r} is not a complete image: {error}"
-        ) from error
+        raise CorruptImageError(f"{str(path)!r} is not a complete image: {error}") from error
+    return data, image
 
 
 def download_coco_images(file_names: Iterable[str], dest_root: str | os.PathLike, *,
@@ -278,7 +270,7 @@ def download_coco_images(file_names: Iterable[str], dest_root: str | os.PathLike
     complete = 0
 
     def fetch(name: str) -> Path:
-        return _fetch(_join(base_url, name), targets[name], timeout=timeout, retries=retries,
+        return _fetch(join_url(base_url, name), targets[name], timeout=timeout, retries=retries,
                       session=sessions.get(), check=verify_image_file)
 
     logger.info("fetching %d COCO images from %s into %s", len(targets), base_url, dest_root)
@@ -465,7 +457,7 @@ def _open_local(path: Path, offset: int) -> Iterator[tuple[int, int, Iterator[by
 
 def _local_chunks(handle) -> Iterator[bytes]:
     try:
-        yield from iter(lambda: handle.read(_CHUNK_BYTES), b"")
+        yield from iter(lambda: handle.read(_TRANSFER_CHUNK_BYTES), b"")
     except OSError as error:
         raise _Incomplete(str(error)) from error
 
@@ -514,7 +506,7 @@ def _open_http(url: str, offset: int, timeout: float, session) -> Iterator[tuple
 
 def _http_chunks(response) -> Iterator[bytes]:
     try:
-        yield from response.raw.stream(_CHUNK_BYTES, decode_content=False)
+        yield from response.raw.stream(_TRANSFER_CHUNK_BYTES, decode_content=False)
     except _STREAM_ERRORS as error:
         raise _Incomplete(_reason(error)) from error
 
@@ -584,8 +576,18 @@ def _local_path(url) -> Path | None:
     raise ValueError(f"`url` has to be an http(s):// or file:// URL or a local path, got {url!r}")
 
 
-def _join(base: str | os.PathLike, relative: str) -> str:
-    """Append the relative POSIX path ``relative`` to a URL or a local folder."""
+def join_url(base: str | os.PathLike, relative: str) -> str:
+    """Append the relative POSIX path ``relative`` to a URL or a local folder (quoted in a URL).
+
+    Raises:
+        ValueError: ``relative`` is absolute or climbs out of ``base`` with ``..``.
+
+    Example:
+        >>> join_url("http://images.cocodataset.org", "val2014/COCO_val2014_000000391895.jpg")
+        'http://images.cocodataset.org/val2014/COCO_val2014_000000391895.jpg'
+        >>> join_url("file:///data/rococo/", "a b.json")
+        'file:///data/rococo/a%20b.json'
+    """
     base = os.fspath(base)
     if _local_path(base) is None or urlsplit(base).scheme == "file":
         return (base if base.endswith("/") else base + "/") + quote(relative)

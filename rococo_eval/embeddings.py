@@ -33,9 +33,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import re
-import uuid
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -47,6 +45,7 @@ from tqdm.auto import tqdm
 
 from rococo_recall import rococo_recall
 
+from .files import write_atomic
 from .layout import CLEAN, IMAGE_TO_TEXT, TEXT_ATTACKS, TEXT_TO_IMAGE, attack_direction
 
 logger = logging.getLogger(__name__)
@@ -54,7 +53,6 @@ logger = logging.getLogger(__name__)
 MANIFEST = "manifest.json"
 COMPLETE = "embeddings.npy"
 KINDS = ("text", "image")
-SCORE_BLOCK_BYTES = 32 << 20
 _SHARD = re.compile(r"rows-(\d+)-(\d+)\.npy")
 
 
@@ -213,10 +211,7 @@ def galleries(attacks: Sequence[str]) -> list[tuple[str, str]]:
 
 def score_gallery(layout, queries: np.ndarray, originals: np.ndarray, adversarial: Optional[np.ndarray] = None,
                   **metric_kwargs) -> dict:
-    """Score one gallery from embeddings with the RoCOCO Recall metric, block by block.
-
-    Blocks of query rows hold about :data:`SCORE_BLOCK_BYTES` of scores (the metric's own default block
-    is sized for score matrices and makes many small matrix products here).
+    """Score one gallery from embeddings with the RoCOCO Recall metric, which makes the scores block by block.
 
     Args:
         layout: the gallery's :class:`~rococo_eval.layout.GalleryLayout`; its ``gallery_rows`` index the
@@ -235,7 +230,6 @@ def score_gallery(layout, queries: np.ndarray, originals: np.ndarray, adversaria
         (100.0, 0.0)
     """
     pool = originals if adversarial is None else np.concatenate([originals, adversarial])
-    metric_kwargs.setdefault("chunk_size", max(1, SCORE_BLOCK_BYTES // (4 * layout.num_gallery)))
     return rococo_recall(query_embeddings=queries, gallery_embeddings=pool[layout.gallery_rows],
                          **layout.metric_inputs(), **metric_kwargs)
 
@@ -276,7 +270,7 @@ def _open_folder(folder: Path, manifest: dict) -> None:
             raise ValueError(f"cache folder {str(folder)!r} holds other embeddings ({found}); remove it")
         return
     folder.mkdir(parents=True, exist_ok=True)
-    _write_atomic(path, lambda handle: handle.write(json.dumps(manifest, indent=2).encode()))
+    write_atomic(path, lambda handle: handle.write(json.dumps(manifest, indent=2).encode()))
 
 
 def _read_shards(folder: Path, count: int) -> dict[tuple[int, int], Path]:
@@ -346,18 +340,4 @@ def _check_vectors(vectors, rows: int, model_name: str) -> np.ndarray:
 
 
 def _save_npy(path: Path, array: np.ndarray) -> None:
-    _write_atomic(path, lambda handle: np.save(handle, array))
-
-
-def _write_atomic(path: Path, write: Callable) -> None:
-    """Write through a new temporary file beside ``path`` (permissions from the umask), then rename it."""
-    temporary = path.with_name(f".tmp-{uuid.uuid4().hex}-{path.name}")
-    try:
-        with open(temporary, "xb") as handle:
-            write(handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        temporary.unlink(missing_ok=True)
-        raise
+    write_atomic(path, lambda handle: np.save(handle, array))

@@ -1,5 +1,8 @@
 """Export RoCOCO as a folder of Parquet files with a dataset card, and upload it to the Hugging Face Hub.
 
+This module owns the dataset's rows (:func:`table_rows`, which the ``datasets`` builder in
+``rococo_dataset.py`` yields too), the Parquet files, the dataset card and the upload.
+
 The folder works with ``datasets.load_dataset(folder, config, split=...)`` on every ``datasets`` version
 (no loading script) and uploads as it is::
 
@@ -8,8 +11,7 @@ The folder works with ``datasets.load_dataset(folder, config, split=...)`` on ev
     OUT/data/images_original-0000k-of-00005.parquet     shared by the image-attack configs and ``images``
     OUT/data/<attack>_adversarial-....parquet
 
-Rows are written in order by :func:`rococo_eval.dataset.table_rows`, with the ``datasets`` features stored in
-the Parquet schema (images as JPEG bytes). The folder is built next to ``OUT`` and renamed into place when
+Rows are written in order by :func:`table_rows`, with the ``datasets`` features stored in the Parquet schema (images as JPEG bytes). The folder is built next to ``OUT`` and renamed into place when
 complete, so an interrupted export leaves no partial folder.
 
 Example:
@@ -34,8 +36,9 @@ import os
 import re
 import shutil
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Iterable
+from typing import Callable, Iterable, Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -47,23 +50,24 @@ from rococo_recall import CITATION as ROCOCO_CITATION
 
 from . import __version__
 from .annotations import ANNOTATION_FILES, OFFICIAL_COMMIT, OFFICIAL_REPOSITORY
-from .dataset import (
+from .captions import find_replacements
+from .configs import (
+    CAPTION_FEATURES,
     CAPTIONS_CONFIG,
+    CAPTIONS_ORIGINAL,
     CONFIGS,
     IMAGE_FEATURES,
-    RococoSource,
+    IMAGES_ORIGINAL,
     check_config,
     config_splits,
-    open_source,
     query_config,
     table_features,
-    table_num_rows,
-    table_rows,
     tables_of,
 )
 from .download import COCO_IMAGE_BASE_URL
 from .images import load_mix_table
-from .layout import IMAGE_ATTACKS, TEXT_ATTACKS
+from .layout import ADVERSARIAL_PER_IMAGE, IMAGE_ATTACKS, SEEDS, TEXT_ATTACKS, caption_offsets
+from .source import RococoSource, source_for_configs
 
 logger = logging.getLogger(__name__)
 
@@ -93,7 +97,7 @@ def export_dataset(out_dir, configs: Iterable[str] | str | None = None, *, annot
 
     Args:
         out_dir: the folder to create. It must not exist or be empty, unless ``overwrite``.
-        configs: config names (see :data:`rococo_eval.dataset.CONFIGS`); None exports all of them.
+        configs: config names (see :data:`rococo_eval.configs.CONFIGS`); None exports all of them.
         annotations_dir: folder holding the official annotation files; None uses ``$ROCOCO_ANNOTATIONS_DIR``,
             else downloads the pinned files.
         images_dir: the COCO root holding ``val2014/``; None downloads the 5,000 test images (only if an
@@ -126,8 +130,8 @@ def export_dataset(out_dir, configs: Iterable[str] | str | None = None, *, annot
     if out.exists() and (not out.is_dir() or any(out.iterdir())) and not overwrite:
         raise ValueError(f"`out_dir` {str(out)!r} already exists and is not empty: choose a new folder or pass "
                          f"overwrite=True (--overwrite)")
-    source = open_source(configs, annotations_dir, images_dir, cache_dir, image_base_url=image_base_url,
-                         progress=progress)
+    source = source_for_configs(configs, annotations_dir, images_dir, cache_dir, image_base_url=image_base_url,
+                                progress=progress)
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
     try:
@@ -179,6 +183,95 @@ def _write_table(source: RococoSource, table: str, folder: Path, workers, progre
     return paths
 
 
+def table_num_rows(source: RococoSource, table: str) -> int:
+    """The number of rows of ``table``.
+
+    Example:
+        >>> table_num_rows(RococoSource(), "captions_original")
+        25010
+    """
+    if table == CAPTIONS_ORIGINAL:
+        return sum(source.captions_per_image)
+    if table_features(table) is CAPTION_FEATURES:
+        return len(source.adversarial_captions(table.removesuffix("_adversarial")))
+    return source.num_images
+
+
+def table_rows(source: RococoSource, table: str, workers: int | None = 1) -> Iterator[dict]:
+    """The rows of ``table`` in order, as dicts of its features (images as ``{"bytes", "path"}``).
+
+    Args:
+        source: where the data comes from; image tables need its ``images_dir``.
+        table: a table name (see :mod:`rococo_eval.configs`).
+        workers: threads that make altered images (None: up to 8, one per CPU); the rows and bytes do not
+            depend on it.
+
+    Example:
+        >>> rows = table_rows(RococoSource(), "danger_adversarial")
+        >>> row = next(rows)
+        >>> row["caption"], row["source_caption_index"]
+        ('A criminal with a red helmet on a small moped on a dirt road .', 0)
+        >>> row["replacements"]
+        [{'original': 'man', 'replacement': 'criminal', 'position': 1}]
+    """
+    features = table_features(table)
+    if table == CAPTIONS_ORIGINAL:
+        return _original_caption_rows(source)
+    if features is CAPTION_FEATURES:
+        return _adversarial_caption_rows(source, table.removesuffix("_adversarial"))
+    if source.images_dir is None:
+        raise ValueError(f"table {table!r} needs images: give the source an `images_dir` (see fetch_images)")
+    if table == IMAGES_ORIGINAL:
+        return _in_order(lambda i: _image_row(source, i, source.original_image_bytes(i), None, None),
+                         range(source.num_images), workers)
+    attack = table.removesuffix("_adversarial")
+
+    def altered_row(index):
+        partner, box = source.alteration(index, attack)
+        return _image_row(source, index, source.altered_image_bytes(index, attack), partner, box)
+
+    return _in_order(altered_row, range(source.num_images), workers)
+
+
+def _original_caption_rows(source: RococoSource) -> Iterator[dict]:
+    image_of_caption = [i for i, count in enumerate(source.captions_per_image) for _ in range(count)]
+    for image_index, caption in zip(image_of_caption, source.ground_truth_captions()):
+        yield {"image_index": image_index, "caption": caption, "is_adversarial": False,
+               "source_caption_index": None, "replacements": None}
+
+
+def _adversarial_caption_rows(source: RococoSource, attack: str) -> Iterator[dict]:
+    ground_truth = source.ground_truth_captions()
+    offsets = caption_offsets(source.captions_per_image)
+    for row, caption in enumerate(source.adversarial_captions(attack)):
+        image_index, j = divmod(row, ADVERSARIAL_PER_IMAGE)
+        source_index = int(offsets[image_index]) + j
+        changes = find_replacements(ground_truth[source_index], caption)
+        yield {"image_index": image_index, "caption": caption, "is_adversarial": True,
+               "source_caption_index": source_index, "replacements": [change._asdict() for change in changes]}
+
+
+def _image_row(source: RococoSource, index: int, data: bytes, partner, box) -> dict:
+    name = source.file_name(index)
+    return {"image_index": index, "file_name": name, "image": {"bytes": data, "path": name},
+            "is_adversarial": partner is not None, "partner_index": partner,
+            "box": None if box is None else list(box)}
+
+
+def _in_order(function: Callable[[int], dict], items: range, workers: int | None) -> Iterator[dict]:
+    """``map(function, items)`` on a thread pool, in order, a bounded block at a time."""
+    workers = min(8, os.cpu_count() or 1) if workers is None else workers
+    if not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"`workers` must be a positive int or None, got {workers!r}")
+    if workers == 1:
+        yield from map(function, items)
+        return
+    block = 16 * workers
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="rococo-rows") as pool:
+        for start in range(0, len(items), block):
+            yield from pool.map(function, items[start:start + block])
+
+
 def _move_into_place(staging: Path, out: Path) -> None:
     if not out.exists():
         os.replace(staging, out)
@@ -214,7 +307,7 @@ def _dataset_card(splits: dict[str, dict[str, list[str]]], source: RococoSource)
     hashes = "\n".join(f"| `{spec.file_name}` | `{spec.sha256}` |" for spec in ANNOTATION_FILES.values())
     self_partners = ", ".join(
         f"{int((load_mix_table('mix', seed).partner == np.arange(source.num_images)).sum())} (seed {seed})"
-        for seed in (1, 10, 100))
+        for seed in SEEDS)
     example = next((c for c in splits if c in TEXT_ATTACKS), next(iter(splits)))
     return _CARD.format(front=front, configs=configs_yaml(splits), rows=rows, version=__version__,
                         repository=OFFICIAL_REPOSITORY, commit=OFFICIAL_COMMIT, hashes=hashes,
@@ -372,18 +465,18 @@ Score the queries (in row order) against the gallery: the config's `original` sp
 
 ```python
 import numpy as np
-from rococo_eval.dataset import load_queries_and_gallery, metric_inputs
+from rococo_eval.dataset import load_queries_and_gallery, metric_inputs_for
 from rococo_recall import rococo_recall      # or evaluate.load("<org>/rococo_recall")
 
 queries, gallery = load_queries_and_gallery("<this repository or folder>", "{example}")
 scores = my_model.score(queries, gallery)     # (queries, gallery) array, higher = more similar
-result = rococo_recall(scores, **metric_inputs("{example}", order="dataset"))
+result = rococo_recall(scores, **metric_inputs_for("{example}", order="dataset"))
 result["recall@1"], result["clean_recall@1"], result["false_rate"]
 ```
 
 Image-to-text queries are the 5,000 images of `images`; text-to-image queries the 25,010 captions of
 `captions`. A query's correct items are its own ground-truth captions (image-to-text) or its own original
-image (text-to-image); adversarial items never count as correct. `metric_inputs(..., order="official")` gives
+image (text-to-image); adversarial items never count as correct. `metric_inputs_for(..., order="official")` gives
 the same for the official `itm_eval` order (for each image its captions then its 5 adversarial ones;
 the 5,000 images then their 5,000 altered copies).
 

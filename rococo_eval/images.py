@@ -25,12 +25,13 @@ from typing import Optional, Union
 import numpy as np
 from PIL import Image
 
+from .layout import IMAGE_ATTACK_METHODS, SEEDS
+
 logger = logging.getLogger(__name__)
 
-IMAGE_SIZE = 384
-BATCH_SIZE = 64
-METHODS = ("mix", "patch")
-SEEDS = (1, 10, 100)
+IMAGE_SIZE = 384  # the official script resizes every image to 384 x 384
+BATCH_SIZE = 64  # the official DataLoader's batch: partners are drawn within a batch
+LAM = 0.9  # the official mixing weight of the image itself
 _TABLE_FILE = "mix_tables.npz"
 
 
@@ -94,8 +95,8 @@ def load_mix_table(method: str, seed: int) -> MixTable:
         >>> load_mix_table("mix", 1).box is None
         True
     """
-    if method not in METHODS:
-        raise ValueError(f"`method` has to be one of {METHODS}, got {method!r}")
+    if method not in IMAGE_ATTACK_METHODS:
+        raise ValueError(f"`method` has to be one of {IMAGE_ATTACK_METHODS}, got {method!r}")
     if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool) or seed not in SEEDS:
         raise ValueError(f"`seed` has to be one of {SEEDS}, got {seed!r}")
     tables = _tables()
@@ -146,7 +147,7 @@ def alter_pixels(
     partner: Union[Image.Image, np.ndarray],
     method: str,
     box=None,
-    lam: float = 0.9,
+    lam: float = LAM,
 ) -> np.ndarray:
     """The altered image in float32, before saving: the official mix or patch of two preprocessed images.
 
@@ -179,8 +180,8 @@ def alter_pixels(
         >>> float(patched[:60, 10:130].max()), float(patched[60:].min())
         (0.0, 1.0)
     """
-    if method not in METHODS:
-        raise ValueError(f"`method` has to be one of {METHODS}, got {method!r}")
+    if method not in IMAGE_ATTACK_METHODS:
+        raise ValueError(f"`method` has to be one of {IMAGE_ATTACK_METHODS}, got {method!r}")
     if not 0.0 <= lam <= 1.0:
         raise ValueError(f"`lam` has to be in [0, 1], got {lam!r}")
     x = _pixels(original, "original")
@@ -218,7 +219,7 @@ def alter_image(
     partner: Union[Image.Image, np.ndarray],
     method: str,
     box=None,
-    lam: float = 0.9,
+    lam: float = LAM,
 ) -> Image.Image:
     """The altered image as the official script saves it: 384 x 384 RGB, before JPEG encoding.
 

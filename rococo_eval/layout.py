@@ -1,27 +1,41 @@
-"""Gallery layouts: what the metric takes for each RoCOCO gallery, computed in one place.
+"""Gallery layouts: what the metric takes for each gallery of an image-text set, computed in one place.
 
-A layout fixes, for one direction of one RoCOCO config, the order of the queries and of the gallery, which
-gallery items are correct for each query (``references``) and which are adversarial (``adversarial``).
-Two gallery orders exist for every config:
+This module owns the facts about galleries: their shapes, their two orders, which items are correct and which
+are adversarial, and RoCOCO's attack catalogue. :mod:`rococo_eval.layout_detection` reads a layout back from a
+score matrix's shape, file name and scores.
+
+An image-text set is described by its number of captions per image (one count per image, in image order) and,
+for a text attack, its number of adversarial captions per image. RoCOCO on the COCO 5K test split is one
+instance: 5,000 images with 5 or 6 captions each, ``ADVERSARIAL_PER_IMAGE`` (5) adversarial captions per image
+for each text attack, and one altered copy of each image for each image attack.
+
+A layout fixes, for one direction of one gallery, the order of the queries and of the gallery, which gallery
+items are correct for each query (``references``) and which are adversarial (``adversarial``). Two gallery
+orders exist:
 
 - ``"official"``: the order of the official ``itm_eval``. Image-to-text: for each image its ground-truth
-  captions, then its 5 adversarial ones (image 0 -> 0..4 and 5..9; image 83, which has 6 captions,
-  -> 830..835 and 836..840). Text-to-image: the 5,000 originals, then their 5,000 altered copies.
+  captions, then its adversarial ones (in RoCOCO image 0 -> 0..4 and 5..9; image 83, which has 6 captions,
+  -> 830..835 and 836..840). Text-to-image: the original images, then their altered copies.
 - ``"dataset"``: the order of the exported dataset's splits, the ``original`` split then the
   ``adversarial`` split, each in its own row order.
 
+The two orders differ only for an attacked image-to-text gallery: there ``order`` has no default (a matrix
+scored in the wrong order gives a recall near 0 with no error); elsewhere ``order=None`` gives the one order.
+
 Gallery items are named by ``gallery_rows``: the row of the item in the concatenation of the dataset's
-``original`` and ``adversarial`` splits. Two layouts of one config therefore convert scores into each other
+``original`` and ``adversarial`` splits. Two layouts of one gallery therefore convert scores into each other
 with :func:`reorder_gallery`.
 
 Example:
-    >>> layout = image_to_text_layout([5, 6, 5], attacked=True)
+    >>> layout = image_to_text_layout([5, 6, 5], attacked=True, order="official")
     >>> layout.num_queries, layout.num_gallery, layout.num_adversarial
     (3, 31, 15)
     >>> layout.references[1]
     (10, 11, 12, 13, 14, 15)
     >>> layout.gallery_rows[5:12].tolist()  # image 0's adversarial captions follow its 5 originals
     [16, 17, 18, 19, 20, 5, 6]
+    >>> image_to_text_layout([1, 3], order="dataset", adversarial_per_image=2).num_gallery  # another set
+    8
 """
 
 from __future__ import annotations
@@ -31,6 +45,7 @@ from dataclasses import dataclass
 import numpy as np
 
 CLEAN = "clean"
+# RoCOCO's attack catalogue: text attacks (scored image-to-text), image attacks (method x seed, text-to-image)
 TEXT_ATTACKS = ("same_concept", "diff_concept", "rand_voca", "danger")
 IMAGE_ATTACK_METHODS = ("mix", "patch")
 SEEDS = (1, 10, 100)
@@ -40,12 +55,12 @@ IMAGE_TO_TEXT = "image_to_text"
 TEXT_TO_IMAGE = "text_to_image"
 DIRECTIONS = (IMAGE_TO_TEXT, TEXT_TO_IMAGE)
 ORDERS = ("official", "dataset")
-ADVERSARIAL_PER_IMAGE = 5
+ADVERSARIAL_PER_IMAGE = 5  # RoCOCO's text attacks: 5 adversarial captions per image
 
 
 @dataclass(frozen=True, eq=False)
 class GalleryLayout:
-    """The queries, gallery, ground truth and adversarial mask of one RoCOCO gallery.
+    """The queries, gallery, ground truth and adversarial mask of one gallery.
 
     Attributes:
         direction: ``"image_to_text"`` or ``"text_to_image"``.
@@ -97,13 +112,31 @@ def caption_offsets(captions_per_image) -> np.ndarray:
     return np.concatenate([[0], np.cumsum(counts)])
 
 
-def image_to_text_layout(captions_per_image, attacked: bool = True, order: str = "official") -> GalleryLayout:
+def describe_orders(adversarial_per_image: int = ADVERSARIAL_PER_IMAGE) -> str:
+    """The two orders of an attacked image-to-text gallery in words, for messages that ask for one.
+
+    Example:
+        >>> print(describe_orders(2))  # doctest: +NORMALIZE_WHITESPACE
+        official (each image's captions, then its 2 altered ones)
+        or dataset (all ground-truth captions, then all altered ones)
+    """
+    return (f"official (each image's captions, then its {adversarial_per_image} altered ones) or dataset "
+            "(all ground-truth captions, then all altered ones)")
+
+
+def image_to_text_layout(captions_per_image, attacked: bool = True, order: str | None = None, *,
+                         adversarial_per_image: int = ADVERSARIAL_PER_IMAGE) -> GalleryLayout:
     """Layout of an image-to-text gallery: the images are the queries, the captions the gallery.
 
     Args:
         captions_per_image: number of ground-truth captions of each image (5 or 6 in RoCOCO).
-        attacked: add the 5 adversarial captions of each image (a text attack); False gives the clean gallery.
-        order: ``"official"`` or ``"dataset"`` (see the module docstring).
+        attacked: add the adversarial captions of each image (a text attack); False gives the clean gallery.
+        order: ``"official"`` or ``"dataset"`` (see the module docstring); required when ``attacked``, where
+            the two orders differ. None gives the one order of a clean gallery.
+        adversarial_per_image: number of adversarial captions of each image in an attacked gallery.
+
+    Raises:
+        ValueError: ``order`` is None for an attacked gallery, or an argument is not one of its values.
 
     Example:
         >>> clean = image_to_text_layout([5, 6], attacked=False)
@@ -111,17 +144,23 @@ def image_to_text_layout(captions_per_image, attacked: bool = True, order: str =
         (((0, 1, 2, 3, 4), (5, 6, 7, 8, 9, 10)), 0)
         >>> image_to_text_layout([5, 6], order="dataset").references[1]
         (5, 6, 7, 8, 9, 10)
+        >>> image_to_text_layout([1, 2], order="official", adversarial_per_image=2).adversarial.tolist()
+        [False, True, True, False, False, True, True]
+        >>> image_to_text_layout([5, 6])  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        ValueError: `order` is required for an attacked image-to-text gallery, where the two orders differ: ...
     """
-    _check_order(order)
+    _check_adversarial_per_image(adversarial_per_image)
+    order = _check_order(order, attacked, adversarial_per_image)
     offsets = caption_offsets(captions_per_image)
     num_images, num_gt = len(offsets) - 1, int(offsets[-1])
+    references = tuple(tuple(range(offsets[i], offsets[i + 1])) for i in range(num_images))
     if not attacked:
-        references = tuple(tuple(range(offsets[i], offsets[i + 1])) for i in range(num_images))
         return GalleryLayout(IMAGE_TO_TEXT, order, references, np.zeros(num_gt, dtype=bool),
                              np.arange(num_gt, dtype=np.int64))
-    num_adv = ADVERSARIAL_PER_IMAGE * num_images
+    num_adv = adversarial_per_image * num_images
     if order == "dataset":
-        references = tuple(tuple(range(offsets[i], offsets[i + 1])) for i in range(num_images))
         adversarial = np.zeros(num_gt + num_adv, dtype=bool)
         adversarial[num_gt:] = True
         return GalleryLayout(IMAGE_TO_TEXT, order, references, adversarial,
@@ -131,30 +170,30 @@ def image_to_text_layout(captions_per_image, attacked: bool = True, order: str =
         start = len(rows)
         rows.extend(range(offsets[i], offsets[i + 1]))
         references.append(tuple(range(start, len(rows))))
-        rows.extend(num_gt + ADVERSARIAL_PER_IMAGE * i + j for j in range(ADVERSARIAL_PER_IMAGE))
-        adversarial.extend([False] * (offsets[i + 1] - offsets[i]) + [True] * ADVERSARIAL_PER_IMAGE)
+        rows.extend(num_gt + adversarial_per_image * i + j for j in range(adversarial_per_image))
+        adversarial.extend([False] * (offsets[i + 1] - offsets[i]) + [True] * adversarial_per_image)
     return GalleryLayout(IMAGE_TO_TEXT, order, tuple(references), np.array(adversarial, dtype=bool),
                          np.array(rows, dtype=np.int64))
 
 
-def text_to_image_layout(captions_per_image, attacked: bool = True, order: str = "official") -> GalleryLayout:
+def text_to_image_layout(captions_per_image, attacked: bool = True, order: str | None = None) -> GalleryLayout:
     """Layout of a text-to-image gallery: the ground-truth captions are the queries, the images the gallery.
 
     The only hit of a caption is its own original image; the altered copy of that image is a miss.
-    Both orders put the originals first, so they coincide.
+    Both orders put the originals first, so they coincide, and None gives that one order.
 
     Args:
         captions_per_image: number of ground-truth captions of each image, or the number of images as an int
             when only the images matter.
         attacked: add the altered copy of each image (an image attack); False gives the clean gallery.
-        order: ``"official"`` or ``"dataset"``.
+        order: ``"official"``, ``"dataset"`` or None (the same gallery).
 
     Example:
         >>> layout = text_to_image_layout([2, 1])
         >>> layout.references, layout.adversarial.tolist()
         (((0,), (0,), (1,)), [False, False, True, True])
     """
-    _check_order(order)
+    order = _check_order(order, False)
     if isinstance(captions_per_image, (int, np.integer)):
         captions_per_image = [1] * int(captions_per_image)
     offsets = caption_offsets(captions_per_image)
@@ -170,7 +209,7 @@ def reorder_gallery(scores, source: GalleryLayout, target: GalleryLayout):
     """Reorder the gallery columns of ``scores`` from ``source``'s order to ``target``'s.
 
     Example:
-        >>> official = image_to_text_layout([5, 5])
+        >>> official = image_to_text_layout([5, 5], order="official")
         >>> dataset = image_to_text_layout([5, 5], order="dataset")
         >>> scores = np.arange(20.0)[None, :]
         >>> reorder_gallery(reorder_gallery(scores, official, dataset), dataset, official).tolist() == scores.tolist()
@@ -183,13 +222,26 @@ def reorder_gallery(scores, source: GalleryLayout, target: GalleryLayout):
     return scores[:, position_of_row[target.gallery_rows]]
 
 
-def _check_order(order: str) -> None:
+def _check_order(order: str | None, orders_differ: bool, adversarial_per_image: int = ADVERSARIAL_PER_IMAGE) -> str:
+    """``order``, checked; None is the one order of a gallery whose two orders coincide, never a guess."""
+    if order is None:
+        if orders_differ:
+            raise ValueError("`order` is required for an attacked image-to-text gallery, where the two orders "
+                             f"differ: choose {describe_orders(adversarial_per_image)}")
+        return "official"
     if order not in ORDERS:
         raise ValueError(f"`order` must be one of {ORDERS}, got {order!r}")
+    return order
+
+
+def _check_adversarial_per_image(adversarial_per_image) -> None:
+    if not isinstance(adversarial_per_image, (int, np.integer)) or isinstance(adversarial_per_image, bool) \
+            or adversarial_per_image < 1:
+        raise ValueError(f"`adversarial_per_image` must be a positive int, got {adversarial_per_image!r}")
 
 
 def attack_direction(attack: str) -> str:
-    """The direction an attack is scored in: text attacks image-to-text, image attacks text-to-image.
+    """The direction a RoCOCO attack is scored in: text attacks image-to-text, image attacks text-to-image.
 
     Example:
         >>> attack_direction("rand_voca"), attack_direction("mix_seed10")
@@ -202,40 +254,53 @@ def attack_direction(attack: str) -> str:
     raise ValueError(f"`attack` must be one of {ATTACKS}, got {attack!r}")
 
 
-def gallery_layout(attack: str, direction: str, captions_per_image, order: str = "official") -> GalleryLayout:
-    """The layout of one RoCOCO gallery: ``attack`` is ``"clean"`` or an attack scored in ``direction``.
+def gallery_layout(attack: str, direction: str, captions_per_image, order: str | None = None, *,
+                   adversarial_per_image: int = ADVERSARIAL_PER_IMAGE) -> GalleryLayout:
+    """The layout of one gallery: ``attack`` is ``"clean"`` or a RoCOCO attack scored in ``direction``.
+
+    ``order`` is required for an attacked image-to-text gallery, where the two orders differ; None gives the
+    one order of the others.
 
     Example:
         >>> gallery_layout("danger", "image_to_text", [5, 6], order="dataset").num_gallery
         21
         >>> gallery_layout("clean", "text_to_image", [5, 6]).num_gallery
         2
+        >>> gallery_layout("danger", "image_to_text", [1, 3], "official", adversarial_per_image=2).num_gallery
+        8
     """
     if direction not in DIRECTIONS:
         raise ValueError(f"`direction` must be one of {DIRECTIONS}, got {direction!r}")
     if attack != CLEAN and attack_direction(attack) != direction:
         raise ValueError(f"attack {attack!r} is scored {attack_direction(attack)}, not {direction}")
-    build = image_to_text_layout if direction == IMAGE_TO_TEXT else text_to_image_layout
-    return build(captions_per_image, attacked=attack != CLEAN, order=order)
+    if direction == IMAGE_TO_TEXT:
+        return image_to_text_layout(captions_per_image, attacked=attack != CLEAN, order=order,
+                                    adversarial_per_image=adversarial_per_image)
+    return text_to_image_layout(captions_per_image, attacked=attack != CLEAN, order=order)
 
 
-def gallery_shape(attack: str, direction: str, captions_per_image) -> tuple[int, int]:
+def gallery_shape(attack: str, direction: str, captions_per_image, *,
+                  adversarial_per_image: int = ADVERSARIAL_PER_IMAGE) -> tuple[int, int]:
     """The (queries, gallery) shape of a score matrix for one gallery, without building its layout.
 
     Example:
         >>> gallery_shape("rand_voca", "image_to_text", [5] * 4990 + [6] * 10)
         (5000, 50010)
+        >>> gallery_shape("rand_voca", "image_to_text", [1, 3, 2, 3], adversarial_per_image=2)
+        (4, 17)
     """
+    _check_adversarial_per_image(adversarial_per_image)
     num_images, num_captions = len(captions_per_image), int(sum(captions_per_image))
     attacked = attack != CLEAN
     if attacked and attack_direction(attack) != direction:
         raise ValueError(f"attack {attack!r} is scored {attack_direction(attack)}, not {direction}")
     if direction == IMAGE_TO_TEXT:
-        return num_images, num_captions + attacked * ADVERSARIAL_PER_IMAGE * num_images
+        return num_images, num_captions + attacked * adversarial_per_image * num_images
     return num_captions, num_images * (2 if attacked else 1)
 
 
-def matching_galleries(shape, captions_per_image) -> list[tuple[str, str]]:
+def matching_galleries(shape, captions_per_image, *,
+                       adversarial_per_image: int = ADVERSARIAL_PER_IMAGE) -> list[tuple[str, str]]:
     """Every (attack, direction) whose score matrix has ``shape``; attacks of one direction share a shape.
 
     Example:
@@ -247,4 +312,5 @@ def matching_galleries(shape, captions_per_image) -> list[tuple[str, str]]:
     shape = tuple(int(n) for n in shape)
     return [(attack, direction) for direction in DIRECTIONS for attack in (CLEAN,) + ATTACKS
             if (attack == CLEAN or attack_direction(attack) == direction)
-            and gallery_shape(attack, direction, captions_per_image) == shape]
+            and gallery_shape(attack, direction, captions_per_image,
+                              adversarial_per_image=adversarial_per_image) == shape]

@@ -17,13 +17,12 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
 import re
-import threading
 from pathlib import Path
 
 import numpy as np
 
+from .files import write_atomic
 from .layout import ATTACKS, CLEAN, DIRECTIONS, IMAGE_ATTACK_METHODS, SEEDS, TEXT_TO_IMAGE
 
 logger = logging.getLogger(__name__)
@@ -173,7 +172,7 @@ def write_json(results: dict, path) -> Path:
         {'r': {'recall@1': 0.5, 'asr': None, 'ci': [1, 2]}}
     """
     text = json.dumps(_jsonable(results), indent=2, allow_nan=False) + "\n"
-    return _atomic_write(Path(path), lambda handle: handle.write(text.encode("utf-8")))
+    return write_atomic(path, lambda handle: handle.write(text.encode("utf-8")))
 
 
 def plot_recall(rows, path) -> Path:
@@ -208,7 +207,7 @@ def plot_recall(rows, path) -> Path:
         axes.legend(loc="upper right", fontsize=8)
     else:
         axes.text(0.5, 0.5, "no attacked gallery in these results", ha="center", va="center", transform=axes.transAxes)
-    return _atomic_write(Path(path), lambda handle: figure.savefig(handle, format="png"))
+    return write_atomic(path, lambda handle: figure.savefig(handle, format="png"))
 
 
 def _is_reported(name: str, value) -> bool:
@@ -314,17 +313,3 @@ def _jsonable(value):
         return str(value)
     return value
 
-
-def _atomic_write(path: Path, write) -> Path:
-    """Write through a temporary file in ``path``'s folder, then rename it over ``path`` (permissions per umask)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.part")
-    try:
-        with open(temporary, "xb") as handle:
-            write(handle)
-        os.replace(temporary, path)
-    except BaseException:
-        temporary.unlink(missing_ok=True)
-        raise
-    logger.debug("wrote %s", path)
-    return path

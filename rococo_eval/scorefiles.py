@@ -11,47 +11,18 @@ An ``.npz`` or ``.safetensors`` file may also carry a custom layout beside its s
 array (one correct gallery index per query, or a table of them; rows may repeat an index as padding) and
 an ``adversarial`` array (a boolean mask over the gallery, or gallery indices).
 
-The layout of a standard RoCOCO gallery follows from the matrix shape, the file name and, for one case, the
-scores; :func:`choose_layout` fills in what the user left blank, says how, and leaves blank what nothing fixes:
-
-- The shape fixes the direction and whether the gallery is clean or attacked (the four shapes differ, except
-  that with one caption per image the clean galleries of both directions are square: then the direction must
-  be given). A file name that names an attack (``clip_rand_voca.npy``) must agree with the shape: a clean
-  gallery's shape under an attack's name, an attack of the other direction, or two names, are refused.
-- The attacks of one direction share a shape, so the attack comes from the file name or the user.
-- The order matters only for an attacked image-to-text gallery: clean image-to-text galleries and all
-  text-to-image galleries are the same in the official and the dataset order (see
-  :mod:`rococo_eval.layout`), while an attacked image-to-text gallery has the same shape in both orders and
-  different ground truth. Unless the user gives the order, :func:`decide_order` reads it from the scores.
-
-Deciding the order from the scores (:func:`decide_order`): up to ``ORDER_SAMPLE_ROWS`` (512) evenly spaced
-query rows are read, and only the entries at their ground-truth positions under each order (10 to 12 numbers
-per row, so a memory-mapped 1 GB file is barely touched). A sampled query *favours* an order when the best
-score among its ground truth in that order is higher than the best among its ground truth in the other order;
-queries whose two reference sets are the same (image 0) or whose two best scores tie are uninformative. The
-order is decided when at least ``ORDER_MIN_QUERIES`` (50) sampled queries are informative and at least
-``ORDER_MIN_SHARE`` (90%) of them favour it; otherwise it is left undecided, and the gallery is not scored
-until the user gives it. Why these numbers: the other order's ground truth of a query is always another image's
-captions (ground truth or adversarial, never the query's own), which any model with signal scores lower, so
-real models favour their true order in nearly every query; a model without signal favours either order by a
-coin flip per query, and the chance that 50 coin flips give 45 or more one way is 4e-9. Refusing costs the
-user one word (the order); a wrong order costs the whole number (a dataset-order matrix read as official gives
-R@1 near 0). Measured on the real caption counts, 200 random seeds per case: a model-like matrix (ground truth
-+d over unit Gaussian noise, the image's own adversarial captions +0.8 d) in either order is decided in 2% of
-runs at d = 1 (R@1 0.2%), 92% at d = 1.25 (R@1 0.7%) and every run from d = 1.5 (R@1 1.5%) up, and was
-never decided wrongly (3,200 runs, including d = 2 with every adversarial caption +1: 98% decided, or +2:
-all refused); random, constant and image-blind (one score per caption) matrices were never decided.
+This module reads files and nothing else: which gallery a matrix belongs to is
+:mod:`rococo_eval.layout_detection`'s question.
 
 Example:
     >>> import tempfile
     >>> path = Path(tempfile.mkdtemp()) / "clip_rand_voca.npy"
     >>> np.save(path, np.zeros((3, 31), dtype=np.float16))
     >>> info = read_header(path)
-    >>> info.shape, info.dtype
-    ((3, 31), 'float16')
-    >>> choice = choose_layout(info.shape, [5, 6, 5], path.name, scores=read_scores(path))
-    >>> choice.attack, choice.direction, choice.order  # constant scores cannot tell the order
-    ('rand_voca', 'image_to_text', '')
+    >>> info.shape, info.dtype, info.layout_keys
+    ((3, 31), 'float16', ())
+    >>> read_scores(path)[0, :3].tolist()
+    [0.0, 0.0, 0.0]
 """
 
 from __future__ import annotations
@@ -60,16 +31,12 @@ import json
 import logging
 import math
 import os
-import re
 import struct
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-
-from .layout import (ATTACKS, CLEAN, DIRECTIONS, IMAGE_TO_TEXT, ORDERS, TEXT_TO_IMAGE, attack_direction,
-                     gallery_shape, image_to_text_layout, matching_galleries)
 
 logger = logging.getLogger(__name__)
 
@@ -79,12 +46,6 @@ MAX_SIDE_FILE_BYTES = 64 << 20
 SCORE_SUFFIXES = (".npy", ".npz", ".safetensors")
 SCORE_KEYS = ("scores", "predictions", "similarity")
 LAYOUT_KEYS = ("references", "adversarial")
-CUSTOM = "custom"
-ORDER_SAMPLE_ROWS = 512
-ORDER_MIN_QUERIES = 50
-ORDER_MIN_SHARE = 0.9
-_ORDER_HELP = ("official (each image's captions, then its 5 altered ones) or dataset (all ground-truth captions, "
-               "then all altered ones)")
 
 _FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
 _SAFETENSORS_DTYPES = {
@@ -111,53 +72,6 @@ class ScoreFileInfo:
     shape: tuple[int, int]
     dtype: str
     layout_keys: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class OrderDecision:
-    """What the scores of an attacked image-to-text gallery say about its order (see :func:`decide_order`).
-
-    Attributes:
-        order: ``"official"`` or ``"dataset"`` when the scores decide it, else ``""``.
-        official: sampled queries whose best official-order ground truth outscores their best dataset-order one.
-        dataset: sampled queries where it is the other way round.
-        sampled: query rows read.
-    """
-
-    order: str
-    official: int
-    dataset: int
-    sampled: int
-
-    @property
-    def note(self) -> str:
-        """The decision and its evidence, in words."""
-        counts = (f"of {self.sampled} sampled queries, {self.official} score their official-order ground truth "
-                  f"higher and {self.dataset} their dataset-order ground truth")
-        if self.order:
-            return f"the scores decide the {self.order} order ({counts})"
-        return (f"the scores do not decide the order ({counts}; deciding takes at least {ORDER_MIN_QUERIES} such "
-                f"queries, {ORDER_MIN_SHARE:.0%} of them one way)")
-
-
-@dataclass(frozen=True)
-class LayoutChoice:
-    """The gallery a score file is scored on, and how that was decided.
-
-    Attributes:
-        attack: ``"clean"``, one of :data:`~rococo_eval.layout.ATTACKS`, or ``"custom"``.
-        direction: ``"image_to_text"``, ``"text_to_image"``, or ``"custom"`` for a custom layout.
-        order: ``"official"`` or ``"dataset"`` (``"custom"`` for a custom layout); ``""`` when neither the user
-            nor the scores fix the order of an attacked image-to-text gallery: such a choice cannot be scored.
-        note: what was read from the shape, the file name or the scores, and what is left to choose.
-        order_decision: what the scores say about the order, when they were read for it.
-    """
-
-    attack: str
-    direction: str
-    order: str
-    note: str = ""
-    order_decision: OrderDecision | None = None
 
 
 def max_upload_bytes() -> int:
@@ -314,259 +228,10 @@ def read_adversarial(path, limit: int = MAX_SIDE_FILE_BYTES) -> np.ndarray:
     path = Path(path)
     values = _read_side_file(path, "adversarial", limit)
     if isinstance(values, list):
-        if not (all(isinstance(v, bool) for v in values) or all(_is_int(v) for v in values)):
+        if not (all(isinstance(v, bool) for v in values) or all(_is_json_int(v) for v in values)):
             raise ValueError(f"{path.name}: `adversarial` must be all booleans (a mask) or all ints (gallery indices)")
         values = np.array(values)
     return _check_layout_array(path, "adversarial", values)
-
-
-def decide_order(scores, captions_per_image, max_rows: int = ORDER_SAMPLE_ROWS) -> OrderDecision:
-    """Read the order of an attacked image-to-text score matrix from its scores, when they clearly show it.
-
-    Both orders give an attacked image-to-text gallery the same shape, and different ground truth. Up to
-    ``max_rows`` evenly spaced query rows are sampled; a query favours the order whose ground-truth captions
-    hold its higher best score (queries with the same ground truth in both orders, or a tie, are skipped).
-    The order is decided when at least ``ORDER_MIN_QUERIES`` sampled queries favour one order or the other
-    and at least ``ORDER_MIN_SHARE`` of them favour the same one; the module docstring says why and what
-    was measured. Only the ground-truth entries of the sampled rows are read, so a memory-mapped matrix
-    stays on disk. Scores are higher = more similar, as the metric takes them.
-
-    Args:
-        scores: the (images, ground-truth captions + 5 x images) matrix, an array or a memory map.
-        captions_per_image: number of ground-truth captions of each image.
-        max_rows: the most query rows to sample.
-
-    Raises:
-        ValueError: ``scores`` does not have the attacked image-to-text shape of ``captions_per_image``.
-
-    Example:
-        >>> from rococo_eval.layout import image_to_text_layout
-        >>> captions = [5] * 60 + [6] * 4
-        >>> layout = image_to_text_layout(captions, order="dataset")
-        >>> scores = np.random.default_rng(0).standard_normal((layout.num_queries, layout.num_gallery))
-        >>> for query, references in enumerate(layout.references):
-        ...     scores[query, list(references)] += 3.0  # a model that finds its images' captions
-        >>> decide_order(scores, captions)
-        OrderDecision(order='dataset', official=1, dataset=62, sampled=64)
-        >>> decide_order(np.zeros_like(scores), captions).order  # constant scores favour nothing
-        ''
-    """
-    if not isinstance(max_rows, (int, np.integer)) or isinstance(max_rows, bool) or max_rows < 1:
-        raise ValueError(f"`max_rows` must be a positive int, got {max_rows!r}")
-    official = image_to_text_layout(captions_per_image, attacked=True, order="official")
-    dataset = image_to_text_layout(captions_per_image, attacked=True, order="dataset")
-    if not hasattr(scores, "shape"):
-        scores = np.asarray(scores)
-    expected = (official.num_queries, official.num_gallery)
-    if tuple(scores.shape) != expected:
-        raise ValueError(f"`scores` must be the {expected} matrix of an attacked image-to-text gallery, "
-                         f"got shape {tuple(scores.shape)}")
-    sampled = np.unique(np.linspace(0, expected[0] - 1, min(expected[0], max_rows)).round().astype(np.int64))
-    rows = np.array([q for q in sampled if official.references[q] != dataset.references[q]], dtype=np.int64)
-    votes = {"official": 0, "dataset": 0}
-    if len(rows):
-        best_official = _best_reference_score(scores, rows, official.references)
-        best_dataset = _best_reference_score(scores, rows, dataset.references)
-        votes = {"official": int(np.sum(best_official > best_dataset)),
-                 "dataset": int(np.sum(best_dataset > best_official))}
-    informative = votes["official"] + votes["dataset"]
-    leader = max(votes, key=votes.get)
-    decided = informative >= ORDER_MIN_QUERIES and votes[leader] >= ORDER_MIN_SHARE * informative
-    return OrderDecision(leader if decided else "", votes["official"], votes["dataset"], len(sampled))
-
-
-def detect_layout(shape, captions_per_image, file_name: str = "", scores=None) -> LayoutChoice:
-    """The standard RoCOCO gallery a score matrix of ``shape`` belongs to, when that is unambiguous.
-
-    A shape fixes the direction and whether the gallery is clean or attacked. The attacks of one direction
-    share a shape, so an attacked gallery's attack is read from ``file_name`` (``clip_rand_voca.npy``,
-    ``blip-mix_seed10.npz``); a name that says otherwise than the shape is refused. The order of an attacked
-    image-to-text gallery is read from ``scores`` by :func:`decide_order`; when they do not decide it, or
-    are not given, the choice's order is ``""`` and its note asks for it.
-
-    Args:
-        shape: the (queries, gallery) shape of the scores.
-        captions_per_image: number of ground-truth captions of each image.
-        file_name: the score file's name.
-        scores: the scores (an array or a memory map), or a function returning them, called only when the
-            order has to be read from them.
-
-    Raises:
-        ValueError: the shape fits no standard layout, or fits several galleries that the file name does not
-            tell apart, or the file name contradicts the shape.
-
-    Example:
-        >>> captions = [5, 6, 5]
-        >>> choice = detect_layout((3, 16), captions)
-        >>> choice.attack, choice.direction, choice.order, choice.note
-        ('clean', 'image_to_text', 'official', 'clean image-to-text gallery (shape (3, 16))')
-        >>> detect_layout((16, 6), captions, "vse_patch_seed100.npy").attack
-        'patch_seed100'
-        >>> detect_layout((3, 31), captions, "vse_danger.npy").order  # no scores: the order stays open
-        ''
-        >>> detect_layout((3, 31), captions)  # doctest: +ELLIPSIS
-        Traceback (most recent call last):
-        ...
-        ValueError: shape (3, 31) fits an attacked image_to_text gallery of same_concept, ...: choose the attack, ...
-        >>> detect_layout((3, 16), captions, "vse_danger.npy")  # doctest: +ELLIPSIS
-        Traceback (most recent call last):
-        ...
-        ValueError: the file name names the attack danger, but shape (3, 16) is that of the clean image_to_text ...
-    """
-    shape = tuple(int(n) for n in shape)
-    _require_captions(captions_per_image)
-    matches = matching_galleries(shape, captions_per_image)
-    if not matches:
-        raise ValueError(f"shape {shape} fits no RoCOCO layout ({_expected_shapes(captions_per_image)}); "
-                         "check the matrix or use a custom layout")
-    named = _named_galleries(file_name)
-    if len(named) > 1:
-        raise ValueError(f"the file name {Path(file_name).name!r} names {' and '.join(named)}: name one gallery in "
-                         "it, or choose the attack")
-    attack, direction = matches[0]
-    if attack == CLEAN:
-        direction = _clean_direction(shape, captions_per_image)
-        if named and named[0] != CLEAN:
-            attacked = gallery_shape(named[0], attack_direction(named[0]), captions_per_image)
-            raise ValueError(f"the file name names the attack {named[0]}, but shape {shape} is that of the clean "
-                             f"{direction} gallery (a {named[0]} gallery is {attacked}): check the file, or choose "
-                             "the attack clean")
-        return LayoutChoice(CLEAN, direction, "official",
-                            f"clean {direction.replace('_', '-')} gallery (shape {shape})")
-    attacks = [a for a, _ in matches]
-    if not named:
-        raise ValueError(f"shape {shape} fits an attacked {direction} gallery of {', '.join(attacks)}: choose the "
-                         "attack, or name it in the file name")
-    if named[0] not in attacks:
-        said = ("says clean" if named[0] == CLEAN
-                else f"names the attack {named[0]}, scored {attack_direction(named[0])},")
-        raise ValueError(f"the file name {said} but shape {shape} is that of an attacked {direction} gallery: "
-                         "check the file, or choose the attack")
-    note = f"{named[0]} {direction.replace('_', '-')} gallery (shape {shape}; attack named in the file name)"
-    if direction == TEXT_TO_IMAGE:
-        return LayoutChoice(named[0], direction, "official", note)
-    return _order_from_scores(named[0], note, captions_per_image, scores)
-
-
-def choose_layout(shape, captions_per_image, file_name: str = "", attack: str = "", direction: str = "",
-                  order: str = "", scores=None) -> LayoutChoice:
-    """Complete and check the layout a user gave for a score matrix of ``shape``; blanks are detected.
-
-    ``attack`` ``"custom"`` takes the references and adversarial items from elsewhere, so the metric checks
-    them against the shape. A standard layout must have exactly the gallery's shape. A blank ``order`` of an
-    attacked image-to-text gallery is read from ``scores`` (see :func:`detect_layout`), or left ``""``; a given
-    one is used as given, and the note says whether the ``scores``, when given, agree.
-
-    Example:
-        >>> choice = choose_layout((3, 31), [5, 6, 5], attack="danger", order="dataset")
-        >>> choice.direction, choice.note
-        ('image_to_text', 'danger image-to-text gallery in the dataset order, as chosen')
-        >>> choose_layout((3, 31), [5, 6, 5], attack="danger").order
-        ''
-        >>> choose_layout((3, 16), [5, 6, 5], attack="danger")
-        Traceback (most recent call last):
-        ...
-        ValueError: danger/image_to_text expects a (3, 31) matrix, got (3, 16), which fits clean/image_to_text
-    """
-    attack, direction, order = (str(value or "").strip() for value in (attack, direction, order))
-    shape = tuple(int(n) for n in shape)
-    if attack == CUSTOM:
-        if direction:
-            _check_choice("direction", direction, DIRECTIONS)
-        return LayoutChoice(CUSTOM, direction or CUSTOM, CUSTOM,
-                            "custom layout: references and adversarial items as given")
-    if direction:
-        _check_choice("direction", direction, DIRECTIONS)
-    if order:
-        _check_choice("order", order, ORDERS)
-    if not attack:
-        detected = detect_layout(shape, captions_per_image, file_name, None if order else scores)
-        if direction in ("", detected.direction) and order in ("", detected.order):
-            return detected
-        attack = detected.attack
-    _check_choice("attack", attack, (CLEAN,) + ATTACKS + (CUSTOM,))
-    _require_captions(captions_per_image)
-    if not direction:
-        direction = attack_direction(attack) if attack != CLEAN else _clean_direction(shape, captions_per_image)
-    expected = gallery_shape(attack, direction, captions_per_image)
-    if shape != expected:
-        fits = ", ".join(f"{a}/{d}" for a, d in matching_galleries(shape, captions_per_image)) or "no RoCOCO layout"
-        raise ValueError(f"{attack}/{direction} expects a {expected} matrix, got {shape}, which fits {fits}")
-    if attack == CLEAN or direction == TEXT_TO_IMAGE:
-        order = order or "official"  # a clean or text-to-image gallery is the same in both orders
-    if not order:
-        return _order_from_scores(attack, f"{attack} image-to-text gallery, as chosen", captions_per_image, scores)
-    note = f"{attack} {direction.replace('_', '-')} gallery in the {order} order, as chosen"
-    if attack == CLEAN or direction == TEXT_TO_IMAGE or scores is None:
-        return LayoutChoice(attack, direction, order, note)
-    decision = decide_order(scores() if callable(scores) else scores, captions_per_image)
-    if decision.order and decision.order != order:
-        return LayoutChoice(attack, direction, order, f"{note}; but {decision.note}: check the order", decision)
-    return LayoutChoice(attack, direction, order, f"{note}; {decision.note}", decision)
-
-
-def _clean_direction(shape, captions_per_image) -> str:
-    """The direction of a clean gallery of ``shape``: its shape tells, unless every image has one caption."""
-    fits = [direction for attack, direction in matching_galleries(shape, captions_per_image) if attack == CLEAN]
-    if len(fits) > 1:
-        raise ValueError(f"shape {shape} fits both the clean image_to_text and the clean text_to_image gallery "
-                         "(one caption per image): choose the direction")
-    if not fits:
-        expected = {d: gallery_shape(CLEAN, d, captions_per_image) for d in DIRECTIONS}
-        raise ValueError(f"a clean gallery is {expected[IMAGE_TO_TEXT]} (image_to_text) or {expected[TEXT_TO_IMAGE]} "
-                         f"(text_to_image), got {shape}")
-    return fits[0]
-
-
-def _order_from_scores(attack, note, captions_per_image, scores) -> LayoutChoice:
-    """The choice for an attacked image-to-text gallery whose order nobody gave: from the scores, or blank."""
-    if scores is None:
-        return LayoutChoice(attack, IMAGE_TO_TEXT, "",
-                            f"{note}; the order cannot be read from the shape: choose it, {_ORDER_HELP}")
-    decision = decide_order(scores() if callable(scores) else scores, captions_per_image)
-    if decision.order:
-        return LayoutChoice(attack, IMAGE_TO_TEXT, decision.order, f"{note}; {decision.note}", decision)
-    return LayoutChoice(attack, IMAGE_TO_TEXT, "", f"{note}; {decision.note}: choose the order, {_ORDER_HELP}",
-                        decision)
-
-
-def _best_reference_score(scores, rows, references) -> np.ndarray:
-    """For each of ``rows``, its best score among its ``references``; only those entries are read."""
-    width = max(len(references[q]) for q in rows)
-    columns = np.array([references[q] + (references[q][0],) * (width - len(references[q])) for q in rows])
-    return np.asarray(scores[rows[:, None], columns]).max(axis=1)
-
-
-def _require_captions(captions_per_image) -> None:
-    if captions_per_image is None:
-        raise ValueError("standard layouts need the RoCOCO caption counts, and the annotation files are not "
-                         "available: set $ROCOCO_ANNOTATIONS_DIR or allow the pinned download, or use a custom layout")
-
-
-def _check_choice(name, value, allowed):
-    if value not in allowed:
-        raise ValueError(f"`{name}` must be one of {', '.join(allowed)}; got {value!r}")
-    return value
-
-
-def _named_galleries(file_name: str) -> list[str]:
-    """``clean`` and the attacks that ``file_name`` names as whole words (``-`` counts as ``_``), in its order."""
-    name = Path(file_name).name.lower().replace("-", "_")
-    found = {}
-    for gallery in (CLEAN,) + ATTACKS:
-        match = re.search(rf"(?<![a-z0-9]){gallery}(?![a-z0-9])", name)
-        if match:
-            found[gallery] = match.start()
-    return sorted(found, key=found.get)
-
-
-def _expected_shapes(captions_per_image) -> str:
-    shapes = {}
-    for attack, direction in ((CLEAN, "image_to_text"), ("rand_voca", "image_to_text"),
-                              (CLEAN, "text_to_image"), ("mix_seed1", "text_to_image")):
-        label = f"{direction} {'clean' if attack == CLEAN else 'attacked'}"
-        shapes[label] = gallery_shape(attack, direction, captions_per_image)
-    return "expected " + ", ".join(f"{shape} for {label}" for label, shape in shapes.items())
 
 
 def _members(path: Path) -> dict[str, tuple[str, tuple[int, ...]]]:
@@ -699,7 +364,7 @@ def _check_layout_array(path: Path, name: str, values: np.ndarray) -> np.ndarray
     return values
 
 
-def _is_int(value) -> bool:
+def _is_json_int(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 

@@ -17,18 +17,17 @@ from pathlib import Path
 
 import pandas as pd
 
-from rococo_recall import rococo_recall
+from rococo_recall import DEFAULT_K, TIE_POLICIES, rococo_recall
 
 from . import report, scorefiles
 from .captions import find_replacements, highlight
 from .layout import ADVERSARIAL_PER_IMAGE, IMAGE_ATTACKS, TEXT_ATTACKS, caption_offsets, gallery_layout
+from .layout_detection import CUSTOM, choose_layout
 
 logger = logging.getLogger(__name__)
 
 IMAGES_DIR_ENV = "ROCOCO_IMAGES_DIR"
 LAYOUT_HEADERS = ["file", "attack", "direction", "order", "note"]
-TIES = ("pessimistic", "optimistic")
-K = (1, 5, 10)
 MAX_BOOTSTRAP = 1000
 _COMPARE_KEYS = ("model", "attack", "direction", "clean_recall@1", "recall@1", "recall@5", "recall@10",
                  "r_mean", "false_rate", "source")
@@ -45,12 +44,12 @@ class Evaluation:
     message: str
 
 
-def open_source(images_dir=None):
+def source_and_problem(images_dir=None):
     """Open the RoCOCO annotations (and images, when ``images_dir`` or ``$ROCOCO_IMAGES_DIR`` is set).
 
     Returns ``(source, problem)``: the source or None, and what went wrong, for the page.
     """
-    from rococo_eval.dataset import ImageFolderError, RococoSource
+    from rococo_eval.source import ImageFolderError, RococoSource
 
     images_dir = images_dir or os.environ.get(IMAGES_DIR_ENV) or None
     try:
@@ -71,17 +70,17 @@ def detect_layouts(paths, captions_per_image) -> list[list[str]]:
     """One layout row (``LAYOUT_HEADERS``) per uploaded file: detected, or blank with why.
 
     The shape and name come from the header; the order of an attacked image-to-text gallery comes from the
-    scores when they clearly show it (:func:`rococo_eval.scorefiles.decide_order`), else it stays blank and
-    the note asks for it.
+    scores when they clearly show it (:func:`rococo_eval.layout_detection.decide_order`), else it stays blank
+    and the note asks for it.
     """
     rows = []
     for path in paths or []:
         name = Path(path).name
         try:
             info = scorefiles.read_header(path)
-            attack = scorefiles.CUSTOM if info.layout_keys else ""
-            choice = scorefiles.choose_layout(info.shape, captions_per_image, name, attack=attack,
-                                              scores=functools.partial(scorefiles.read_scores, path, info.key))
+            attack = CUSTOM if info.layout_keys else ""
+            choice = choose_layout(info.shape, captions_per_image, name, attack=attack,
+                                   scores=functools.partial(scorefiles.read_scores, path, info.key))
             rows.append([name, choice.attack, choice.direction, choice.order, choice.note])
         except ValueError as error:
             rows.append([name, "", "", "", str(error)])
@@ -99,8 +98,8 @@ def evaluate_files(paths, layouts=None, references=None, adversarial=None, *, ca
     """
     if not paths:
         raise ValueError("upload at least one score file (.npy, .npz or .safetensors)")
-    if ties not in TIES:
-        raise ValueError(f"`ties` must be one of {', '.join(TIES)}, got {ties!r}")
+    if ties not in TIE_POLICIES:
+        raise ValueError(f"`ties` must be one of {', '.join(TIE_POLICIES)}, got {ties!r}")
     if not isinstance(bootstrap, int) or isinstance(bootstrap, bool) or not 0 <= bootstrap <= MAX_BOOTSTRAP:
         raise ValueError(f"`bootstrap` must be an int from 0 to {MAX_BOOTSTRAP}, got {bootstrap!r}")
     names = [Path(path).name for path in paths]
@@ -123,7 +122,7 @@ def evaluate_files(paths, layouts=None, references=None, adversarial=None, *, ca
         started = time.perf_counter()
         try:
             scores = scorefiles.read_scores(path, info.key)
-            results[key] = rococo_recall(scores, **inputs, k=K, ties=ties, bootstrap=bootstrap)
+            results[key] = rococo_recall(scores, **inputs, k=DEFAULT_K, ties=ties, bootstrap=bootstrap)
         except ValueError as error:
             problems.append(_with_name(Path(path).name, error))
             continue
@@ -221,12 +220,12 @@ def _plan(path, name, cells, captions_per_image, references, adversarial):
     info = scorefiles.read_header(path)
     attack, direction, order = (cells + ["", "", ""])[:3]
     if not attack and info.layout_keys:
-        attack = scorefiles.CUSTOM
-    choice = scorefiles.choose_layout(info.shape, captions_per_image, name, attack, direction, order,
-                                      scores=functools.partial(scorefiles.read_scores, path, info.key))
+        attack = CUSTOM
+    choice = choose_layout(info.shape, captions_per_image, name, attack, direction, order,
+                           scores=functools.partial(scorefiles.read_scores, path, info.key))
     if not choice.order:
         raise ValueError(f"{choice.note}; set it in the `order` column of the layout table")
-    if choice.attack != scorefiles.CUSTOM:
+    if choice.attack != CUSTOM:
         layout = _standard_layout(choice.attack, choice.direction, choice.order, tuple(captions_per_image))
         key = report.gallery_key(choice.attack, choice.direction)
         return key, path, info, choice, {"references": layout.references, "adversarial": layout.adversarial}

@@ -9,7 +9,7 @@ import pytest
 from PIL import Image
 
 from rococo_eval.annotations import ANNOTATION_FILES, RAW_BASE_URL, read_annotation_file, resolve_annotations_dir
-from rococo_eval.dataset import RococoSource
+from rococo_eval.source import RococoSource
 from http_server import Route, Server
 from tiny_models import make_tiny_hf_clip, register_tiny_open_clip, torchvision_stand_in
 

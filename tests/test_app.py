@@ -407,7 +407,7 @@ def test_compare_shows_references_and_only_this_sessions_results(url, tmp_path):
 
 def test_explore_the_real_captions(annotations_dir):
     """Image 1533's danger caption 4 is its source caption unchanged: a real quirk, shown as such."""
-    from rococo_eval.dataset import RococoSource
+    from rococo_eval.source import RococoSource
 
     captions, images, note = app.explore(RococoSource(annotations_dir), 1533)
     danger = [row.split("</td>")[5] for row in captions.split("<tr>")[2:]]

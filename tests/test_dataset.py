@@ -29,19 +29,13 @@ from rococo_dataset import RococoDataset
 from rococo_eval import download
 from rococo_eval.annotations import ANNOTATION_FILES, AnnotationError
 from rococo_eval.captions import Replacement, apply_replacements, tokens
-from rococo_eval.dataset import (
-    CONFIGS,
-    ImageFolderError,
-    RococoSource,
-    dataset_splits,
-    load_queries_and_gallery,
-    metric_inputs,
-    table_rows,
-)
+from rococo_eval.configs import CONFIGS, dataset_splits
+from rococo_eval.dataset import load_queries_and_gallery, metric_inputs_for
 from rococo_eval.download import CorruptImageError, DownloadError
-from rococo_eval.export import export_dataset, exported_configs, push_to_hub
+from rococo_eval.export import export_dataset, exported_configs, push_to_hub, table_rows
 from rococo_eval.images import load_mix_table
 from rococo_eval.layout import TEXT_ATTACKS, caption_offsets, reorder_gallery
+from rococo_eval.source import ImageFolderError, RococoSource
 from http_server import Route
 
 EXPORTED = ["rand_voca", "patch_seed10"]
@@ -100,11 +94,11 @@ def test_source_counts(source, clean_records):
 
 
 def test_source_reads_each_file_once(annotations_dir, monkeypatch):
-    from rococo_eval import dataset
+    from rococo_eval import source as source_module
 
     reads = []
-    real = dataset.read_annotation_file
-    monkeypatch.setattr(dataset, "read_annotation_file",
+    real = source_module.read_annotation_file
+    monkeypatch.setattr(source_module, "read_annotation_file",
                         lambda name, *args, **kwargs: reads.append(name) or real(name, *args, **kwargs))
     source = RococoSource(annotations_dir)
     for _ in range(2):
@@ -121,7 +115,7 @@ def test_source_reads_each_file_once(annotations_dir, monkeypatch):
     (lambda s: s.gallery("rand_voca", "text_to_image"), "scored image_to_text, not text_to_image"),
     (lambda s: s.gallery("rand_voca", order="sorted"), "`order` must be one of"),
     (lambda s: s.gallery("randvoca"), "`attack` must be one of.*'randvoca'"),
-    (lambda s: s.gallery("rand_voca"), "`order` is required for the attacked image-to-text gallery of rand_voca"),
+    (lambda s: s.gallery("rand_voca"), "`order` is required for an attacked image-to-text gallery"),
 ])
 def test_source_rejects_bad_arguments(source, call, match):
     with pytest.raises(ValueError, match=match):
@@ -251,7 +245,7 @@ def test_export_card(export_folder):
     card = (export_folder / "README.md").read_text(encoding="utf-8")
     for needle in ("MIT", "CC BY 4.0", "cocodataset.org/#termsofuse", "@inproceedings{park2024rococo",
                    "d8ba2a6ef31f3a428a02d5060990f022c2bf1e2a", ANNOTATION_FILES["danger"].sha256,
-                   "PyTorch 2.13", "before 1.9", "metric_inputs", "images.cocodataset.org"):
+                   "PyTorch 2.13", "before 1.9", "metric_inputs_for", "images.cocodataset.org"):
         assert needle in card, needle
 
 
@@ -386,8 +380,8 @@ def test_corrupt_image_stops_the_export_without_output(annotations_dir, coco_cop
     ("clean", "image_to_text"), ("clean", "text_to_image"),
 ])
 def test_metric_is_the_same_in_both_orders(source, annotations_dir, attack, direction):
-    official = metric_inputs(attack, direction, "official", annotations_dir)
-    in_dataset_order = metric_inputs(attack, direction, "dataset", annotations_dir)
+    official = metric_inputs_for(attack, direction, "official", annotations_dir)
+    in_dataset_order = metric_inputs_for(attack, direction, "dataset", annotations_dir)
     num_queries, num_gallery = len(official["references"]), len(official["adversarial"])
     rng = np.random.default_rng(7)
     queries = rng.choice(num_queries, 300, replace=False)
@@ -432,7 +426,7 @@ def test_end_to_end_toy_model_scores_the_same_from_the_export(export_folder, hf_
     results = []
     for names, captions, order in ((official_queries, official_gallery, "official"),
                                    (queries["file_name"][:], gallery["caption"][:], "dataset")):
-        inputs = metric_inputs("rand_voca", order=order, annotations_dir=annotations_dir)
+        inputs = metric_inputs_for("rand_voca", order=order, annotations_dir=annotations_dir)
         results.append(rococo_recall.rococo_recall(
             query_embeddings=np.stack([image_vectors[name] for name in names[every_fifth]]).astype(np.float32),
             gallery_embeddings=np.stack([_caption_vector(c) for c in captions]).astype(np.float32),

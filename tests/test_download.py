@@ -1,4 +1,5 @@
-"""Tests of rococo_eval.download against a real HTTP server on 127.0.0.1 that can misbehave on demand."""
+"""Tests of rococo_eval.download (and of the annotation download built on it) against a real HTTP server on
+127.0.0.1 that can misbehave on demand."""
 
 from __future__ import annotations
 
@@ -15,14 +16,13 @@ from PIL import Image
 
 from http_server import Route
 from rococo_eval import cli, download, space
-from rococo_eval.annotations import ANNOTATION_FILES, AnnotationError, resolve_annotations_dir
+from rococo_eval.annotations import ANNOTATION_FILES, AnnotationError, download_annotations, resolve_annotations_dir
 from rococo_eval.download import (
     CorruptImageError,
     DownloadError,
     ServerUnreachableError,
     VerificationError,
     default_cache_dir,
-    download_annotations,
     download_coco_images,
     download_file,
     verify_image_file,
@@ -374,7 +374,7 @@ def test_space_without_annotations_fails_at_once(tmp_path, real_retry_delays, mo
     monkeypatch.setenv("ROCOCO_ANNOTATIONS_BASE_URL", _refused_url())
     monkeypatch.setenv("ROCOCO_CACHE_DIR", str(tmp_path))
     started = time.monotonic()
-    source, problem = space.open_source()
+    source, problem = space.source_and_problem()
     assert time.monotonic() - started < 20
     assert source is None
     assert "(Connection refused)" in problem and "$ROCOCO_ANNOTATIONS_DIR" in problem

@@ -16,10 +16,9 @@ from rococo_eval.images import (
     preprocess,
     to_uint8,
 )
+from rococo_eval.layout import IMAGE_ATTACK_METHODS, SEEDS
 
 ROOT = Path(__file__).resolve().parents[1]
-SEEDS = (1, 10, 100)
-METHODS = ("mix", "patch")
 
 
 def _load_tool():
@@ -52,7 +51,7 @@ def test_doctests():
 
 
 @pytest.mark.parametrize("seed", SEEDS)
-@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("method", IMAGE_ATTACK_METHODS)
 def test_table_shapes_and_ranges(method, seed):
     table = load_mix_table(method, seed)
     assert (table.method, table.seed) == (method, seed)

@@ -95,6 +95,25 @@ def test_blip_style_filled_scores():
         assert_same(compute(scores, references, adversarial, ties=ties), expected)
 
 
+@pytest.mark.parametrize("ties", ["pessimistic", "optimistic"])
+@pytest.mark.parametrize("runs", [2, 3, 8, 9, 40])
+def test_top1_is_the_same_for_few_and_many_runs_of_adversarial_items(ties, runs):
+    """Up to 8 runs of items of one kind, the top-1 check takes a maximum per run; past that, packed bits."""
+    rng = np.random.default_rng(runs)
+    num_gallery = 120
+    adversarial = np.arange(num_gallery) * runs // num_gallery % 2 == 1  # `runs` runs, clean first
+    scores = rng.integers(0, 40, (60, num_gallery)).astype(np.float32)  # 40 levels: ties at the top
+    clean = np.flatnonzero(~adversarial)
+    references = [rng.choice(clean, rng.integers(1, 4), replace=False).tolist() for _ in range(60)]
+    result = compute(scores, references, adversarial, ties=ties, chunk_size=7, per_query=True)
+    _, (rank, _, top1) = expected_outputs(scores, references, adversarial, ties, (1,))
+    np.testing.assert_array_equal(result["top1_adversarial"], top1)
+    np.testing.assert_array_equal(result["rank"], rank)
+    at_top = scores == scores.max(axis=1, keepdims=True)
+    assert 0 < top1.sum() < len(top1)
+    assert ((at_top & adversarial).any(axis=1) & (at_top & ~adversarial).any(axis=1)).any()  # a tie of both kinds
+
+
 @pytest.mark.parametrize("chunk_rows", [1, 6, 25])
 def test_add_batch_and_accumulator_equal_whole_matrix(metric, chunk_rows):
     rng = np.random.default_rng(6)
@@ -181,7 +200,7 @@ def test_official_image_to_text_layouts_match_itm_eval(captions_per_image):
     """Every text attack's official gallery (50,010 captions incl. the 6-caption images) and the clean one."""
     rng = np.random.default_rng(10)
     for attacked in (False, True):
-        layout = image_to_text_layout(captions_per_image, attacked=attacked)
+        layout = image_to_text_layout(captions_per_image, attacked=attacked, order="official")
         assert layout.num_gallery == (50_010 if attacked else 25_010)
         scores = rng.standard_normal((layout.num_queries, layout.num_gallery)).astype(np.float32)
         inputs = layout.metric_inputs()

@@ -26,7 +26,7 @@ def _scores(layout, seed, strength=2.0):
 
 
 def _result(attack, direction, seed, **kwargs):
-    layout = gallery_layout(attack, direction, CAPTIONS)
+    layout = gallery_layout(attack, direction, CAPTIONS, "official")
     return rococo_recall(_scores(layout, seed), **layout.metric_inputs(), **kwargs)
 
 
@@ -60,7 +60,7 @@ def test_summary_rows_order_and_contents():
 
 def test_clean_recall_of_an_attack_is_the_clean_gallerys_recall():
     """The attacked gallery holds the clean one: its clean_recall@1 equals the clean gallery's R@1."""
-    attacked = gallery_layout("same_concept", "image_to_text", CAPTIONS)
+    attacked = gallery_layout("same_concept", "image_to_text", CAPTIONS, "official")
     clean = gallery_layout("clean", "image_to_text", CAPTIONS)
     scores = _scores(attacked, 7, strength=1.0)
     clean_scores = scores[:, ~attacked.adversarial]

@@ -32,12 +32,10 @@ from pathlib import Path
 
 import numpy as np
 
-N_IMAGES = 5000
-BATCH_SIZE = 64
-IMAGE_SIZE = 384
-LAM = 0.9
-SEEDS = (1, 10, 100)
-METHODS = ("mix", "patch")
+from rococo_eval.annotations import NUM_IMAGES
+from rococo_eval.images import BATCH_SIZE, IMAGE_SIZE, LAM
+from rococo_eval.layout import IMAGE_ATTACK_METHODS, SEEDS
+
 DEFAULT_OUT = Path(__file__).resolve().parents[1] / "rococo_eval" / "data" / "mix_tables.npz"
 NOTE = (
     "Replays the random stream of the official RoCOCO mix_images.py (github.com/pseulki/rococo, d8ba2a6): "
@@ -67,8 +65,8 @@ def rand_bbox(rng, lam=LAM, size=IMAGE_SIZE):
 def _assemble(batches, perms, boxes):
     """Per-image arrays from per-batch indices, permutations and boxes."""
     order = np.concatenate(batches)
-    partner = np.empty(N_IMAGES, dtype=np.int16)
-    box = np.empty((N_IMAGES, 4), dtype=np.int16)
+    partner = np.empty(NUM_IMAGES, dtype=np.int16)
+    box = np.empty((NUM_IMAGES, 4), dtype=np.int16)
     for batch, perm, batch_box in zip(batches, perms, boxes or [None] * len(batches)):
         partner[batch] = batch[perm]
         if batch_box is not None:
@@ -90,7 +88,7 @@ def replay_with_dataloader(seed, method, num_workers=4):
             torch.manual_seed(seed)
             np.random.seed(seed)
             loader = torch.utils.data.DataLoader(
-                range(N_IMAGES), batch_size=BATCH_SIZE, shuffle=True, num_workers=num_workers
+                range(NUM_IMAGES), batch_size=BATCH_SIZE, shuffle=True, num_workers=num_workers
             )
             for batch in loader:
                 perms.append(torch.randperm(batch.size(0)).numpy())
@@ -137,10 +135,10 @@ def replay_manual(seed, method):
     """Replay the official stream without torch: the draws listed in this module's docstring."""
     default = TorchCPUStream(seed)
     default.random_int64()  # the DataLoader iterator's base seed for its workers
-    order = TorchCPUStream(default.random_int64()).randperm(N_IMAGES)  # RandomSampler's own generator
+    order = TorchCPUStream(default.random_int64()).randperm(NUM_IMAGES)  # RandomSampler's own generator
     numpy_rng = np.random.RandomState(seed)
     batches, perms, boxes = [], [], []
-    for start in range(0, N_IMAGES, BATCH_SIZE):
+    for start in range(0, NUM_IMAGES, BATCH_SIZE):
         batches.append(order[start : start + BATCH_SIZE])
         perms.append(default.randperm(len(batches[-1])))
         if method == "patch":
@@ -153,7 +151,7 @@ def build_tables(replay=replay_manual):
     return {
         f"{method}_seed{seed}_{name}": array
         for seed in SEEDS
-        for method in METHODS
+        for method in IMAGE_ATTACK_METHODS
         for name, array in replay(seed, method).items()
     }
 

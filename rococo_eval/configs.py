@@ -1,0 +1,189 @@
+"""The dataset's naming: its configs, their splits, the tables the splits read, and the tables' features.
+
+This module owns the names only; :mod:`rococo_eval.source` holds the data and :mod:`rococo_eval.export`
+writes the rows. The dataset has one config per attack and two clean configs that hold the query sets:
+
+============================  ==========================================  ================================
+config                        splits (rows)                               scored
+============================  ==========================================  ================================
+``same_concept``, ...         ``original`` (25,010 ground-truth           image-to-text; the queries are
+(the 4 text attacks)          captions), ``adversarial`` (25,000)         the ``images`` config
+``mix_seed1``, ...            ``original`` (5,000 test images),           text-to-image; the queries are
+(the 6 image attacks)         ``adversarial`` (5,000 altered copies)      the ``captions`` config
+``captions``                  ``test`` (the 25,010 ground-truth           text-to-image queries; clean
+                              captions)                                   image-to-text gallery
+``images``                    ``test`` (the 5,000 test images)            image-to-text queries; clean
+                                                                          text-to-image gallery
+============================  ==========================================  ================================
+
+Each split is one *table*; the originals are two tables shared by every config that uses them
+(``captions_original``, ``images_original``), and each attack adds ``<attack>_adversarial``. A config has a
+single schema for all its splits (``datasets`` requires it), so a field that only altered items have is
+None on original rows.
+
+Example:
+    >>> config_splits("rand_voca")
+    {'original': 'captions_original', 'adversarial': 'rand_voca_adversarial'}
+    >>> dataset_splits("mix_seed1")
+    {'queries': [('captions', 'test')], 'gallery': [('mix_seed1', 'original'), ('mix_seed1', 'adversarial')]}
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+import datasets
+
+from .layout import ATTACKS, CLEAN, IMAGE_ATTACKS, IMAGE_TO_TEXT, TEXT_ATTACKS, attack_direction, gallery_layout
+
+CAPTIONS_CONFIG = "captions"
+IMAGES_CONFIG = "images"
+CONFIGS = ATTACKS + (CAPTIONS_CONFIG, IMAGES_CONFIG)
+CAPTIONS_ORIGINAL = "captions_original"
+IMAGES_ORIGINAL = "images_original"
+
+CAPTION_FEATURES = datasets.Features({
+    "image_index": datasets.Value("int32"),
+    "caption": datasets.Value("string"),
+    "is_adversarial": datasets.Value("bool"),
+    "source_caption_index": datasets.Value("int32"),
+    "replacements": [{
+        "original": datasets.Value("string"),
+        "replacement": datasets.Value("string"),
+        "position": datasets.Value("int32"),
+    }],
+})
+IMAGE_FEATURES = datasets.Features({
+    "image_index": datasets.Value("int32"),
+    "file_name": datasets.Value("string"),
+    "image": datasets.Image(),
+    "is_adversarial": datasets.Value("bool"),
+    "partner_index": datasets.Value("int32"),
+    "box": [datasets.Value("int32")],
+})
+
+
+def check_config(config: str) -> str:
+    """Return ``config`` if it names a RoCOCO config, else raise a ValueError listing the configs.
+
+    Example:
+        >>> check_config("randvoca")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        ValueError: `config` must be one of ('same_concept', 'diff_concept', 'rand_voca', ..., 'images'), got 'randvoca'
+    """
+    if config not in CONFIGS:
+        raise ValueError(f"`config` must be one of {CONFIGS}, got {config!r}")
+    return config
+
+
+def config_splits(config: str) -> dict[str, str]:
+    """The splits of ``config`` and the table each one reads, in split order.
+
+    Example:
+        >>> config_splits("patch_seed10"), config_splits("images")
+        ({'original': 'images_original', 'adversarial': 'patch_seed10_adversarial'}, {'test': 'images_original'})
+    """
+    check_config(config)
+    if config == CAPTIONS_CONFIG:
+        return {"test": CAPTIONS_ORIGINAL}
+    if config == IMAGES_CONFIG:
+        return {"test": IMAGES_ORIGINAL}
+    original = CAPTIONS_ORIGINAL if config in TEXT_ATTACKS else IMAGES_ORIGINAL
+    return {"original": original, "adversarial": f"{config}_adversarial"}
+
+
+def config_features(config: str) -> datasets.Features:
+    """The features shared by every split of ``config``: :data:`CAPTION_FEATURES` or :data:`IMAGE_FEATURES`.
+
+    Example:
+        >>> list(config_features("danger"))
+        ['image_index', 'caption', 'is_adversarial', 'source_caption_index', 'replacements']
+    """
+    return table_features(next(iter(config_splits(config).values())))
+
+
+def query_config(config: str) -> str:
+    """The config whose ``test`` split holds the queries of ``config``'s gallery.
+
+    Example:
+        >>> query_config("rand_voca"), query_config("mix_seed100")
+        ('images', 'captions')
+    """
+    check_config(config)
+    return IMAGES_CONFIG if config in TEXT_ATTACKS or config == CAPTIONS_CONFIG else CAPTIONS_CONFIG
+
+
+def gallery_direction(attack: str, direction: str | None = None) -> str:
+    """The direction one gallery is scored in: ``direction`` checked against ``attack``, or the attack's own.
+
+    Args:
+        attack: ``"clean"`` or an attack (see :data:`rococo_eval.layout.ATTACKS`).
+        direction: ``"image_to_text"`` or ``"text_to_image"``; None means the attack's own direction, and
+            is not allowed for ``"clean"``.
+
+    Example:
+        >>> gallery_direction("rand_voca"), gallery_direction("clean", "text_to_image")
+        ('image_to_text', 'text_to_image')
+        >>> gallery_direction("clean")
+        Traceback (most recent call last):
+        ...
+        ValueError: `direction` is required for the clean gallery: 'image_to_text' or 'text_to_image'
+    """
+    if direction is not None:
+        return gallery_layout(attack, direction, [1], "official").direction  # checks both names
+    if attack == CLEAN:
+        raise ValueError("`direction` is required for the clean gallery: 'image_to_text' or 'text_to_image'")
+    return attack_direction(attack)
+
+
+def dataset_splits(attack: str, direction: str | None = None) -> dict[str, list[tuple[str, str]]]:
+    """Which ``(config, split)`` pairs of the dataset hold the queries and the gallery of one evaluation.
+
+    The gallery is the listed splits concatenated in that order: the ``"dataset"`` order of
+    :meth:`rococo_eval.source.RococoSource.gallery` and :func:`rococo_eval.dataset.metric_inputs_for`.
+
+    Args:
+        attack: ``"clean"`` or an attack (see :data:`rococo_eval.layout.ATTACKS`).
+        direction: ``"image_to_text"`` or ``"text_to_image"``; None means the attack's own direction,
+            and is not allowed for ``"clean"``.
+
+    Example:
+        >>> dataset_splits("rand_voca")
+        {'queries': [('images', 'test')], 'gallery': [('rand_voca', 'original'), ('rand_voca', 'adversarial')]}
+        >>> dataset_splits("clean", "image_to_text")
+        {'queries': [('images', 'test')], 'gallery': [('captions', 'test')]}
+    """
+    direction = gallery_direction(attack, direction)
+    queries, clean_gallery = ((IMAGES_CONFIG, CAPTIONS_CONFIG) if direction == IMAGE_TO_TEXT
+                              else (CAPTIONS_CONFIG, IMAGES_CONFIG))
+    if attack == CLEAN:
+        return {"queries": [(queries, "test")], "gallery": [(clean_gallery, "test")]}
+    return {"queries": [(queries, "test")], "gallery": [(attack, "original"), (attack, "adversarial")]}
+
+
+def table_features(table: str) -> datasets.Features:
+    """The features of one table (see the module docstring for the table names).
+
+    Example:
+        >>> list(table_features("mix_seed1_adversarial"))
+        ['image_index', 'file_name', 'image', 'is_adversarial', 'partner_index', 'box']
+    """
+    if table == CAPTIONS_ORIGINAL or table.removesuffix("_adversarial") in TEXT_ATTACKS:
+        return CAPTION_FEATURES
+    if table == IMAGES_ORIGINAL or table.removesuffix("_adversarial") in IMAGE_ATTACKS:
+        return IMAGE_FEATURES
+    raise ValueError(f"`table` must be {CAPTIONS_ORIGINAL!r}, {IMAGES_ORIGINAL!r} or '<attack>_adversarial', "
+                     f"got {table!r}")
+
+
+def tables_of(configs: Iterable[str]) -> list[str]:
+    """The tables the ``configs`` read, each once, in a stable order (originals first).
+
+    Example:
+        >>> tables_of(["rand_voca", "images", "mix_seed1"])
+        ['captions_original', 'images_original', 'rand_voca_adversarial', 'mix_seed1_adversarial']
+    """
+    tables = {table: None for config in configs for table in config_splits(config).values()}
+    originals = [t for t in (CAPTIONS_ORIGINAL, IMAGES_ORIGINAL) if t in tables]
+    return originals + [t for t in tables if t not in originals]

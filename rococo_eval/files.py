@@ -1,0 +1,65 @@
+"""Writing a file atomically: readers see the old file or the whole new one, never a part.
+
+Every file the package writes whole (reports, charts, embedding shards and manifests) goes through
+:func:`write_atomic`: a new temporary file in the same folder, flushed to disk, then renamed over the target.
+
+Example:
+    >>> import tempfile
+    >>> path = write_atomic(Path(tempfile.mkdtemp()) / "notes" / "hello.txt", lambda handle: handle.write(b"hello"))
+    >>> path.read_bytes()
+    b'hello'
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import uuid
+from pathlib import Path
+from typing import BinaryIO, Callable
+
+logger = logging.getLogger(__name__)
+
+
+def write_atomic(path: str | os.PathLike, write: Callable[[BinaryIO], object]) -> Path:
+    """Write ``path`` through ``write(handle)`` on a temporary file beside it, then rename it into place.
+
+    The temporary file (``.<name>.<random>.part``, permissions from the umask) is flushed and fsynced before
+    ``os.replace`` puts it at ``path``, so a crash leaves the old file or the new one; on any error it is
+    removed and ``path`` is untouched. Missing folders are created.
+
+    Args:
+        path: the file to write.
+        write: called once with the temporary file open for binary writing.
+
+    Returns:
+        ``path`` as a :class:`~pathlib.Path`.
+
+    Example:
+        >>> import tempfile
+        >>> path = Path(tempfile.mkdtemp()) / "data.bin"
+        >>> write_atomic(path, lambda handle: handle.write(b"\\x00\\x01")).read_bytes()
+        b'\\x00\\x01'
+        >>> def fail(handle):
+        ...     raise RuntimeError("disk full")
+        >>> write_atomic(path, fail)
+        Traceback (most recent call last):
+        ...
+        RuntimeError: disk full
+        >>> path.read_bytes(), sorted(p.name for p in path.parent.iterdir())
+        (b'\\x00\\x01', ['data.bin'])
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.{uuid.uuid4().hex}.part")
+    try:
+        with open(temporary, "xb") as handle:
+            write(handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
+    logger.debug("wrote %s", path)
+    return path

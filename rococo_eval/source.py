@@ -1,0 +1,344 @@
+"""The data source: one checked copy of the annotation files and, optionally, of the COCO images.
+
+:class:`RococoSource` owns what the benchmark's data is: the ground-truth and adversarial captions, the images
+and their altered copies, and the galleries built from them. It reads every count from the annotation records
+(images, captions per image), so it describes whichever image-text set the files hold; RoCOCO on the COCO 5K
+test split is the one they hold today. Everything that needs the data reads it through a source: the
+``datasets`` builder (``rococo_dataset.py``), the Parquet export (:mod:`rococo_eval.export`), the app and the
+command line. This module also checks image folders (:class:`ImageFolderError`) and fills them
+(:func:`fetch_images`).
+
+Example:
+    >>> source = RococoSource()  # annotations from $ROCOCO_ANNOTATIONS_DIR, else the pinned download
+    >>> source.num_images, len(source.ground_truth_captions()), len(source.adversarial_captions("danger"))
+    (5000, 25010, 25000)
+"""
+
+from __future__ import annotations
+
+import functools
+import io
+import logging
+from pathlib import Path, PurePosixPath
+from typing import Iterable
+
+from PIL import Image
+
+from .annotations import OFFICIAL_COMMIT, AnnotationError, read_annotation_file
+from .configs import IMAGE_FEATURES, gallery_direction, table_features, tables_of
+from .download import CorruptImageError, default_cache_dir, download_coco_images, read_image_file
+from .images import alter_image, encode_jpeg, load_mix_table
+from .layout import (
+    ADVERSARIAL_PER_IMAGE,
+    CLEAN,
+    IMAGE_ATTACKS,
+    TEXT_ATTACKS,
+    GalleryLayout,
+    gallery_layout,
+)
+
+logger = logging.getLogger(__name__)
+
+
+class ImageFolderError(ValueError):
+    """A COCO image folder lacks test images or is laid out differently (the root must hold ``val2014/``)."""
+
+
+class RococoSource:
+    """One checked copy of the annotation files, and optionally a COCO image folder.
+
+    Annotation files are read once per source, each checked against its pinned sha256 and against the clean
+    file (same images, same ground-truth captions, then ``ADVERSARIAL_PER_IMAGE`` adversarial ones). The image
+    folder, when given, is checked at once for every image of the clean file; each image is fully decoded when
+    read.
+
+    Args:
+        annotations_dir: folder holding the official files; None uses ``$ROCOCO_ANNOTATIONS_DIR``, else
+            downloads the pinned files into ``cache_dir`` as they are needed.
+        images_dir: the COCO root: the folder holding ``val2014/COCO_val2014_....jpg``. None means no
+            images (captions and galleries still work); :func:`fetch_images` fills such a folder.
+        cache_dir: cache of downloaded annotation files (default :func:`~rococo_eval.download.default_cache_dir`).
+
+    Attributes:
+        captions_per_image: the number of ground-truth captions of each image, in the clean file's order
+            (in RoCOCO 5, or 6 for ten images).
+        image_files: the images as ``"val2014/COCO_val2014_....jpg"``, in the clean file's order.
+        images_dir: the checked COCO root, or None.
+
+    Raises:
+        AnnotationError: an annotation file is missing, corrupt or inconsistent with the clean file.
+        ImageFolderError: ``images_dir`` lacks some images; the message names them and what to do.
+
+    Example:
+        >>> source = RococoSource()
+        >>> source.image_files[0], source.captions_per_image[83], source.images_dir is None
+        ('val2014/COCO_val2014_000000391895.jpg', 6, True)
+        >>> source.ground_truth_captions()[415]  # image 83's first caption (images 0..82 have 5 each)
+        'Muffins and other pastries on display ground and purchase'
+        >>> source.adversarial_captions("rand_voca")[5 * 83]  # made from it
+        'viewers and other pastries on display ground and purchase'
+    """
+
+    def __init__(self, annotations_dir=None, images_dir=None, cache_dir=None):
+        self._annotations_dir = annotations_dir
+        self._cache_dir = cache_dir
+        self._records: dict[str, list[dict]] = {}
+        self._layouts: dict[tuple, GalleryLayout] = {}
+        clean = self._read(CLEAN)
+        self.captions_per_image = [len(record["caption"]) for record in clean]
+        self.image_files = [record["image"] for record in clean]
+        self.images_dir = None if images_dir is None else _check_images_dir(Path(images_dir), self.image_files)
+
+    def _read(self, name: str) -> list[dict]:
+        if name not in self._records:
+            records = read_annotation_file(name, self._annotations_dir, cache_dir=self._cache_dir)
+            if name != CLEAN:
+                _check_against_clean(name, records, self._records[CLEAN])
+            self._records[name] = records
+        return self._records[name]
+
+    @property
+    def num_images(self) -> int:
+        return len(self.image_files)
+
+    def ground_truth_captions(self) -> list[str]:
+        """The ground-truth captions, image by image in file order (the clean file's order)."""
+        return [caption for record in self._read(CLEAN) for caption in record["caption"]]
+
+    def adversarial_captions(self, attack: str) -> list[str]:
+        """The altered captions of text attack ``attack``, image by image: those that follow each image's
+        ground-truth captions in the attack's file. In RoCOCO row ``5 * i + j`` was made from ground-truth
+        caption ``j`` of image ``i``.
+
+        Raises:
+            ValueError: ``attack`` is not a text attack.
+        """
+        if attack not in TEXT_ATTACKS:
+            raise ValueError(f"`attack` must be one of the text attacks {TEXT_ATTACKS}, got {attack!r}")
+        return [caption for record, num_gt in zip(self._read(attack), self.captions_per_image)
+                for caption in record["caption"][num_gt:]]
+
+    def file_name(self, index: int) -> str:
+        """The COCO ``file_name`` of image ``index``.
+
+        Example:
+            >>> RococoSource().file_name(0)
+            'COCO_val2014_000000391895.jpg'
+        """
+        return PurePosixPath(self.image_files[self._check_index(index)]).name
+
+    def original_image_bytes(self, index: int) -> bytes:
+        """The bytes of image ``index``'s COCO file, checked to decode fully.
+
+        Raises:
+            ValueError: the source has no ``images_dir``, or ``index`` is out of range.
+            FileNotFoundError: the file disappeared since the folder was checked.
+            CorruptImageError: the file cannot be fully decoded; the message says how to fetch it again.
+        """
+        return self._open_original(index)[0]
+
+    def original_image(self, index: int) -> Image.Image:
+        """Image ``index`` as COCO publishes it, decoded (errors as :meth:`original_image_bytes`).
+
+        Example:
+            >>> RococoSource().original_image(0)  # doctest: +ELLIPSIS
+            Traceback (most recent call last):
+            ...
+            ValueError: this RococoSource has no `images_dir`: pass the COCO root ...fetch_images(source, folder)
+        """
+        return self._open_original(index)[1]
+
+    def _open_original(self, index: int) -> tuple[bytes, Image.Image]:
+        if self.images_dir is None:
+            raise ValueError(
+                "this RococoSource has no `images_dir`: pass the COCO root holding val2014/ "
+                f"(RococoSource(images_dir=...)), or download the {self.num_images:,} images with "
+                "rococo_eval.source.fetch_images(source, folder)"
+            )
+        path = self.images_dir / self.image_files[self._check_index(index)]
+        fetch = f"rococo_eval.source.fetch_images(source, {str(self.images_dir)!r})"
+        try:
+            return read_image_file(path)
+        except FileNotFoundError:
+            raise FileNotFoundError(f"COCO test image {str(path)!r} is missing; fetch it again with {fetch}") from None
+        except CorruptImageError as error:
+            raise CorruptImageError(f"COCO test image {error}; delete it and fetch it again with {fetch}") from error
+
+    def alteration(self, index: int, attack: str) -> tuple[int, tuple[int, int, int, int] | None]:
+        """The partner image of ``index``'s altered copy, and for ``patch`` its box ``(row0, row1, col0, col1)``
+        in the 384 x 384 image, from the published table (:func:`rococo_eval.images.load_mix_table`).
+
+        Example:
+            >>> source = RococoSource()
+            >>> partner, box = source.alteration(0, "patch_seed1")
+            >>> 0 <= partner < 5000, len(box), source.alteration(0, "mix_seed1") == (partner, None)
+            (True, 4, True)
+        """
+        table = _mix_table(*_image_attack(attack))
+        index = self._check_index(index)
+        box = None if table.box is None else tuple(int(v) for v in table.box[index])
+        return int(table.partner[index]), box
+
+    def altered_image_bytes(self, index: int, attack: str) -> bytes:
+        """The altered copy of image ``index`` under image attack ``attack``, as the official script saves
+        it: 384 x 384, JPEG quality 75. The same bytes on every machine with the same PIL and libjpeg.
+        """
+        partner, box = self.alteration(index, attack)
+        method, _ = _image_attack(attack)
+        altered = alter_image(self.original_image(index), self.original_image(partner), method, box=box)
+        return encode_jpeg(altered)
+
+    def altered_image(self, index: int, attack: str) -> Image.Image:
+        """:meth:`altered_image_bytes`, decoded: the image a model sees when it reads the official file."""
+        image = Image.open(io.BytesIO(self.altered_image_bytes(index, attack)))
+        image.load()
+        return image
+
+    def gallery(self, attack: str, direction: str | None = None, order: str | None = None) -> GalleryLayout:
+        """The layout of one gallery: queries, ``references``, ``adversarial`` mask and gallery order.
+
+        Args:
+            attack: ``"clean"`` or an attack.
+            direction: ``"image_to_text"`` or ``"text_to_image"``; None means the attack's own direction
+                (required for ``"clean"``).
+            order: ``"official"`` (the official ``itm_eval`` order) or ``"dataset"`` (the order of the
+                exported splits listed by :func:`rococo_eval.configs.dataset_splits`). Required for an
+                attacked image-to-text gallery, the one gallery where the two orders differ; elsewhere None
+                gives the one order.
+
+        Example:
+            >>> layout = RococoSource().gallery("rand_voca", order="official")
+            >>> layout.num_queries, layout.num_gallery, layout.num_adversarial, layout.references[83]
+            (5000, 50010, 25000, (830, 831, 832, 833, 834, 835))
+            >>> RococoSource().gallery("mix_seed1").num_gallery  # text-to-image: one order
+            10000
+        """
+        direction = gallery_direction(attack, direction)
+        key = (attack, direction, order)
+        if key not in self._layouts:
+            self._layouts[key] = gallery_layout(attack, direction, self.captions_per_image, order)
+        return self._layouts[key]
+
+    def _check_index(self, index) -> int:
+        if isinstance(index, bool) or not isinstance(index, int) and not hasattr(index, "__index__"):
+            raise ValueError(f"`index` must be an int in 0..{self.num_images - 1}, got {index!r}")
+        index = int(index)
+        if not 0 <= index < self.num_images:
+            raise ValueError(f"`index` must be in 0..{self.num_images - 1}, got {index}")
+        return index
+
+
+def _image_attack(attack: str) -> tuple[str, int]:
+    if attack not in IMAGE_ATTACKS:
+        raise ValueError(f"`attack` must be one of the image attacks {IMAGE_ATTACKS}, got {attack!r}")
+    method, _, seed = attack.partition("_seed")
+    return method, int(seed)
+
+
+@functools.lru_cache(maxsize=None)
+def _mix_table(method: str, seed: int):
+    return load_mix_table(method, seed)
+
+
+def _check_against_clean(name: str, records: list[dict], clean: list[dict]) -> None:
+    """Each record of ``name`` holds its image's clean captions, then ``ADVERSARIAL_PER_IMAGE`` adversarial ones."""
+    if len(records) != len(clean):
+        raise AnnotationError(f"annotation file {name!r} has {len(records)} records, the clean file {len(clean)}")
+    for index, (record, reference) in enumerate(zip(records, clean)):
+        num_gt = len(reference["caption"])
+        if (record["image"] != reference["image"] or record["caption"][:num_gt] != reference["caption"]
+                or len(record["caption"]) - num_gt != ADVERSARIAL_PER_IMAGE):
+            raise AnnotationError(
+                f"annotation file {name!r} disagrees with the clean file at record {index} ({record['image']!r}): "
+                f"its first {num_gt} captions must be the clean file's, followed by {ADVERSARIAL_PER_IMAGE} "
+                f"adversarial ones. Use the official files of commit {OFFICIAL_COMMIT[:7]}"
+            )
+
+
+def _check_images_dir(root: Path, image_files: list[str]) -> Path:
+    if not root.is_dir():
+        raise ImageFolderError(f"`images_dir` {str(root)!r} is not a folder; pass the COCO root holding val2014/")
+    missing = [name for name in image_files if not (root / name).is_file()]
+    if not missing:
+        return root
+    shown = ", ".join(repr(str(root / name)) for name in missing[:3])
+    advice = _layout_hint(root, missing[0]) or (
+        f"Fetch the missing images (resumable, only those missing) with "
+        f"rococo_eval.source.fetch_images(source, {str(root)!r}), or leave `images_dir` unset (no "
+        f"--images-dir) to download them into the cache."
+    )
+    raise ImageFolderError(
+        f"`images_dir` {str(root)!r} lacks {len(missing)} of the {len(image_files)} COCO test images, "
+        f"for example {shown}. `images_dir` must be the COCO root: the folder that holds "
+        f"val2014/COCO_val2014_....jpg. {advice}"
+    )
+
+
+def _layout_hint(root: Path, relative: str) -> str:
+    name = PurePosixPath(relative)
+    if (root / name.name).is_file():
+        return f"It looks like the val2014 folder itself; pass its parent {str(root.parent)!r}."
+    for candidate in sorted(root.glob(f"*/{relative}")):
+        return f"The images are one level down; pass {str(candidate.parents[1])!r}."
+    return ""
+
+
+def fetch_images(source=None, dest_root=None, *, base_url=None, workers: int = 8,
+                 progress: bool = False) -> Path:
+    """Download the source's COCO images one by one into ``dest_root/val2014/``: parallel, resumable, verified.
+
+    Images already complete are not fetched again and interrupted ones are resumed (see
+    :func:`rococo_eval.download.download_coco_images`); the result is a folder to pass as ``images_dir``.
+
+    Args:
+        source: a :class:`RococoSource`, or an annotations folder (None: ``$ROCOCO_ANNOTATIONS_DIR`` or the
+            pinned download) to read the list of images from.
+        dest_root: the COCO root to fill; None uses ``<cache>/coco`` (see
+            :func:`~rococo_eval.download.default_cache_dir`).
+        base_url: COCO's image server, or a mirror (``http(s)://``, ``file://`` or a folder) laid out the same;
+            None uses ``$ROCOCO_IMAGE_BASE_URL``, else COCO's server.
+        workers: parallel downloads.
+        progress: show a progress bar.
+
+    Raises:
+        DownloadError: some images could not be fetched or verified; it lists them. Run again to retry.
+
+    Example:
+        >>> fetch_images(dest_root="coco", workers=0)
+        Traceback (most recent call last):
+        ...
+        ValueError: `workers` has to be a positive integer, got 0
+    """
+    if not isinstance(source, RococoSource):
+        source = RococoSource(source)
+    dest_root = Path(dest_root) if dest_root is not None else default_cache_dir() / "coco"
+    download_coco_images(source.image_files, dest_root, base_url=base_url, workers=workers, progress=progress)
+    return dest_root
+
+
+def source_for_configs(configs: Iterable[str], annotations_dir=None, images_dir=None, cache_dir=None, *,
+                       image_base_url=None, download_workers: int = 8, progress: bool = False) -> RococoSource:
+    """A source ready to build ``configs``: every annotation file they read checked, every image they need present.
+
+    Without ``images_dir``, configs with images download the images into ``<cache_dir>/coco``
+    (:func:`fetch_images`; complete images are not fetched again). Everything is checked before the first row
+    is built, so a bad input stops the build before any output.
+
+    Example:
+        >>> source = source_for_configs(["danger", "captions"])
+        >>> source.images_dir is None
+        True
+    """
+    tables = tables_of(configs)
+    source = RococoSource(annotations_dir, cache_dir=cache_dir)
+    for attack in TEXT_ATTACKS:
+        if f"{attack}_adversarial" in tables:
+            source._read(attack)
+    if not any(table_features(table) is IMAGE_FEATURES for table in tables):
+        return source
+    if images_dir is None:
+        cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+        logger.info("no images_dir: fetching the COCO test images into %s", cache / "coco")
+        images_dir = fetch_images(source, cache / "coco", base_url=image_base_url, workers=download_workers,
+                                  progress=progress)
+    return RococoSource(annotations_dir, images_dir=images_dir, cache_dir=cache_dir)

@@ -23,7 +23,10 @@ import gradio as gr
 import pandas as pd
 
 from rococo_eval import report, scorefiles
-from rococo_eval.layout import CLEAN, gallery_shape
+from rococo_eval.annotations import OFFICIAL_COMMIT, OFFICIAL_REPOSITORY, PAPER_URL
+from rococo_eval.layout import (CLEAN, DIRECTIONS, IMAGE_ATTACK_METHODS, SEEDS, TEXT_ATTACKS, describe_orders,
+                                gallery_shape)
+from rococo_eval.layout_detection import CUSTOM
 from rococo_eval.space import (LAYOUT_HEADERS, MAX_BOOTSTRAP, compare_rows, detect_layouts, evaluate_files, explore,
                                source_and_problem, write_outputs)
 from rococo_recall import DEFAULT_K, TIE_POLICIES
@@ -31,12 +34,17 @@ from rococo_recall import DEFAULT_K, TIE_POLICIES
 logger = logging.getLogger("rococo_app")
 
 OUTPUT_MAX_AGE_S = 3600
+# Requests other than evaluations (detect, explore, compare) that run at once: each reads a file header, a few
+# images or a small table, so 4 keep the page responsive for several users in little memory. Evaluations have
+# their own limit, `concurrency`.
+LIGHT_REQUEST_CONCURRENCY = 4
 _COMPARE_WIDTHS = ["11%", "17%", "10%", "6%", "6%", "6%", "6%", "6%", "6%", "26%"]
 _NO_ANNOTATIONS = (
     "**The RoCOCO annotation files are not available here**, so standard layouts and the Explore tab are off; "
     "custom layouts and the Compare tab still work. To get them, set `ROCOCO_ANNOTATIONS_DIR` to a folder "
-    "holding the official files (github.com/pseulki/rococo, commit d8ba2a6, `annotations/`), or let the app "
-    "download them from that pinned commit (they are checked by sha256).\n\nWhat went wrong: {problem}"
+    f"holding the official files ({OFFICIAL_REPOSITORY.removeprefix('https://')}, commit {OFFICIAL_COMMIT[:7]}, "
+    "`annotations/`), or let the app download them from that pinned commit (they are checked by sha256)."
+    "\n\nWhat went wrong: {problem}"
 )
 
 
@@ -50,7 +58,8 @@ def build_app(source=None, captions_per_image=None, *, concurrency: int = 2, out
     """Build the Space's page: three tabs whose buttons call :class:`Handlers`, each also an API endpoint.
 
     Args:
-        source: a :class:`rococo_eval.source.RococoSource` (or anything with its caption and image methods);
+        source: a :class:`rococo_eval.source.RococoSource` (or anything with its caption and image methods and
+            its ``adversarial_per_image``);
             None opens one (see :func:`rococo_eval.space.source_and_problem`) unless ``captions_per_image`` is given.
         captions_per_image: caption counts of the standard layouts; default the source's.
         concurrency: how many evaluations run at once (each holds at most one score matrix in memory).
@@ -76,7 +85,7 @@ def build_app(source=None, captions_per_image=None, *, concurrency: int = 2, out
         with gr.Tab("Compare"):
             compare_tab = _compare_tab()
         _wire(handlers, evaluate_tab, explore_tab, compare_tab, user_rows, concurrency)
-    demo.queue(default_concurrency_limit=4)
+    demo.queue(default_concurrency_limit=LIGHT_REQUEST_CONCURRENCY)
     return demo
 
 
@@ -198,13 +207,13 @@ def _wire(handlers: Handlers, evaluate_tab, explore_tab, compare_tab, user_rows,
     compare_tab.refresh.click(handlers.compare, user_rows, compare_tab.table, api_name="compare")
 
 
+_ATTACK_NAMES = ", ".join([CLEAN, *TEXT_ATTACKS, *(f"{method}_seed" + "/".join(map(str, SEEDS))
+                                                      for method in IMAGE_ATTACK_METHODS)])
 _LAYOUT_HELP = ("**Layout of each file**, detected from its shape when you upload; edit a cell to choose. `attack`: "
-                "clean, same_concept, diff_concept, rand_voca, danger, mix_seed1/10/100, patch_seed1/10/100, or "
-                "custom. `direction`: image_to_text or text_to_image. `order` of an attacked image-to-text gallery: "
-                "official (each image's captions, then its 5 altered ones) or dataset (all originals, then all "
-                "altered captions). Both orders have the same shape, so the order is read from the scores only "
-                "when they clearly show it (the note says so); otherwise it stays blank and Evaluate refuses "
-                "the file until you choose it.")
+                f"{_ATTACK_NAMES}, or {CUSTOM}. `direction`: {' or '.join(DIRECTIONS)}. `order` of an attacked "
+                f"image-to-text gallery: {describe_orders()}. Both orders have the same shape, so the order is read "
+                "from the scores only when they clearly show it (the note says so); otherwise it stays blank and "
+                "Evaluate refuses the file until you choose it.")
 _CUSTOM_HELP = ("For a gallery that is not a standard RoCOCO one, set the file's attack to `custom` and give "
                 "`references` (for each query, its correct gallery index or list of indices: a JSON list, or an "
                 ".npy int array with one row per query) and `adversarial` (a boolean mask over the gallery, or the "
@@ -217,7 +226,7 @@ def _intro(captions_per_image) -> str:
             "Upload your model's score matrices (queries x gallery, higher = more similar), one per gallery: "
             "image-to-text for the clean captions and each text attack, text-to-image for the clean images and "
             "each image attack. Galleries and metric follow the official RoCOCO evaluation "
-            "([paper](https://arxiv.org/abs/2304.10727), [code](https://github.com/pseulki/rococo)).")
+            f"([paper]({PAPER_URL}), [code]({OFFICIAL_REPOSITORY})).")
     if captions_per_image is None:
         return text
     shape = functools.partial(gallery_shape, captions_per_image=captions_per_image)

@@ -20,7 +20,7 @@ Builder keyword arguments (each also a :class:`RococoConfig` field):
     ``download_dir``: where downloads go (default ``$ROCOCO_CACHE_DIR`` or ``~/.cache/rococo-eval``).
     ``image_base_url``: a mirror of COCO's image server laid out the same; default ``$ROCOCO_IMAGE_BASE_URL``,
     else COCO's server.
-    ``workers``: threads making altered images (default: up to 8).
+    ``workers``: threads making altered images (default: one per CPU, at most ``MAX_DEFAULT_IMAGE_WORKERS``).
 
 Example:
     >>> import shutil, tempfile
@@ -44,15 +44,15 @@ from typing import Optional
 import datasets
 
 from rococo_eval import __version__
+from rococo_eval.annotations import OFFICIAL_REPOSITORY
 from rococo_eval.configs import CONFIGS, config_features, config_splits
-from rococo_eval.export import CITATION, export_dataset, push_to_hub, table_rows
-from rococo_eval.source import source_for_configs
+from rococo_eval.download import COCO_IMAGE_BASE_URL, MAX_DEFAULT_IMAGE_WORKERS
+from rococo_eval.export import DATASET_CITATION, export_dataset, push_to_hub, source_for_configs, table_rows
 
 _DESCRIPTION = """\
 RoCOCO (Park et al., arXiv:2304.10727) adds slightly altered captions (one word replaced) or images (mixed
 with or patched from another image) to the MS-COCO 5K retrieval gallery to stress-test image-text matching.
 """
-_HOMEPAGE = "https://github.com/pseulki/rococo"
 _LICENSE = "annotations: MIT; captions: COCO annotations, CC BY 4.0; images: COCO terms of use (Flickr)"
 
 
@@ -76,7 +76,7 @@ class RococoDataset(datasets.GeneratorBasedBuilder):
 
     def _info(self):
         return datasets.DatasetInfo(description=_DESCRIPTION, features=config_features(self.config.name),
-                                    homepage=_HOMEPAGE, license=_LICENSE, citation=CITATION)
+                                    homepage=OFFICIAL_REPOSITORY, license=_LICENSE, citation=DATASET_CITATION)
 
     def _split_generators(self, dl_manager):
         config = self.config
@@ -103,8 +103,9 @@ def main(argv=None) -> int:
     export.add_argument("--images-dir", help="COCO root holding val2014/ (default: download the test images)")
     export.add_argument("--cache-dir", help="download cache (default: $ROCOCO_CACHE_DIR or ~/.cache/rococo-eval)")
     export.add_argument("--image-base-url", help="a mirror of COCO's image server (default: $ROCOCO_IMAGE_BASE_URL, "
-                        "else http://images.cocodataset.org/)")
-    export.add_argument("--workers", type=int, help="threads making altered images (default: up to 8)")
+                        f"else {COCO_IMAGE_BASE_URL})")
+    export.add_argument("--workers", type=int,
+                        help=f"threads making altered images (default: up to {MAX_DEFAULT_IMAGE_WORKERS})")
     export.add_argument("--no-queries", action="store_true",
                         help="do not add the query configs (images, captions) the chosen configs are scored with")
     export.add_argument("--overwrite", action="store_true", help="replace --out if it exists")

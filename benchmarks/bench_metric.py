@@ -1,11 +1,13 @@
 """Time and peak memory of the RoCOCO Recall metric at RoCOCO scale, as ratios against baselines of the same run.
 
     python benchmarks/bench_metric.py [--directions image_to_text text_to_image] [--argsort-rows 200]
+                                      [--annotations-dir DIR]
 
-For each direction it builds the official layout from the annotation files' caption counts (5,000 x 50,010
-image-to-text; 25,010 x 10,000 text-to-image; float32) with model-like scores (one correct item lifted above
-noise, so that R@1 is about that of CLIP) and measures, each in a fresh child process so that peak memory is
-its own:
+For each direction it builds the official layout from the caption counts of the clean annotation file (5,000 x
+50,010 image-to-text; 25,010 x 10,000 text-to-image; float32), read from ``--annotations-dir``, else
+``$ROCOCO_ANNOTATIONS_DIR``, else the pinned download (see :mod:`rococo_eval.annotations`), with model-like
+scores (one correct item lifted above noise, so that R@1 is about that of CLIP) and measures, each in a fresh
+child process so that peak memory is its own:
 
 - floor: one ``np.max`` pass over the matrix (the memory-bandwidth floor);
 - metric: ``evaluate.load("rococo_recall.py").compute(...)``;
@@ -33,9 +35,13 @@ from rococo_eval.annotations import read_annotation_file  # noqa: E402
 from rococo_eval.layout import image_to_text_layout, text_to_image_layout  # noqa: E402
 
 
-def captions_per_image():
-    """The number of ground-truth captions of each test image, from the clean annotation file."""
-    return [len(record["caption"]) for record in read_annotation_file("clean")]
+def read_captions_per_image(annotations_dir=None):
+    """The number of ground-truth captions of each test image, from the clean annotation file.
+
+    ``annotations_dir``: a folder holding the official files; None uses ``$ROCOCO_ANNOTATIONS_DIR``, else the
+    pinned download.
+    """
+    return [len(record["caption"]) for record in read_annotation_file("clean", annotations_dir)]
 
 
 def official_layout(direction, captions):
@@ -129,8 +135,10 @@ def main(argv=None):
     parser.add_argument("--argsort-rows", type=int, default=200)
     parser.add_argument("--torchmetrics-gb", type=float, default=6.0)
     parser.add_argument("--json", type=Path, help="also write the measurements here")
+    parser.add_argument("--annotations-dir", help="folder of the official annotation files "
+                                                  "(default $ROCOCO_ANNOTATIONS_DIR, else the pinned download)")
     options = parser.parse_args(argv)
-    captions = captions_per_image()
+    captions = read_captions_per_image(options.annotations_dir)
     rows = []
     print("| direction | matrix | method | time (s) | x floor | argsort / metric | extra memory (MB) | "
           "extra / matrix | note |")

@@ -1,15 +1,18 @@
 """The metric on CUDA tensors at RoCOCO scale: same numbers as numpy, computed on the GPU, little extra memory.
 
-    python benchmarks/bench_metric_cuda.py
+    python benchmarks/bench_metric_cuda.py [--annotations-dir DIR]
 
 Needs a CUDA device (the project's tests run on CPUs only; this is the check for the "torch tensors on any
-device, computed there" promise). For each direction's official layout and for float32, bfloat16 and float16
+device, computed there" promise), and the clean annotation file, whose caption counts give the layouts: from
+``--annotations-dir``, else ``$ROCOCO_ANNOTATIONS_DIR``, else the pinned download (see
+:mod:`rococo_eval.annotations`). For each direction's official layout and for float32, bfloat16 and float16
 scores it builds the matrix on the GPU, runs ``rococo_recall`` on it, and checks that every output and every
 per-query rank equals the numpy path on the same values copied to the CPU. It prints the GPU time against one
 ``amax`` pass over the same tensor (the memory-bandwidth floor), the extra GPU memory against the matrix, and
 how much host memory grew during the GPU computation (the matrix must not be copied to the CPU).
 """
 
+import argparse
 import resource
 import sys
 import time
@@ -22,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import rococo_recall  # noqa: E402
-from bench_metric import captions_per_image, official_layout  # noqa: E402
+from bench_metric import official_layout, read_captions_per_image  # noqa: E402
 
 
 def model_like_scores(layout, dtype, seed=0):
@@ -45,7 +48,11 @@ def timed(fn, *args, **kwargs):
     return out, time.perf_counter() - start
 
 
-def main():
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--annotations-dir", help="folder of the official annotation files "
+                                                  "(default $ROCOCO_ANNOTATIONS_DIR, else the pinned download)")
+    options = parser.parse_args(argv)
     if not torch.cuda.is_available():
         sys.exit("no CUDA device")
     print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}")
@@ -53,7 +60,7 @@ def main():
           "equals numpy |")
     print("|---|---|---|---|---|---|---|---|")
     failures = 0
-    captions = captions_per_image()
+    captions = read_captions_per_image(options.annotations_dir)
     for direction in ("image_to_text", "text_to_image"):
         layout = official_layout(direction, captions)
         inputs = layout.metric_inputs()

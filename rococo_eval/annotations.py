@@ -5,7 +5,8 @@ in the same image order (the Karpathy 5K test split): 5 or 6 ground-truth captio
 text attack's file by the image's adversarial captions. Files come from a local folder the user names
 (for example ``ROCOCO_ANNOTATIONS_DIR``) or are downloaded from the official repository at a pinned
 commit (through :func:`rococo_eval.download.download_file`); either way each file is checked against its
-sha256 before it is read.
+sha256 before it is read. The official sources named here (``OFFICIAL_REPOSITORY``, ``OFFICIAL_COMMIT``,
+``PAPER_URL``) are the ones every report, page and dataset card cites.
 
 Environment variables:
     ``ROCOCO_ANNOTATIONS_DIR``: a folder holding the official files; nothing is downloaded.
@@ -37,12 +38,16 @@ logger = logging.getLogger(__name__)
 
 OFFICIAL_REPOSITORY = "https://github.com/pseulki/rococo"
 OFFICIAL_COMMIT = "d8ba2a6ef31f3a428a02d5060990f022c2bf1e2a"
-RAW_BASE_URL = f"https://raw.githubusercontent.com/pseulki/rococo/{OFFICIAL_COMMIT}/annotations/"
+PAPER_URL = "https://arxiv.org/abs/2304.10727"
+# GitHub serves the files of a commit at raw.githubusercontent.com/<owner>/<name>/<commit>/<path>
+RAW_BASE_URL = (OFFICIAL_REPOSITORY.replace("https://github.com/", "https://raw.githubusercontent.com/", 1)
+                + f"/{OFFICIAL_COMMIT}/annotations/")
 ANNOTATIONS_DIR_ENV = "ROCOCO_ANNOTATIONS_DIR"
 ANNOTATIONS_BASE_URL_ENV = "ROCOCO_ANNOTATIONS_BASE_URL"
 
+# Checks of RoCOCO's pinned files (the data source itself reads its counts from whatever records it is given):
 NUM_IMAGES = 5000  # the COCO 5K test split: one record per image in every file
-CAPTIONS_PER_IMAGE = (5, 6)  # ground-truth captions of one image (ten images have 6)
+ALLOWED_CAPTION_COUNTS = (5, 6)  # how many ground-truth captions one image may have (ten images have 6)
 
 
 @dataclass(frozen=True)
@@ -201,6 +206,6 @@ def _check_records(name: str, path: Path, records) -> None:
         if not isinstance(captions, list) or not isinstance(record.get("image"), str):
             raise AnnotationError(f"{str(path)!r}: record {index} lacks `image` or `caption`")
         extra = ADVERSARIAL_PER_IMAGE if name in TEXT_ATTACKS else 0
-        if len(captions) - extra not in CAPTIONS_PER_IMAGE:
-            expected = " or ".join(str(count + extra) for count in CAPTIONS_PER_IMAGE)
+        if len(captions) - extra not in ALLOWED_CAPTION_COUNTS:
+            expected = " or ".join(str(count + extra) for count in ALLOWED_CAPTION_COUNTS)
             raise AnnotationError(f"{str(path)!r}: record {index} has {len(captions)} captions, expected {expected}")

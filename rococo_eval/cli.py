@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import functools
 import logging
-import os
 import platform
 import re
 import sys
@@ -24,7 +23,8 @@ import tempfile
 from pathlib import Path
 
 from . import __version__
-from .layout import ATTACKS, CLEAN, DIRECTIONS, IMAGE_ATTACKS, ORDERS, TEXT_ATTACKS
+from .download import DEFAULT_IMAGE_WORKERS, MAX_DEFAULT_IMAGE_WORKERS, default_cache_dir
+from .layout import ATTACKS, CLEAN, DIRECTIONS, IMAGE_ATTACKS, ORDERS, TEXT_ATTACKS, describe_orders
 from .layout_detection import CUSTOM
 
 logger = logging.getLogger("rococo_eval")
@@ -87,8 +87,9 @@ def build_parser() -> argparse.ArgumentParser:
                                          "~/.cache/rococo-eval)")
     run.add_argument("--batch-size", type=_positive_int, default=256, help="items per forward pass (default 256)")
     run.add_argument("--precision", choices=("fp32", "fp16", "bf16"), default="fp32", help="model dtype (default fp32)")
-    run.add_argument("--workers", type=_non_negative_int, default=min(8, os.cpu_count() or 1),
-                     help="threads that read and alter images ahead of the model (default: CPUs, at most 8)")
+    run.add_argument("--workers", type=_non_negative_int, default=DEFAULT_IMAGE_WORKERS,
+                     help="threads that read and alter images ahead of the model (default: CPUs, at most "
+                          f"{MAX_DEFAULT_IMAGE_WORKERS})")
     run.add_argument("--device", help="torch device (default: cuda when available, else cpu)")
     run.set_defaults(handler=run_command)
 
@@ -98,10 +99,9 @@ def build_parser() -> argparse.ArgumentParser:
                                             "its shape and file name (rand_voca.npy, blip_mix_seed10.npy), or as "
                                             "ATTACK:DIRECTION:ORDER=PATH, any part of which may be left out "
                                             "(rand_voca:dataset=PATH). An attacked image-to-text gallery has the "
-                                            "same shape in the official order (each image's captions, then its 5 "
-                                            "altered ones) and the dataset order (all ground-truth captions, then "
-                                            "all altered ones): give its ORDER, or it is read from the scores when "
-                                            "they clearly show it, and refused when they do not.")
+                                            f"same shape in either order, {describe_orders()}: give its ORDER, or "
+                                            "it is read from the scores when they clearly show it, and refused when "
+                                            "they do not.")
     score.add_argument("files", nargs="+", metavar="FILE", help="[ATTACK:DIRECTION:ORDER=]PATH")
     score.set_defaults(handler=score_command)
 
@@ -117,7 +117,6 @@ def build_parser() -> argparse.ArgumentParser:
 def run_command(args) -> Path:
     """``rococo-eval run``: embed, score, report. Returns the report folder."""
     from .source import RococoSource, fetch_images
-    from .download import default_cache_dir
     from .embeddings import EmbeddingCache, score_model
     from .models import load_model, parse_model_name
 

@@ -34,7 +34,7 @@ from typing import Iterable
 
 import datasets
 
-from .layout import ATTACKS, CLEAN, IMAGE_ATTACKS, IMAGE_TO_TEXT, TEXT_ATTACKS, attack_direction, gallery_layout
+from .layout import ATTACKS, CLEAN, IMAGE_ATTACKS, IMAGE_TO_TEXT, TEXT_ATTACKS, gallery_direction
 
 CAPTIONS_CONFIG = "captions"
 IMAGES_CONFIG = "images"
@@ -112,29 +112,6 @@ def query_config(config: str) -> str:
     """
     check_config(config)
     return IMAGES_CONFIG if config in TEXT_ATTACKS or config == CAPTIONS_CONFIG else CAPTIONS_CONFIG
-
-
-def gallery_direction(attack: str, direction: str | None = None) -> str:
-    """The direction one gallery is scored in: ``direction`` checked against ``attack``, or the attack's own.
-
-    Args:
-        attack: ``"clean"`` or an attack (see :data:`rococo_eval.layout.ATTACKS`).
-        direction: ``"image_to_text"`` or ``"text_to_image"``; None means the attack's own direction, and
-            is not allowed for ``"clean"``.
-
-    Example:
-        >>> gallery_direction("rand_voca"), gallery_direction("clean", "text_to_image")
-        ('image_to_text', 'text_to_image')
-        >>> gallery_direction("clean")
-        Traceback (most recent call last):
-        ...
-        ValueError: `direction` is required for the clean gallery: 'image_to_text' or 'text_to_image'
-    """
-    if direction is not None:
-        return gallery_layout(attack, direction, [1], "official").direction  # checks both names
-    if attack == CLEAN:
-        raise ValueError("`direction` is required for the clean gallery: 'image_to_text' or 'text_to_image'")
-    return attack_direction(attack)
 
 
 def dataset_splits(attack: str, direction: str | None = None) -> dict[str, list[tuple[str, str]]]:

@@ -18,8 +18,8 @@ from pathlib import Path
 import datasets
 
 from .annotations import resolve_annotations_dir
-from .configs import dataset_splits, gallery_direction
-from .layout import CLEAN
+from .configs import dataset_splits
+from .layout import CLEAN, TEXT_ATTACKS, gallery_direction
 from .source import RococoSource
 
 
@@ -48,7 +48,8 @@ def metric_inputs_for(attack: str, direction: str | None = None, order: str | No
         direction: ``"image_to_text"`` or ``"text_to_image"``; None means the attack's own (required for clean).
         order: ``"official"`` or ``"dataset"``; required for an attacked image-to-text gallery, the one gallery
             where the two orders differ (scores in one order scored in the other would be silently wrong).
-        annotations_dir: as for :class:`~rococo_eval.source.RococoSource`; only the clean file is read.
+        annotations_dir: as for :class:`~rococo_eval.source.RococoSource`. The clean file is read, and for a
+            text attack its own file too (it gives the adversarial captions per image).
 
     Example:
         >>> inputs = metric_inputs_for("rand_voca", order="dataset")
@@ -64,7 +65,7 @@ def metric_inputs_for(attack: str, direction: str | None = None, order: str | No
         ValueError: `order` is required for an attacked image-to-text gallery, where the two orders differ: ...
     """
     gallery_direction(attack, direction)
-    folder = resolve_annotations_dir(annotations_dir, names=(CLEAN,))
+    folder = resolve_annotations_dir(annotations_dir, names=(CLEAN,) + ((attack,) if attack in TEXT_ATTACKS else ()))
     return _source_for(Path(folder).resolve()).gallery(attack, direction, order).metric_inputs()
 
 

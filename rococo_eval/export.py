@@ -1,7 +1,8 @@
 """Export RoCOCO as a folder of Parquet files with a dataset card, and upload it to the Hugging Face Hub.
 
 This module owns the dataset's rows (:func:`table_rows`, which the ``datasets`` builder in
-``rococo_dataset.py`` yields too), the Parquet files, the dataset card and the upload.
+``rococo_dataset.py`` yields too), the source a build reads them from (:func:`source_for_configs`), the Parquet
+files, the dataset card and the upload.
 
 The folder works with ``datasets.load_dataset(folder, config, split=...)`` on every ``datasets`` version
 (no loading script) and uploads as it is::
@@ -49,7 +50,7 @@ from tqdm import tqdm
 from rococo_recall import CITATION as ROCOCO_CITATION
 
 from . import __version__
-from .annotations import ANNOTATION_FILES, OFFICIAL_COMMIT, OFFICIAL_REPOSITORY
+from .annotations import ANNOTATION_FILES, OFFICIAL_COMMIT, OFFICIAL_REPOSITORY, PAPER_URL
 from .captions import find_replacements
 from .configs import (
     CAPTION_FEATURES,
@@ -64,19 +65,28 @@ from .configs import (
     table_features,
     tables_of,
 )
-from .download import COCO_IMAGE_BASE_URL
-from .images import load_mix_table
-from .layout import ADVERSARIAL_PER_IMAGE, IMAGE_ATTACKS, SEEDS, TEXT_ATTACKS, caption_offsets
-from .source import RococoSource, source_for_configs
+from .download import (COCO_IMAGE_BASE_URL, COCO_TERMS_URL, DEFAULT_DOWNLOAD_WORKERS, DEFAULT_IMAGE_WORKERS,
+                       default_cache_dir)
+from .images import BATCH_SIZE, IMAGE_SIZE, LAM, load_mix_table
+from .layout import IMAGE_ATTACKS, SEEDS, TEXT_ATTACKS, caption_offsets
+from .source import RococoSource, fetch_images
 
 logger = logging.getLogger(__name__)
 
+# 1,000 images per file: about 160 MB of COCO JPEGs (they average about 160 KB), under the 500 MB shards that
+# `datasets.push_to_hub` writes, so no file is too large to download or upload in one piece.
 IMAGE_SHARD_ROWS = 1000
+# 100 images (about 16 MB) per row group: a reader that streams the file (the Hub's viewer, streaming=True)
+# holds one row group in memory at a time.
 IMAGE_ROW_GROUP_ROWS = 100
+# 5,000 captions (about 0.3 MB of text) per row group: large enough to compress well, small enough to stream.
 CAPTION_ROW_GROUP_ROWS = 5000
+# Rows handed to the thread pool per worker at a time: enough to keep every thread busy while the rows are
+# written in order, few enough to bound the images held in memory (16 encoded images per thread).
+_ROWS_IN_FLIGHT_PER_WORKER = 16
 _REPO_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*")
 
-CITATION = ROCOCO_CITATION + """\
+DATASET_CITATION = ROCOCO_CITATION + """\
 @inproceedings{lin2014coco,
   title     = {Microsoft {COCO}: Common Objects in Context},
   author    = {Lin, Tsung-Yi and Maire, Michael and Belongie, Serge and Hays, James and Perona, Pietro and
@@ -107,7 +117,7 @@ def export_dataset(out_dir, configs: Iterable[str] | str | None = None, *, annot
             None uses ``$ROCOCO_IMAGE_BASE_URL``, else COCO's server.
         include_queries: also export the config holding each config's queries (``images`` for text attacks,
             ``captions`` for image attacks), so the folder is all a user needs to score a model.
-        workers: threads making altered images (None: up to 8, one per CPU).
+        workers: threads making altered images (None: ``DEFAULT_IMAGE_WORKERS``, one per CPU up to a cap).
         overwrite: replace an existing ``out_dir``.
         progress: show progress bars.
 
@@ -145,6 +155,35 @@ def export_dataset(out_dir, configs: Iterable[str] | str | None = None, *, annot
         raise
     logger.info("exported %s to %s", ", ".join(configs), out)
     return out
+
+
+def source_for_configs(configs: Iterable[str], annotations_dir=None, images_dir=None, cache_dir=None, *,
+                       image_base_url=None, download_workers: int = DEFAULT_DOWNLOAD_WORKERS,
+                       progress: bool = False) -> RococoSource:
+    """A source ready to build ``configs``: every annotation file they read checked, every image they need present.
+
+    Without ``images_dir``, configs with images download the images into ``<cache_dir>/coco``
+    (:func:`~rococo_eval.source.fetch_images`; complete images are not fetched again). Everything is checked
+    before the first row is built, so a bad input stops the build before any output.
+
+    Example:
+        >>> source = source_for_configs(["danger", "captions"])
+        >>> source.images_dir is None
+        True
+    """
+    tables = tables_of(configs)
+    source = RococoSource(annotations_dir, cache_dir=cache_dir)
+    for attack in TEXT_ATTACKS:
+        if f"{attack}_adversarial" in tables:
+            source.adversarial_captions(attack)
+    if not any(table_features(table) is IMAGE_FEATURES for table in tables):
+        return source
+    if images_dir is None:
+        cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+        logger.info("no images_dir: fetching the COCO test images into %s", cache / "coco")
+        images_dir = fetch_images(source, cache / "coco", base_url=image_base_url, workers=download_workers,
+                                  progress=progress)
+    return RococoSource(annotations_dir, images_dir=images_dir, cache_dir=cache_dir)
 
 
 def _select_configs(configs, include_queries: bool) -> list[str]:
@@ -203,7 +242,7 @@ def table_rows(source: RococoSource, table: str, workers: int | None = 1) -> Ite
     Args:
         source: where the data comes from; image tables need its ``images_dir``.
         table: a table name (see :mod:`rococo_eval.configs`).
-        workers: threads that make altered images (None: up to 8, one per CPU); the rows and bytes do not
+        workers: threads that make altered images (None: ``DEFAULT_IMAGE_WORKERS``); the rows and bytes do not
             depend on it.
 
     Example:
@@ -243,8 +282,10 @@ def _original_caption_rows(source: RococoSource) -> Iterator[dict]:
 def _adversarial_caption_rows(source: RococoSource, attack: str) -> Iterator[dict]:
     ground_truth = source.ground_truth_captions()
     offsets = caption_offsets(source.captions_per_image)
-    for row, caption in enumerate(source.adversarial_captions(attack)):
-        image_index, j = divmod(row, ADVERSARIAL_PER_IMAGE)
+    captions = source.adversarial_captions(attack)  # read first: the file gives its captions per image
+    per_image = source.adversarial_per_image
+    for row, caption in enumerate(captions):
+        image_index, j = divmod(row, per_image)
         source_index = int(offsets[image_index]) + j
         changes = find_replacements(ground_truth[source_index], caption)
         yield {"image_index": image_index, "caption": caption, "is_adversarial": True,
@@ -260,13 +301,13 @@ def _image_row(source: RococoSource, index: int, data: bytes, partner, box) -> d
 
 def _in_order(function: Callable[[int], dict], items: range, workers: int | None) -> Iterator[dict]:
     """``map(function, items)`` on a thread pool, in order, a bounded block at a time."""
-    workers = min(8, os.cpu_count() or 1) if workers is None else workers
+    workers = DEFAULT_IMAGE_WORKERS if workers is None else workers
     if not isinstance(workers, int) or workers < 1:
         raise ValueError(f"`workers` must be a positive int or None, got {workers!r}")
     if workers == 1:
         yield from map(function, items)
         return
-    block = 16 * workers
+    block = _ROWS_IN_FLIGHT_PER_WORKER * workers
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="rococo-rows") as pool:
         for start in range(0, len(items), block):
             yield from pool.map(function, items[start:start + block])
@@ -297,7 +338,7 @@ def _dataset_card(splits: dict[str, dict[str, list[str]]], source: RococoSource)
         "language": ["en"],
         "license": "other",
         "license_name": "rococo-mit-and-coco-terms",
-        "license_link": "https://cocodataset.org/#termsofuse",
+        "license_link": COCO_TERMS_URL,
         "task_categories": ["image-to-text", "text-to-image"],
         "tags": ["image-text-retrieval", "robustness", "adversarial", "coco"],
         "size_categories": ["10K<n<100K"],
@@ -312,7 +353,26 @@ def _dataset_card(splits: dict[str, dict[str, list[str]]], source: RococoSource)
     return _CARD.format(front=front, configs=configs_yaml(splits), rows=rows, version=__version__,
                         repository=OFFICIAL_REPOSITORY, commit=OFFICIAL_COMMIT, hashes=hashes,
                         coco=COCO_IMAGE_BASE_URL, self_partners=self_partners, example=example,
-                        citation=CITATION)
+                        citation=DATASET_CITATION, paper=PAPER_URL, coco_terms=COCO_TERMS_URL,
+                        **_card_numbers(splits, source))
+
+
+def _card_numbers(splits: dict[str, dict[str, list[str]]], source: RococoSource) -> dict[str, str]:
+    """The numbers the card states, each from where it is defined: the source's counts, the official
+    script's settings (:mod:`rococo_eval.images`) and the published patch boxes."""
+    boxes = np.concatenate([load_mix_table("patch", seed).box for seed in SEEDS])
+    patch_side = max((boxes[:, 1] - boxes[:, 0]).max(), (boxes[:, 3] - boxes[:, 2]).max())
+    # the text attacks' count, when the export has one (an export of images alone reads no text attack file)
+    per_image = source.adversarial_per_image if any(config in TEXT_ATTACKS for config in splits) else None
+    return {
+        "num_images": f"{source.num_images:,}", "last_image": f"{source.num_images - 1}",
+        "num_captions": f"{sum(source.captions_per_image):,}", "size": f"{IMAGE_SIZE}", "lam": f"{LAM:g}",
+        "partner_weight": f"{1 - LAM:g}", "batch": f"{BATCH_SIZE}", "patch_side": f"{int(patch_side)}",
+        "seeds": ", ".join(map(str, SEEDS[:-1])) + f" and {SEEDS[-1]}",
+        "adversarial_ones": "adversarial ones" if per_image is None else f"{per_image} adversarial ones",
+        "adversarial_rows": "" if per_image is None else
+        f" Adversarial row `{per_image} * i + j` was made from caption `j` of image `i`.",
+    }
 
 
 def _config_line(config: str, config_splits_: dict[str, list[str]], source: RococoSource) -> str:
@@ -406,7 +466,7 @@ _CARD = """\
 
 # RoCOCO: a robustness benchmark of MS-COCO for image-text matching
 
-RoCOCO ([Park et al., arXiv:2304.10727](https://arxiv.org/abs/2304.10727), ECCV 2024 Workshop on Synthetic
+RoCOCO ([Park et al., arXiv:2304.10727]({paper}), ECCV 2024 Workshop on Synthetic
 Data for Computer Vision) stress-tests image-text matching models (CLIP, BLIP, VSE infinity, ...). It adds
 *slightly altered* items to the retrieval gallery of the MS-COCO 5K test split (Karpathy split, COCO val2014
 images) and measures whether the model still ranks a true item first; the queries stay clean.
@@ -416,8 +476,8 @@ images) and measures whether the model still ranks a true item first; the querie
   another category: man -> scissors), `rand_voca` (a random word: man -> war), `danger` ("weapon",
   "criminal", "minefield", "commiting crime").
 - **Image attacks** (scored text-to-image): each test image gets an altered copy made with a partner test
-  image: `mix` (every pixel 0.9 * image + 0.1 * partner) or `patch` (a box of at most 120 x 120 pixels taken
-  from the partner, CutMix-like), for the paper's seeds 1, 10 and 100.
+  image: `mix` (every pixel {lam} * image + {partner_weight} * partner) or `patch` (a box of at most
+  {patch_side} x {patch_side} pixels taken from the partner, CutMix-like), for the paper's seeds {seeds}.
 
 Exported by rococo-eval {version} (`python rococo_dataset.py export`).
 
@@ -438,11 +498,11 @@ Original rows are stored once and shared: every text-attack config's `original` 
 ## Fields
 
 Captions (text-attack configs and `captions`):
-- `image_index` (int32): the test image, 0..4999, in the order of the official files.
+- `image_index` (int32): the test image, 0..{last_image}, in the order of the official files.
 - `caption` (string).
 - `is_adversarial` (bool).
 - `source_caption_index` (int32, None on original rows): the ground-truth caption it was made from, as a row
-  of the `original` split. Adversarial row `5 * i + j` was made from caption `j` of image `i`.
+  of the `original` split.{adversarial_rows}
 - `replacements` (list, None on original rows): how the caption differs from its source, on lower-cased word
   tokens: `original` (the replaced word, "" for an insertion), `replacement`, `position` (token index in the
   source). Usually one item; more where the attack replaced several occurrences of the word or the attack
@@ -452,10 +512,10 @@ Captions (text-attack configs and `captions`):
 Images (image-attack configs and `images`):
 - `image_index` (int32), `file_name` (string, the COCO file name, kept by the altered copy as the official
   script keeps it), `is_adversarial` (bool).
-- `image` (Image): original rows hold the COCO file's bytes unchanged; altered rows the 384 x 384 JPEG the
+- `image` (Image): original rows hold the COCO file's bytes unchanged; altered rows the {size} x {size} JPEG the
   official script saves.
 - `partner_index` (int32, None on original rows): the test image mixed in.
-- `box` (list of 4 int32, `patch` only): `[row0, row1, col0, col1]`, the region of the 384 x 384 image taken
+- `box` (list of 4 int32, `patch` only): `[row0, row1, col0, col1]`, the region of the {size} x {size} image taken
   from the partner.
 
 ## Scoring a model
@@ -474,11 +534,11 @@ result = rococo_recall(scores, **metric_inputs_for("{example}", order="dataset")
 result["recall@1"], result["clean_recall@1"], result["false_rate"]
 ```
 
-Image-to-text queries are the 5,000 images of `images`; text-to-image queries the 25,010 captions of
+Image-to-text queries are the {num_images} images of `images`; text-to-image queries the {num_captions} captions of
 `captions`. A query's correct items are its own ground-truth captions (image-to-text) or its own original
 image (text-to-image); adversarial items never count as correct. `metric_inputs_for(..., order="official")` gives
-the same for the official `itm_eval` order (for each image its captions then its 5 adversarial ones;
-the 5,000 images then their 5,000 altered copies).
+the same for the official `itm_eval` order (for each image its captions then its {adversarial_ones};
+the {num_images} images then their {num_images} altered copies).
 
 ## Sources
 
@@ -488,14 +548,14 @@ the 5,000 images then their 5,000 altered copies).
 |---|---|
 {hashes}
 
-- Images: the 5,000 COCO val2014 test images, fetched one by one from COCO's image server ({coco}),
+- Images: the {num_images} COCO val2014 test images, fetched one by one from COCO's image server ({coco}),
   resumable and verified (byte count and a full decode), or read from a local COCO folder.
-- Altered images: a port of the official `mix_images.py` in NumPy and PIL: bicubic resize to 384 x 384,
-  float32 mix (lam 0.9) or patch, `torchvision.utils.save_image`'s rounding, JPEG with PIL's defaults
+- Altered images: a port of the official `mix_images.py` in NumPy and PIL: bicubic resize to {size} x {size},
+  float32 mix (lam {lam}) or patch, `torchvision.utils.save_image`'s rounding, JPEG with PIL's defaults
   (quality 75). The partner and box of every image come from a table published with rococo-eval
   (`rococo_eval/data/mix_tables.npz`), so every machine makes the same images. The table replays the
   official script's random stream as PyTorch 2.13 draws it (`torch.manual_seed`, the DataLoader's worker base
-  seed, `RandomSampler`'s permutation, one `torch.randperm` per batch of 64, NumPy's box centres). PyTorch
+  seed, `RandomSampler`'s permutation, one `torch.randperm` per batch of {batch}, NumPy's box centres). PyTorch
   before 1.9 consumed the stream differently in `RandomSampler`, so the official script run there pairs other
   images. Some images are their own partner, so their altered copy is the resized original:
   {self_partners}.
@@ -508,7 +568,7 @@ lower-cased and tokenised, without a final period.
 
 - RoCOCO annotation files: MIT ({repository}). The captions are MS-COCO captions (COCO annotations:
   CC BY 4.0) and altered versions of them.
-- Images: COCO images, under the COCO terms of use (https://cocodataset.org/#termsofuse): the images belong to
+- Images: COCO images, under the COCO terms of use ({coco_terms}): the images belong to
   their owners on Flickr and their use must abide by the Flickr Terms of Use. The altered images are derived
   from them and follow the same terms.
 

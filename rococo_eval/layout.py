@@ -205,8 +205,8 @@ def text_to_image_layout(captions_per_image, attacked: bool = True, order: str |
     return GalleryLayout(TEXT_TO_IMAGE, order, references, adversarial, np.arange(size, dtype=np.int64))
 
 
-def reorder_gallery(scores, source: GalleryLayout, target: GalleryLayout):
-    """Reorder the gallery columns of ``scores`` from ``source``'s order to ``target``'s.
+def reorder_gallery(scores, from_layout: GalleryLayout, to_layout: GalleryLayout):
+    """Reorder the gallery columns of ``scores`` from ``from_layout``'s order to ``to_layout``'s.
 
     Example:
         >>> official = image_to_text_layout([5, 5], order="official")
@@ -215,19 +215,22 @@ def reorder_gallery(scores, source: GalleryLayout, target: GalleryLayout):
         >>> reorder_gallery(reorder_gallery(scores, official, dataset), dataset, official).tolist() == scores.tolist()
         True
     """
-    if source.num_gallery != target.num_gallery or source.direction != target.direction:
-        raise ValueError("`source` and `target` must be two orders of the same gallery")
-    position_of_row = np.empty(source.num_gallery, dtype=np.int64)
-    position_of_row[source.gallery_rows] = np.arange(source.num_gallery)
-    return scores[:, position_of_row[target.gallery_rows]]
+    if from_layout.num_gallery != to_layout.num_gallery or from_layout.direction != to_layout.direction:
+        raise ValueError("`from_layout` and `to_layout` must be two orders of the same gallery")
+    position_of_row = np.empty(from_layout.num_gallery, dtype=np.int64)
+    position_of_row[from_layout.gallery_rows] = np.arange(from_layout.num_gallery)
+    return scores[:, position_of_row[to_layout.gallery_rows]]
 
 
-def _check_order(order: str | None, orders_differ: bool, adversarial_per_image: int = ADVERSARIAL_PER_IMAGE) -> str:
-    """``order``, checked; None is the one order of a gallery whose two orders coincide, never a guess."""
+def _check_order(order: str | None, orders_differ: bool, adversarial_per_image: int = ADVERSARIAL_PER_IMAGE,
+                 attack: str | None = None) -> str:
+    """``order``, checked; None is the one order of a gallery whose two orders coincide, never a guess.
+    The message names ``attack`` when it is known."""
     if order is None:
         if orders_differ:
+            gallery = "" if attack is None else f" for the gallery of {attack}"
             raise ValueError("`order` is required for an attacked image-to-text gallery, where the two orders "
-                             f"differ: choose {describe_orders(adversarial_per_image)}")
+                             f"differ: choose {describe_orders(adversarial_per_image)}{gallery}")
         return "official"
     if order not in ORDERS:
         raise ValueError(f"`order` must be one of {ORDERS}, got {order!r}")
@@ -254,6 +257,38 @@ def attack_direction(attack: str) -> str:
     raise ValueError(f"`attack` must be one of {ATTACKS}, got {attack!r}")
 
 
+def gallery_direction(attack: str, direction: str | None = None) -> str:
+    """The direction one gallery is scored in: ``direction`` checked against ``attack``, or the attack's own.
+
+    Args:
+        attack: ``"clean"`` or an attack (see :data:`ATTACKS`).
+        direction: ``"image_to_text"`` or ``"text_to_image"``; None means the attack's own direction, and
+            is not allowed for ``"clean"``.
+
+    Example:
+        >>> gallery_direction("rand_voca"), gallery_direction("clean", "text_to_image")
+        ('image_to_text', 'text_to_image')
+        >>> gallery_direction("clean")
+        Traceback (most recent call last):
+        ...
+        ValueError: `direction` is required for the clean gallery: 'image_to_text' or 'text_to_image'
+    """
+    if direction is not None:
+        return _check_direction(attack, direction)
+    if attack == CLEAN:
+        raise ValueError("`direction` is required for the clean gallery: 'image_to_text' or 'text_to_image'")
+    return attack_direction(attack)
+
+
+def _check_direction(attack: str, direction: str) -> str:
+    """``direction``, checked: one of :data:`DIRECTIONS`, and the one ``attack`` is scored in."""
+    if direction not in DIRECTIONS:
+        raise ValueError(f"`direction` must be one of {DIRECTIONS}, got {direction!r}")
+    if attack != CLEAN and attack_direction(attack) != direction:
+        raise ValueError(f"attack {attack!r} is scored {attack_direction(attack)}, not {direction}")
+    return direction
+
+
 def gallery_layout(attack: str, direction: str, captions_per_image, order: str | None = None, *,
                    adversarial_per_image: int = ADVERSARIAL_PER_IMAGE) -> GalleryLayout:
     """The layout of one gallery: ``attack`` is ``"clean"`` or a RoCOCO attack scored in ``direction``.
@@ -268,15 +303,18 @@ def gallery_layout(attack: str, direction: str, captions_per_image, order: str |
         2
         >>> gallery_layout("danger", "image_to_text", [1, 3], "official", adversarial_per_image=2).num_gallery
         8
+        >>> gallery_layout("rand_voca", "image_to_text", [5, 6])  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        ValueError: `order` is required for an attacked image-to-text gallery, ...) for the gallery of rand_voca
     """
-    if direction not in DIRECTIONS:
-        raise ValueError(f"`direction` must be one of {DIRECTIONS}, got {direction!r}")
-    if attack != CLEAN and attack_direction(attack) != direction:
-        raise ValueError(f"attack {attack!r} is scored {attack_direction(attack)}, not {direction}")
+    direction = _check_direction(attack, direction)
+    attacked = attack != CLEAN
+    order = _check_order(order, attacked and direction == IMAGE_TO_TEXT, adversarial_per_image, attack)
     if direction == IMAGE_TO_TEXT:
-        return image_to_text_layout(captions_per_image, attacked=attack != CLEAN, order=order,
+        return image_to_text_layout(captions_per_image, attacked=attacked, order=order,
                                     adversarial_per_image=adversarial_per_image)
-    return text_to_image_layout(captions_per_image, attacked=attack != CLEAN, order=order)
+    return text_to_image_layout(captions_per_image, attacked=attacked, order=order)
 
 
 def gallery_shape(attack: str, direction: str, captions_per_image, *,

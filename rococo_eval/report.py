@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .annotations import OFFICIAL_COMMIT, OFFICIAL_REPOSITORY
 from .files import write_atomic
 from .layout import ATTACKS, CLEAN, DIRECTIONS, IMAGE_ATTACK_METHODS, SEEDS, TEXT_TO_IMAGE
 
@@ -31,27 +32,35 @@ _TEXT_COLUMNS = ("model", "file", "attack", "direction")
 _TRAILING_COLUMNS = ("num_queries", "num_gallery", "num_adversarial", "source")
 _LABELS = {"false_rate": "false rate", "attack_success_rate": "attack success", "num_queries": "queries",
            "num_gallery": "gallery", "num_adversarial": "adversarial"}
+_OFFICIAL_CODE = f"{OFFICIAL_REPOSITORY.removeprefix('https://')} @ {OFFICIAL_COMMIT[:7]}"
+_OFFICIAL_LOG = "official log clip/ViT-B_32log.txt"
+
+
+def _log_source(line: int, clean_line=None) -> str:
+    """Where a reference row comes from: a line of the official CLIP log (and the clean R@1's line)."""
+    clean = f"; clean R@1 from line {clean_line}" if clean_line else ""
+    return f"{_OFFICIAL_LOG}, line {line}{clean} ({_OFFICIAL_CODE})"
+
+
 _NOTE = ("[a, b]: 95% bootstrap confidence interval; (a–b): lowest and highest over the seeds; "
          "all numbers in percent")
 
 REFERENCE_RESULTS: list[dict] = [
     {"model": "CLIP ViT-B/32", "attack": CLEAN, "direction": "image_to_text", "recall@1": 50.12,
      "recall@5": 74.66, "recall@10": 83.04, "r_mean": 69.27333333333333, "false_rate": 0.0,
-     "source": "official log clip/ViT-B_32log.txt, line 2 (github.com/pseulki/rococo @ d8ba2a6)"},
+     "source": _log_source(2)},
     {"model": "CLIP ViT-B/32", "attack": "text attack, unnamed (probably rand_voca)", "direction": "image_to_text",
      "clean_recall@1": 50.12, "recall@1": 37.0, "recall@5": 66.72, "recall@10": 76.5, "r_mean": 60.07333333333333,
      "false_rate": 33.48,
-     "source": "official log clip/ViT-B_32log.txt, line 1; clean R@1 from line 2 "
-               "(github.com/pseulki/rococo @ d8ba2a6)"},
+     "source": _log_source(1, clean_line=2)},
     {"model": "CLIP ViT-B/32", "attack": "text attack, unnamed", "direction": "image_to_text",
      "clean_recall@1": 50.12, "recall@1": 36.88, "recall@5": 66.68, "recall@10": 76.52, "r_mean": 60.026666666666664,
      "false_rate": 34.34,
-     "source": "official log clip/ViT-B_32log.txt, line 3; clean R@1 from line 2 "
-               "(github.com/pseulki/rococo @ d8ba2a6)"},
+     "source": _log_source(3, clean_line=2)},
     {"model": "CLIP ViT-B/32", "attack": "mix_seed1", "direction": "text_to_image", "recall@1": 19.83606557377049,
      "recall@5": 46.27748900439824, "recall@10": 57.33706517393043, "r_mean": 41.15020658403305,
      "false_rate": 37.02119152339064,
-     "source": "official log clip/ViT-B_32log.txt, line 4 (github.com/pseulki/rococo @ d8ba2a6)"},
+     "source": _log_source(4)},
     {"model": "BLIP", "attack": "text attacks (not named in the abstract)", "direction": "image_to_text",
      "clean_recall@1": 81.9, "recall@1": 48.4,
      "source": "Park et al., RoCOCO, arXiv:2304.10727v5, abstract"},

@@ -42,6 +42,9 @@ logger = logging.getLogger(__name__)
 
 MAX_UPLOAD_MB_ENV = "ROCOCO_MAX_UPLOAD_MB"
 DEFAULT_MAX_UPLOAD_MB = 2048
+# 64 MiB for a references or adversarial side file: about 100 times RoCOCO's (as JSON, the references of 5,000
+# images take 0.17 MB, a mask of the 50,010-item gallery 0.35 MB), while the Python lists json makes of it stay
+# near half a GB (7.5 bytes per JSON byte, measured).
 MAX_SIDE_FILE_BYTES = 64 << 20
 SCORE_SUFFIXES = (".npy", ".npz", ".safetensors")
 SCORE_KEYS = ("scores", "predictions", "similarity")
@@ -52,6 +55,8 @@ _SAFETENSORS_DTYPES = {
     "F16": "<f2", "F32": "<f4", "F64": "<f8", "BF16": "<u2", "BOOL": "|b1",
     "I8": "|i1", "I16": "<i2", "I32": "<i4", "I64": "<i8", "U8": "|u1", "U16": "<u2", "U32": "<u4", "U64": "<u8",
 }
+# 100 MiB: just above the 10**8 bytes the safetensors library itself accepts, so no header it writes is refused,
+# and a forged length cannot make json read more than that into memory.
 _MAX_SAFETENSORS_HEADER = 100 << 20
 
 

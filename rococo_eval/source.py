@@ -2,42 +2,39 @@
 
 :class:`RococoSource` owns what the benchmark's data is: the ground-truth and adversarial captions, the images
 and their altered copies, and the galleries built from them. It reads every count from the annotation records
-(images, captions per image), so it describes whichever image-text set the files hold; RoCOCO on the COCO 5K
-test split is the one they hold today. Everything that needs the data reads it through a source: the
-``datasets`` builder (``rococo_dataset.py``), the Parquet export (:mod:`rococo_eval.export`), the app and the
-command line. This module also checks image folders (:class:`ImageFolderError`) and fills them
-(:func:`fetch_images`).
+(images, captions per image, adversarial captions per image), so its captions and galleries describe whichever
+image-text set the files hold; RoCOCO on the COCO 5K test split is the one they hold today. The image attacks'
+partners and boxes are RoCOCO's published tables (:func:`rococo_eval.images.load_mix_table`), made for its
+5,000 test images. Everything that needs the data reads it through a source: the ``datasets`` builder
+(``rococo_dataset.py``), the Parquet export (:mod:`rococo_eval.export`), the app and the command line. This
+module also checks image folders (:class:`ImageFolderError`) and fills them (:func:`fetch_images`).
 
 Example:
     >>> source = RococoSource()  # annotations from $ROCOCO_ANNOTATIONS_DIR, else the pinned download
     >>> source.num_images, len(source.ground_truth_captions()), len(source.adversarial_captions("danger"))
     (5000, 25010, 25000)
+    >>> source.adversarial_per_image
+    5
 """
 
 from __future__ import annotations
 
 import functools
-import io
-import logging
 from pathlib import Path, PurePosixPath
-from typing import Iterable
 
 from PIL import Image
 
 from .annotations import OFFICIAL_COMMIT, AnnotationError, read_annotation_file
-from .configs import IMAGE_FEATURES, gallery_direction, table_features, tables_of
-from .download import CorruptImageError, default_cache_dir, download_coco_images, read_image_file
-from .images import alter_image, encode_jpeg, load_mix_table
-from .layout import (
-    ADVERSARIAL_PER_IMAGE,
-    CLEAN,
-    IMAGE_ATTACKS,
-    TEXT_ATTACKS,
-    GalleryLayout,
-    gallery_layout,
+from .download import (
+    DEFAULT_DOWNLOAD_WORKERS,
+    CorruptImageError,
+    decode_image,
+    default_cache_dir,
+    download_coco_images,
+    read_image_file,
 )
-
-logger = logging.getLogger(__name__)
+from .images import alter_image, encode_jpeg, load_mix_table
+from .layout import CLEAN, IMAGE_ATTACKS, TEXT_ATTACKS, GalleryLayout, gallery_direction, gallery_layout
 
 
 class ImageFolderError(ValueError):
@@ -48,9 +45,9 @@ class RococoSource:
     """One checked copy of the annotation files, and optionally a COCO image folder.
 
     Annotation files are read once per source, each checked against its pinned sha256 and against the clean
-    file (same images, same ground-truth captions, then ``ADVERSARIAL_PER_IMAGE`` adversarial ones). The image
-    folder, when given, is checked at once for every image of the clean file; each image is fully decoded when
-    read.
+    file (same images, same ground-truth captions, then :attr:`adversarial_per_image` adversarial ones, the
+    same number for every image and every text attack). The image folder, when given, is checked at once for
+    every image of the clean file; each image is fully decoded when read.
 
     Args:
         annotations_dir: folder holding the official files; None uses ``$ROCOCO_ANNOTATIONS_DIR``, else
@@ -84,6 +81,7 @@ class RococoSource:
         self._cache_dir = cache_dir
         self._records: dict[str, list[dict]] = {}
         self._layouts: dict[tuple, GalleryLayout] = {}
+        self._adversarial_per_image: int | None = None
         clean = self._read(CLEAN)
         self.captions_per_image = [len(record["caption"]) for record in clean]
         self.image_files = [record["image"] for record in clean]
@@ -93,7 +91,8 @@ class RococoSource:
         if name not in self._records:
             records = read_annotation_file(name, self._annotations_dir, cache_dir=self._cache_dir)
             if name != CLEAN:
-                _check_against_clean(name, records, self._records[CLEAN])
+                self._adversarial_per_image = _check_against_clean(name, records, self._records[CLEAN],
+                                                                   self._adversarial_per_image)
             self._records[name] = records
         return self._records[name]
 
@@ -101,14 +100,23 @@ class RococoSource:
     def num_images(self) -> int:
         return len(self.image_files)
 
+    @property
+    def adversarial_per_image(self) -> int:
+        """The number of adversarial captions of each image in a text attack's file (5 in RoCOCO): the captions
+        that follow its ground-truth ones, the same for every image and every text attack. Read from the text
+        attack files this source has read, or from the first text attack's file if it has read none."""
+        if self._adversarial_per_image is None:
+            self._read(TEXT_ATTACKS[0])
+        return self._adversarial_per_image
+
     def ground_truth_captions(self) -> list[str]:
         """The ground-truth captions, image by image in file order (the clean file's order)."""
         return [caption for record in self._read(CLEAN) for caption in record["caption"]]
 
     def adversarial_captions(self, attack: str) -> list[str]:
-        """The altered captions of text attack ``attack``, image by image: those that follow each image's
-        ground-truth captions in the attack's file. In RoCOCO row ``5 * i + j`` was made from ground-truth
-        caption ``j`` of image ``i``.
+        """The altered captions of text attack ``attack``, image by image: the :attr:`adversarial_per_image`
+        captions that follow each image's ground-truth captions in the attack's file. Row
+        ``adversarial_per_image * i + j`` was made from ground-truth caption ``j`` of image ``i``.
 
         Raises:
             ValueError: ``attack`` is not a text attack.
@@ -190,9 +198,7 @@ class RococoSource:
 
     def altered_image(self, index: int, attack: str) -> Image.Image:
         """:meth:`altered_image_bytes`, decoded: the image a model sees when it reads the official file."""
-        image = Image.open(io.BytesIO(self.altered_image_bytes(index, attack)))
-        image.load()
-        return image
+        return decode_image(self.altered_image_bytes(index, attack), f"the altered copy of image {index}")
 
     def gallery(self, attack: str, direction: str | None = None, order: str | None = None) -> GalleryLayout:
         """The layout of one gallery: queries, ``references``, ``adversarial`` mask and gallery order.
@@ -216,7 +222,11 @@ class RococoSource:
         direction = gallery_direction(attack, direction)
         key = (attack, direction, order)
         if key not in self._layouts:
-            self._layouts[key] = gallery_layout(attack, direction, self.captions_per_image, order)
+            counts = {}
+            if attack in TEXT_ATTACKS:
+                self._read(attack)  # the attack's own file: its adversarial captions per image, checked
+                counts["adversarial_per_image"] = self.adversarial_per_image
+            self._layouts[key] = gallery_layout(attack, direction, self.captions_per_image, order, **counts)
         return self._layouts[key]
 
     def _check_index(self, index) -> int:
@@ -240,19 +250,24 @@ def _mix_table(method: str, seed: int):
     return load_mix_table(method, seed)
 
 
-def _check_against_clean(name: str, records: list[dict], clean: list[dict]) -> None:
-    """Each record of ``name`` holds its image's clean captions, then ``ADVERSARIAL_PER_IMAGE`` adversarial ones."""
+def _check_against_clean(name: str, records: list[dict], clean: list[dict], per_image: int | None) -> int:
+    """Check that each record of text attack ``name`` holds its image's clean captions, then ``per_image``
+    adversarial ones (None: as many as the first record has, at least one); return ``per_image``."""
     if len(records) != len(clean):
         raise AnnotationError(f"annotation file {name!r} has {len(records)} records, the clean file {len(clean)}")
+    if per_image is None:
+        per_image = max(1, len(records[0]["caption"]) - len(clean[0]["caption"]))
     for index, (record, reference) in enumerate(zip(records, clean)):
         num_gt = len(reference["caption"])
         if (record["image"] != reference["image"] or record["caption"][:num_gt] != reference["caption"]
-                or len(record["caption"]) - num_gt != ADVERSARIAL_PER_IMAGE):
+                or len(record["caption"]) - num_gt != per_image):
             raise AnnotationError(
                 f"annotation file {name!r} disagrees with the clean file at record {index} ({record['image']!r}): "
-                f"its first {num_gt} captions must be the clean file's, followed by {ADVERSARIAL_PER_IMAGE} "
-                f"adversarial ones. Use the official files of commit {OFFICIAL_COMMIT[:7]}"
+                f"its first {num_gt} captions must be the clean file's, followed by {per_image} adversarial "
+                f"ones, as in every image and every text attack. Use the official files of commit "
+                f"{OFFICIAL_COMMIT[:7]}"
             )
+    return per_image
 
 
 def _check_images_dir(root: Path, image_files: list[str]) -> Path:
@@ -283,7 +298,7 @@ def _layout_hint(root: Path, relative: str) -> str:
     return ""
 
 
-def fetch_images(source=None, dest_root=None, *, base_url=None, workers: int = 8,
+def fetch_images(source=None, dest_root=None, *, base_url=None, workers: int = DEFAULT_DOWNLOAD_WORKERS,
                  progress: bool = False) -> Path:
     """Download the source's COCO images one by one into ``dest_root/val2014/``: parallel, resumable, verified.
 
@@ -314,31 +329,3 @@ def fetch_images(source=None, dest_root=None, *, base_url=None, workers: int = 8
     dest_root = Path(dest_root) if dest_root is not None else default_cache_dir() / "coco"
     download_coco_images(source.image_files, dest_root, base_url=base_url, workers=workers, progress=progress)
     return dest_root
-
-
-def source_for_configs(configs: Iterable[str], annotations_dir=None, images_dir=None, cache_dir=None, *,
-                       image_base_url=None, download_workers: int = 8, progress: bool = False) -> RococoSource:
-    """A source ready to build ``configs``: every annotation file they read checked, every image they need present.
-
-    Without ``images_dir``, configs with images download the images into ``<cache_dir>/coco``
-    (:func:`fetch_images`; complete images are not fetched again). Everything is checked before the first row
-    is built, so a bad input stops the build before any output.
-
-    Example:
-        >>> source = source_for_configs(["danger", "captions"])
-        >>> source.images_dir is None
-        True
-    """
-    tables = tables_of(configs)
-    source = RococoSource(annotations_dir, cache_dir=cache_dir)
-    for attack in TEXT_ATTACKS:
-        if f"{attack}_adversarial" in tables:
-            source._read(attack)
-    if not any(table_features(table) is IMAGE_FEATURES for table in tables):
-        return source
-    if images_dir is None:
-        cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-        logger.info("no images_dir: fetching the COCO test images into %s", cache / "coco")
-        images_dir = fetch_images(source, cache / "coco", base_url=image_base_url, workers=download_workers,
-                                  progress=progress)
-    return RococoSource(annotations_dir, images_dir=images_dir, cache_dir=cache_dir)

@@ -21,7 +21,7 @@ from rococo_recall import DEFAULT_K, TIE_POLICIES, rococo_recall
 
 from . import report, scorefiles
 from .captions import find_replacements, highlight
-from .layout import ADVERSARIAL_PER_IMAGE, IMAGE_ATTACKS, TEXT_ATTACKS, caption_offsets, gallery_layout
+from .layout import IMAGE_ATTACKS, TEXT_ATTACKS, caption_offsets, gallery_layout
 from .layout_detection import CUSTOM, choose_layout
 
 logger = logging.getLogger(__name__)
@@ -170,8 +170,8 @@ def explore(source, index):
         raise ValueError(f"`index` must be an image index from 0 to {last}, got {index!r}")
     offsets = caption_offsets(source.captions_per_image)
     ground_truth = source.ground_truth_captions()[offsets[index]:offsets[index + 1]]
-    start = ADVERSARIAL_PER_IMAGE * index
-    altered = {attack: source.adversarial_captions(attack)[start:start + ADVERSARIAL_PER_IMAGE]
+    per_image = source.adversarial_per_image
+    altered = {attack: source.adversarial_captions(attack)[per_image * index:per_image * (index + 1)]
                for attack in TEXT_ATTACKS}
     images, note = [], f"Image {index}: `{source.image_files[index]}`."
     if getattr(source, "images_dir", "") is None:

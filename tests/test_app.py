@@ -33,6 +33,7 @@ class TinySource:
     """A RoCOCO-like source of 30 images: the caption "A dog ..." whose "dog" each text attack replaces."""
 
     WORDS = {"same_concept": "cat", "diff_concept": "car", "rand_voca": "war", "danger": "weapon"}
+    adversarial_per_image = 5
 
     def __init__(self, captions_per_image, images=True):
         self.captions_per_image = list(captions_per_image)
@@ -44,7 +45,7 @@ class TinySource:
 
     def adversarial_captions(self, attack):
         return [f"a {self.WORDS[attack]} number {i} in scene {j}"
-                for i in range(len(self.captions_per_image)) for j in range(5)]
+                for i in range(len(self.captions_per_image)) for j in range(self.adversarial_per_image)]
 
     def original_image(self, index):
         return Image.new("RGB", (48, 32), (8 * index % 256, 90, 160))

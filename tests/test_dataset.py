@@ -106,6 +106,41 @@ def test_source_reads_each_file_once(annotations_dir, monkeypatch):
     assert reads == ["clean", "danger"]
 
 
+def other_set_source(monkeypatch, danger_per_image=2):
+    """A source over another image-text set: 3 images with 2, 3 and 2 captions, 2 adversarial captions per
+    image in each text attack but danger, which has ``danger_per_image`` (files read without RoCOCO's checks)."""
+    from rococo_eval import source as source_module
+
+    clean = [{"image": f"val2014/{i}.jpg", "caption": [f"a dog {i} {j}" for j in range(n)]}
+             for i, n in enumerate([2, 3, 2])]
+    files = {"clean": clean}
+    for attack in TEXT_ATTACKS:
+        per_image = danger_per_image if attack == "danger" else 2
+        files[attack] = [{**record, "caption": record["caption"] + [f"a {attack} {i} {j}" for j in range(per_image)]}
+                         for i, record in enumerate(clean)]
+    monkeypatch.setattr(source_module, "read_annotation_file", lambda name, *args, **kwargs: files[name])
+    return RococoSource()
+
+
+def test_source_reads_the_adversarial_captions_per_image_from_the_files(monkeypatch):
+    source = other_set_source(monkeypatch)
+    assert source.adversarial_per_image == 2
+    assert source.adversarial_captions("rand_voca")[2:4] == ["a rand_voca 1 0", "a rand_voca 1 1"]
+    layout = source.gallery("rand_voca", order="official")
+    assert (layout.num_queries, layout.num_gallery, layout.references[1]) == (3, 13, (4, 5, 6))
+    rows = [(row["image_index"], row["source_caption_index"]) for row in table_rows(source, "rand_voca_adversarial")]
+    assert rows == [(0, 0), (0, 1), (1, 2), (1, 3), (2, 5), (2, 6)]
+    mismatched = other_set_source(monkeypatch, danger_per_image=3)
+    mismatched.gallery("rand_voca", order="official")
+    with pytest.raises(AnnotationError, match=r"'danger' disagrees .* record 0 .*followed by 2 adversarial ones"):
+        mismatched.gallery("danger", order="official")
+
+
+def test_the_order_error_names_the_attack(source):
+    with pytest.raises(ValueError, match=r"`order` is required .*for the gallery of rand_voca$"):
+        source.gallery("rand_voca")
+
+
 @pytest.mark.parametrize("call, match", [
     (lambda s: s.adversarial_captions("mix_seed1"), "`attack` must be one of the text attacks.*'mix_seed1'"),
     (lambda s: s.altered_image_bytes(0, "rand_voca"), "`attack` must be one of the image attacks.*'rand_voca'"),

@@ -6,6 +6,7 @@ Every import counts, also one inside a function (a lazy import hides a cycle fro
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "rococo_eval"
@@ -77,3 +78,23 @@ def test_no_import_cycles_in_the_package():
     assert {"source", "configs", "download", "annotations", "files"} <= set(graph)
     cycle = find_cycle(graph)
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+def readme_graph() -> dict[str, set[str]]:
+    """The README's "After" module graph: ``module -> a, b`` entries, several to a line; ``(metric)`` left out."""
+    readme = (PACKAGE.parent / "README.md").read_text(encoding="utf-8")
+    block = readme.split("After (imports point only downward):", 1)[1].split("```")[1]
+    graph: dict[str, set[str]] = {}
+    for line in block.splitlines():
+        if "(import nothing of the package)" in line:
+            graph.update((name.strip(), set()) for name in line.split("(")[0].split(","))
+            continue
+        for module, targets in re.findall(r"(\w+) -> (.+?)(?=\s{2,}\w+ ->|$)", line):
+            graph[module] = {name.strip() for name in targets.split(",") if name.strip() != "(metric)"}
+    return graph
+
+
+def test_the_readme_module_graph_is_the_code_graph():
+    code = {module: imports for module, imports in package_imports().items()
+            if module not in ("__init__", "__main__")}
+    assert readme_graph() == code

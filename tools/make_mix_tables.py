@@ -1,8 +1,8 @@
 """Regenerate ``rococo_eval/data/mix_tables.npz``: who is mixed with whom in RoCOCO's image attacks.
 
-The official ``mix_images.py`` (github.com/pseulki/rococo, d8ba2a6) picks partners and patch boxes from
-PyTorch's and NumPy's global random streams. This script replays those streams twice and refuses to write
-the tables unless both replays agree:
+The official ``mix_images.py`` (of ``OFFICIAL_REPOSITORY`` at ``OFFICIAL_COMMIT``, see
+:mod:`rococo_eval.annotations`) picks partners and patch boxes from PyTorch's and NumPy's global random
+streams. This script replays those streams twice and refuses to write the tables unless both replays agree:
 
 - ``replay_with_dataloader`` drives a real ``torch.utils.data.DataLoader`` exactly as the official script
   does (``torch.manual_seed(seed)``, ``np.random.seed(seed)``, batch size 64, ``shuffle=True``, 4 workers);
@@ -32,13 +32,14 @@ from pathlib import Path
 
 import numpy as np
 
-from rococo_eval.annotations import NUM_IMAGES
+from rococo_eval.annotations import NUM_IMAGES, OFFICIAL_COMMIT, OFFICIAL_REPOSITORY
 from rococo_eval.images import BATCH_SIZE, IMAGE_SIZE, LAM
 from rococo_eval.layout import IMAGE_ATTACK_METHODS, SEEDS
 
 DEFAULT_OUT = Path(__file__).resolve().parents[1] / "rococo_eval" / "data" / "mix_tables.npz"
 NOTE = (
-    "Replays the random stream of the official RoCOCO mix_images.py (github.com/pseulki/rococo, d8ba2a6): "
+    "Replays the random stream of the official RoCOCO mix_images.py "
+    f"({OFFICIAL_REPOSITORY.removeprefix('https://')}, {OFFICIAL_COMMIT[:7]}): "
     "torch.manual_seed(seed); np.random.seed(seed); DataLoader(5000 images, batch_size=64, shuffle=True, "
     "num_workers=4); per batch torch.randperm(batch) and, for patch, np.random.randint(384) for the row "
     "centre, then the column centre. partner[k]: test index whose pixels go into the altered copy of image k. "

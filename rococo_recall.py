@@ -232,8 +232,7 @@ def summarize(ranks, num_gallery, num_adversarial, k=DEFAULT_K, per_query=False,
         50.0
     """
     ks = _check_k(k, num_gallery)
-    if not _is_integer(bootstrap) or bootstrap < 0:
-        raise ValueError(f"`bootstrap` must be a non-negative int, got {bootstrap!r}")
+    _check_bootstrap(bootstrap)
     names, indicators = _indicators(ranks, ks)
     num_queries = len(ranks.rank)
     result = _percentages(names, indicators.sum(axis=0, dtype=np.int64), num_queries, ks)
@@ -693,6 +692,11 @@ def _ragged_table(references, num_queries):
     return table
 
 
+def _check_bootstrap(bootstrap):
+    if not _is_integer(bootstrap) or bootstrap < 0:
+        raise ValueError(f"`bootstrap` must be a non-negative int, got {bootstrap!r}")
+
+
 def _check_k(k, num_gallery):
     ks = (k,) if _is_integer(k) else tuple(k)
     if not ks:
@@ -946,8 +950,7 @@ class RococoRecall(evaluate.Metric):
                 "(add_batch(..., query_index=...)) so that process 0 puts the queries in order and sees any query "
                 "added twice (samplers that pad their shards, as DistributedSampler does, repeat queries)"
             )
-        if not _is_integer(bootstrap) or bootstrap < 0:
-            raise ValueError(f"`bootstrap` must be a non-negative int, got {bootstrap!r}")
+        _check_bootstrap(bootstrap)
         shard = _shard(accumulator, self._query_index)
         if self.num_process == 1:
             shards = [shard]

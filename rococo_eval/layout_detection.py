@@ -35,7 +35,8 @@ R@1 near 0). Measured on the real caption counts, 200 random seeds per case: a m
 +d over unit Gaussian noise, the image's own adversarial captions +0.8 d) in either order is decided in 2% of
 runs at d = 1 (R@1 0.2%), 92% at d = 1.25 (R@1 0.7%) and every run from d = 1.5 (R@1 1.5%) up, and was
 never decided wrongly (3,200 runs, including d = 2 with every adversarial caption +1: 98% decided, or +2:
-all refused); random, constant and image-blind (one score per caption) matrices were never decided.
+all refused); random, constant and image-blind (one score per caption) matrices were never decided
+(``benchmarks/measure_order_rule.py`` reproduces these figures).
 
 Example:
     >>> choice = choose_layout((3, 31), [5, 6, 5], "clip_rand_voca.npy", scores=np.zeros((3, 31)))

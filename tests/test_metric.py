@@ -358,13 +358,6 @@ def test_numpy_1_bit_count_fallback_agrees(monkeypatch):
         np.testing.assert_array_equal(result[key], value)
 
 
-def test_metric_module_parses_as_python_3_9():
-    """evaluate copies the module alone into environments as old as Python 3.9."""
-    import ast
-
-    ast.parse((REPO_ROOT / "rococo_recall.py").read_text(), feature_version=(3, 9))
-
-
 def test_readme_lists_every_refused_input():
     """The README's table of refused inputs says what the metric says (the first 40 characters of each)."""
     readme = (REPO_ROOT / "README.md").read_text()

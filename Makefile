@@ -36,7 +36,14 @@ $(CHROMIUM):
 	$(SUDO) apt-get update -qq
 	$(SUDO) DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null
 
-test: $(VENV)/.installed-test $(CHROMIUM) test-numpy1
+# The caption attacks read WordNet 3.0 from Debian's wordnet-base (sha256-checked by rococo_eval/lexicon.py).
+WORDNET := /usr/share/wordnet/data.noun
+$(WORDNET):
+	@command -v apt-get >/dev/null || { echo "install WordNet 3.0 (Debian package 'wordnet-base') or set ROCOCO_WORDNET_DIR"; exit 1; }
+	$(SUDO) apt-get update -qq
+	$(SUDO) DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wordnet-base >/dev/null
+
+test: $(VENV)/.installed-test $(CHROMIUM) $(WORDNET) test-numpy1
 	$(BIN)/python -m pytest -q
 
 # evaluate copies rococo_recall.py alone into whatever environment loads it, NumPy 1.x included (no
@@ -55,11 +62,12 @@ test-numpy1: $(NUMPY1_VENV)/.installed
 	$(NUMPY1_VENV)/bin/python -c 'import numpy; assert not hasattr(numpy, "bitwise_count"), numpy.__version__'
 	PYTHONPATH=. $(NUMPY1_VENV)/bin/python -m pytest -q $(METRIC_TESTS) -k "not torch"  # no torch there
 
-test-fast: $(VENV)/.installed-test $(CHROMIUM)
+test-fast: $(VENV)/.installed-test $(CHROMIUM) $(WORDNET)
 	$(BIN)/python -m pytest -q -m "not slow"
 
 bench: $(VENV)/.installed-test
 	$(BIN)/python benchmarks/bench_metric.py
+	nice $(BIN)/python benchmarks/bench_pipeline.py
 
 clean:
 	rm -rf $(VENV) $(NUMPY1_VENV) build *.egg-info

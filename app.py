@@ -3,7 +3,8 @@
 ``python app.py`` (or ``make run``) serves it on ``$GRADIO_SERVER_NAME:$GRADIO_SERVER_PORT`` (default
 127.0.0.1:7860). The RoCOCO captions come from ``$ROCOCO_ANNOTATIONS_DIR`` or the pinned download; COCO
 images, for the Explore tab, from ``$ROCOCO_IMAGES_DIR`` (the folder holding ``val2014/``) when set.
-Every action is an API endpoint (``/detect``, ``/evaluate``, ``/explore``, ``/explore_random``,
+``$ROCOCO_BENCHMARK_DIR`` serves a benchmark made by ``rococo-eval attack`` instead of RoCOCO.
+Every action is an API endpoint (``/detect``, ``/evaluate``, ``/flipped``, ``/explore``, ``/explore_random``,
 ``/compare``), so ``gradio_client`` can do what the page does. Each request carries its own data: nothing
 a user uploads or gets back is kept in this process beyond the request and the user's session.
 """
@@ -23,12 +24,15 @@ import gradio as gr
 import pandas as pd
 
 from rococo_eval import report, scorefiles
+from rococo_eval.analysis import DEFAULT_MIN_COUNT
 from rococo_eval.annotations import OFFICIAL_COMMIT, OFFICIAL_REPOSITORY, PAPER_URL
 from rococo_eval.layout import (CLEAN, DIRECTIONS, IMAGE_ATTACK_METHODS, SEEDS, TEXT_ATTACKS, describe_orders,
                                 gallery_shape)
 from rococo_eval.layout_detection import CUSTOM
-from rococo_eval.space import (LAYOUT_HEADERS, MAX_BOOTSTRAP, compare_rows, detect_layouts, evaluate_files, explore,
-                               source_and_problem, write_outputs)
+from rococo_eval.files import write_atomic
+from rococo_eval.space import (ALL_GALLERIES, IMAGE_ATTACK_HEADERS, LAYOUT_HEADERS, MAX_BOOTSTRAP, WORD_HEADERS,
+                               adversarial_per_image_of, compare_rows, detect_layouts, evaluate_files, explore,
+                               flipped_view, source_and_problem, write_outputs)
 from rococo_recall import DEFAULT_K, TIE_POLICIES
 
 logger = logging.getLogger("rococo_app")
@@ -38,6 +42,10 @@ OUTPUT_MAX_AGE_S = 3600
 # images or a small table, so 4 keep the page responsive for several users in little memory. Evaluations have
 # their own limit, `concurrency`.
 LIGHT_REQUEST_CONCURRENCY = 4
+# The results table's columns (file, attack, direction, 4 clean recalls, 4 recalls, false rate, attack success,
+# 3 counts), wide enough for their numbers and for their headers to wrap between words; a table wider than the
+# page scrolls inside its frame.
+_RESULTS_WIDTHS = ["170px", "110px", "140px"] + ["84px"] * 12 + ["108px"]
 _COMPARE_WIDTHS = ["11%", "17%", "10%", "6%", "6%", "6%", "6%", "6%", "6%", "26%"]
 _NO_ANNOTATIONS = (
     "**The RoCOCO annotation files are not available here**, so standard layouts and the Explore tab are off; "
@@ -77,14 +85,19 @@ def build_app(source=None, captions_per_image=None, *, concurrency: int = 2, out
         note = _availability_note(source, captions_per_image, problem)
         if note:
             gr.Markdown(note, elem_id="annotations-note")
-        user_rows = gr.State([])
+        user_rows, failures = gr.State([]), gr.State(None)
         with gr.Tab("Evaluate"):
             evaluate_tab = _evaluate_tab()
+        with gr.Tab("What fooled the model"):
+            flipped_tab = _flipped_tab()
         with gr.Tab("Explore"):
             explore_tab = _explore_tab()
         with gr.Tab("Compare"):
             compare_tab = _compare_tab()
-        _wire(handlers, evaluate_tab, explore_tab, compare_tab, user_rows, concurrency)
+        _wire(handlers, evaluate_tab, flipped_tab, explore_tab, compare_tab, user_rows, failures, concurrency)
+        if source is not None:
+            demo.load(handlers.show, explore_tab.index, [explore_tab.captions, explore_tab.images, explore_tab.note],
+                      api_visibility="private")
     demo.queue(default_concurrency_limit=LIGHT_REQUEST_CONCURRENCY)
     return demo
 
@@ -101,19 +114,47 @@ class Handlers:
         self.output_root = output_root
 
     def detect(self, files):
-        return detect_layouts(files, self.captions_per_image)
+        return detect_layouts(files, self.captions_per_image, adversarial_per_image_of(self.source))
 
     def evaluate(self, files, layouts=None, references=None, adversarial=None, ties="pessimistic", bootstrap=0):
         try:
             evaluation = evaluate_files(files, layouts, references, adversarial,
                                         captions_per_image=self.captions_per_image, ties=ties,
-                                        bootstrap=_int(bootstrap, "bootstrap"))
+                                        bootstrap=_int(bootstrap, "bootstrap"), source=self.source,
+                                        adversarial_per_image=adversarial_per_image_of(self.source))
             settings = {"k": list(DEFAULT_K), "ties": ties, "bootstrap": bootstrap}
             json_path, chart_path = write_outputs(evaluation, _fresh_folder(self.output_root), settings)
         except ValueError as error:
             logger.info("evaluation refused: %s", error)
             raise gr.Error(str(error), duration=None, title="Cannot evaluate", print_exception=False) from None
-        return evaluation.message, table(evaluation.rows), str(chart_path), str(json_path), evaluation.rows
+        return (evaluation.message, table(evaluation.rows), str(chart_path), str(json_path), evaluation.rows,
+                evaluation.failures)
+
+    def flipped(self, failures, gallery=ALL_GALLERIES, page=1, min_count=DEFAULT_MIN_COUNT):
+        """One page of flipped queries (see :func:`rococo_eval.space.flipped_view`), its CSV (every flipped
+        query of the filter), the by-word table and chart, and the image attacks' table."""
+        gallery = gallery or ALL_GALLERIES
+        try:
+            min_count = _int(min_count, "min_count")
+            view = flipped_view(failures, self.source, gallery, _int(page, "page"), min_count)
+            folder = _fresh_folder(self.output_root)
+            csv_path = write_atomic(folder / "flipped_queries.csv", lambda handle: handle.write(view.csv.encode()))
+            by_word = {attack: words for attack, words in (failures.by_word if failures else {}).items()
+                       if gallery in (ALL_GALLERIES, f"{attack}/image_to_text")}
+            chart = None
+            if by_word:
+                chart = str(report.plot_word_rates({"by_word": by_word}, folder / "words.png", min_count))
+        except ValueError as error:
+            raise gr.Error(str(error), title="Cannot show flipped queries", print_exception=False) from None
+        return (view.note, view.html, str(csv_path), pd.DataFrame(view.words, columns=WORD_HEADERS), chart,
+                pd.DataFrame(view.image_attacks, columns=IMAGE_ATTACK_HEADERS))
+
+    def first_flipped(self, failures, min_count=DEFAULT_MIN_COUNT):
+        """What the tab shows after an evaluation: the gallery filter's new choices, and the first page of every
+        gallery's flipped queries."""
+        choices = [ALL_GALLERIES] + (failures.attacked() if failures is not None else [])
+        return (gr.Dropdown(choices=choices, value=ALL_GALLERIES), 1,
+                *self.flipped(failures, ALL_GALLERIES, 1, min_count))
 
     def show(self, index):
         try:
@@ -159,9 +200,32 @@ def _evaluate_tab() -> SimpleNamespace:
                                   label=f"bootstrap resamples for 95% CIs (0 = none, at most {MAX_BOOTSTRAP})")
     tab.run = gr.Button("Evaluate", variant="primary")
     tab.message = gr.Markdown(label="message", elem_id="evaluate-message")
-    tab.results = gr.Dataframe(label="results", interactive=False, wrap=True, elem_id="results-table")
+    tab.results = gr.Dataframe(label="results", interactive=False, wrap=True, elem_id="results-table",
+                               column_widths=_RESULTS_WIDTHS)
     tab.chart = gr.Image(label="chart", type="filepath", interactive=False, elem_id="recall-chart")
     tab.download = gr.File(label="json", interactive=False)
+    return tab
+
+
+def _flipped_tab() -> SimpleNamespace:
+    """The failure analysis tab: flipped queries (paged, filtered by gallery, CSV), by word, by method."""
+    tab = SimpleNamespace()
+    gr.Markdown(_FLIPPED_HELP)
+    with gr.Row():
+        # the choices are each session's galleries, set after its evaluation: the handler checks the value
+        tab.gallery = gr.Dropdown([ALL_GALLERIES], value=ALL_GALLERIES, label="gallery", allow_custom_value=True)
+        tab.page = gr.Number(value=1, precision=0, minimum=1, label="page")
+        tab.min_count = gr.Number(value=DEFAULT_MIN_COUNT, precision=0, minimum=1,
+                                  label="fewest images a word needs to be listed")
+        tab.show = gr.Button("Show")
+    tab.note = gr.Markdown(elem_id="flipped-note")
+    tab.queries = gr.HTML(elem_id="flipped-queries")
+    tab.csv = gr.File(label="every flipped query of this filter (CSV)", interactive=False)
+    tab.words = gr.Dataframe(headers=WORD_HEADERS, label="attack success by word (text attacks)", interactive=False,
+                             wrap=True, elem_id="word-table")
+    tab.chart = gr.Image(label="most damaging words", type="filepath", interactive=False, elem_id="word-chart")
+    tab.image_attacks = gr.Dataframe(headers=IMAGE_ATTACK_HEADERS, label="image attacks by method and by seed",
+                                     interactive=False, wrap=True, elem_id="image-attack-table")
     return tab
 
 
@@ -185,21 +249,29 @@ def _compare_tab() -> SimpleNamespace:
                 "session. Numbers in percent.")
     tab.refresh = gr.Button("Refresh")
     tab.table = gr.Dataframe(value=table(compare_rows([])), label="comparison", interactive=False, wrap=True,
-                             column_widths=_COMPARE_WIDTHS)
+                             column_widths=_COMPARE_WIDTHS, max_height=1200)  # the published rows and yours, unscrolled
     return tab
 
 
-def _wire(handlers: Handlers, evaluate_tab, explore_tab, compare_tab, user_rows, concurrency: int) -> None:
+def _wire(handlers: Handlers, evaluate_tab, flipped_tab, explore_tab, compare_tab, user_rows, failures,
+          concurrency: int) -> None:
     """Connect the components to the handlers; each connection is also the named API endpoint."""
     evaluate_tab.files.change(handlers.detect, evaluate_tab.files, evaluate_tab.layouts, api_name="detect")
     evaluated = evaluate_tab.run.click(
         handlers.evaluate,
         [evaluate_tab.files, evaluate_tab.layouts, evaluate_tab.references, evaluate_tab.adversarial,
          evaluate_tab.ties, evaluate_tab.bootstrap],
-        [evaluate_tab.message, evaluate_tab.results, evaluate_tab.chart, evaluate_tab.download, user_rows],
+        [evaluate_tab.message, evaluate_tab.results, evaluate_tab.chart, evaluate_tab.download, user_rows, failures],
         api_name="evaluate", concurrency_limit=concurrency)
     evaluated.success(handlers.compare, user_rows, compare_tab.table, api_name="show_comparison",
                       api_visibility="private")
+    flipped_outputs = [flipped_tab.note, flipped_tab.queries, flipped_tab.csv, flipped_tab.words, flipped_tab.chart,
+                       flipped_tab.image_attacks]
+    evaluated.success(handlers.first_flipped, [failures, flipped_tab.min_count],
+                      [flipped_tab.gallery, flipped_tab.page, *flipped_outputs], api_name="show_flipped",
+                      api_visibility="private")
+    flipped_tab.show.click(handlers.flipped, [failures, flipped_tab.gallery, flipped_tab.page, flipped_tab.min_count],
+                           flipped_outputs, api_name="flipped")
     explore_outputs = [explore_tab.captions, explore_tab.images, explore_tab.note]
     explore_tab.show.click(handlers.show, explore_tab.index, explore_outputs, api_name="explore")
     explore_tab.random.click(handlers.show_random, None, [explore_tab.index, *explore_outputs],
@@ -214,6 +286,12 @@ _LAYOUT_HELP = ("**Layout of each file**, detected from its shape when you uploa
                 f"image-to-text gallery: {describe_orders()}. Both orders have the same shape, so the order is read "
                 "from the scores only when they clearly show it (the note says so); otherwise it stays blank and "
                 "Evaluate refuses the file until you choose it.")
+_FLIPPED_HELP = ("**Queries the attacks flipped**: correct at rank 1 on the clean gallery, wrong once the adversarial "
+                 "items are added, largest margin (winning adversarial score minus best correct score) first. "
+                 "**By word** (text attacks): among the images correct on the clean gallery with an adversarial "
+                 "caption that replaced the word, the share whose top-1 is such a caption of their own; flips won by "
+                 "another image's caption count for no word. **Image attacks**: success rate by method (pooled over "
+                 "seeds) and by seed (pooled over methods).")
 _CUSTOM_HELP = ("For a gallery that is not a standard RoCOCO one, set the file's attack to `custom` and give "
                 "`references` (for each query, its correct gallery index or list of indices: a JSON list, or an "
                 ".npy int array with one row per query) and `adversarial` (a boolean mask over the gallery, or the "

@@ -5,9 +5,9 @@ retrieval gallery and measures whether the model still ranks a true item first. 
 Hugging Face ``evaluate`` metric and is self-contained: ``evaluate.load`` copies it alone.
 
 The dense score matrix never goes through Arrow: ``compute`` and ``add_batch`` reduce each block of query
-rows to three numbers per query (rank on the whole gallery, rank on the clean gallery, whether the top-1
-item is adversarial) as soon as they see it, by counting, without sorting the matrix or copying it. Each block
-(about 2.5 MB of scores) is read from memory once and passed over two to four times while it is in cache.
+rows to a few numbers per query (rank on the whole gallery, rank on the clean gallery, the top-1 item and the
+best correct item with their scores) as soon as they see it, by counting, without sorting the matrix or copying
+it. Each block (about 2.5 MB of scores) is read from memory once and passed over twice while it is in cache.
 """
 
 import logging
@@ -54,7 +54,14 @@ Args:
     k: an int or a sequence of ints, the cut-offs of Recall@K. Default (1, 5, 10).
     ties: "pessimistic" (default: a wrong item with the same score as the best correct one ranks above it,
         so a constant-score model gets no credit) or "optimistic" (it ranks below).
-    per_query: add per-query arrays `rank`, `clean_rank` (0 = correct at rank 1) and `top1_adversarial`.
+    per_query: add per-query arrays: `rank` and `clean_rank` (int64: wrong items ranked above the query's best
+        correct item, on the whole and on the clean gallery; 0 = correct at rank 1), `top1_adversarial` (bool),
+        `top_index` and `top_score` (int64, float64: the gallery column and score of the query's top-1 item),
+        `best_correct_index` and `best_correct_score` (the same for its best-scoring correct item). Among items of
+        exactly equal score the top-1 item is the one the `ties` policy ranks first (pessimistic: an adversarial
+        item, then a clean wrong one, then a correct one; optimistic: the reverse), then the lowest column; among
+        equal correct items, the lowest column. A query the attack flipped (`clean_rank == 0`, `rank > 0`) was
+        beaten by the adversarial item `top_index`, by `top_score - best_correct_score`.
     query_index: one int per query numbering the queries 0..N-1 (in `add_batch`, on every batch or on none; or
         in `compute` with `predictions`); per-query outputs come in that order, whichever batch or process added
         them. Required when the metric is loaded with `num_process > 1`.
@@ -97,33 +104,53 @@ _NUM_THREADS = max(1, min(8, os.cpu_count() or 1))
 # maximum per run finds the best adversarial and clean scores in one pass. Each run costs a little per row: on
 # RoCOCO-size blocks (13-65 rows) two plain passes were cheaper from 12-28 runs on.
 _MAX_RUNS = 8
+# With per_query, a row's top-1 item is found among the items above its best correct one, read one by one, while
+# they are at most _MIN_CANDIDATES or 1/_CANDIDATE_SHARE of the gallery; beyond, a row maximum and a packed
+# comparison (two passes over the row) cost less (measured on the benchmark's layouts: 64/256 beat 16/1024,
+# 256/64 and 1024/16 by 2-25%).
+_MIN_CANDIDATES = 64
+_CANDIDATE_SHARE = 256
 
 
 @dataclass(frozen=True)
 class QueryRanks:
-    """Per-query results of one block of rows: the only thing kept of the scores."""
+    """Per-query results of one block of rows: the only thing kept of the scores (see ``per_query``).
+
+    ``rank`` and ``clean_rank``: wrong items above the best correct one, on the whole and on the clean gallery;
+    ``top1_adversarial``: whether the top-1 item is adversarial; ``top_index`` and ``top_score``: the top-1 item's
+    column and score; ``best_correct_index`` and ``best_correct_score``: those of the best correct item (these
+    four are None where they were not asked for: ``RankAccumulator(top_items=False)``).
+    """
 
     rank: np.ndarray
     clean_rank: np.ndarray
     top1_adversarial: np.ndarray
+    top_index: np.ndarray
+    top_score: np.ndarray
+    best_correct_index: np.ndarray
+    best_correct_score: np.ndarray
 
     @classmethod
     def concatenate(cls, blocks):
         """The results of ``blocks`` (:class:`QueryRanks` of consecutive queries), one after the other.
 
         Example:
-            >>> block = QueryRanks(np.array([3]), np.array([1]), np.array([True]))
-            >>> QueryRanks.concatenate([block, block]).rank.tolist()
-            [3, 3]
+            >>> block = QueryRanks(np.array([3]), np.array([1]), np.array([True]), np.array([7]), np.array([0.9]),
+            ...                    np.array([0]), np.array([0.5]))
+            >>> QueryRanks.concatenate([block, block]).top_index.tolist()
+            [7, 7]
         """
-        return cls(*(np.concatenate([getattr(block, field.name) for block in blocks]) for field in fields(cls)))
+        return cls(*(None if getattr(blocks[0], field.name) is None
+                     else np.concatenate([getattr(block, field.name) for block in blocks]) for field in fields(cls)))
 
 
 class RankAccumulator:
     """Turn blocks of query rows into per-query ranks, keeping nothing of the scores.
 
     Feed it the rows of a score matrix (or query embeddings) block by block with :meth:`update`, then call
-    :meth:`compute`; the result equals :func:`rococo_recall` on the whole matrix.
+    :meth:`compute`; the result equals :func:`rococo_recall` on the whole matrix. ``top_items=False`` skips what
+    only the per-query outputs need (each query's top-1 and best correct item): faster, but then
+    ``compute(per_query=True)`` is refused.
 
     Example:
         >>> acc = RankAccumulator(adversarial=[2])
@@ -133,13 +160,14 @@ class RankAccumulator:
         50.0
     """
 
-    def __init__(self, adversarial=None, ties="pessimistic", chunk_size=None):
+    def __init__(self, adversarial=None, ties="pessimistic", chunk_size=None, top_items=True):
         if ties not in TIE_POLICIES:
             raise ValueError(f"`ties` must be one of {TIE_POLICIES}, got {ties!r}")
         if chunk_size is not None and (not _is_integer(chunk_size) or chunk_size < 1):
             raise ValueError(f"`chunk_size` must be a positive int, got {chunk_size!r}")
         self.ties = ties
         self.chunk_size = chunk_size
+        self.top_items = top_items
         self._adversarial_arg = adversarial
         self.adversarial = None
         self.num_gallery = None
@@ -155,7 +183,7 @@ class RankAccumulator:
         adversarial = self._gallery_mask(scores.shape[1])
         refs, valid = _reference_table(references, scores.shape[0], len(adversarial), adversarial)
         block = _rank_rows(scores, refs, valid, adversarial, self.ties, self.chunk_size,
-                           _Origin("predictions", self.num_queries))
+                           _Origin("predictions", self.num_queries), self.top_items)
         self._keep(adversarial, [block])
 
     def update_embeddings(self, query_embeddings, gallery_embeddings, references):
@@ -175,13 +203,16 @@ class RankAccumulator:
         for start in range(0, queries.shape[0], rows):
             scores = queries[start:start + rows] @ gallery.T
             blocks.append(_rank_rows(scores, refs[start:start + rows], valid[start:start + rows], adversarial,
-                                     self.ties, None, _Origin("embeddings", self.num_queries, start)))
+                                     self.ties, None, _Origin("embeddings", self.num_queries, start), self.top_items))
         self._keep(adversarial, blocks)
 
     def compute(self, k=DEFAULT_K, per_query=False, bootstrap=0, seed=0):
         """Return the metric's outputs for every query added so far."""
         if not self._blocks:
             raise ValueError("no queries were added: pass `predictions` (or embeddings) and `references`")
+        if per_query and not self.top_items:
+            raise ValueError("`per_query` needs each query's top-1 item: create the RankAccumulator with "
+                             "top_items=True")
         return summarize(QueryRanks.concatenate(self._blocks), self.num_gallery, int(self.adversarial.sum()), k=k,
                          per_query=per_query, bootstrap=bootstrap, seed=seed)
 
@@ -211,7 +242,7 @@ def rococo_recall(predictions=None, references=None, adversarial=None, k=DEFAULT
         >>> out["recall@2"], out["r_mean"], out["num_adversarial"]
         (100.0, 75.0, 1)
     """
-    accumulator = RankAccumulator(adversarial=adversarial, ties=ties, chunk_size=chunk_size)
+    accumulator = RankAccumulator(adversarial=adversarial, ties=ties, chunk_size=chunk_size, top_items=per_query)
     if predictions is not None:
         if query_embeddings is not None or gallery_embeddings is not None:
             raise ValueError("give either `predictions` or `query_embeddings` and `gallery_embeddings`, not both")
@@ -227,7 +258,8 @@ def summarize(ranks, num_gallery, num_adversarial, k=DEFAULT_K, per_query=False,
     """Turn per-query ranks into the metric's outputs (percentages as the official code computes them).
 
     Example:
-        >>> ranks = QueryRanks(np.array([1, 0]), np.array([0, 0]), np.array([True, False]))
+        >>> ranks = QueryRanks(np.array([1, 0]), np.array([0, 0]), np.array([True, False]), np.array([2, 1]),
+        ...                    np.array([0.95, 0.8]), np.array([0, 1]), np.array([0.9, 0.8]))
         >>> summarize(ranks, num_gallery=3, num_adversarial=1, k=1)["attack_success_rate"]
         50.0
     """
@@ -249,7 +281,7 @@ def summarize(ranks, num_gallery, num_adversarial, k=DEFAULT_K, per_query=False,
             low, high = np.nanpercentile(np.array(values, dtype=np.float64), [2.5, 97.5])
             result[f"{key}_ci"] = (float(low), float(high))
     if per_query:
-        result.update(rank=ranks.rank, clean_rank=ranks.clean_rank, top1_adversarial=ranks.top1_adversarial)
+        result.update((name, getattr(ranks, name)) for name, _ in _RANK_FIELDS)
     return result
 
 
@@ -279,101 +311,211 @@ def _percentages(names, counts, num_queries, ks):
     return out
 
 
-def _rank_rows(scores, refs, valid, adversarial, ties, chunk_size, origin):
-    """Per-query ranks of the score rows ``scores`` by counting, as ``tests/reference_metric.py`` gets them by sorting.
+def _rank_rows(scores, refs, valid, adversarial, ties, chunk_size, origin, top_items=True):
+    """Per-query results of the score rows ``scores`` by counting, as ``tests/reference_metric.py`` gets them by sorting.
 
     A query's rank is the number of wrong items that score above its best correct item (pessimistic: or as high),
-    its clean rank the same count without the adversarial items. Its top-1 item is adversarial when the best
-    adversarial score is above the best clean score, or equal to it when pessimistic. The steps:
+    its clean rank the same count without the adversarial items. Its top-1 item is the highest-scoring one; among
+    items with the same score, the one the tie policy ranks first (see :class:`_GalleryColumns`). The steps:
 
-    1. Each query's best correct score, and (pessimistic) how many of its correct items share it: those are
-       counted as "as high" in step 2 and taken off again.
-    2. Each block of ``chunk_size`` rows (default :data:`_RANK_BLOCK_BYTES` of scores) is reduced to its
-       per-query results by :func:`_rank_block`, a pure function; threads map the blocks, in order.
+    1. Each query's best correct score and item (the lowest column among equals), and (pessimistic) how many of
+       its correct items share that score: those are counted as "as high" in step 2 and taken off again.
+    2. Each block of ``chunk_size`` rows (default :data:`_RANK_BLOCK_BYTES` of scores) is reduced by
+       :func:`_rank_block`, a pure function, to the ranks and to the few items that can be a row's top-1 item
+       (without ``top_items``: to the ranks and whether the top-1 item is adversarial); threads map the blocks,
+       in order.
     3. A row whose scores are not all finite is refused (its rank would be meaningless).
+    4. With ``top_items``, each row's top-1 item: its best correct item, unless items are above that one, and
+       then the first of them in the tie order (:func:`_top_items`, once over the items kept of every block).
+       Without, the fields of the items are None. (On a torch device, :func:`_rank_rows_torch` always finds
+       them.)
     """
     if _is_torch(scores):
         return _rank_rows_torch(scores, refs, valid, adversarial, ties, chunk_size, origin)
     pessimistic = ties == "pessimistic"
     num_queries, num_gallery = scores.shape
     dtype = _numpy_compute_dtype(scores.dtype)
-    # 1. the best correct score of each query, and its ties among the correct items
-    ref_scores = scores[np.arange(num_queries)[:, None], refs].astype(dtype)
-    best = ref_scores.max(axis=1)
+    # 1. the best correct score and item of each query, and its ties among the correct items
+    queries = np.arange(num_queries)
+    ref_scores = scores[queries[:, None], refs].astype(dtype)
+    best_position = ref_scores.argmax(axis=1)  # refs are sorted: the first of equal scores is the lowest column
+    best = ref_scores[queries, best_position]
+    best_index = refs[queries, best_position]
     tied_refs = ((ref_scores == best[:, None]) & valid).sum(axis=1) if pessimistic else np.zeros(num_queries, np.int64)
     # 2. block by block, the items above it
-    gallery = _GalleryColumns.of(adversarial)
+    gallery = _GalleryColumns.of(adversarial, pessimistic)
     rows = chunk_size or _rows_per_block(num_gallery, _RANK_BLOCK_BYTES)
 
-    def rank_block(start):
-        part = slice(start, start + rows)
-        return _rank_block(scores[part].astype(dtype, copy=False), best[part], tied_refs[part], gallery, pessimistic)
+    def block_ranker():
+        scratch = gallery.scratch(min(rows, num_queries))
 
-    blocks = _map_in_threads(rank_block, range(0, num_queries, rows))
+        def rank_block(start):
+            part = slice(start, start + rows)
+            return _rank_block(scores[part].astype(dtype, copy=False), start, best[part], tied_refs[part],
+                               refs[part], gallery, pessimistic, scratch, top_items)
+        return rank_block
+
+    blocks = [np.concatenate(parts) for parts in zip(*_map_in_threads(block_ranker, range(0, num_queries, rows)))]
+    row_sums, rank, clean_rank, top1, row, column, value = blocks
     # 3. a non-finite score makes its row's sum non-finite (as do finite ones that overflow: checked again here)
-    for row in np.flatnonzero(~np.isfinite(np.concatenate([row_sums for _, row_sums in blocks]))):
-        values = np.asarray(scores[row], dtype=dtype)
+    for query in np.flatnonzero(~np.isfinite(row_sums)):
+        values = np.asarray(scores[query], dtype=dtype)
         if not np.isfinite(values).all():
-            raise origin.error(values, int(row))
-    return QueryRanks.concatenate([ranks for ranks, _ in blocks])
+            raise origin.error(values, int(query))
+    # 4. the top-1 items
+    if not top_items:
+        return QueryRanks(rank, clean_rank, top1, None, None, None, None)
+    top_index, top_score = best_index.copy(), best.astype(np.float64)
+    row, column, value = _top_items(row, column, value, refs, gallery)
+    top_index[row], top_score[row] = column, value
+    return QueryRanks(rank, clean_rank, adversarial[top_index], top_index, top_score, best_index,
+                      best.astype(np.float64))
 
 
-def _rank_block(block, best, tied_refs, gallery, pessimistic):
-    """The :class:`QueryRanks` of one block of score rows, and the sum of each row (to find non-finite scores).
+def _rank_block(block, start, best, tied_refs, refs, gallery, pessimistic, scratch, top_items):
+    """One block of score rows (queries ``start``, ``start + 1``, ...) reduced to counts and candidate items.
 
-    ``best`` is each row's best correct score and ``tied_refs`` the number of correct items that share it
-    (pessimistic; else 0). The block is read from memory once, then passed over while it is in cache: a row
-    sum, a comparison with ``best``, and, only where some row needs it, the top-1 check (one more pass when
-    the adversarial items form few runs, two when they form many).
+    ``best`` is each row's best correct score, ``tied_refs`` the number of its correct items that share it
+    (pessimistic; else 0), ``refs`` the rows' reference table. The block is read from memory once, then passed
+    over twice while it is in cache: a row sum (non-finite when a score is), and a comparison with ``best``, packed
+    to bits, whose counts give both ranks. Returns each row's sum, rank and clean rank; then, without
+    ``top_items``, whether its top-1 item is adversarial (:meth:`_GalleryColumns.adversarial_beats_clean`, where
+    both an adversarial and a clean wrong item beat the best correct one) and no candidates; with ``top_items``,
+    nothing for that (it follows from the top-1 item) and ``(query, column, score)`` of the items that can be a
+    row's top-1 item, a row's items together: the items above ``best`` where they are few (the usual case with a
+    usable model); where they are many, a row maximum and a packed comparison (two more passes over those rows)
+    find the items at the maximum; where those are many too (a constant row), :func:`_top_items` picks the top-1
+    item at once. At most :data:`_MIN_CANDIDATES` or 1/:data:`_CANDIDATE_SHARE` of the gallery are kept a row.
     """
     row_sums = np.einsum("ij->i", block)
-    above = gallery.pack(np.greater_equal if pessimistic else np.greater, block, best)  # a set bit: item above
-    rank = _count_bits(above) - tied_refs
-    above &= gallery.adversarial_words
-    adversarial_above = _count_bits(above)
+    above = gallery.pack(np.greater_equal if pessimistic else np.greater, block, best, scratch)  # set: item above
+    above_count = _count_bits(above)
+    rank = above_count - tied_refs
+    adversarial_above = _count_bits(above & gallery.adversarial_words)
     clean_rank = rank - adversarial_above
-    # Top-1: adversarial when the best adversarial score is above the best clean one (pessimistic: or equal).
-    # The truth is clean, so with no adversarial item above it, no; with adversarial items above it and no clean
-    # wrong one, yes (the truth is the best clean item); with items of both kinds above it, compare the two.
-    top1 = adversarial_above > 0
-    if (top1 & (clean_rank > 0)).any():
-        top1 &= (clean_rank == 0) | gallery.adversarial_beats_clean(block, or_equal=pessimistic)
-    return QueryRanks(rank, clean_rank, top1), row_sums
+    if not top_items:
+        # Top-1: adversarial when the best adversarial score is above the best clean one (pessimistic: or equal).
+        # The truth is clean, so with no adversarial item above it, no; with adversarial items above it and no clean
+        # wrong one, yes (the truth is the best clean item); with items of both kinds above it, compare the two.
+        top1 = adversarial_above > 0
+        if (top1 & (clean_rank > 0)).any():
+            top1 &= (clean_rank == 0) | gallery.adversarial_beats_clean(block, pessimistic, scratch)
+        nothing = np.zeros(0, dtype=np.int64)
+        return [row_sums, rank, clean_rank, top1, nothing, nothing, nothing.astype(block.dtype)]
+    limit = max(_MIN_CANDIDATES, gallery.num_gallery // _CANDIDATE_SHARE)
+    many = np.flatnonzero(above_count > limit)
+    picked = []
+    if len(many):  # rows with many items above: keep the items at the row maximum instead
+        rows = block[many]
+        above[many] = at_top = gallery.pack(np.greater_equal, rows, rows.max(axis=1), scratch)
+        tied = np.flatnonzero(_count_bits(at_top) > limit)
+        if len(tied):  # so many items at the maximum (a constant row): pick the top-1 item now
+            above[many[tied]] = 0
+            row, column = _set_bits(at_top[tied])
+            row = many[tied[row]]
+            picked.append(_top_items(row, column, block[row, column], refs, gallery))
+    row, column = _set_bits(above)
+    row, column, value = (np.concatenate(values) for values in zip((row, column, block[row, column]), *picked))
+    return [row_sums, rank, clean_rank, np.zeros(len(block), dtype=bool), row + start, column, value]
+
+
+def _top_items(row, column, value, refs, gallery):
+    """Each row's top-1 item among its candidate items: ``(row, column, score)``, one per row that has candidates.
+
+    ``row``, ``column`` and ``value`` give the candidates, in any order of rows but with a row's candidates
+    together; ``refs`` is the reference table (indexed by ``row``). The top-1 item is the highest-scoring one;
+    among items with exactly that score, the one of the largest key (see :class:`_GalleryColumns`). A row whose
+    scores are not finite may get none.
+    """
+    if not len(row):
+        return row, column, value
+    first = np.empty(len(row), dtype=bool)  # the first candidate of each row
+    first[0] = True
+    np.not_equal(row[1:], row[:-1], out=first[1:])
+    starts = np.flatnonzero(first)
+    row_top = np.maximum.reduceat(value, starts)
+    at_top = np.flatnonzero(value == row_top[np.cumsum(first) - 1])
+    if len(at_top) == len(starts):  # one item at each row's top (no tie)
+        return row[starts], column[at_top], row_top
+    row, column, value = row[at_top], column[at_top], value[at_top]
+    correct = (refs[row] == column[:, None]).any(axis=1)
+    key = np.where(correct, gallery.correct_keys[column], gallery.wrong_keys[column])
+    starts = np.flatnonzero(np.diff(row, prepend=-1))
+    top_key = np.maximum.reduceat(key, starts)
+    return row[starts], gallery.num_gallery - 1 - top_key % gallery.num_gallery, value[starts]
+
+
+def _set_bits(words):
+    """``(row, column)`` of every set bit of ``words`` (rows of bits packed by :meth:`_GalleryColumns.pack`), row by
+    row and columns ascending. The cost grows with the words that hold a set bit, not with the rows' length.
+
+    Example:
+        >>> words = np.packbits(np.eye(2, 128, k=70, dtype=bool), axis=1, bitorder="little").view(np.uint64)
+        >>> [values.tolist() for values in _set_bits(words)]
+        [[0, 1], [70, 71]]
+    """
+    flat = np.flatnonzero(words != 0)  # (NumPy finds the set entries of a boolean array fastest)
+    bits = np.unpackbits(words.reshape(-1)[flat].view(np.uint8), bitorder="little")  # 64 per word, in item order
+    word, bit = np.divmod(np.flatnonzero(bits.view(bool)), 64)
+    row, word = np.divmod(flat[word], words.shape[1])
+    return row, word * 64 + bit
 
 
 @dataclass(frozen=True)
 class _GalleryColumns:
-    """The adversarial mask in the forms :func:`_rank_block` reads, made once per call of :func:`_rank_rows`.
+    """The gallery's columns in the forms :func:`_rank_block` reads, made once per call of :func:`_rank_rows`.
 
-    ``adversarial_words`` is the mask packed 64 items to a uint64 word (padding bits clean).
+    ``adversarial`` is the boolean mask; ``adversarial_words`` the mask packed by :meth:`pack` (padding bits clean).
     ``adversarial_runs`` and ``clean_runs`` are the ``(start, stop)`` column ranges of the runs of consecutive
     items of each kind when there are at most :data:`_MAX_RUNS` runs in all, else empty.
+    ``wrong_keys`` and ``correct_keys`` order the items of equal score for :func:`_top_items`: each column's key as
+    a wrong or as a correct item is its kind's place in the tie order (``ties``: pessimistic, adversarial items
+    first, then clean wrong ones, then correct ones; optimistic, the reverse), then its column reversed (the
+    lowest column has the largest key).
     """
 
-    num_gallery: int
+    adversarial: np.ndarray
     adversarial_words: np.ndarray
     adversarial_runs: tuple
     clean_runs: tuple
+    wrong_keys: np.ndarray
+    correct_keys: np.ndarray
 
     @classmethod
-    def of(cls, adversarial):
-        """The columns of the gallery whose adversarial mask is ``adversarial``."""
-        padded = np.zeros(-(-len(adversarial) // 64) * 64, dtype=bool)
-        padded[:len(adversarial)] = adversarial
+    def of(cls, adversarial, pessimistic):
+        """The columns of the gallery whose adversarial mask is ``adversarial``, for the tie policy."""
+        num_gallery = len(adversarial)
+        padded = np.zeros(-(-num_gallery // 64) * 64, dtype=bool)
+        padded[:num_gallery] = adversarial
         bounds = np.flatnonzero(np.diff(adversarial.astype(np.int8), prepend=~adversarial[:1])).tolist()
-        runs = list(zip(bounds, bounds[1:] + [len(adversarial)])) if len(bounds) <= _MAX_RUNS else []
-        adversarial_runs = tuple(run for run in runs if adversarial[run[0]])
-        clean_runs = tuple(run for run in runs if not adversarial[run[0]])
-        return cls(len(adversarial), np.packbits(padded).view(np.uint64), adversarial_runs, clean_runs)
+        runs = list(zip(bounds, bounds[1:] + [num_gallery])) if len(bounds) <= _MAX_RUNS else []
+        reversed_columns = np.arange(num_gallery - 1, -1, -1)
+        adversarial_kind, correct_kind = (2, 0) if pessimistic else (0, 2)  # of 3 kinds; 2 comes first
+        return cls(adversarial, np.packbits(padded, bitorder="little").view(np.uint64),
+                   tuple(run for run in runs if adversarial[run[0]]),
+                   tuple(run for run in runs if not adversarial[run[0]]),
+                   np.where(adversarial, adversarial_kind, 1) * num_gallery + reversed_columns,
+                   correct_kind * num_gallery + reversed_columns)
 
-    def pack(self, compare, block, threshold):
-        """``compare(block, threshold[:, None])`` (a NumPy comparison), packed 64 items to a uint64 word per row."""
-        bits = np.empty((len(block), 64 * len(self.adversarial_words)), dtype=bool)
-        bits[:, self.num_gallery:] = False
+    @property
+    def num_gallery(self):
+        """The number of gallery items."""
+        return len(self.adversarial)
+
+    def scratch(self, rows):
+        """A buffer for :meth:`pack` of up to ``rows`` rows (one per thread: the comparison is written there)."""
+        return np.zeros((rows, 64 * len(self.adversarial_words)), dtype=bool)
+
+    def pack(self, compare, block, threshold, scratch):
+        """``compare(block, threshold[:, None])`` (a NumPy comparison), packed 64 items to a uint64 word per row.
+
+        Item ``j`` is bit ``j % 8`` of byte ``j // 8`` of the row's bytes.
+        """
+        bits = scratch[:len(block)]
         compare(block, threshold[:, None], out=bits[:, :self.num_gallery])
-        return np.packbits(bits, axis=1).view(np.uint64)
+        return np.packbits(bits, axis=1, bitorder="little").view(np.uint64)
 
-    def adversarial_beats_clean(self, block, or_equal):
+    def adversarial_beats_clean(self, block, or_equal, scratch):
         """Whether each row's best adversarial score is above its best clean score (``or_equal``: or equal to it).
 
         With few runs of items of one kind (RoCOCO's text-to-image and dataset orders: one adversarial run), one
@@ -386,7 +528,7 @@ class _GalleryColumns:
             best_adversarial = _max_over_runs(block, self.adversarial_runs)
             best_clean = _max_over_runs(block, self.clean_runs)
             return best_adversarial >= best_clean if or_equal else best_adversarial > best_clean
-        at_top = self.pack(np.greater_equal, block, block.max(axis=1))
+        at_top = self.pack(np.greater_equal, block, block.max(axis=1), scratch)
         if or_equal:
             return (at_top & self.adversarial_words).any(axis=1)
         return ~(at_top & ~self.adversarial_words).any(axis=1)
@@ -401,55 +543,71 @@ def _max_over_runs(block, runs):
     return best
 
 
-def _map_in_threads(function, items):
+def _map_in_threads(make_function, items):
     """``[function(item) for item in items]``, shared among up to :data:`_NUM_THREADS` threads (NumPy frees the GIL).
 
-    Thread ``t`` of ``n`` takes items ``t, t + n, t + 2n, ...``: one task per thread, since handing out a task per
-    item costs more than ranking a small block.
+    Each thread calls ``make_function()`` once for its own ``function`` (and scratch buffers), then takes items
+    ``t, t + n, t + 2n, ...`` (thread ``t`` of ``n``): one task per thread, since handing out a task per item costs
+    more than ranking a small block.
+
+    Example:
+        >>> _map_in_threads(lambda: lambda item: item * item, range(5))
+        [0, 1, 4, 9, 16]
     """
     threads = min(_NUM_THREADS, len(items))
     if threads <= 1:
+        function = make_function()
         return [function(item) for item in items]
+
+    def run(first):
+        function = make_function()
+        return [function(item) for item in items[first::threads]]
+
     with ThreadPoolExecutor(threads) as pool:
-        strides = list(pool.map(lambda first: [function(item) for item in items[first::threads]], range(threads)))
+        strides = list(pool.map(run, range(threads)))
     return [strides[index % threads][index // threads] for index in range(len(items))]
 
 
 def _rank_rows_torch(scores, refs, valid, adversarial, ties, chunk_size, origin):
-    """The same counting on the tensor's own device; only per-query results are copied back, once."""
+    """The same results on the tensor's own device; only per-query results are copied back, once."""
     import torch
 
     device = scores.device
+    pessimistic = ties == "pessimistic"
     adversarial_t = torch.as_tensor(adversarial, device=device)
     refs_t = torch.as_tensor(refs, device=device)
     valid_t = torch.as_tensor(valid, device=device)
+    # the tie order of the top-1 item (see _top_items), highest first: an item's kind, correct items set per row
+    wrong_kind = torch.where(adversarial_t, 3 if pessimistic else 1, 2).to(torch.uint8)
+    correct_kind = 1 if pessimistic else 3
     block_bytes = _GPU_BLOCK_BYTES if device.type != "cpu" else _RANK_BLOCK_BYTES
     rows = chunk_size or _rows_per_block(scores.shape[1], block_bytes)
-    finite, rank, clean_rank, top1 = [], [], [], []
+    results = []
     for start in range(0, scores.shape[0], rows):
         block = scores[start:start + rows]
-        finite.append(torch.isfinite(block).all(dim=1))
-        ref_scores = block.gather(1, refs_t[start:start + rows])
-        best = ref_scores.amax(dim=1, keepdim=True)
-        above_mask = block >= best if ties == "pessimistic" else block > best
+        block_refs = refs_t[start:start + rows]
+        ref_scores = block.gather(1, block_refs)
+        best_position = ref_scores.argmax(dim=1, keepdim=True)  # the first of equal scores: the lowest column
+        best = ref_scores.gather(1, best_position)
+        above_mask = block >= best if pessimistic else block > best
         above = above_mask.sum(dim=1)
-        if ties == "pessimistic":
+        if pessimistic:
             above -= ((ref_scores == best) & valid_t[start:start + rows]).sum(dim=1)
-        rank.append(above)
-        clean_rank.append(above - (above_mask & adversarial_t).sum(dim=1))
-        # the top-1 rule of _rank_block: an adversarial item reaches the row maximum (pessimistic), no clean item
-        # does (optimistic)
-        at_top = block == block.amax(dim=1, keepdim=True)
-        if ties == "pessimistic":
-            top1.append((at_top & adversarial_t).any(dim=1))
-        else:
-            top1.append(~(at_top & ~adversarial_t).any(dim=1))
-    finite = torch.cat(finite)
+        clean_rank = above - (above_mask & adversarial_t).sum(dim=1)
+        del above_mask  # (block-size temporaries: at most two at a time)
+        top_score = block.amax(dim=1, keepdim=True)
+        at_top = block == top_score
+        kind = at_top * wrong_kind
+        kind.scatter_(1, block_refs, at_top.gather(1, block_refs).to(torch.uint8) * correct_kind)
+        del at_top
+        top_index = kind.argmax(dim=1)  # the first of the highest kind at the top: the lowest column
+        results.append((torch.isfinite(block).all(dim=1), above, clean_rank, adversarial_t[top_index], top_index,
+                        top_score[:, 0].double(), block_refs.gather(1, best_position)[:, 0], best[:, 0].double()))
+    finite, *columns = (torch.cat(column).cpu().numpy() for column in zip(*results))
     if not finite.all():
-        row = int((~finite).nonzero()[0])
+        row = int(np.flatnonzero(~finite)[0])
         raise origin.error(scores[row].double().cpu().numpy(), row)
-    return QueryRanks(torch.cat(rank).cpu().numpy().astype(np.int64),
-                      torch.cat(clean_rank).cpu().numpy().astype(np.int64), torch.cat(top1).cpu().numpy())
+    return QueryRanks(*(column.astype(dtype) for column, (_, dtype) in zip(columns, _RANK_FIELDS)))
 
 
 @dataclass(frozen=True)
@@ -722,7 +880,9 @@ def _is_torch(value):
 
 
 _COMPUTE_ARGUMENTS = ("k", "per_query", "bootstrap", "seed")
-_RANK_FIELDS = (("rank", "int64"), ("clean_rank", "int64"), ("top1_adversarial", "bool"))
+# The per-query outputs (the fields of QueryRanks) and their dtypes.
+_RANK_FIELDS = (("rank", "int64"), ("clean_rank", "int64"), ("top1_adversarial", "bool"), ("top_index", "int64"),
+                ("top_score", "float64"), ("best_correct_index", "int64"), ("best_correct_score", "float64"))
 
 # What one process hands to process 0, as one Arrow row under evaluate's column names: the per-query results
 # of its queries, their `query_index` (null when the batches gave none) and the gallery they were ranked on.

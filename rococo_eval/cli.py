@@ -14,22 +14,27 @@ Example:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import logging
+import os
 import platform
 import re
 import sys
 import tempfile
+import warnings
 from pathlib import Path
 
 from . import __version__
 from .download import DEFAULT_IMAGE_WORKERS, MAX_DEFAULT_IMAGE_WORKERS, default_cache_dir
-from .layout import ATTACKS, CLEAN, DIRECTIONS, IMAGE_ATTACKS, ORDERS, TEXT_ATTACKS, describe_orders
+from .embeddings import DEFAULT_BATCH_SIZE
+from .layout import ATTACKS, CLEAN, DIRECTIONS, IMAGE_ATTACKS, ORDERS, SEEDS, TEXT_ATTACKS, describe_orders
 from .layout_detection import CUSTOM
 
 logger = logging.getLogger("rococo_eval")
 
 DEFAULT_OUT = "rococo-report"
+REPORT_FLIPPED = 50  # flipped queries per gallery in report.json (all of them are in flipped.csv)
 _SPEC = re.compile(r"[a-z0-9_]+(:[a-z0-9_]*){0,2}")
 
 
@@ -44,12 +49,13 @@ def main(argv=None) -> int:
     ``SystemExit(2)`` as usual.
     """
     args = build_parser().parse_args(argv)
-    _configure_logging(args.verbose, args.quiet)
+    _configure_logging(args.verbose, args.quiet, progress_notes=args.command == "run")
     try:
-        args.handler(args)
+        with _quiet_libraries(args.quiet):
+            args.handler(args)
     except KeyboardInterrupt:
-        print("rococo-eval: interrupted; the embeddings finished so far are cached: run the same command again "
-              "to resume", file=sys.stderr)
+        print("rococo-eval: interrupted; the embeddings (and ITM scores) finished so far are cached: run the same "
+              "command again to resume", file=sys.stderr)
         return 130
     except (CommandError, ValueError, ImportError, OSError) as error:
         logger.debug("details", exc_info=True)
@@ -85,12 +91,19 @@ def build_parser() -> argparse.ArgumentParser:
                      help="fetch the 5,000 COCO test images into <cache>/coco first (resumable)")
     run.add_argument("--cache-dir", help="cache of embeddings and downloads (default $ROCOCO_CACHE_DIR or "
                                          "~/.cache/rococo-eval)")
-    run.add_argument("--batch-size", type=_positive_int, default=256, help="items per forward pass (default 256)")
+    run.add_argument("--batch-size", type=_positive_int, default=DEFAULT_BATCH_SIZE,
+                     help=f"items per forward pass (default {DEFAULT_BATCH_SIZE})")
     run.add_argument("--precision", choices=("fp32", "fp16", "bf16"), default="fp32", help="model dtype (default fp32)")
     run.add_argument("--workers", type=_non_negative_int, default=DEFAULT_IMAGE_WORKERS,
-                     help="threads that read and alter images ahead of the model (default: CPUs, at most "
+                     help="threads that read, alter and preprocess images ahead of the model (default: CPUs, at most "
                           f"{MAX_DEFAULT_IMAGE_WORKERS})")
     run.add_argument("--device", help="torch device (default: cuda when available, else cpu)")
+    run.add_argument("--rerank-k", type=_positive_int, default=256,
+                     help="for BLIP/BLIP-2 retrieval models: candidates per query re-scored by the ITM head "
+                          "(k_test; default 256, as the official evaluation)")
+    run.add_argument("--save-scores", metavar="DIR",
+                     help="also write each gallery's score matrix (float32 .npy, official order, named for "
+                          "`rococo-eval score DIR/*.npy`) into DIR")
     run.set_defaults(handler=run_command)
 
     score = commands.add_parser("score", help="write the report from score files you already have",
@@ -105,9 +118,43 @@ def build_parser() -> argparse.ArgumentParser:
     score.add_argument("files", nargs="+", metavar="FILE", help="[ATTACK:DIRECTION:ORDER=]PATH")
     score.set_defaults(handler=score_command)
 
+    attack = commands.add_parser(
+        "attack", help="make RoCOCO attacks of your own image-text set (a benchmark folder)",
+        description="Attack a captioned image set as RoCOCO attacks COCO (text attacks with Embedding-Influence word "
+                    "choice, mix/patch image attacks) and write a benchmark folder: a Parquet dataset with a card, "
+                    "plus the files `run`/`score --benchmark` read. INPUT: a Karpathy/BLIP-style JSON "
+                    "([{\"image\": PATH, \"caption\": [...]}]), a CSV or JSONL with one row per caption, or a "
+                    "folder that datasets.load_dataset reads.")
+    attack.add_argument("input", metavar="INPUT", help="annotation JSON, CSV, JSONL, or Hugging Face dataset folder")
+    attack.add_argument("--out", required=True, help="the benchmark folder to create")
+    attack.add_argument("--image-root", help="folder the image paths are relative to (default: INPUT's folder)")
+    attack.add_argument("--strategies", nargs="+", default=["all"],
+                        help="any of same_concept diff_concept rand_voca danger mix patch, or text, image, all "
+                             "(default all); commas work too")
+    attack.add_argument("--seeds", nargs="+", type=_non_negative_int, default=list(SEEDS),
+                        help="image attack seeds (default RoCOCO's 1 10 100)")
+    attack.add_argument("--seed", type=_non_negative_int, default=0, help="text attack seed (default 0)")
+    attack.add_argument("--per-image", type=_positive_int,
+                        help="adversarial captions per image (default: the smallest number of captions of an image)")
+    attack.add_argument("--encoder", help="text encoder of the Embedding-Influence scores (default "
+                                          "sentence:all-MiniLM-L6-v2; open_clip:... and hf:... text towers work)")
+    attack.add_argument("--image-column", default="image", help="image column of a CSV, JSONL or dataset")
+    attack.add_argument("--caption-column", default="caption", help="caption (or caption-list) column")
+    attack.add_argument("--split", help="the split of a dataset with several")
+    attack.add_argument("--batch-size", type=_positive_int, help="captions per encoder batch")
+    attack.add_argument("--device", help="torch device of the encoder (default: cuda when available, else cpu)")
+    attack.add_argument("--cache-dir", help="cache of the encoder's embeddings (resumable)")
+    attack.add_argument("--workers", type=_positive_int, help="threads making altered images")
+    attack.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
+    attack.add_argument("--quiet", "-q", action="store_true", help="no progress bars and no notes")
+    attack.add_argument("--verbose", "-v", action="count", default=0, help="more log lines (-vv: debug)")
+    attack.set_defaults(handler=attack_command)
+
     for command in (run, score):
         command.add_argument("--annotations-dir", help="folder of the official annotation files "
                                                        "(default $ROCOCO_ANNOTATIONS_DIR, else the pinned download)")
+        command.add_argument("--benchmark", help="a benchmark folder made by `rococo-eval attack`, instead of RoCOCO "
+                                                 "(its images default to the folder it records)")
         command.add_argument("--out", default=DEFAULT_OUT, help=f"report folder (default ./{DEFAULT_OUT})")
         command.add_argument("--quiet", "-q", action="store_true", help="no progress bars and no notes")
         command.add_argument("--verbose", "-v", action="count", default=0, help="more log lines (-vv: debug)")
@@ -117,29 +164,49 @@ def build_parser() -> argparse.ArgumentParser:
 def run_command(args) -> Path:
     """``rococo-eval run``: embed, score, report. Returns the report folder."""
     from .source import RococoSource, fetch_images
-    from .embeddings import EmbeddingCache, score_model
+    from .embeddings import EmbeddingCache, galleries, score_model
     from .models import load_model, parse_model_name
 
-    attacks = parse_attacks(args.attacks)
+    benchmark = (RococoSource(args.annotations_dir, images_dir=args.images_dir, benchmark=args.benchmark)
+                 if args.benchmark else None)
+    attacks = parse_attacks(args.attacks, *((benchmark.text_attacks, benchmark.image_attacks) if benchmark else ()))
     parse_model_name(args.model)
     out = writable_folder(args.out)
     cache_dir = Path(args.cache_dir).expanduser() if args.cache_dir else default_cache_dir()
     images_dir = Path(args.images_dir).expanduser() if args.images_dir else cache_dir / "coco"
-    if args.download_images:
+    if benchmark is not None:
+        images_dir = benchmark.images_dir
+    elif args.download_images:
         fetch_images(RococoSource(args.annotations_dir, cache_dir=cache_dir), images_dir,
                      workers=max(1, args.workers), progress=_progress(args))
     elif not args.images_dir and not (images_dir / "val2014").is_dir():
         raise CommandError("every RoCOCO gallery needs the 5,000 COCO test images (the image-to-text queries and the "
                            "text-to-image gallery): pass --images-dir COCO_ROOT (the folder holding val2014/), or "
                            f"--download-images to fetch them (about 800 MB) into {images_dir}")
-    source = RococoSource(args.annotations_dir, images_dir=images_dir, cache_dir=cache_dir)
+    source = benchmark if benchmark is not None else RococoSource(args.annotations_dir, images_dir=images_dir,
+                                                                  cache_dir=cache_dir)
     model = load_model(args.model, device=args.device, precision=args.precision)
     cache = EmbeddingCache(cache_dir / "embeddings", batch_size=args.batch_size, workers=args.workers,
                            progress=_progress(args))
-    results = score_model(model, source, attacks, cache)
+    reranker = None
+    if hasattr(model, "match"):  # scored in two stages: ITC ranking, then ITM on the top candidates
+        from .rerank import Reranker
+
+        reranker = Reranker(model, cache.root, k=args.rerank_k, batch_size=args.batch_size, workers=args.workers,
+                            progress=_progress(args))
+    save_scores = writable_folder(args.save_scores) if args.save_scores else None
+    results = score_model(model, source, attacks, cache, reranker=reranker, save_scores=save_scores)
     meta = {"model": model.name, "model_fingerprint": model.fingerprint, "precision": args.precision,
             "device": getattr(model, "device", None), "attacks": list(attacks), "images_dir": str(images_dir)}
-    write_report(results, out, meta, quiet=args.quiet)
+    if reranker is not None:
+        meta["rerank"] = {"k": args.rerank_k, "itm_pairs_computed": reranker.computed,
+                          "itm_pairs_reused": reranker.reused}
+        logger.info("ITM pairs: %d computed, %d reused from the cache", reranker.computed, reranker.reused)
+    if save_scores is not None:
+        meta["scores_dir"] = str(save_scores)
+    layouts = {f"{attack}/{direction}": source.gallery(attack, direction, "official")
+               for attack, direction in galleries(attacks)}
+    write_report(results, out, meta, quiet=args.quiet, layouts=layouts, source=source)
     return out
 
 
@@ -158,13 +225,16 @@ def score_command(args) -> Path:
 
     out = writable_folder(args.out)
     given = [(spec, read_header(path)) for spec, path in map(split_file_argument, args.files)]
-    source = RococoSource(args.annotations_dir)
+    source = RococoSource(args.annotations_dir, benchmark=args.benchmark)
+    counts = {"attacks": source.text_attacks + source.image_attacks}
+    if args.benchmark and source.text_attacks:
+        counts["adversarial_per_image"] = source.adversarial_per_image
     planned, files = [], {}
     for spec, info in given:
         path = info.path
-        attack, direction, order = parse_layout_spec(spec)
+        attack, direction, order = parse_layout_spec(spec, source.text_attacks + source.image_attacks)
         choice = choose_layout(info.shape, source.captions_per_image, path.name, attack, direction, order,
-                               scores=functools.partial(read_scores, path, info.key))
+                               scores=functools.partial(read_scores, path, info.key), **counts)
         if choice.attack == CUSTOM:
             raise CommandError(f"{path}: custom layouts have no place in a RoCOCO report; score them with "
                                "rococo_recall directly")
@@ -180,16 +250,34 @@ def score_command(args) -> Path:
         (logger.warning if read_off_the_file else logger.info)("%s: %s", path, choice.note)
         files[key] = {"path": str(path), "order": choice.order, "note": choice.note}
         planned.append((key, info, choice))
-    results = {}
+    results, layouts = {}, {}
     for key, info, choice in planned:
-        layout = source.gallery(choice.attack, choice.direction, choice.order)
-        results[key] = rococo_recall.rococo_recall(read_scores(info.path, info.key), **layout.metric_inputs())
-    write_report(results, out, {"files": files}, quiet=args.quiet)
+        layouts[key] = layout = source.gallery(choice.attack, choice.direction, choice.order)
+        results[key] = rococo_recall.rococo_recall(read_scores(info.path, info.key), **layout.metric_inputs(),
+                                                   per_query=True)
+    write_report(results, out, {"files": files}, quiet=args.quiet, layouts=layouts, source=source)
     return out
 
 
-def parse_attacks(text: str) -> tuple[str, ...]:
-    """The attacks named by ``--attacks``: a comma-separated list of attacks and the groups all, text, image.
+def attack_command(args) -> Path:
+    """``rococo-eval attack``: a benchmark folder of the user's image-text set. Returns the folder."""
+    from .attacks import make_benchmark
+
+    strategies = [name.strip() for part in args.strategies for name in part.split(",") if name.strip()]
+    options = {"encoder": args.encoder} if args.encoder else {}
+    out = make_benchmark(args.input, args.out, image_root=args.image_root, strategies=strategies, seeds=args.seeds,
+                         seed=args.seed, per_image=args.per_image, image_column=args.image_column,
+                         caption_column=args.caption_column, split=args.split, batch_size=args.batch_size,
+                         device=args.device, cache_dir=args.cache_dir, workers=args.workers,
+                         overwrite=args.overwrite, progress=_progress(args), **options)
+    if not args.quiet:
+        print(f"rococo-eval: benchmark written to {out}", file=sys.stderr)
+    return out
+
+
+def parse_attacks(text: str, text_attacks=TEXT_ATTACKS, image_attacks=IMAGE_ATTACKS) -> tuple[str, ...]:
+    """The attacks named by ``--attacks``: a comma-separated list of attacks and the groups all, text, image,
+    among ``text_attacks`` and ``image_attacks`` (RoCOCO's, or a generated benchmark's).
 
     Example:
         >>> parse_attacks("rand_voca, image")
@@ -199,13 +287,14 @@ def parse_attacks(text: str) -> tuple[str, ...]:
         ...
         rococo_eval.cli.CommandError: unknown attack 'rand'; choose from all, text, image, same_concept, ...
     """
-    groups = {"all": ATTACKS, "text": TEXT_ATTACKS, "image": IMAGE_ATTACKS}
+    attacks = tuple(text_attacks) + tuple(image_attacks)
+    groups = {"all": attacks, "text": tuple(text_attacks), "image": tuple(image_attacks)}
     chosen = []
     for name in (part.strip() for part in text.split(",")):
-        if name not in groups and name not in ATTACKS:
-            raise CommandError(f"unknown attack {name!r}; choose from " + ", ".join(list(groups) + list(ATTACKS)))
+        if name not in groups and name not in attacks:
+            raise CommandError(f"unknown attack {name!r}; choose from " + ", ".join(list(groups) + list(attacks)))
         chosen.extend(groups.get(name, (name,)))
-    return tuple(attack for attack in ATTACKS if attack in chosen)
+    return tuple(attack for attack in attacks if attack in chosen)
 
 
 def split_file_argument(argument: str) -> tuple[str, Path]:
@@ -223,11 +312,12 @@ def split_file_argument(argument: str) -> tuple[str, Path]:
     return "", Path(argument)
 
 
-def parse_layout_spec(spec: str) -> tuple[str, str, str]:
+def parse_layout_spec(spec: str, attacks=ATTACKS) -> tuple[str, str, str]:
     """The ``(attack, direction, order)`` a ``score`` argument's ``ATTACK:DIRECTION:ORDER`` gives ("" = not given).
 
     Each part is known by its value, so any may be left out: ``rand_voca:dataset`` gives the attack and
-    the order, ``dataset`` only the order.
+    the order, ``dataset`` only the order. ``attacks`` are the attacks known: RoCOCO's, or a generated
+    benchmark's (which may have other seeds, ``mix_seed7``).
 
     Example:
         >>> parse_layout_spec("rand_voca:image_to_text:dataset")
@@ -239,7 +329,7 @@ def parse_layout_spec(spec: str) -> tuple[str, str, str]:
         ...
         rococo_eval.cli.CommandError: 'i2t' in 'rand_voca:i2t' is not an attack, a direction or an order; ...
     """
-    kinds = {"attack": (CLEAN,) + ATTACKS + (CUSTOM,), "direction": DIRECTIONS, "order": ORDERS}
+    kinds = {"attack": (CLEAN,) + tuple(attacks) + (CUSTOM,), "direction": DIRECTIONS, "order": ORDERS}
     found = {kind: "" for kind in kinds}
     for part in filter(None, spec.split(":")):
         kind = next((kind for kind, values in kinds.items() if part in values), None)
@@ -273,23 +363,51 @@ def writable_folder(path) -> Path:
     return folder
 
 
-def write_report(results: dict, out: Path, meta: dict, quiet: bool = False) -> dict[str, Path]:
+def write_report(results: dict, out: Path, meta: dict, quiet: bool = False, layouts=None,
+                 source=None) -> dict[str, Path]:
     """Write ``report.json``, ``report.md`` and ``recall.png`` into ``out`` and print the table on stdout.
 
-    Returns:
-        the paths written, by kind (``json``, ``markdown``, ``chart``).
-    """
-    from .files import write_atomic
-    from .report import plot_recall, summary_rows, to_markdown, to_text_table, write_json
+    Results that carry the metric's per-query arrays (``per_query=True``) and have a layout in ``layouts``
+    also get the failure analysis (:func:`rococo_eval.analysis.analyse`, with captions and partners from
+    ``source``): ``per_query.parquet`` (every query's ranks and top-1 item), ``flipped.csv`` (every flipped
+    query), ``words.png`` (by-word chart, text attacks), its tables in ``report.md`` and, with the
+    :data:`REPORT_FLIPPED` largest margins per gallery, in ``report.json``'s ``analysis``.
 
+    Returns:
+        the paths written, by kind (``json``, ``markdown``, ``chart``, and ``per_query``, ``flipped``,
+        ``words`` with the analysis).
+    """
+    from .analysis import analyse, flipped_csv, split_per_query, write_per_query_parquet
+    from .files import write_atomic
+    from .report import (analysis_markdown, plot_recall, plot_word_rates, summary_rows, to_markdown, to_text_table,
+                         write_json)
+
+    split = {key: split_per_query(result) for key, result in results.items()}
+    results = {key: scalars for key, (scalars, _) in split.items()}
+    per_query = {key: arrays for key, (_, arrays) in split.items() if arrays and key in (layouts or {})}
     rows = summary_rows(results)
     meta = {"rococo_eval": __version__, "python": platform.python_version(), **meta}
-    paths = {"json": write_json({"meta": meta, "results": results, "summary": rows}, out / "report.json")}
+    paths, document = {}, {"meta": meta, "results": results, "summary": rows}
+    analysis = analyse(per_query, layouts, source) if per_query else None
+    if analysis is not None:
+        paths["per_query"] = write_per_query_parquet(per_query, layouts, out / "per_query.parquet")
+        every_flip = [row for gallery in analysis["galleries"].values() for row in gallery["flipped_queries"]]
+        text = flipped_csv(every_flip).encode("utf-8")
+        paths["flipped"] = write_atomic(out / "flipped.csv", lambda handle: handle.write(text))
+        shortened = {key: {**gallery, "flipped_queries": gallery["flipped_queries"][:REPORT_FLIPPED]}
+                     for key, gallery in analysis["galleries"].items()}
+        document["analysis"] = {**analysis, "galleries": shortened, "per_query_file": paths["per_query"].name,
+                                "flipped_file": paths["flipped"].name}
+    paths["json"] = write_json(document, out / "report.json")
     title = f"# RoCOCO report: {meta['model']}\n\n" if "model" in meta else "# RoCOCO report\n\n"
-    markdown = (title + to_markdown(rows) + "\n").encode("utf-8")
-    paths["markdown"] = write_atomic(out / "report.md", lambda handle: handle.write(markdown))
+    markdown = title + to_markdown(rows) + "\n"
+    if analysis is not None:
+        markdown += "\n" + analysis_markdown(analysis) + "\n"
+    paths["markdown"] = write_atomic(out / "report.md", lambda handle: handle.write(markdown.encode("utf-8")))
     try:
         paths["chart"] = plot_recall(rows, out / "recall.png")
+        if analysis is not None and analysis["by_word"]:
+            paths["words"] = plot_word_rates(analysis, out / "words.png")
     except ImportError:
         logger.warning("matplotlib is not installed: no recall.png (pip install matplotlib)")
     print(to_text_table(rows))
@@ -302,10 +420,70 @@ def _progress(args) -> bool:
     return not args.quiet and sys.stderr.isatty()
 
 
-def _configure_logging(verbose: int, quiet: bool) -> None:
-    """Notes of this package at the chosen level on stderr; other libraries' warnings as usual."""
+def _configure_logging(verbose: int, quiet: bool, progress_notes: bool = False) -> None:
+    """Notes of this package at the chosen level on stderr: errors only with ``quiet``; else warnings, or with
+    ``progress_notes`` (``run``) also the INFO lines that say what is done and how fast (one per item set
+    embedded, per gallery scored), which is the progress a log or CI job sees; each ``-v`` one level more."""
     logging.basicConfig(format="rococo-eval: %(message)s")
-    logger.setLevel(logging.ERROR if quiet else (logging.WARNING, logging.INFO, logging.DEBUG)[min(verbose, 2)])
+    levels = (logging.WARNING, logging.INFO, logging.DEBUG)[1 if progress_notes else 0:]
+    logger.setLevel(logging.ERROR if quiet else levels[min(verbose, len(levels) - 1)])
+
+
+_LIBRARY_LOGGERS = ("transformers", "huggingface_hub", "datasets", "open_clip", "timm", "torch")
+_QUIET_ENVIRONMENT = {"HF_HUB_DISABLE_PROGRESS_BARS": "1", "HF_DATASETS_DISABLE_PROGRESS_BARS": "1",
+                      "TRANSFORMERS_VERBOSITY": "error", "TRANSFORMERS_NO_ADVISORY_WARNINGS": "1"}
+
+
+@contextlib.contextmanager
+def _quiet_libraries(quiet: bool):
+    """With ``quiet``: no progress bars, notes or warnings from the model libraries for the command's duration.
+
+    Libraries not imported yet read the environment when they are; those already imported are switched off
+    (and back on after). Python warnings are ignored inside.
+    """
+    if not quiet:
+        yield
+        return
+    saved_environment = {name: os.environ.get(name) for name in _QUIET_ENVIRONMENT}
+    saved_levels = {name: logging.getLogger(name).level for name in _LIBRARY_LOGGERS}
+    os.environ.update(_QUIET_ENVIRONMENT)
+    for name in _LIBRARY_LOGGERS:
+        logging.getLogger(name).setLevel(logging.ERROR)
+    switched_off = [switch for switch in _progress_bar_switches() if switch[0]()]
+    for _, disable, _ in switched_off:
+        disable()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        for _, _, enable in switched_off:
+            enable()
+        for name, level in saved_levels.items():
+            logging.getLogger(name).setLevel(level)
+        for name, value in saved_environment.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def _progress_bar_switches():
+    """``(enabled, disable, enable)`` of the progress bars of transformers, huggingface_hub and datasets,
+    for those already imported."""
+    switches = []
+    if "huggingface_hub" in sys.modules:
+        from huggingface_hub.utils import are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
+        switches.append((lambda: not are_progress_bars_disabled(), disable_progress_bars, enable_progress_bars))
+    if "transformers" in sys.modules:
+        from transformers.utils import logging as transformers_logging
+        switches.append((transformers_logging.is_progress_bar_enabled, transformers_logging.disable_progress_bar,
+                         transformers_logging.enable_progress_bar))
+    if "datasets" in sys.modules:
+        import datasets
+        switches.append((datasets.is_progress_bar_enabled, datasets.disable_progress_bars,
+                         datasets.enable_progress_bars))
+    return switches
 
 
 def _positive_int(text: str) -> int:

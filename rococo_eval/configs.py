@@ -34,7 +34,7 @@ from typing import Iterable
 
 import datasets
 
-from .layout import ATTACKS, CLEAN, IMAGE_ATTACKS, IMAGE_TO_TEXT, TEXT_ATTACKS, gallery_direction
+from .layout import ATTACKS, CLEAN, IMAGE_TO_TEXT, TEXT_ATTACKS, gallery_direction, parse_image_attack
 
 CAPTIONS_CONFIG = "captions"
 IMAGES_CONFIG = "images"
@@ -53,6 +53,16 @@ CAPTION_FEATURES = datasets.Features({
         "position": datasets.Value("int32"),
     }],
 })
+# A generated benchmark's caption tables (rococo_eval.attacks) add the evidence of each adversarial caption's
+# word choice: the candidate words of its source caption and their Embedding-Influence scores (None on originals).
+CAPTION_EVIDENCE_FEATURES = datasets.Features({
+    **CAPTION_FEATURES,
+    "candidates": [{
+        "word": datasets.Value("string"),
+        "position": datasets.Value("int32"),
+        "influence": datasets.Value("float32"),
+    }],
+})
 IMAGE_FEATURES = datasets.Features({
     "image_index": datasets.Value("int32"),
     "file_name": datasets.Value("string"),
@@ -66,13 +76,15 @@ IMAGE_FEATURES = datasets.Features({
 def check_config(config: str) -> str:
     """Return ``config`` if it names a RoCOCO config, else raise a ValueError listing the configs.
 
+    An image attack with another seed (``mix_seed7``, as a generated benchmark may hold) is a config too.
+
     Example:
         >>> check_config("randvoca")  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
         ValueError: `config` must be one of ('same_concept', 'diff_concept', 'rand_voca', ..., 'images'), got 'randvoca'
     """
-    if config not in CONFIGS:
+    if config not in CONFIGS and parse_image_attack(config) is None:
         raise ValueError(f"`config` must be one of {CONFIGS}, got {config!r}")
     return config
 
@@ -139,16 +151,23 @@ def dataset_splits(attack: str, direction: str | None = None) -> dict[str, list[
     return {"queries": [(queries, "test")], "gallery": [(attack, "original"), (attack, "adversarial")]}
 
 
-def table_features(table: str) -> datasets.Features:
+def table_features(table: str, evidence: bool = False) -> datasets.Features:
     """The features of one table (see the module docstring for the table names).
+
+    Args:
+        table: a table name.
+        evidence: the caption tables of a generated benchmark, which add ``candidates``
+            (:data:`CAPTION_EVIDENCE_FEATURES`); image tables are the same either way.
 
     Example:
         >>> list(table_features("mix_seed1_adversarial"))
         ['image_index', 'file_name', 'image', 'is_adversarial', 'partner_index', 'box']
+        >>> list(table_features("danger_adversarial", evidence=True))[-2:]
+        ['replacements', 'candidates']
     """
     if table == CAPTIONS_ORIGINAL or table.removesuffix("_adversarial") in TEXT_ATTACKS:
-        return CAPTION_FEATURES
-    if table == IMAGES_ORIGINAL or table.removesuffix("_adversarial") in IMAGE_ATTACKS:
+        return CAPTION_EVIDENCE_FEATURES if evidence else CAPTION_FEATURES
+    if table == IMAGES_ORIGINAL or parse_image_attack(table.removesuffix("_adversarial")) is not None:
         return IMAGE_FEATURES
     raise ValueError(f"`table` must be {CAPTIONS_ORIGINAL!r}, {IMAGES_ORIGINAL!r} or '<attack>_adversarial', "
                      f"got {table!r}")

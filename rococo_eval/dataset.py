@@ -29,7 +29,7 @@ def _source_for(annotations_dir: Path) -> RococoSource:
 
 
 def metric_inputs_for(attack: str, direction: str | None = None, order: str | None = None,
-                      annotations_dir=None) -> dict:
+                      annotations_dir=None, *, benchmark=None) -> dict:
     """What the RoCOCO Recall metric takes besides the scores: ``references`` and the ``adversarial`` mask.
 
     Score your model with the queries in test order and the gallery in ``order``, then call
@@ -50,6 +50,8 @@ def metric_inputs_for(attack: str, direction: str | None = None, order: str | No
             where the two orders differ (scores in one order scored in the other would be silently wrong).
         annotations_dir: as for :class:`~rococo_eval.source.RococoSource`. The clean file is read, and for a
             text attack its own file too (it gives the adversarial captions per image).
+        benchmark: instead of RoCOCO, a folder made by :func:`rococo_eval.attacks.make_benchmark` (its own
+            captions per image, adversarial captions per image and attacks).
 
     Example:
         >>> inputs = metric_inputs_for("rand_voca", order="dataset")
@@ -65,6 +67,8 @@ def metric_inputs_for(attack: str, direction: str | None = None, order: str | No
         ValueError: `order` is required for an attacked image-to-text gallery, where the two orders differ: ...
     """
     gallery_direction(attack, direction)
+    if benchmark is not None:
+        return RococoSource(annotations_dir, benchmark=benchmark).gallery(attack, direction, order).metric_inputs()
     folder = resolve_annotations_dir(annotations_dir, names=(CLEAN,) + ((attack,) if attack in TEXT_ATTACKS else ()))
     return _source_for(Path(folder).resolve()).gallery(attack, direction, order).metric_inputs()
 

@@ -34,6 +34,8 @@ import hashlib
 import json
 import logging
 import re
+import threading
+import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -43,8 +45,7 @@ from typing import Callable, Iterator, Optional, Sequence
 import numpy as np
 from tqdm.auto import tqdm
 
-from rococo_recall import rococo_recall
-
+from .alterations import AlteredImages
 from .files import write_atomic
 from .layout import CLEAN, IMAGE_TO_TEXT, TEXT_ATTACKS, TEXT_TO_IMAGE, attack_direction
 
@@ -53,6 +54,8 @@ logger = logging.getLogger(__name__)
 MANIFEST = "manifest.json"
 COMPLETE = "embeddings.npy"
 KINDS = ("text", "image")
+DEFAULT_BATCH_SIZE = 256
+_PREPROCESSING = ("preprocess_image", "encode_preprocessed")
 _SHARD = re.compile(r"rows-(\d+)-(\d+)\.npy")
 
 
@@ -103,11 +106,15 @@ class EmbeddingCache:
     Args:
         root: the cache folder (created if needed).
         batch_size: items per ``encode_`` call, and rows per shard.
-        workers: threads that load images ahead of the model (0: load in the calling thread).
-        progress: show a tqdm progress bar per item set.
+        workers: threads that load images ahead of the model (0: load in the calling thread). For a model
+            with ``preprocess_image`` and ``encode_preprocessed`` (:class:`~rococo_eval.models.PreprocessingModel`)
+            they also turn each image into model input, written straight into the batch; other models get the
+            images (``encode_images``). At most three batches are loaded or encoded at a time.
+        progress: show a tqdm progress bar per item set. Either way each item set logs (INFO) one line when
+            done, with its rate.
     """
 
-    def __init__(self, root, batch_size: int = 256, workers: int = 0, progress: bool = False):
+    def __init__(self, root, batch_size: int = DEFAULT_BATCH_SIZE, workers: int = 0, progress: bool = False):
         if not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"`batch_size` must be a positive int, got {batch_size!r}")
         if not isinstance(workers, int) or workers < 0:
@@ -140,17 +147,24 @@ class EmbeddingCache:
         missing = _missing_ranges(shards, len(items))
         done = len(items) - sum(stop - start for start, stop in missing)
         logger.info("%s: %d of %d embeddings cached, encoding the rest", items.name, done, len(items))
-        encode = model.encode_texts if items.kind == "text" else model.encode_images
+        preprocessed = items.kind == "image" and all(hasattr(model, name) for name in _PREPROCESSING)
+        encode = model.encode_texts if items.kind == "text" else (
+            model.encode_preprocessed if preprocessed else model.encode_images)
         batches = [(start, min(start + self.batch_size, stop))
                    for start, stop in missing for start in range(start, stop, self.batch_size)]
         workers = self.workers if items.kind == "image" else 0
+        started = time.perf_counter()
         with tqdm(total=len(items), initial=done, desc=items.name, unit=items.kind,
                   disable=not self.progress, dynamic_ncols=True) as bar:
-            for (start, stop), batch in _loaded(batches, items.items, workers):
+            for (start, stop), batch in _loaded(batches, items.items, workers,
+                                                model.preprocess_image if preprocessed else None):
                 path = folder / f"rows-{start:06d}-{stop:06d}.npy"
                 _save_npy(path, _check_vectors(encode(batch), stop - start, model.name))
                 shards[(start, stop)] = path
                 bar.update(stop - start)
+        seconds, encoded = time.perf_counter() - started, len(items) - done
+        logger.info("%s: %d %ss embedded in %.1f s (%.0f %ss/s)", items.name, encoded, items.kind, seconds,
+                    encoded / max(seconds, 1e-9), items.kind)
         vectors = np.concatenate([np.load(shards[key]) for key in sorted(shards)])
         _save_npy(complete, vectors)
         for path in shards.values():
@@ -189,14 +203,14 @@ def original_images(source) -> ItemSet:
                    _images_fingerprint(source))
 
 
-def altered_images(source, attack: str) -> ItemSet:
-    """The 5,000 altered copies of image attack ``attack``, made from the test images on demand."""
+def altered_images(source, attack: str, workers: int = 0) -> ItemSet:
+    """The 5,000 altered copies of image attack ``attack``, made from the test images when first read, each
+    original decoded once (:class:`~rococo_eval.alterations.AlteredImages`, on ``workers`` threads)."""
+    images = AlteredImages(source, attack, workers)
     digest = hashlib.sha256(_images_fingerprint(source).encode())
-    for index in range(source.num_images):
-        digest.update(repr(source.alteration(index, attack)).encode())
-    return ItemSet(f"images/{attack}", "image",
-                   LazyImages(lambda index: source.altered_image(index, attack), source.num_images),
-                   digest.hexdigest())
+    for alteration in images.alterations:
+        digest.update(repr(alteration).encode())
+    return ItemSet(f"images/{attack}", "image", images, digest.hexdigest())
 
 
 def galleries(attacks: Sequence[str]) -> list[tuple[str, str]]:
@@ -229,30 +243,73 @@ def score_gallery(layout, queries: np.ndarray, originals: np.ndarray, adversaria
         >>> result["recall@1"], result["false_rate"]
         (100.0, 0.0)
     """
+    from rococo_recall import rococo_recall  # imports evaluate and datasets: only where a gallery is scored
+
     pool = originals if adversarial is None else np.concatenate([originals, adversarial])
     return rococo_recall(query_embeddings=queries, gallery_embeddings=pool[layout.gallery_rows],
                          **layout.metric_inputs(), **metric_kwargs)
 
 
-def score_model(model, source, attacks: Sequence[str], cache: EmbeddingCache) -> dict[str, dict]:
+def score_model(model, source, attacks: Sequence[str], cache: EmbeddingCache, reranker=None,
+                save_scores=None) -> dict[str, dict]:
     """Embed what ``attacks`` need (through ``cache``), then score both clean galleries and each attack.
 
+    Args:
+        reranker: the :class:`~rococo_eval.rerank.Reranker` of a model scored in two stages (one with ``match``:
+            BLIP, BLIP-2; default: one with k = 256): the embeddings rank each gallery, the model's ITM head
+            re-scores each query's top candidates.
+        save_scores: a folder: each gallery's full score matrix is also written there, in the official order
+            (:mod:`rococo_eval.savedscores`), and the metric reads the same blocks that are written.
+
     Returns:
-        ``{"<attack>/<direction>": metric outputs}`` for every gallery of :func:`galleries`, official order.
+        ``{"<attack>/<direction>": metric outputs}`` for every gallery of :func:`galleries`, official order, with
+        the per-query arrays (``per_query=True``) that the report's failure analysis reads.
     """
-    images = cache.embeddings(model, original_images(source))
-    captions = cache.embeddings(model, ground_truth_captions(source))
-    altered = {attack: cache.embeddings(model, adversarial_captions(source, attack) if attack in TEXT_ATTACKS
-                                        else altered_images(source, attack)) for attack in attacks}
+    item_sets = {"images": original_images(source), "captions": ground_truth_captions(source)}
+    item_sets.update({attack: adversarial_captions(source, attack) if attack in TEXT_ATTACKS
+                      else altered_images(source, attack, cache.workers) for attack in attacks})
+    vectors = {key: cache.embeddings(model, items) for key, items in item_sets.items()}
+    if reranker is None and hasattr(model, "match"):  # BLIP, BLIP-2: always two stages
+        from .rerank import Reranker
+
+        reranker = Reranker(model, cache.root, batch_size=cache.batch_size, workers=cache.workers,
+                            progress=cache.progress)
     results = {}
     for attack, direction in tqdm(galleries(attacks), desc="scoring", unit="gallery", disable=not cache.progress,
                                   dynamic_ncols=True):
-        queries, originals = (images, captions) if direction == IMAGE_TO_TEXT else (captions, images)
+        query_key, original_key = ("images", "captions") if direction == IMAGE_TO_TEXT else ("captions", "images")
+        pool_keys = [original_key] + ([attack] if attack in vectors else [])
+        layout = source.gallery(attack, direction, "official")
         key = f"{attack}/{direction}"
-        results[key] = score_gallery(source.gallery(attack, direction, "official"), queries, originals,
-                                     altered.get(attack))
+        if reranker is None and save_scores is None:
+            results[key] = score_gallery(layout, vectors[query_key], vectors[original_key], vectors.get(attack),
+                                         per_query=True)
+        else:
+            from .rerank import Side, block_metric
+            from .savedscores import ScoreMatrixWriter, score_file_name
+
+            sides = {name: Side(item_sets[name].name, item_sets[name].fingerprint, item_sets[name].items,
+                                vectors[name]) for name in [query_key] + pool_keys}
+            blocks = (_embedding_blocks(layout, vectors[query_key], [vectors[name] for name in pool_keys])
+                      if reranker is None else
+                      reranker.score_blocks(layout, sides[query_key], [sides[name] for name in pool_keys]))
+            if save_scores is None:
+                results[key] = block_metric(blocks, layout, per_query=True)
+            else:
+                path = Path(save_scores) / score_file_name(attack, direction)
+                with ScoreMatrixWriter(path, (layout.num_queries, layout.num_gallery)) as writer:
+                    results[key] = block_metric(blocks, layout, writer, per_query=True)
+                logger.info("%s: scores saved to %s", key, path)
         logger.info("%s: R@1 %.2f", key, results[key]["recall@1"])
     return results
+
+
+def _embedding_blocks(layout, queries: np.ndarray, pool: Sequence[np.ndarray]) -> Iterator[tuple[int, np.ndarray]]:
+    """A dual encoder's score matrix of one gallery (dot products, float32), as ``(first row, rows)`` blocks."""
+    gallery = np.concatenate(pool)[layout.gallery_rows]
+    block = max(1, (64 << 20) // (4 * len(gallery)))
+    for start in range(0, len(queries), block):
+        yield start, queries[start:start + block] @ gallery.T
 
 
 def _images_fingerprint(source) -> str:
@@ -309,25 +366,66 @@ def _missing_ranges(shards, count: int) -> list[tuple[int, int]]:
     return missing
 
 
-def _loaded(batches, items: Sequence, workers: int) -> Iterator[tuple[tuple[int, int], list]]:
-    """Each batch range with its items; with ``workers``, the next batch loads while this one is encoded."""
+def _loaded(batches, items: Sequence, workers: int, prepare: Optional[Callable] = None,
+            ahead: int = 2) -> Iterator[tuple[tuple[int, int], object]]:
+    """Each batch range with its items: a list, or with ``prepare`` one array of ``prepare(item)`` rows.
+
+    With ``workers`` threads, the items (and ``prepare``) of the next ``ahead`` batches are loaded while the
+    caller encodes this one, each row written straight into its batch's array.
+
+    Example:
+        >>> [(rows, batch.tolist()) for rows, batch in _loaded([(0, 2), (2, 3)], [1, 2, 3], 2, np.atleast_1d)]
+        [((0, 2), [[1], [2]]), ((2, 3), [[3]])]
+    """
     if workers == 0:
         for start, stop in batches:
-            yield (start, stop), [items[i] for i in range(start, stop)]
+            batch = _Batch(stop - start, prepare)
+            for row, index in enumerate(range(start, stop)):
+                batch.load(items, index, row)
+            yield (start, stop), batch.rows
         return
     pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="rococo-load")
     pending = deque()
     try:
-        for batch in batches:
-            pending.append((batch, [pool.submit(items.__getitem__, i) for i in range(*batch)]))
-            if len(pending) > 1:
-                ready, futures = pending.popleft()
-                yield ready, [future.result() for future in futures]
+        for start, stop in batches:
+            batch = _Batch(stop - start, prepare)
+            futures = [pool.submit(batch.load, items, index, row) for row, index in enumerate(range(start, stop))]
+            pending.append(((start, stop), batch, futures))
+            if len(pending) > ahead:
+                yield _finished(pending.popleft())
         while pending:
-            ready, futures = pending.popleft()
-            yield ready, [future.result() for future in futures]
+            yield _finished(pending.popleft())
     finally:
+        getattr(items, "stop", lambda: None)()  # AlteredImages: make nothing more ahead (Ctrl-C answers at once)
         pool.shutdown(wait=True, cancel_futures=True)
+
+
+class _Batch:
+    """One batch being loaded: a list of items, or (with ``prepare``) an array allocated at the first row."""
+
+    def __init__(self, size: int, prepare: Optional[Callable]):
+        self.size, self.prepare = size, prepare
+        self.rows = [None] * size if prepare is None else None
+        self.lock = threading.Lock()
+
+    def load(self, items: Sequence, index: int, row: int) -> None:
+        item = items[index]
+        if self.prepare is None:
+            self.rows[row] = item
+            return
+        values = self.prepare(item)
+        if self.rows is None:
+            with self.lock:
+                if self.rows is None:
+                    self.rows = np.empty((self.size,) + values.shape, dtype=values.dtype)
+        self.rows[row] = values
+
+
+def _finished(entry):
+    rows, batch, futures = entry
+    for future in futures:
+        future.result()
+    return rows, batch.rows
 
 
 def _check_vectors(vectors, rows: int, model_name: str) -> np.ndarray:

@@ -59,7 +59,6 @@ from .configs import (
     CONFIGS,
     IMAGE_FEATURES,
     IMAGES_ORIGINAL,
-    check_config,
     config_splits,
     query_config,
     table_features,
@@ -68,7 +67,7 @@ from .configs import (
 from .download import (COCO_IMAGE_BASE_URL, COCO_TERMS_URL, DEFAULT_DOWNLOAD_WORKERS, DEFAULT_IMAGE_WORKERS,
                        default_cache_dir)
 from .images import BATCH_SIZE, IMAGE_SIZE, LAM, load_mix_table
-from .layout import IMAGE_ATTACKS, SEEDS, TEXT_ATTACKS, caption_offsets
+from .layout import IMAGE_ATTACKS, SEEDS, TEXT_ATTACKS
 from .source import RococoSource, fetch_images
 
 logger = logging.getLogger(__name__)
@@ -145,11 +144,9 @@ def export_dataset(out_dir, configs: Iterable[str] | str | None = None, *, annot
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
     try:
-        files = {table: _write_table(source, table, staging, workers, progress) for table in tables_of(configs)}
-        splits = {config: {split: files[table] for split, table in config_splits(config).items()}
-                  for config in configs}
+        splits = write_tables(source, configs, staging, workers=workers, progress=progress)
         (staging / "README.md").write_text(_dataset_card(splits, source), encoding="utf-8")
-        _move_into_place(staging, out)
+        move_into_place(staging, out)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
@@ -186,12 +183,29 @@ def source_for_configs(configs: Iterable[str], annotations_dir=None, images_dir=
     return RococoSource(annotations_dir, images_dir=images_dir, cache_dir=cache_dir)
 
 
+def write_tables(source: RococoSource, configs: Iterable[str], folder, *, workers: int | None = None,
+                 progress: bool = False) -> dict[str, dict[str, list[str]]]:
+    """Write the tables ``configs`` read from ``source`` as ``folder/data/*.parquet``; return config -> split ->
+    files, what :func:`configs_yaml` lists in a dataset card. The caption tables of a source with word-choice
+    evidence (a generated benchmark) add the ``candidates`` column.
+
+    Example:
+        >>> import tempfile
+        >>> write_tables(RococoSource(), ["danger"], tempfile.mkdtemp())["danger"]["adversarial"]
+        ['data/danger_adversarial-00000-of-00001.parquet']
+    """
+    folder = Path(folder)
+    files = {table: _write_table(source, table, folder, workers, progress) for table in tables_of(configs)}
+    return {config: {split: files[table] for split, table in config_splits(config).items()} for config in configs}
+
+
 def _select_configs(configs, include_queries: bool) -> list[str]:
     names = list(CONFIGS) if configs is None else [configs] if isinstance(configs, str) else list(configs)
     if not names:
         raise ValueError("`configs` is empty: name at least one config, or pass None for all")
     for name in names:
-        check_config(name)
+        if name not in CONFIGS:  # RoCOCO's configs only (other seeds are a generated benchmark's: rococo_eval.attacks)
+            raise ValueError(f"`config` must be one of {CONFIGS}, got {name!r}")
     if include_queries:
         names += [query_config(name) for name in names]
     return list(dict.fromkeys(names))
@@ -199,7 +213,7 @@ def _select_configs(configs, include_queries: bool) -> list[str]:
 
 def _write_table(source: RococoSource, table: str, folder: Path, workers, progress: bool) -> list[str]:
     """Write one table as ``data/<table>-0000k-of-0000n.parquet``; return the relative paths in row order."""
-    features = table_features(table)
+    features = table_features(table, evidence=source.has_evidence)
     schema = features.arrow_schema
     has_images = features is IMAGE_FEATURES
     num_rows = table_num_rows(source, table)
@@ -274,22 +288,23 @@ def table_rows(source: RococoSource, table: str, workers: int | None = 1) -> Ite
 
 def _original_caption_rows(source: RococoSource) -> Iterator[dict]:
     image_of_caption = [i for i, count in enumerate(source.captions_per_image) for _ in range(count)]
+    evidence = {"candidates": None} if source.has_evidence else {}
     for image_index, caption in zip(image_of_caption, source.ground_truth_captions()):
         yield {"image_index": image_index, "caption": caption, "is_adversarial": False,
-               "source_caption_index": None, "replacements": None}
+               "source_caption_index": None, "replacements": None, **evidence}
 
 
 def _adversarial_caption_rows(source: RococoSource, attack: str) -> Iterator[dict]:
     ground_truth = source.ground_truth_captions()
-    offsets = caption_offsets(source.captions_per_image)
     captions = source.adversarial_captions(attack)  # read first: the file gives its captions per image
     per_image = source.adversarial_per_image
-    for row, caption in enumerate(captions):
-        image_index, j = divmod(row, per_image)
-        source_index = int(offsets[image_index]) + j
+    evidence = source.caption_evidence(attack)
+    for row, (caption, source_index) in enumerate(zip(captions, source.adversarial_sources(attack))):
         changes = find_replacements(ground_truth[source_index], caption)
-        yield {"image_index": image_index, "caption": caption, "is_adversarial": True,
-               "source_caption_index": source_index, "replacements": [change._asdict() for change in changes]}
+        extra = {} if evidence is None else {"candidates": evidence[row]}
+        yield {"image_index": row // per_image, "caption": caption, "is_adversarial": True,
+               "source_caption_index": source_index, "replacements": [change._asdict() for change in changes],
+               **extra}
 
 
 def _image_row(source: RococoSource, index: int, data: bytes, partner, box) -> dict:
@@ -313,7 +328,18 @@ def _in_order(function: Callable[[int], dict], items: range, workers: int | None
             yield from pool.map(function, items[start:start + block])
 
 
-def _move_into_place(staging: Path, out: Path) -> None:
+def move_into_place(staging: Path, out: Path) -> None:
+    """Rename the complete folder ``staging`` to ``out``, replacing an ``out`` that exists (removed only once
+    ``staging`` is in its place).
+
+    Example:
+        >>> import tempfile
+        >>> root = Path(tempfile.mkdtemp())
+        >>> (root / "new").mkdir(); (root / "out").mkdir(); (root / "new" / "a").write_text("x")
+        1
+        >>> move_into_place(root / "new", root / "out"); sorted(p.name for p in root.rglob("*"))
+        ['a', 'out']
+    """
     if not out.exists():
         os.replace(staging, out)
         return

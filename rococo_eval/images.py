@@ -8,7 +8,8 @@ Each of the 5,000 test images gets one altered copy, made from the image and a *
 Who is mixed with whom, and where the box lies, comes from PyTorch's and NumPy's random streams in the
 official script. ``tools/make_mix_tables.py`` replays them once; the published tables
 (``rococo_eval/data/mix_tables.npz``) are read here, so results do not depend on a random generator
-agreeing across library versions.
+agreeing across library versions. For another image set, :func:`make_mix_table` draws a table of the same
+structure from a documented NumPy procedure (what :mod:`rococo_eval.attacks` stores with a generated benchmark).
 
 The pixel arithmetic follows the official pipeline step for step: PIL bicubic resize to 384 x 384,
 ``ToTensor`` (``uint8 / 255`` in float32), the float32 mix, and ``torchvision.utils.save_image``'s
@@ -37,9 +38,10 @@ _TABLE_FILE = "mix_tables.npz"
 
 @dataclass(frozen=True)
 class MixTable:
-    """The official partners (and patch boxes) of the 5,000 test images for one method and seed.
+    """The partners (and patch boxes) of a set's images for one method and seed: the official ones of the 5,000
+    RoCOCO test images (:func:`load_mix_table`), or those :func:`make_mix_table` draws for another set.
 
-    Images are test-split positions 0..4999, in annotation file order. Arrays are read-only int64.
+    Images are test-split positions 0..4999 (0..N-1), in annotation file order. Arrays are read-only int64.
 
     Attributes:
         method: ``"mix"`` or ``"patch"``.
@@ -111,6 +113,54 @@ def load_mix_table(method: str, seed: int) -> MixTable:
     )
 
 
+def make_mix_table(method: str, seed: int, num_images: int) -> MixTable:
+    """Draw the partners (and patch boxes) of ``num_images`` images, structured as the official script draws them.
+
+    The procedure, on NumPy's legacy ``RandomState`` (whose streams NumPy keeps fixed across versions):
+
+    1. partners: ``rng = RandomState([seed, 1])``; ``order = rng.permutation(num_images)`` (the shuffled
+       loader), cut into batches of :data:`BATCH_SIZE`; per batch ``perm = rng.permutation(len(batch))`` and
+       ``partner[batch] = batch[perm]`` (an image can be its own partner, as in the official script);
+    2. boxes (``patch``): ``boxes = RandomState(seed)`` (as the official ``np.random.seed(seed)``), per batch
+       a row centre then a column centre ``boxes.randint(384)``, and the official ``rand_bbox``: side
+       ``cut = int(384 * sqrt(1 - LAM))``, ``[centre - cut // 2, centre + cut // 2)`` clipped to the image. For
+       the same seed and number of batches the boxes are the official ones, batch by batch.
+
+    Args:
+        method: ``"mix"`` or ``"patch"``.
+        seed: a non-negative int.
+        num_images: the number of images, at least 1.
+
+    Example:
+        >>> table = make_mix_table("patch", 1, 70)
+        >>> table.partner.shape, table.box.shape, sorted(table.partner[table.order[:64]]) == sorted(table.order[:64])
+        ((70,), (70, 4), True)
+        >>> bool((make_mix_table("mix", 1, 70).partner == table.partner).all())  # same seed, same partners
+        True
+    """
+    if method not in IMAGE_ATTACK_METHODS:
+        raise ValueError(f"`method` has to be one of {IMAGE_ATTACK_METHODS}, got {method!r}")
+    if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool) or seed < 0:
+        raise ValueError(f"`seed` has to be a non-negative int, got {seed!r}")
+    if not isinstance(num_images, (int, np.integer)) or isinstance(num_images, bool) or num_images < 1:
+        raise ValueError(f"`num_images` has to be a positive int, got {num_images!r}")
+    partners = np.random.RandomState([int(seed), 1])
+    boxes = np.random.RandomState(int(seed))
+    order = partners.permutation(int(num_images))
+    partner = np.empty(num_images, dtype=np.int64)
+    box = np.empty((num_images, 4), dtype=np.int64)
+    cut = int(IMAGE_SIZE * np.sqrt(1.0 - LAM))
+    for start in range(0, num_images, BATCH_SIZE):
+        batch = order[start:start + BATCH_SIZE]
+        partner[batch] = batch[partners.permutation(len(batch))]
+        if method == "patch":
+            centre_row, centre_col = boxes.randint(IMAGE_SIZE), boxes.randint(IMAGE_SIZE)
+            box[batch] = np.clip([centre_row - cut // 2, centre_row + cut // 2,
+                                  centre_col - cut // 2, centre_col + cut // 2], 0, IMAGE_SIZE)
+    return MixTable(method=method, seed=int(seed), order=_read_only(order), partner=_read_only(partner),
+                    box=_read_only(box) if method == "patch" else None)
+
+
 def preprocess(image: Image.Image) -> np.ndarray:
     """Resize an image the way the official script reads it: RGB, 384 x 384 bicubic, values in [0, 1].
 
@@ -128,18 +178,33 @@ def preprocess(image: Image.Image) -> np.ndarray:
         >>> pixels.shape, pixels.dtype, float(pixels.max())
         ((384, 384, 3), dtype('float32'), 1.0)
     """
-    resized = image.convert("RGB").resize((IMAGE_SIZE, IMAGE_SIZE), Image.Resampling.BICUBIC)
-    return np.asarray(resized, dtype=np.float32) / np.float32(255)
+    return resize(image) / np.float32(255)
+
+
+def resize(image: Image.Image) -> np.ndarray:
+    """The image as the official script resizes it, before ``ToTensor``: RGB, 384 x 384 bicubic, uint8.
+
+    :func:`preprocess` is this divided by 255; an image that takes part in several alterations is resized
+    once and the result passed to :func:`alter_pixels` (as the image and as a partner). An RGB image is
+    resized as it is, other modes are converted to RGB first.
+
+    Example:
+        >>> pixels = resize(Image.new("RGB", (640, 480), (1, 2, 3)))
+        >>> pixels.shape, pixels.dtype, pixels[0, 0].tolist()
+        ((384, 384, 3), dtype('uint8'), [1, 2, 3])
+    """
+    rgb = image if image.mode == "RGB" else image.convert("RGB")
+    return np.asarray(rgb.resize((IMAGE_SIZE, IMAGE_SIZE), Image.Resampling.BICUBIC))
 
 
 def _pixels(value, name):
     if isinstance(value, Image.Image):
         return preprocess(value)
-    if not (isinstance(value, np.ndarray) and value.dtype == np.float32):
-        raise ValueError(f"`{name}` has to be a PIL image or a float32 array, got {type(value).__name__}")
+    if not (isinstance(value, np.ndarray) and value.dtype in (np.float32, np.uint8)):
+        raise ValueError(f"`{name}` has to be a PIL image, a float32 or a uint8 array, got {type(value).__name__}")
     if value.shape != (IMAGE_SIZE, IMAGE_SIZE, 3):
         raise ValueError(f"`{name}` has to have shape (384, 384, 3), got {value.shape}")
-    return value
+    return value / np.float32(255) if value.dtype == np.uint8 else value
 
 
 def alter_pixels(
@@ -157,7 +222,8 @@ def alter_pixels(
     as the box already encodes it.
 
     Args:
-        original: the image being altered: a PIL image or the float32 output of :func:`preprocess`.
+        original: the image being altered: a PIL image, the float32 output of :func:`preprocess` or the uint8
+            output of :func:`resize`.
         partner: the image mixed in, same kinds.
         method: ``"mix"`` or ``"patch"``.
         box: ``(row0, row1, col0, col1)``, required for ``patch`` (a row of :attr:`MixTable.box`),

@@ -40,6 +40,7 @@ Example:
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -51,6 +52,7 @@ IMAGE_ATTACK_METHODS = ("mix", "patch")
 SEEDS = (1, 10, 100)
 IMAGE_ATTACKS = tuple(f"{method}_seed{seed}" for method in IMAGE_ATTACK_METHODS for seed in SEEDS)
 ATTACKS = TEXT_ATTACKS + IMAGE_ATTACKS
+_IMAGE_ATTACK = re.compile(r"(" + "|".join(IMAGE_ATTACK_METHODS) + r")_seed(0|[1-9][0-9]*)")
 IMAGE_TO_TEXT = "image_to_text"
 TEXT_TO_IMAGE = "text_to_image"
 DIRECTIONS = (IMAGE_TO_TEXT, TEXT_TO_IMAGE)
@@ -243,16 +245,45 @@ def _check_adversarial_per_image(adversarial_per_image) -> None:
         raise ValueError(f"`adversarial_per_image` must be a positive int, got {adversarial_per_image!r}")
 
 
-def attack_direction(attack: str) -> str:
-    """The direction a RoCOCO attack is scored in: text attacks image-to-text, image attacks text-to-image.
+def image_attack_name(method: str, seed: int) -> str:
+    """The name of the image attack ``method`` (``"mix"`` or ``"patch"``) with ``seed``: RoCOCO's seeds are
+    :data:`SEEDS`; a generated benchmark (:mod:`rococo_eval.attacks`) may use any non-negative int.
 
     Example:
-        >>> attack_direction("rand_voca"), attack_direction("mix_seed10")
-        ('image_to_text', 'text_to_image')
+        >>> image_attack_name("patch", 7)
+        'patch_seed7'
+    """
+    name = f"{method}_seed{seed}"
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not _IMAGE_ATTACK.fullmatch(name):
+        raise ValueError(f"`method` must be one of {IMAGE_ATTACK_METHODS} and `seed` a non-negative int, "
+                         f"got {method!r} and {seed!r}")
+    return name
+
+
+def parse_image_attack(attack: str) -> tuple[str, int] | None:
+    """``(method, seed)`` of an image attack's name (any seed), or None when ``attack`` names none.
+
+    Example:
+        >>> parse_image_attack("mix_seed10"), parse_image_attack("mix_seed7"), parse_image_attack("rand_voca")
+        (('mix', 10), ('mix', 7), None)
+    """
+    match = _IMAGE_ATTACK.fullmatch(attack) if isinstance(attack, str) else None
+    return None if match is None else (match.group(1), int(match.group(2)))
+
+
+def attack_direction(attack: str) -> str:
+    """The direction an attack is scored in: text attacks image-to-text, image attacks text-to-image.
+
+    Image attacks are named ``<method>_seed<seed>`` with any seed (:func:`parse_image_attack`): RoCOCO's use
+    :data:`SEEDS`, a generated benchmark may use others.
+
+    Example:
+        >>> attack_direction("rand_voca"), attack_direction("mix_seed10"), attack_direction("patch_seed7")
+        ('image_to_text', 'text_to_image', 'text_to_image')
     """
     if attack in TEXT_ATTACKS:
         return IMAGE_TO_TEXT
-    if attack in IMAGE_ATTACKS:
+    if attack in IMAGE_ATTACKS or parse_image_attack(attack) is not None:
         return TEXT_TO_IMAGE
     raise ValueError(f"`attack` must be one of {ATTACKS}, got {attack!r}")
 

@@ -247,14 +247,18 @@ def detect_layout(shape, captions_per_image, file_name: str = "", scores=None, *
 
 
 def choose_layout(shape, captions_per_image, file_name: str = "", attack: str = "", direction: str = "",
-                  order: str = "", scores=None, *, adversarial_per_image: int = ADVERSARIAL_PER_IMAGE) -> LayoutChoice:
+                  order: str = "", scores=None, *, adversarial_per_image: int = ADVERSARIAL_PER_IMAGE,
+                  attacks=ATTACKS) -> LayoutChoice:
     """Complete and check the layout a user gave for a score matrix of ``shape``; blanks are detected.
 
     ``attack`` ``"custom"`` takes the references and adversarial items from elsewhere, so the metric checks
-    them against the shape. A standard layout must have exactly the gallery's shape. A blank ``order`` of an
-    attacked image-to-text gallery is read from ``scores`` (see :func:`detect_layout`), or left ``""``; a given
-    one is used as given, and the note says whether the ``scores``, when given, agree. ``adversarial_per_image``
-    is the set's number of adversarial captions per image in a text attack.
+    them against the shape. A standard layout must have exactly the gallery's shape. A blank ``order`` is the one
+    the file name states (``..._official_order.npy``, as ``rococo-eval run --save-scores`` names files), used
+    as a given one; else that of an attacked image-to-text gallery is read from ``scores`` (see
+    :func:`detect_layout`), or left ``""``; a given one is used as given, and the note says whether the
+    ``scores``, when given, agree. ``adversarial_per_image``
+    is the set's number of adversarial captions per image in a text attack; ``attacks`` the attacks a given
+    ``attack`` may name (RoCOCO's, or a generated benchmark's, whose image attacks may have other seeds).
 
     Example:
         >>> choice = choose_layout((3, 31), [5, 6, 5], attack="danger", order="dataset")
@@ -268,6 +272,8 @@ def choose_layout(shape, captions_per_image, file_name: str = "", attack: str = 
         ValueError: danger/image_to_text expects a (3, 31) matrix, got (3, 16), which fits clean/image_to_text
     """
     attack, direction, order = (str(value or "").strip() for value in (attack, direction, order))
+    how = "as chosen" if order or not _named_order(file_name) else "as the file name says"
+    order = order or _named_order(file_name)
     shape = tuple(int(n) for n in shape)
     if attack == CUSTOM:
         if direction:
@@ -284,7 +290,7 @@ def choose_layout(shape, captions_per_image, file_name: str = "", attack: str = 
         if direction in ("", detected.direction) and order in ("", detected.order):
             return detected
         attack = detected.attack
-    _check_choice("attack", attack, (CLEAN,) + ATTACKS + (CUSTOM,))
+    _check_choice("attack", attack, (CLEAN,) + tuple(attacks) + (CUSTOM,))
     _require_captions(captions_per_image)
     if not direction:
         direction = attack_direction(attack) if attack != CLEAN else _clean_direction(shape, captions_per_image)
@@ -299,7 +305,7 @@ def choose_layout(shape, captions_per_image, file_name: str = "", attack: str = 
     if not order:
         return _order_from_scores(attack, f"{attack} image-to-text gallery, as chosen", captions_per_image, scores,
                                   adversarial_per_image)
-    note = f"{attack} {direction.replace('_', '-')} gallery in the {order} order, as chosen"
+    note = f"{attack} {direction.replace('_', '-')} gallery in the {order} order, {how}"
     if attack == CLEAN or direction == TEXT_TO_IMAGE or scores is None:
         return LayoutChoice(attack, direction, order, note)
     decision = decide_order(scores() if callable(scores) else scores, captions_per_image,
@@ -353,6 +359,19 @@ def _check_choice(name, value, allowed):
     if value not in allowed:
         raise ValueError(f"`{name}` must be one of {', '.join(allowed)}; got {value!r}")
     return value
+
+
+def _named_order(file_name: str) -> str:
+    """The order a file name states as ``official_order`` or ``dataset_order`` (whole words, ``-`` counts as
+    ``_``), as ``rococo-eval run --save-scores`` names its files; ``""`` when it states none, or both.
+
+    Example:
+        >>> _named_order("rand_voca_image_to_text_official_order.npy"), _named_order("my_dataset_rand_voca.npy")
+        ('official', '')
+    """
+    name = Path(file_name).name.lower().replace("-", "_")
+    named = [order for order in ORDERS if re.search(rf"(?<![a-z0-9]){order}_order(?![a-z0-9])", name)]
+    return named[0] if len(named) == 1 else ""
 
 
 def _named_galleries(file_name: str) -> list[str]:

@@ -11,7 +11,9 @@ Two families are supported, named the way the ``rococo-eval`` command takes them
 Both need the optional ``models`` extra (torch, open_clip_torch, transformers). Images are preprocessed
 here with PIL and NumPy, exactly as open_clip's evaluation transform does for its ``shortest`` and
 ``squash`` resize modes, so open_clip's torchvision-based transforms are never called; ``hf:`` models use
-their own image processor.
+their own image processor's output, reproduced bit for bit by :class:`ProcessorReplica` where it can. Both
+preprocess one image at a time (``preprocess_image``, run in the embedding loop's worker threads) apart from
+the forward pass (``encode_preprocessed``): see :class:`PreprocessingModel`.
 
 Every model has a ``fingerprint``: a digest of its weights, preprocessing, tokenizer and precision, which
 names its cached embeddings (``rococo_eval.embeddings``).
@@ -42,7 +44,8 @@ MODEL_FORMS = (
     "or 'none' for random weights)",
     "open_clip:hf-hub:ORG/REPO",
     "open_clip:local-dir:PATH",
-    "hf:REPO_OR_PATH (a transformers dual encoder, e.g. hf:openai/clip-vit-base-patch32)",
+    "hf:REPO_OR_PATH (a transformers dual encoder, e.g. hf:openai/clip-vit-base-patch32, or a BLIP/BLIP-2 "
+    "retrieval checkpoint, e.g. hf:Salesforce/blip-itm-base-coco)",
 )
 PRECISIONS = ("fp32", "fp16", "bf16")
 INSTALL_HINT = "pip install 'rococo-eval[models]'"
@@ -77,6 +80,22 @@ class ImageTextModel(Protocol):
 
     def encode_texts(self, texts: Sequence[str]) -> np.ndarray:
         """Return float32 L2-normalised embeddings, one row per text."""
+
+
+class PreprocessingModel(ImageTextModel, Protocol):
+    """A model whose image preprocessing can run apart from the model, in the embedding loop's workers.
+
+    ``encode_preprocessed(np.stack([preprocess_image(image) for image in images]))`` equals
+    ``encode_images(images)`` bit for bit. The embedding loop (:mod:`rococo_eval.embeddings`) calls
+    ``preprocess_image`` in its worker threads, writing each result into a preallocated batch, and
+    ``encode_preprocessed`` on the batch; models without the pair are given the images (``encode_images``).
+    """
+
+    def preprocess_image(self, image: Image.Image) -> np.ndarray:
+        """Return the model input of one image (float32, e.g. ``(3, 224, 224)``); safe to call from threads."""
+
+    def encode_preprocessed(self, batch: np.ndarray) -> np.ndarray:
+        """Return float32 L2-normalised embeddings of a batch of :meth:`preprocess_image` outputs."""
 
 
 @dataclass(frozen=True)
@@ -126,7 +145,8 @@ def load_model(name: str, device: Optional[str] = None, precision: str = "fp32")
             are returned in float32 either way.
 
     Raises:
-        ModelError: for an unknown name, architecture or pretrained tag, or a model that is no dual encoder.
+        ModelError: for an unknown name, architecture or pretrained tag, or a model that is no dual encoder
+            (BLIP and BLIP-2 retrieval checkpoints load as :mod:`rococo_eval.rerank_models`).
         MissingExtraError: when torch, open_clip or transformers is not installed.
     """
     parsed = parse_model_name(name)
@@ -134,6 +154,15 @@ def load_model(name: str, device: Optional[str] = None, precision: str = "fp32")
         raise ValueError(f"`precision` must be one of {PRECISIONS}, got {precision!r}")
     if parsed.library == "open_clip":
         return OpenClipModel(name, parsed, device, precision)
+    from . import rerank_models  # BLIP and BLIP-2 retrieval checkpoints, scored in two stages (rococo_eval.rerank)
+
+    _import("torch")
+    transformers = _import("transformers")
+    try:
+        if rerank_models.is_reranking_config(transformers.AutoConfig.from_pretrained(parsed.name)):
+            return rerank_models.load_reranking_model(name, parsed.name, _TorchModel(name, device, precision))
+    except (OSError, ValueError) as error:
+        raise ModelError(f"cannot load {name!r} with transformers: {error}") from error
     return HFModel(name, parsed, device, precision)
 
 
@@ -174,9 +203,30 @@ def clip_preprocess(image: Image.Image, size, mean, std, interpolation: str = "b
         left = int(round((image.size[0] - side) / 2.0))
         top = int(round((image.size[1] - side) / 2.0))
         image = image.crop((left, top, left + side, top + side))
-    pixels = np.asarray(image.convert("RGB"), dtype=np.float32) / np.float32(255)
-    pixels = (pixels - np.asarray(mean, dtype=np.float32)) / np.asarray(std, dtype=np.float32)
-    return np.ascontiguousarray(pixels.transpose(2, 0, 1))
+    table = _normalising_table(np.arange(256, dtype=np.float32) / np.float32(255), mean, std)
+    return apply_table(image if image.mode == "RGB" else image.convert("RGB"), table)
+
+
+def apply_table(image: Image.Image, table: np.ndarray) -> np.ndarray:
+    """Look up each byte of an RGB image in its channel's row of ``table``: the ``(3, H, W)`` float32 pixels.
+
+    Any per-value float32 arithmetic (``x / 255``, ``(x - mean) / std``) applied to a whole image gives the same
+    bits as applied to the 256 possible values once and looked up, at a fraction of the cost.
+
+    Args:
+        image: an RGB PIL image.
+        table: ``(3, 256)`` float32, e.g. from :func:`_normalising_table`.
+
+    Example:
+        >>> table = np.stack([np.arange(256, dtype=np.float32)] * 3) * np.float32([[1], [-1], [0]])
+        >>> apply_table(Image.new("RGB", (2, 1), (5, 6, 7)), table)[:, 0, 0].tolist()
+        [5.0, -6.0, 0.0]
+    """
+    pixels = np.asarray(image)
+    out = np.empty((3,) + pixels.shape[:2], dtype=table.dtype)
+    for channel in range(3):
+        np.take(table[channel], pixels[:, :, channel], out=out[channel])
+    return out
 
 
 def resolve_device(device: Optional[str] = None) -> str:
@@ -204,6 +254,18 @@ class _TorchModel:
 
     def _place(self, module):
         return module.to(device=self.device, dtype=self.dtype).eval()
+
+    def encode_images(self, images: Sequence[Image.Image]) -> np.ndarray:
+        """Embed PIL images: :meth:`preprocess_image` of each into one batch, then :meth:`encode_preprocessed`."""
+        first = self.preprocess_image(images[0])
+        batch = np.empty((len(images),) + first.shape, dtype=first.dtype)
+        batch[0] = first
+        for row, image in enumerate(images[1:], start=1):
+            batch[row] = self.preprocess_image(image)
+        return self.encode_preprocessed(batch)
+
+    def _input(self, batch: np.ndarray):
+        return self.torch.from_numpy(batch).to(device=self.device, dtype=self.dtype)
 
     def _finish(self, features) -> np.ndarray:
         features = features.float()
@@ -235,14 +297,16 @@ class OpenClipModel(_TorchModel):
         self.model = self._place(model)
         logger.info("loaded %s on %s (%s)", name, self.device, precision)
 
-    def encode_images(self, images: Sequence[Image.Image]) -> np.ndarray:
+    def preprocess_image(self, image: Image.Image) -> np.ndarray:
+        """open_clip's evaluation transform of one image (:func:`clip_preprocess`); thread-safe."""
         cfg = self.preprocess_cfg
-        options = {"interpolation": cfg.get("interpolation", "bicubic"),
-                   "resize_mode": cfg.get("resize_mode", "shortest")}
-        pixels = np.stack([clip_preprocess(image, cfg["size"], cfg["mean"], cfg["std"], **options) for image in images])
+        return clip_preprocess(image, cfg["size"], cfg["mean"], cfg["std"], cfg.get("interpolation", "bicubic"),
+                               cfg.get("resize_mode", "shortest"))
+
+    def encode_preprocessed(self, batch: np.ndarray) -> np.ndarray:
+        """Embed a batch of :meth:`preprocess_image` outputs."""
         with self.torch.inference_mode():
-            batch = self.torch.from_numpy(pixels).to(device=self.device, dtype=self.dtype)
-            return self._finish(self.model.encode_image(batch))
+            return self._finish(self.model.encode_image(self._input(batch)))
 
     def encode_texts(self, texts: Sequence[str]) -> np.ndarray:
         with self.torch.inference_mode():
@@ -274,19 +338,124 @@ class HFModel(_TorchModel):
                                              vocabulary=_digest_json(self.tokenizer.get_vocab()),
                                              max_length=self.max_length, padding=self.padding)
         self.model = self._place(model)
-        logger.info("loaded %s on %s (%s)", name, self.device, precision)
+        self.fast_preprocessing = ProcessorReplica.of(self.processor)
+        logger.info("loaded %s on %s (%s)%s", name, self.device, precision,
+                    "" if self.fast_preprocessing else f"; images go through {type(self.processor).__name__} one by one")
 
-    def encode_images(self, images: Sequence[Image.Image]) -> np.ndarray:
-        pixels = self.processor(images=[image.convert("RGB") for image in images], return_tensors="pt")["pixel_values"]
+    def preprocess_image(self, image: Image.Image) -> np.ndarray:
+        """The image processor's ``pixel_values`` of one image, bit for bit; thread-safe.
+
+        Replicated with one resize and a table look-up (:class:`ProcessorReplica`) when the processor is one it
+        reproduces, else the processor itself on this one image. Images that are not RGB are converted first.
+        """
+        image = image if image.mode == "RGB" else image.convert("RGB")
+        if self.fast_preprocessing is not None:
+            pixels = self.fast_preprocessing(image)
+            if pixels is not None:
+                return pixels
+        return np.asarray(self.processor(images=[image], return_tensors="np")["pixel_values"][0])
+
+    def encode_preprocessed(self, batch: np.ndarray) -> np.ndarray:
+        """Embed a batch of :meth:`preprocess_image` outputs."""
         with self.torch.inference_mode():
-            return self._finish(_features(self.model.get_image_features(
-                pixel_values=pixels.to(device=self.device, dtype=self.dtype))))
+            return self._finish(_features(self.model.get_image_features(pixel_values=self._input(batch))))
 
     def encode_texts(self, texts: Sequence[str]) -> np.ndarray:
         batch = self.tokenizer(list(texts), padding=self.padding, truncation=True, max_length=self.max_length,
                                return_tensors="pt")
         with self.torch.inference_mode():
             return self._finish(_features(self.model.get_text_features(**batch.to(self.device))))
+
+
+class ProcessorReplica:
+    """The ``pixel_values`` of a transformers PIL-backend image processor (CLIP's and the like), reproduced exactly.
+
+    The processor converts the image to a NumPy array, back to PIL to resize it, to NumPy again, crops the
+    centre, rescales in float64, casts to float32 and normalises; four full-size copies per image. The
+    replica resizes the PIL image once with the same filter and size, crops, and looks the bytes up in a
+    ``(3, 256)`` table holding the rescaled and normalised value of every byte, computed with the processor's own
+    steps. :meth:`of` builds it only for a processor whose steps it knows, and only after checking that it gives
+    the processor's bits on test images (else the processor is used, image by image).
+
+    Example:
+        >>> from transformers.models.clip.image_processing_pil_clip import CLIPImageProcessorPil
+        >>> processor = CLIPImageProcessorPil(size={"shortest_edge": 8}, crop_size={"height": 8, "width": 8})
+        >>> image = Image.linear_gradient("L").convert("RGB").resize((30, 20))
+        >>> expected = processor(images=[image], return_tensors="np")["pixel_values"][0]
+        >>> bool(np.array_equal(ProcessorReplica.of(processor)(image), expected))
+        True
+    """
+
+    def __init__(self, size, crop, resample, table: np.ndarray):
+        self.size, self.crop, self.resample, self.table = size, crop, resample, table
+
+    @classmethod
+    def of(cls, processor) -> Optional["ProcessorReplica"]:
+        """The replica of ``processor``, or None when it has steps the replica does not reproduce exactly."""
+        try:
+            replica = cls._build(processor)
+        except (AttributeError, TypeError, ValueError):
+            return None
+        if replica is None or not replica._agrees_with(processor):
+            return None
+        return replica
+
+    @classmethod
+    def _build(cls, processor):
+        backends = [klass.__name__ for klass in type(processor).__mro__]
+        if "PilBackend" not in backends or getattr(processor, "do_pad", None):
+            return None
+        base = type(processor).__mro__[backends.index("PilBackend")]
+        steps = ("process_image", "_preprocess", "resize", "center_crop", "rescale", "normalize", "convert_to_rgb")
+        if any(getattr(type(processor), step) is not getattr(base, step) for step in steps):
+            return None  # a model-specific step: only the processor itself knows it
+        if not (processor.do_resize and processor.do_convert_rgb and (processor.do_rescale or processor.do_normalize)):
+            return None
+        size = processor.size
+        if size.shortest_edge and not (size.longest_edge or size.height or size.width or size.max_height):
+            target = ("shortest", int(size.shortest_edge))
+        elif size.height and size.width and not (size.shortest_edge or size.longest_edge):
+            target = ("exact", (int(size.height), int(size.width)))
+        else:
+            return None
+        crop = (int(processor.crop_size.height), int(processor.crop_size.width)) if processor.do_center_crop else None
+        values = np.arange(256, dtype=np.uint8)
+        values = (values.astype(np.float64) * processor.rescale_factor).astype(np.float32) if processor.do_rescale \
+            else values.astype(np.float32)
+        if processor.do_normalize:
+            table = _normalising_table(values, _per_channel(processor.image_mean), _per_channel(processor.image_std))
+        else:
+            table = np.stack([values] * 3)
+        return cls(target, crop, processor.resample, table)
+
+    def __call__(self, image: Image.Image) -> Optional[np.ndarray]:
+        """The ``(3, H, W)`` float32 input of an RGB image, or None where the processor would pad it."""
+        width, height = image.size
+        kind, side = self.size
+        if kind == "shortest":
+            short, long = (width, height) if width <= height else (height, width)
+            new_long = int(side * long / short)
+            new_height, new_width = (new_long, side) if width <= height else (side, new_long)
+        else:
+            new_height, new_width = side
+        image = image.resize((new_width, new_height), resample=self.resample)
+        if self.crop is not None:
+            crop_height, crop_width = self.crop
+            top, left = (new_height - crop_height) // 2, (new_width - crop_width) // 2
+            if top < 0 or left < 0:
+                return None
+            image = image.crop((left, top, left + crop_width, top + crop_height))
+        return apply_table(image, self.table)
+
+    def _agrees_with(self, processor) -> bool:
+        rng = np.random.default_rng(0)
+        for height, width in ((37, 61), (70, 29)):
+            image = Image.fromarray(rng.integers(0, 256, (height, width, 3), dtype=np.uint8))
+            expected = np.asarray(processor(images=[image], return_tensors="np")["pixel_values"][0])
+            pixels = self(image)
+            if pixels is None or pixels.dtype != expected.dtype or not np.array_equal(pixels, expected):
+                return False
+        return True
 
 
 def weights_digest(module) -> str:
@@ -311,6 +480,17 @@ def weights_digest(module) -> str:
 def _features(output):
     """transformers 4 returns the projected features; transformers 5 a model output holding them."""
     return output if hasattr(output, "float") else output.pooler_output
+
+
+def _normalising_table(values: np.ndarray, mean, std) -> np.ndarray:
+    """``(values - mean) / std`` per channel in float32: a ``(3, 256)`` table of every byte's model input."""
+    mean = np.broadcast_to(np.asarray(mean, dtype=np.float32), (3,))
+    std = np.broadcast_to(np.asarray(std, dtype=np.float32), (3,))
+    return np.ascontiguousarray((values[None, :] - mean[:, None]) / std[:, None])
+
+
+def _per_channel(value):
+    return list(value) if isinstance(value, (list, tuple)) else [value] * 3
 
 
 def _digest_json(value) -> str:

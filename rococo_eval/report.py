@@ -22,7 +22,9 @@ from pathlib import Path
 
 import numpy as np
 
+from .analysis import DEFAULT_MIN_COUNT, most_damaging
 from .annotations import OFFICIAL_COMMIT, OFFICIAL_REPOSITORY
+from .captions import highlight
 from .files import write_atomic
 from .layout import ATTACKS, CLEAN, DIRECTIONS, IMAGE_ATTACK_METHODS, SEEDS, TEXT_TO_IMAGE
 
@@ -217,6 +219,146 @@ def plot_recall(rows, path) -> Path:
     else:
         axes.text(0.5, 0.5, "no attacked gallery in these results", ha="center", va="center", transform=axes.transAxes)
     return write_atomic(path, lambda handle: figure.savefig(handle, format="png"))
+
+
+def analysis_markdown(analysis: dict, top: int = 10, min_count: int = DEFAULT_MIN_COUNT) -> str:
+    """The failure analysis (:func:`rococo_eval.analysis.analyse`) as Markdown: for each attacked gallery its
+    ``top`` flipped queries by margin, then the most damaging replaced words and replacements (at least
+    ``min_count`` images each), then the image attacks by method and by seed.
+
+    Example:
+        >>> analysis = {"galleries": {"danger/image_to_text": {"attack": "danger", "direction": "image_to_text",
+        ...     "clean_correct": 4, "flipped": 1, "flipped_queries": [{"query": 7, "margin": 0.25,
+        ...     "winner_score": 0.5, "correct_score": 0.25, "winner_caption": "a criminal on a bike",
+        ...     "correct_caption": "A man on a bike.", "replaced": "man", "replacement": "criminal"}]}},
+        ...     "by_word": {}, "image_attacks": []}
+        >>> print(analysis_markdown(analysis))  # doctest: +NORMALIZE_WHITESPACE
+        ## What fooled the model
+        <BLANKLINE>
+        ### danger (image_to_text): 1 of 4 queries flipped
+        <BLANKLINE>
+        | query | margin | winner score | correct score | best correct caption | winning caption | replaced |
+        |---:|---:|---:|---:|---|---|---|
+        | 7 | 0.2500 | 0.5000 | 0.2500 | A man on a bike. | a **criminal** on a bike | man → criminal |
+    """
+    lines = ["## What fooled the model"]
+    for key, gallery in analysis["galleries"].items():
+        shown = gallery["flipped_queries"][:top]
+        lines += ["", f"### {gallery['attack']} ({gallery['direction']}): {gallery['flipped']} of "
+                      f"{gallery['clean_correct']} queries flipped" + (f", the {len(shown)} largest margins" if
+                                                                      gallery["flipped"] > len(shown) else "")]
+        if shown:
+            lines += ["", _markdown_table(*_flipped_cells(shown, gallery["direction"]))]
+    for attack, table in analysis["by_word"].items():
+        lines += ["", f"### {attack}: attack success by word (at least {min_count} images; "
+                      f"{table['other_image_wins']} of {table['flipped']} flips won by another image's caption)"]
+        for kind, label in (("replaced", "replaced word"), ("replacement", "replacement")):
+            rows = most_damaging(table[kind], min_count)
+            lines += ["", _markdown_table([label, "images", "successes", "success rate (%)"],
+                                          [[row["word"], str(row["images"]), str(row["successes"]),
+                                            f"{row['success_rate']:.2f}"] for row in rows]) if rows
+                      else f"No {label} has {min_count} images or more."]
+    if analysis["image_attacks"]:
+        lines += ["", "### Image attacks: attack success by method and by seed", "", _markdown_table(
+            ["group", "galleries", "clean-correct queries", "flipped", "success rate (%)", "won by own altered image"],
+            [[row["group"], row["galleries"], str(row["clean_correct"]), str(row["flipped"]),
+              "n/a" if math.isnan(row["success_rate"]) else f"{row['success_rate']:.2f}", str(row["own_image_wins"])]
+             for row in analysis["image_attacks"]])]
+    return "\n".join(lines)
+
+
+def plot_word_rates(analysis: dict, path, min_count: int = DEFAULT_MIN_COUNT, limit: int = 12) -> Path:
+    """Bar chart of the most damaging replaced words and replacements of each text attack, as a PNG, atomically.
+
+    One column of panels per text attack in ``analysis["by_word"]``: replaced words on top, replacements
+    below, each the ``limit`` highest success rates among words with at least ``min_count`` images (stated in
+    the title), bars labelled with their count.
+
+    Example:
+        >>> import tempfile
+        >>> table = {"replaced": [{"word": "man", "images": 30, "successes": 9, "success_rate": 30.0}],
+        ...          "replacement": [], "clean_correct": 30, "flipped": 9, "other_image_wins": 0}
+        >>> plot_word_rates({"by_word": {"danger": table}}, Path(tempfile.mkdtemp()) / "words.png").read_bytes()[:4]
+        b'\\x89PNG'
+    """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    attacks = list(analysis["by_word"])
+    figure = Figure(figsize=(max(5.0, 4.2 * len(attacks)), 7.5), dpi=100, layout="constrained")
+    FigureCanvasAgg(figure)
+    figure.suptitle(f"Attack success rate by word\n(words with at least {min_count} clean-correct images)", fontsize=10)
+    grid = figure.subplots(2, max(1, len(attacks)), squeeze=False)
+    if not attacks:
+        grid[0][0].text(0.5, 0.5, "no text attack in these results", ha="center", va="center")
+    for column, attack in enumerate(attacks):
+        for line, kind in enumerate(("replaced", "replacement")):
+            axes, rows = grid[line][column], most_damaging(analysis["by_word"][attack][kind], min_count, limit)
+            positions = np.arange(len(rows))
+            bars = axes.barh(positions, [row["success_rate"] for row in rows], height=0.6, color="#c0504d")
+            axes.bar_label(bars, [f"n={row['images']}" for row in rows], fontsize=7, padding=2)
+            axes.set_yticks(positions, [row["word"] for row in rows], fontsize=8)
+            axes.invert_yaxis()
+            axes.set_xlim(0, 115)
+            axes.set_xlabel("attack success rate (%)", fontsize=8)
+            axes.set_title(f"{attack}: {kind}", fontsize=9)
+            if not rows:
+                axes.text(57, 0, f"no word with {min_count}+ images", ha="center", va="center", fontsize=8)
+    for axes in grid[:, len(attacks):].flat:
+        axes.set_visible(False)
+    return write_atomic(path, lambda handle: figure.savefig(handle, format="png"))
+
+
+def _flipped_cells(rows, direction: str) -> tuple[list[str], list[list[str]]]:
+    def number(value):
+        return f"{value:.4f}"
+
+    if direction == "image_to_text":
+        headers = ["query", "margin", "winner score", "correct score", "best correct caption", "winning caption",
+                   "replaced"]
+        cells = [[str(row["query"]), number(row["margin"]), number(row["winner_score"]), number(row["correct_score"]),
+                  _escape(row.get("correct_caption")), _escape(_bold_replacement(row)), _escape(_change(row))]
+                 for row in rows]
+    else:
+        headers = ["query", "margin", "winner score", "correct score", "query caption", "image",
+                   "winning altered image", "its partner"]
+        cells = [[str(row["query"]), number(row["margin"]), number(row["winner_score"]), number(row["correct_score"]),
+                  _escape(row.get("query_caption")), _optional(row.get("image")), _optional(row.get("winner_image")),
+                  _optional(row.get("partner_image"))] for row in rows]
+    return headers, cells
+
+
+def _bold_replacement(row: dict) -> str | None:
+    caption = row.get("winner_caption")
+    if caption is None:
+        return None
+    for word in filter(None, (row.get("replacement") or "").split("; ")):
+        caption = highlight(caption, word)
+    return caption
+
+
+def _change(row: dict) -> str | None:
+    if row.get("replaced") is None:
+        return None
+    change = "; ".join(f"{a} → {b or '∅'}" for a, b in zip(row["replaced"].split("; "),
+                                                            (row.get("replacement") or "").split("; ")))
+    return change if row.get("own_image", True) else f"{change} (a caption of image {row['winner_image']})"
+
+
+def _escape(text) -> str:
+    return "" if text is None else str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _optional(value) -> str:
+    return "" if value is None else str(value)
+
+
+def _markdown_table(headers, cells) -> str:
+    numeric = [all(re.fullmatch(r"-?[\d.]+|n/a|", row[i]) for row in cells) and bool(cells)
+               for i in range(len(headers))]
+    lines = ["| " + " | ".join(line) + " |" for line in [headers] + cells]
+    lines.insert(1, "|" + "|".join("---:" if n else "---" for n in numeric) + "|")
+    return "\n".join(lines)
 
 
 def _is_reported(name: str, value) -> bool:

@@ -5,7 +5,9 @@ and their altered copies, and the galleries built from them. It reads every coun
 (images, captions per image, adversarial captions per image), so its captions and galleries describe whichever
 image-text set the files hold; RoCOCO on the COCO 5K test split is the one they hold today. The image attacks'
 partners and boxes are RoCOCO's published tables (:func:`rococo_eval.images.load_mix_table`), made for its
-5,000 test images. Everything that needs the data reads it through a source: the ``datasets`` builder
+5,000 test images. A benchmark generated for another image-text set (:mod:`rococo_eval.attacks`) is read the
+same way, from its folder's own files and partner tables (``RococoSource(benchmark=FOLDER)``, see
+:mod:`rococo_eval.manifest`). Everything that needs the data reads it through a source: the ``datasets`` builder
 (``rococo_dataset.py``), the Parquet export (:mod:`rococo_eval.export`), the app and the command line. This
 module also checks image folders (:class:`ImageFolderError`) and fills them (:func:`fetch_images`).
 
@@ -34,7 +36,9 @@ from .download import (
     read_image_file,
 )
 from .images import alter_image, encode_jpeg, load_mix_table
-from .layout import CLEAN, IMAGE_ATTACKS, TEXT_ATTACKS, GalleryLayout, gallery_direction, gallery_layout
+from .layout import (CLEAN, IMAGE_ATTACKS, TEXT_ATTACKS, GalleryLayout, caption_offsets, gallery_direction,
+                     gallery_layout)
+from .manifest import read_benchmark
 
 
 class ImageFolderError(ValueError):
@@ -55,12 +59,17 @@ class RococoSource:
         images_dir: the COCO root: the folder holding ``val2014/COCO_val2014_....jpg``. None means no
             images (captions and galleries still work); :func:`fetch_images` fills such a folder.
         cache_dir: cache of downloaded annotation files (default :func:`~rococo_eval.download.default_cache_dir`).
+        benchmark: instead of RoCOCO's files, a folder written by :func:`rococo_eval.attacks.make_benchmark`:
+            its annotation files and partner tables, checked against its manifest's sha256, and its attacks
+            (:attr:`text_attacks`, :attr:`image_attacks`). ``images_dir`` defaults to the image folder the
+            manifest records. Not together with ``annotations_dir``.
 
     Attributes:
         captions_per_image: the number of ground-truth captions of each image, in the clean file's order
             (in RoCOCO 5, or 6 for ten images).
         image_files: the images as ``"val2014/COCO_val2014_....jpg"``, in the clean file's order.
         images_dir: the checked COCO root, or None.
+        text_attacks, image_attacks: the attacks of the source: RoCOCO's, or those of ``benchmark``.
 
     Raises:
         AnnotationError: an annotation file is missing, corrupt or inconsistent with the clean file.
@@ -76,20 +85,34 @@ class RococoSource:
         'viewers and other pastries on display ground and purchase'
     """
 
-    def __init__(self, annotations_dir=None, images_dir=None, cache_dir=None):
+    def __init__(self, annotations_dir=None, images_dir=None, cache_dir=None, *, benchmark=None):
+        if benchmark is not None and annotations_dir is not None:
+            raise ValueError("pass `annotations_dir` (RoCOCO's files) or `benchmark` (a generated benchmark), not both")
+        self._benchmark = None if benchmark is None else read_benchmark(benchmark)
+        self.text_attacks = TEXT_ATTACKS if self._benchmark is None else self._benchmark.text_attacks
+        self.image_attacks = IMAGE_ATTACKS if self._benchmark is None else self._benchmark.image_attacks
+        if images_dir is None and self._benchmark is not None:
+            images_dir = self._benchmark.images_dir
         self._annotations_dir = annotations_dir
         self._cache_dir = cache_dir
+        self._mix_tables: dict = {}
         self._records: dict[str, list[dict]] = {}
         self._layouts: dict[tuple, GalleryLayout] = {}
         self._adversarial_per_image: int | None = None
         clean = self._read(CLEAN)
         self.captions_per_image = [len(record["caption"]) for record in clean]
         self.image_files = [record["image"] for record in clean]
-        self.images_dir = None if images_dir is None else _check_images_dir(Path(images_dir), self.image_files)
+        if images_dir is None:
+            self.images_dir = None
+        elif self._benchmark is None:
+            self.images_dir = _check_images_dir(Path(images_dir), self.image_files)
+        else:
+            self.images_dir = _check_benchmark_images(Path(images_dir), self.image_files, self._benchmark.root)
 
     def _read(self, name: str) -> list[dict]:
         if name not in self._records:
-            records = read_annotation_file(name, self._annotations_dir, cache_dir=self._cache_dir)
+            records = (read_annotation_file(name, self._annotations_dir, cache_dir=self._cache_dir)
+                       if self._benchmark is None else self._benchmark.records(name))
             if name != CLEAN:
                 self._adversarial_per_image = _check_against_clean(name, records, self._records[CLEAN],
                                                                    self._adversarial_per_image)
@@ -104,9 +127,15 @@ class RococoSource:
     def adversarial_per_image(self) -> int:
         """The number of adversarial captions of each image in a text attack's file (5 in RoCOCO): the captions
         that follow its ground-truth ones, the same for every image and every text attack. Read from the text
-        attack files this source has read, or from the first text attack's file if it has read none."""
+        attack files this source has read, or from the first text attack's file if it has read none.
+
+        Raises:
+            ValueError: the source (a generated benchmark) has no text attack.
+        """
         if self._adversarial_per_image is None:
-            self._read(TEXT_ATTACKS[0])
+            if not self.text_attacks:
+                raise ValueError("this benchmark has no text attack, hence no adversarial captions per image")
+            self._read(self.text_attacks[0])
         return self._adversarial_per_image
 
     def ground_truth_captions(self) -> list[str]:
@@ -121,10 +150,53 @@ class RococoSource:
         Raises:
             ValueError: ``attack`` is not a text attack.
         """
-        if attack not in TEXT_ATTACKS:
-            raise ValueError(f"`attack` must be one of the text attacks {TEXT_ATTACKS}, got {attack!r}")
+        self._check_text_attack(attack)
         return [caption for record, num_gt in zip(self._read(attack), self.captions_per_image)
                 for caption in record["caption"][num_gt:]]
+
+    def adversarial_sources(self, attack: str) -> list[int]:
+        """For each adversarial caption of text attack ``attack`` (in :meth:`adversarial_captions`' order), the
+        ground-truth caption it was made from, as an index into :meth:`ground_truth_captions`. In RoCOCO's files
+        adversarial caption ``j`` of an image comes from its ground-truth caption ``j``; a generated benchmark
+        records its own (it may skip a caption that has no candidate word).
+
+        Example:
+            >>> RococoSource().adversarial_sources("danger")[5 * 83:5 * 83 + 6]  # image 83 has 6 captions
+            [415, 416, 417, 418, 419, 421]
+        """
+        self._check_text_attack(attack)
+        if self._benchmark is not None:
+            return [row["source_caption_index"] for row in self._benchmark.adversarial_rows(attack)]
+        per_image, offsets = self.adversarial_per_image, caption_offsets(self.captions_per_image)
+        return [int(offsets[i]) + j for i in range(self.num_images) for j in range(per_image)]
+
+    def caption_evidence(self, attack: str) -> list[list[dict]] | None:
+        """For each adversarial caption of ``attack``, the candidate words of its source caption with their
+        Embedding-Influence scores (``[{"word", "position", "influence"}]``), as a generated benchmark records
+        them; None for RoCOCO's files, which do not record how a word was chosen.
+
+        Example:
+            >>> RococoSource().caption_evidence("danger") is None
+            True
+        """
+        self._check_text_attack(attack)
+        if self._benchmark is None:
+            return None
+        return [row["candidates"] for row in self._benchmark.adversarial_rows(attack)]
+
+    @property
+    def benchmark(self):
+        """The generated benchmark this source reads (:class:`rococo_eval.manifest.Benchmark`), or None (RoCOCO)."""
+        return self._benchmark
+
+    @property
+    def has_evidence(self) -> bool:
+        """Whether the text attacks' word-choice evidence is recorded (a generated benchmark)."""
+        return self._benchmark is not None
+
+    def _check_text_attack(self, attack: str) -> None:
+        if attack not in self.text_attacks:
+            raise ValueError(f"`attack` must be one of the text attacks {self.text_attacks}, got {attack!r}")
 
     def file_name(self, index: int) -> str:
         """The COCO ``file_name`` of image ``index``.
@@ -182,7 +254,7 @@ class RococoSource:
             >>> 0 <= partner < 5000, len(box), source.alteration(0, "mix_seed1") == (partner, None)
             (True, 4, True)
         """
-        table = _mix_table(*_image_attack(attack))
+        table = self.mix_table(attack)
         index = self._check_index(index)
         box = None if table.box is None else tuple(int(v) for v in table.box[index])
         return int(table.partner[index]), box
@@ -192,13 +264,30 @@ class RococoSource:
         it: 384 x 384, JPEG quality 75. The same bytes on every machine with the same PIL and libjpeg.
         """
         partner, box = self.alteration(index, attack)
-        method, _ = _image_attack(attack)
-        altered = alter_image(self.original_image(index), self.original_image(partner), method, box=box)
+        altered = alter_image(self.original_image(index), self.original_image(partner), self.mix_table(attack).method,
+                              box=box)
         return encode_jpeg(altered)
 
     def altered_image(self, index: int, attack: str) -> Image.Image:
         """:meth:`altered_image_bytes`, decoded: the image a model sees when it reads the official file."""
         return decode_image(self.altered_image_bytes(index, attack), f"the altered copy of image {index}")
+
+    def mix_table(self, attack: str):
+        """The partner (and box) table of image attack ``attack``: RoCOCO's published one
+        (:func:`rococo_eval.images.load_mix_table`), or the benchmark's own.
+
+        Example:
+            >>> RococoSource().mix_table("patch_seed10").box.shape
+            (5000, 4)
+        """
+        if attack not in self.image_attacks:
+            raise ValueError(f"`attack` must be one of the image attacks {self.image_attacks}, got {attack!r}")
+        if self._benchmark is not None:
+            if attack not in self._mix_tables:  # read (and checked) once per source
+                self._mix_tables[attack] = self._benchmark.mix_table(attack)
+            return self._mix_tables[attack]
+        method, _, seed = attack.partition("_seed")
+        return _mix_table(method, int(seed))
 
     def gallery(self, attack: str, direction: str | None = None, order: str | None = None) -> GalleryLayout:
         """The layout of one gallery: queries, ``references``, ``adversarial`` mask and gallery order.
@@ -220,10 +309,13 @@ class RococoSource:
             10000
         """
         direction = gallery_direction(attack, direction)
+        if attack != CLEAN and attack not in self.text_attacks + self.image_attacks:
+            raise ValueError(f"`attack` must be 'clean' or one of this source's attacks "
+                             f"{self.text_attacks + self.image_attacks}, got {attack!r}")
         key = (attack, direction, order)
         if key not in self._layouts:
             counts = {}
-            if attack in TEXT_ATTACKS:
+            if attack in self.text_attacks:
                 self._read(attack)  # the attack's own file: its adversarial captions per image, checked
                 counts["adversarial_per_image"] = self.adversarial_per_image
             self._layouts[key] = gallery_layout(attack, direction, self.captions_per_image, order, **counts)
@@ -236,13 +328,6 @@ class RococoSource:
         if not 0 <= index < self.num_images:
             raise ValueError(f"`index` must be in 0..{self.num_images - 1}, got {index}")
         return index
-
-
-def _image_attack(attack: str) -> tuple[str, int]:
-    if attack not in IMAGE_ATTACKS:
-        raise ValueError(f"`attack` must be one of the image attacks {IMAGE_ATTACKS}, got {attack!r}")
-    method, _, seed = attack.partition("_seed")
-    return method, int(seed)
 
 
 @functools.lru_cache(maxsize=None)
@@ -268,6 +353,16 @@ def _check_against_clean(name: str, records: list[dict], clean: list[dict], per_
                 f"{OFFICIAL_COMMIT[:7]}"
             )
     return per_image
+
+
+def _check_benchmark_images(root: Path, image_files: list[str], benchmark: Path) -> Path:
+    missing = [name for name in image_files if not (root / name).is_file()]
+    if missing:
+        raise ImageFolderError(
+            f"`images_dir` {str(root)!r} lacks {len(missing)} of the {len(image_files)} images of the benchmark "
+            f"{str(benchmark)!r}, for example {missing[0]!r}: pass the folder its image paths are relative to "
+            "(images_dir=..., --images-dir)")
+    return root
 
 
 def _check_images_dir(root: Path, image_files: list[str]) -> Path:

@@ -6,8 +6,10 @@ Each request carries its own data: nothing a user uploads or gets back is kept b
 
 from __future__ import annotations
 
+import base64
 import functools
 import html
+import io
 import logging
 import os
 import re
@@ -19,41 +21,78 @@ import pandas as pd
 
 from rococo_recall import DEFAULT_K, TIE_POLICIES, rococo_recall
 
-from . import report, scorefiles
+from . import analysis, report, scorefiles
 from .captions import find_replacements, highlight
-from .layout import IMAGE_ATTACKS, TEXT_ATTACKS, caption_offsets, gallery_layout
+from .layout import ADVERSARIAL_PER_IMAGE, IMAGE_ATTACKS, TEXT_ATTACKS, caption_offsets, gallery_layout
 from .layout_detection import CUSTOM, choose_layout
 
 logger = logging.getLogger(__name__)
 
 IMAGES_DIR_ENV = "ROCOCO_IMAGES_DIR"
+BENCHMARK_DIR_ENV = "ROCOCO_BENCHMARK_DIR"  # a folder made by `rococo-eval attack`, served instead of RoCOCO
 LAYOUT_HEADERS = ["file", "attack", "direction", "order", "note"]
 MAX_BOOTSTRAP = 1000
+THUMBNAIL_PX = 128
 _COMPARE_KEYS = ("model", "attack", "direction", "clean_recall@1", "recall@1", "recall@5", "recall@10",
                  "r_mean", "false_rate", "source")
 
 
+FLIPPED_PAGE_SIZE = 10
+ALL_GALLERIES = "all"
+
+
+@dataclass
+class Failures:
+    """What the failure analysis of one evaluation keeps: per-query arrays and layouts of the standard
+    galleries scored, and their by-word and by-method tables (:func:`rococo_eval.analysis.vulnerability`).
+    Flipped queries are listed from these on demand (:func:`flipped_view`)."""
+
+    per_query: dict
+    layouts: dict
+    by_word: dict
+    image_attacks: list
+
+    def attacked(self) -> list[str]:
+        """The keys of the galleries with adversarial items, in evaluation order."""
+        return [key for key, layout in self.layouts.items() if layout.num_adversarial]
+
+
 @dataclass
 class Evaluation:
-    """What one evaluation request produced."""
+    """What one evaluation request produced; ``failures`` is its failure analysis (None when no standard
+    gallery was scored)."""
 
     results: dict
     files: dict
     layouts: dict
     rows: list
     message: str
+    failures: Failures | None = None
 
 
-def source_and_problem(images_dir=None):
-    """Open the RoCOCO annotations (and images, when ``images_dir`` or ``$ROCOCO_IMAGES_DIR`` is set).
+@dataclass
+class FlippedView:
+    """One page of flipped queries and the tables beside it (:func:`flipped_view`)."""
+
+    html: str
+    note: str
+    csv: str
+    words: list
+    image_attacks: list
+
+
+def source_and_problem(images_dir=None, benchmark=None):
+    """Open the RoCOCO annotations (and images, when ``images_dir`` or ``$ROCOCO_IMAGES_DIR`` is set), or the
+    benchmark folder ``benchmark`` (default ``$ROCOCO_BENCHMARK_DIR``) made by ``rococo-eval attack``.
 
     Returns ``(source, problem)``: the source or None, and what went wrong, for the page.
     """
     from rococo_eval.source import ImageFolderError, RococoSource
 
     images_dir = images_dir or os.environ.get(IMAGES_DIR_ENV) or None
+    benchmark = benchmark or os.environ.get(BENCHMARK_DIR_ENV) or None
     try:
-        return RococoSource(images_dir=images_dir), ""
+        return RococoSource(images_dir=images_dir, benchmark=benchmark), ""
     except ImageFolderError as error:
         logger.warning("images unavailable: %s", error)
         problem = f"images unavailable: {error}"
@@ -61,12 +100,26 @@ def source_and_problem(images_dir=None):
         logger.warning("RoCOCO annotations unavailable: %s", error)
         return None, str(error)
     try:
-        return RococoSource(), problem
+        return RococoSource(benchmark=benchmark), problem
     except (OSError, ValueError) as error:
         return None, str(error)
 
 
-def detect_layouts(paths, captions_per_image) -> list[list[str]]:
+def adversarial_per_image_of(source) -> int:
+    """The adversarial captions per image of the galleries a source's text attacks make: a generated benchmark's
+    own (``RococoSource(benchmark=...)``), else RoCOCO's 5.
+
+    Example:
+        >>> adversarial_per_image_of(None)
+        5
+    """
+    benchmark = getattr(source, "benchmark", None)
+    if benchmark is None or benchmark.adversarial_per_image is None:
+        return ADVERSARIAL_PER_IMAGE
+    return benchmark.adversarial_per_image
+
+
+def detect_layouts(paths, captions_per_image, adversarial_per_image=ADVERSARIAL_PER_IMAGE) -> list[list[str]]:
     """One layout row (``LAYOUT_HEADERS``) per uploaded file: detected, or blank with why.
 
     The shape and name come from the header; the order of an attacked image-to-text gallery comes from the
@@ -80,7 +133,8 @@ def detect_layouts(paths, captions_per_image) -> list[list[str]]:
             info = scorefiles.read_header(path)
             attack = CUSTOM if info.layout_keys else ""
             choice = choose_layout(info.shape, captions_per_image, name, attack=attack,
-                                   scores=functools.partial(scorefiles.read_scores, path, info.key))
+                                   scores=functools.partial(scorefiles.read_scores, path, info.key),
+                                   adversarial_per_image=adversarial_per_image)
             rows.append([name, choice.attack, choice.direction, choice.order, choice.note])
         except ValueError as error:
             rows.append([name, "", "", "", str(error)])
@@ -88,13 +142,15 @@ def detect_layouts(paths, captions_per_image) -> list[list[str]]:
 
 
 def evaluate_files(paths, layouts=None, references=None, adversarial=None, *, captions_per_image=None,
-                   ties="pessimistic", bootstrap=0) -> Evaluation:
+                   ties="pessimistic", bootstrap=0, source=None,
+                   adversarial_per_image=ADVERSARIAL_PER_IMAGE) -> Evaluation:
     """Score every uploaded file on its layout; raise one ``ValueError`` listing every file's problem.
 
     ``layouts`` are rows ``[file, attack, direction, order, ...]``; a file without a row, or blank cells,
     gets the detected layout. An attacked image-to-text gallery whose order is blank and not clear from its
     scores is refused. ``references`` and ``adversarial`` are files for custom layouts whose score file does
-    not carry its own.
+    not carry its own. The metric's per-query arrays of the standard galleries go to the failure analysis
+    (``Evaluation.failures``, its by-word tables from ``source``'s captions), not into ``results``.
     """
     if not paths:
         raise ValueError("upload at least one score file (.npy, .npz or .safetensors)")
@@ -110,22 +166,28 @@ def evaluate_files(paths, layouts=None, references=None, adversarial=None, *, ca
     plans, problems = [], []
     for path, name in zip(paths, names):
         try:
-            plans.append(_plan(path, name, chosen.get(name, []), captions_per_image, references, adversarial))
+            plans.append(_plan(path, name, chosen.get(name, []), captions_per_image, references, adversarial,
+                               adversarial_per_image))
         except ValueError as error:
             problems.append(_with_name(name, error))
     keys = [plan[0] for plan in plans]
     problems += [f"{key}: several uploads score this gallery" for key in sorted(set(keys)) if keys.count(key) > 1]
     if problems:
         raise ValueError("\n".join(problems))
-    results, files, layouts_used = {}, {}, {}
+    results, files, layouts_used, per_query, gallery_layouts = {}, {}, {}, {}, {}
     for key, path, info, choice, inputs in plans:
         started = time.perf_counter()
         try:
             scores = scorefiles.read_scores(path, info.key)
-            results[key] = rococo_recall(scores, **inputs, k=DEFAULT_K, ties=ties, bootstrap=bootstrap)
+            result = rococo_recall(scores, **inputs, k=DEFAULT_K, ties=ties, bootstrap=bootstrap, per_query=True)
         except ValueError as error:
             problems.append(_with_name(Path(path).name, error))
             continue
+        results[key], arrays = analysis.split_per_query(result)
+        if choice.attack != CUSTOM:
+            per_query[key] = arrays
+            gallery_layouts[key] = _standard_layout(choice.attack, choice.direction, choice.order,
+                                                    tuple(captions_per_image), adversarial_per_image)
         files[key], layouts_used[key] = Path(path).name, asdict(choice)
         logger.info("scored %s %s as %s in %.2f s", Path(path).name, info.shape, key, time.perf_counter() - started)
     if problems:
@@ -136,7 +198,10 @@ def evaluate_files(paths, layouts=None, references=None, adversarial=None, *, ca
     lines = [f"- `{files[key]}` ({plan_info.shape[0]} x {plan_info.shape[1]}, {plan_info.dtype}): {choice.note}"
              for key, _, plan_info, choice, _ in plans]
     message = f"Scored {len(results)} file(s), ties {ties}, bootstrap {bootstrap}:\n" + "\n".join(lines)
-    return Evaluation(results, files, layouts_used, rows, message)
+    failures = None
+    if per_query:
+        failures = Failures(per_query, gallery_layouts, **analysis.vulnerability(per_query, gallery_layouts, source))
+    return Evaluation(results, files, layouts_used, rows, message, failures)
 
 
 def write_outputs(evaluation: Evaluation, folder: Path, settings: dict) -> tuple[Path, Path]:
@@ -146,6 +211,109 @@ def write_outputs(evaluation: Evaluation, folder: Path, settings: dict) -> tuple
     json_path = report.write_json(document, folder / "rococo_results.json")
     chart_path = report.plot_recall(evaluation.rows, folder / "rococo_recall.png")
     return json_path, chart_path
+
+
+def flipped_view(failures: Failures | None, source=None, gallery: str = ALL_GALLERIES, page: int = 1,
+                 min_count: int = analysis.DEFAULT_MIN_COUNT, page_size: int = FLIPPED_PAGE_SIZE) -> FlippedView:
+    """One page of the queries the attacks flipped, with the by-word and by-method tables.
+
+    Args:
+        failures: the evaluation's :class:`Failures` (None: nothing evaluated yet).
+        source: captions and images to show (None: indices only).
+        gallery: ``"all"`` or one attacked gallery's key (``"rand_voca/image_to_text"``): the filter of the
+            page, of the CSV and of the by-word table.
+        page: 1-based page of ``page_size`` flipped queries; each gallery's are in margin order, galleries in
+            evaluation order.
+        min_count: the fewest clean-correct images a word needs to enter the by-word table.
+
+    Returns:
+        a :class:`FlippedView`: the page as HTML (images as inline thumbnails when the source has them), a
+        note saying what is shown, every flipped query of the filter as CSV, the by-word rows
+        (:data:`WORD_HEADERS`) and the by-method rows (:data:`IMAGE_ATTACK_HEADERS`).
+
+    Raises:
+        ValueError: ``gallery`` is not among the choices, ``page`` is out of range, or ``min_count`` < 1.
+
+    Example:
+        >>> import numpy as np
+        >>> layout = gallery_layout("mix_seed1", "text_to_image", [1, 1])
+        >>> per_query = {"rank": np.array([1, 0]), "clean_rank": np.array([0, 0]), "top_index": np.array([2, 1]),
+        ...              "top_score": np.array([0.75, 0.8]), "best_correct_index": np.array([0, 1]),
+        ...              "best_correct_score": np.array([0.5, 0.8])}
+        >>> key = "mix_seed1/text_to_image"
+        >>> view = flipped_view(Failures({key: per_query}, {key: layout}, {}, []))
+        >>> view.note
+        '1 flipped queries (mix_seed1/text_to_image: 1); page 1 of 1, rows 1–1, largest margin first.'
+        >>> view.csv.splitlines()[1][:36]
+        'mix_seed1,text_to_image,0,0.25,0.75,'
+    """
+    if failures is None or not failures.attacked():
+        empty = "Evaluate score files of attacked galleries first: their flipped queries show here."
+        return FlippedView("", empty, analysis.flipped_csv([]), [], [])
+    choices = [ALL_GALLERIES] + failures.attacked()
+    if gallery not in choices:
+        raise ValueError(f"`gallery` must be one of {', '.join(choices)}, got {gallery!r}")
+    keys = failures.attacked() if gallery == ALL_GALLERIES else [gallery]
+    rows = [row for key in keys for row in analysis.flipped_queries(failures.per_query[key], failures.layouts[key],
+                                                                    key.partition("/")[0], source)]
+    pages = max(1, -(-len(rows) // page_size))
+    if isinstance(page, bool) or not isinstance(page, int) or not 1 <= page <= pages:
+        raise ValueError(f"`page` must be a whole number from 1 to {pages}, got {page!r}")
+    shown = rows[(page - 1) * page_size:page * page_size]
+    counts = ", ".join(f"{key}: {int(analysis.flipped_mask(failures.per_query[key]).sum())}" for key in keys)
+    note = (f"{len(rows)} flipped queries ({counts}); page {page} of {pages}, rows {(page - 1) * page_size + 1}–"
+            f"{(page - 1) * page_size + len(shown)}, largest margin first." if rows else
+            f"No query was flipped ({counts}).")
+    attacks = {key.partition("/")[0] for key in keys}
+    words = [[attack, kind, row["word"], row["images"], row["successes"], round(row["success_rate"], 2)]
+             for attack, table in failures.by_word.items() if attack in attacks
+             for kind in ("replaced", "replacement") for row in analysis.most_damaging(table[kind], min_count)]
+    methods = [[row[name] if name != "success_rate" else round(row[name], 2) for name in _IMAGE_ATTACK_KEYS]
+               for row in failures.image_attacks]
+    return FlippedView(flipped_html(shown, source), note, analysis.flipped_csv(rows), words, methods)
+
+
+WORD_HEADERS = ["attack", "grouped by", "word", "images", "successes", "success rate (%)"]
+IMAGE_ATTACK_HEADERS = ["group", "galleries", "clean-correct queries", "flipped", "success rate (%)",
+                        "won by own altered image"]
+_IMAGE_ATTACK_KEYS = ("group", "galleries", "clean_correct", "flipped", "success_rate", "own_image_wins")
+
+
+def flipped_html(rows, source=None) -> str:
+    """An HTML table of flipped queries (:func:`rococo_eval.analysis.flipped_queries` rows): image-to-text
+    rows show the query image, its best correct caption and the winning adversarial caption with the replaced
+    word marked; text-to-image rows the caption, its image, the altered image that won and that image's
+    partner. Images appear when ``source`` has an ``images_dir``.
+
+    Example:
+        >>> row = {"attack": "danger", "direction": "image_to_text", "query": 4, "margin": 0.1, "winner_score": 0.5,
+        ...        "correct_score": 0.4, "image": 4, "correct_caption": "A man on a bike.",
+        ...        "winner_source_caption": "A man on a bike.", "winner_caption": "a criminal on a bike"}
+        >>> "a <mark>criminal</mark> on a bike" in flipped_html([row])
+        True
+    """
+    body = []
+    for row in rows:
+        scores = (f"margin {row['margin']:.4f}<br><small>winner {row['winner_score']:.4f}<br>"
+                  f"correct {row['correct_score']:.4f}</small>")
+        query_image = _figure(source, row["image"], None, f"image {row['image']}")
+        cells = [f"{html.escape(row['attack'])}<br><small>query {row['query']}</small>", scores]
+        if row["direction"] == "image_to_text":
+            winner = (_marked(row["winner_source_caption"], row["winner_caption"]) if row.get("winner_caption")
+                      else f"gallery row {row['winner_row']}")
+            if not row.get("own_image", True):
+                winner += f"<br><small>(a caption of image {row['winner_image']})</small>"
+            correct = row.get("correct_caption") or f"gallery row {row['correct_row']}"
+            cells += [query_image, "<small>best correct caption</small><br>" + html.escape(correct, quote=False),
+                      "<small>winning adversarial caption</small><br>" + winner]
+        else:
+            winner, partner = row.get("winner_image"), row.get("partner_image")
+            caption = html.escape(row.get("query_caption") or f"caption {row['query']}", quote=False)
+            cells += ["<small>query caption</small><br>" + caption, query_image,
+                      _figure(source, winner, row["attack"], f"altered image {winner}"),
+                      _figure(source, partner, None, f"its partner, image {partner}")]
+        body.append("<tr>" + "".join(f"<td>{cell}</td>" for cell in cells) + "</tr>")
+    return f'<table class="rococo-flipped"><tbody>{"".join(body)}</tbody></table>'
 
 
 def compare_rows(user_rows) -> list[dict]:
@@ -170,9 +338,10 @@ def explore(source, index):
         raise ValueError(f"`index` must be an image index from 0 to {last}, got {index!r}")
     offsets = caption_offsets(source.captions_per_image)
     ground_truth = source.ground_truth_captions()[offsets[index]:offsets[index + 1]]
-    per_image = source.adversarial_per_image
+    text_attacks = getattr(source, "text_attacks", TEXT_ATTACKS)  # a generated benchmark's, or RoCOCO's
+    per_image = source.adversarial_per_image if text_attacks else 0
     altered = {attack: source.adversarial_captions(attack)[per_image * index:per_image * (index + 1)]
-               for attack in TEXT_ATTACKS}
+               for attack in text_attacks}
     images, note = [], f"Image {index}: `{source.image_files[index]}`."
     if getattr(source, "images_dir", "") is None:
         note += (f" The COCO images are not available here: set ${IMAGES_DIR_ENV} to a COCO root holding "
@@ -180,7 +349,8 @@ def explore(source, index):
         return caption_table_html(ground_truth, altered), images, note
     try:
         images.append((source.original_image(index), "original"))
-        images += [(source.altered_image(index, attack), attack) for attack in IMAGE_ATTACKS]
+        images += [(source.altered_image(index, attack), attack)
+                   for attack in getattr(source, "image_attacks", IMAGE_ATTACKS)]
     except (OSError, ValueError) as error:
         images, note = [], note + f" Cannot show its images: {error}"
     return caption_table_html(ground_truth, altered), images, note
@@ -196,6 +366,26 @@ def caption_table_html(ground_truth, altered) -> str:
         body.append(f"<tr><td>{j}</td><td>{html.escape(caption, quote=False)}</td>{cells}</tr>")
     return (f'<table class="rococo-captions"><thead><tr><th>#</th><th>ground truth</th>{head}</tr></thead>'
             f"<tbody>{''.join(body)}</tbody></table>")
+
+
+def _figure(source, index, attack, label) -> str:
+    """A thumbnail of image ``index`` (its altered copy under ``attack``) with ``label``, or the label alone."""
+    if index is None:
+        return ""
+    caption = f"<figcaption>{html.escape(label)}</figcaption>"
+    if source is None or getattr(source, "images_dir", None) is None:
+        return f"<figure>{caption}</figure>"
+    try:
+        image = source.original_image(index) if attack is None else source.altered_image(index, attack)
+    except (OSError, ValueError) as error:
+        logger.warning("cannot show image %s: %s", index, error)
+        return f"<figure>{caption}</figure>"
+    thumbnail = image.convert("RGB")
+    thumbnail.thumbnail((THUMBNAIL_PX, THUMBNAIL_PX))
+    buffer = io.BytesIO()
+    thumbnail.save(buffer, format="JPEG", quality=85)
+    data = base64.b64encode(buffer.getvalue()).decode("ascii")
+    return f'<figure><img src="data:image/jpeg;base64,{data}" alt="{html.escape(label)}">{caption}</figure>'
 
 
 def _layout_rows(layouts, names) -> dict[str, list[str]]:
@@ -215,18 +405,20 @@ def _layout_rows(layouts, names) -> dict[str, list[str]]:
     return chosen
 
 
-def _plan(path, name, cells, captions_per_image, references, adversarial):
+def _plan(path, name, cells, captions_per_image, references, adversarial, adversarial_per_image):
     """Check one upload from its header and layout: ``(key, path, info, choice, metric inputs)``."""
     info = scorefiles.read_header(path)
     attack, direction, order = (cells + ["", "", ""])[:3]
     if not attack and info.layout_keys:
         attack = CUSTOM
     choice = choose_layout(info.shape, captions_per_image, name, attack, direction, order,
-                           scores=functools.partial(scorefiles.read_scores, path, info.key))
+                           scores=functools.partial(scorefiles.read_scores, path, info.key),
+                           adversarial_per_image=adversarial_per_image)
     if not choice.order:
         raise ValueError(f"{choice.note}; set it in the `order` column of the layout table")
     if choice.attack != CUSTOM:
-        layout = _standard_layout(choice.attack, choice.direction, choice.order, tuple(captions_per_image))
+        layout = _standard_layout(choice.attack, choice.direction, choice.order, tuple(captions_per_image),
+                                  adversarial_per_image)
         key = report.gallery_key(choice.attack, choice.direction)
         return key, path, info, choice, {"references": layout.references, "adversarial": layout.adversarial}
     inside = scorefiles.read_layout_arrays(path)
@@ -242,9 +434,10 @@ def _plan(path, name, cells, captions_per_image, references, adversarial):
 
 
 @functools.lru_cache(maxsize=8)
-def _standard_layout(attack, direction, order, captions_per_image):
+def _standard_layout(attack, direction, order, captions_per_image, adversarial_per_image=ADVERSARIAL_PER_IMAGE):
     """Layouts are read-only and shared by all requests; each is built for its own attack (and checked)."""
-    return gallery_layout(attack, direction, list(captions_per_image), order)
+    return gallery_layout(attack, direction, list(captions_per_image), order,
+                          adversarial_per_image=adversarial_per_image)
 
 
 def _marked(original: str, altered: str) -> str:

@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from reference_metric import sorted_ranks
+from reference_metric import sorted_per_query
 
 
 def random_case(rng, num_queries, num_gallery, num_adversarial, max_refs=3, levels=None):
@@ -32,7 +32,9 @@ def embedding_case(seed=8):
 
 
 def expected_outputs(scores, references, adversarial, ties, ks):
-    rank, clean_rank, top1 = sorted_ranks(scores, references, adversarial, ties)
+    """The metric's summary outputs for ``ks`` and its per-query outputs (a dict), from the sorting reference."""
+    per_query = sorted_per_query(scores, references, adversarial, ties)
+    rank, clean_rank, top1 = per_query["rank"], per_query["clean_rank"], per_query["top1_adversarial"]
     out = {}
     for prefix, r in (("", rank), ("clean_", clean_rank)):
         recalls = [100.0 * np.sum(r < k) / len(r) for k in ks]
@@ -42,7 +44,21 @@ def expected_outputs(scores, references, adversarial, ties, ks):
     clean_top1 = clean_rank == 0
     out["attack_success_rate"] = (100.0 * np.sum(clean_top1 & (rank > 0)) / clean_top1.sum()
                                   if clean_top1.any() else math.nan)
-    return out, (rank, clean_rank, top1)
+    return out, per_query
+
+
+# The per-query outputs (per_query=True) and their dtypes.
+PER_QUERY_DTYPES = {"rank": np.int64, "clean_rank": np.int64, "top1_adversarial": bool, "top_index": np.int64,
+                    "top_score": np.float64, "best_correct_index": np.int64, "best_correct_score": np.float64}
+PER_QUERY_KEYS = tuple(PER_QUERY_DTYPES)
+
+
+def assert_per_query_equal(result, expected):
+    """Every per-query output of ``result`` equals ``expected`` (a dict of arrays), value and dtype."""
+    assert set(expected) == set(PER_QUERY_DTYPES)
+    for key, dtype in PER_QUERY_DTYPES.items():
+        assert result[key].dtype == dtype, key
+        np.testing.assert_array_equal(result[key], expected[key], err_msg=key)
 
 
 def assert_same(result, expected):

@@ -3,15 +3,17 @@
 import numpy as np
 
 
-def sorted_ranks(scores, references, adversarial, ties="pessimistic"):
-    """Per-query (rank, clean_rank, top1_adversarial) by sorting each row with an explicit tie order.
+def sorted_per_query(scores, references, adversarial, ties="pessimistic"):
+    """The metric's per-query outputs by sorting each row in an explicit total order, as a dict of arrays.
 
-    Pessimistic: at equal score, adversarial items come first, then other wrong items, then correct ones.
-    Optimistic: the reverse.
+    Order: score descending; at equal score, pessimistic: adversarial items, then other wrong items, then correct
+    ones (optimistic: the reverse); then the lowest column. The top-1 item is the first of the order, the best
+    correct item the first correct one.
     """
     scores = np.asarray(scores, dtype=np.float64)
     adversarial = np.asarray(adversarial, dtype=bool)
-    ranks, clean_ranks, top1 = [], [], []
+    out = {name: [] for name in ("rank", "clean_rank", "top1_adversarial", "top_index", "top_score",
+                                 "best_correct_index", "best_correct_score")}
     for row, refs in zip(scores, references):
         refs = {refs} if isinstance(refs, (int, np.integer)) else set(int(r) for r in refs)
         correct = np.zeros(len(row), dtype=bool)
@@ -19,12 +21,18 @@ def sorted_ranks(scores, references, adversarial, ties="pessimistic"):
         kind = np.where(correct, 2, np.where(adversarial, 0, 1))
         if ties == "optimistic":
             kind = 2 - kind
-        order = np.lexsort((kind, -row))
-        ranks.append(int(np.flatnonzero(correct[order])[0]))
-        top1.append(bool(adversarial[order[0]]))
+        order = np.lexsort((np.arange(len(row)), kind, -row))
+        rank = int(np.flatnonzero(correct[order])[0])
         clean = order[~adversarial[order]]
-        clean_ranks.append(int(np.flatnonzero(correct[clean])[0]))
-    return np.array(ranks), np.array(clean_ranks), np.array(top1)
+        out["rank"].append(rank)
+        out["clean_rank"].append(int(np.flatnonzero(correct[clean])[0]))
+        out["top1_adversarial"].append(bool(adversarial[order[0]]))
+        out["top_index"].append(int(order[0]))
+        out["top_score"].append(row[order[0]])
+        best_correct = min(refs, key=lambda column: (-row[column], column))
+        out["best_correct_index"].append(best_correct)
+        out["best_correct_score"].append(row[best_correct])
+    return {name: np.array(values) for name, values in out.items()}
 
 
 def official_itm_eval(scores, references, adversarial):

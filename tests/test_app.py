@@ -53,6 +53,9 @@ class TinySource:
     def altered_image(self, index, attack):
         return Image.new("RGB", (40, 40), (200, 8 * index % 256, 20 * IMAGE_ATTACKS.index(attack)))
 
+    def alteration(self, index, attack):
+        return (index + 1 + IMAGE_ATTACKS.index(attack)) % len(self.captions_per_image), None
+
 
 def free_port():
     with socket.socket() as probe:
@@ -123,7 +126,7 @@ def saved_results(answer):
 
 def test_every_action_has_an_endpoint(client):
     endpoints = client.view_api(print_info=False, return_format="dict")["named_endpoints"]
-    assert {"/detect", "/evaluate", "/explore", "/explore_random", "/compare"} <= set(endpoints)
+    assert {"/detect", "/evaluate", "/flipped", "/explore", "/explore_random", "/compare"} <= set(endpoints)
 
 
 def test_detect(client, tmp_path):
@@ -404,6 +407,61 @@ def test_compare_shows_references_and_only_this_sessions_results(url, tmp_path):
     recall = rococo_recall(scores, **layout.metric_inputs())["recall@1"]
     assert compared["data"][-1][compared["headers"].index("R@1")] == f"{recall:.2f}"
     assert len(theirs.predict(api_name="/compare")["data"]) == len(REFERENCE_RESULTS)
+
+
+def test_flipped_queries_after_an_evaluation(url, tmp_path):
+    """/flipped lists what the metric's per-query output says the attacks flipped, pages it, filters it by
+    gallery, and serves every flipped query of the filter as CSV, with the by-word and by-method tables."""
+    client = Client(url, verbose=False)
+    note, html, csv_path, words, chart, methods = client.predict("all", 1, 1, api_name="/flipped")
+    assert "Evaluate score files of attacked galleries first" in note and html == "" and chart is None
+    text_layout, text_scores = layout_scores("rand_voca", "image_to_text", 21)
+    image_layout, image_scores = layout_scores("mix_seed10", "text_to_image", 22)
+    np.save(tmp_path / "m_rand_voca.npy", text_scores)
+    np.save(tmp_path / "m_mix_seed10.npy", image_scores)
+    client.predict([handle_file(tmp_path / "m_rand_voca.npy"), handle_file(tmp_path / "m_mix_seed10.npy")],
+                   rows(["m_rand_voca.npy", "", "", "official"]), api_name="/evaluate")
+    text = rococo_recall(text_scores, **text_layout.metric_inputs(), per_query=True)
+    image = rococo_recall(image_scores, **image_layout.metric_inputs(), per_query=True)
+    text_flips = np.flatnonzero((text["clean_rank"] == 0) & (text["rank"] > 0))
+    image_flips = np.flatnonzero((image["clean_rank"] == 0) & (image["rank"] > 0))
+    assert len(text_flips) >= 3 and len(image_flips) > 10
+
+    note, html, csv_path, words, chart, methods = client.predict("all", 1, 1, api_name="/flipped")
+    total = len(text_flips) + len(image_flips)
+    assert note.startswith(f"{total} flipped queries (rand_voca/image_to_text: "
+                                                f"{len(text_flips)}, mix_seed10/text_to_image: {len(image_flips)})")
+    assert f"page 1 of {-(-total // space.FLIPPED_PAGE_SIZE)}, rows 1–10" in note
+    lines = Path(csv_path).read_text().splitlines()
+    assert len(lines) == 1 + total
+    shown = [line.split(",") for line in lines[1:]]
+    margins = [text["top_score"][q] - text["best_correct_score"][q] for q in text_flips]
+    assert [int(cells[2]) for cells in shown[:len(text_flips)]] == \
+        [int(q) for _, q in sorted(zip(np.negative(margins), text_flips))]
+    assert {int(cells[2]) for cells in shown[len(text_flips):]} == set(image_flips.tolist())
+    assert html.count("<tr>") == 10 and "<mark>war</mark>" in html and "dog → war" in html
+    assert html.count('src="data:image/jpeg;base64,') >= 10  # the tiny source has images
+    assert words["headers"] == space.WORD_HEADERS
+    clean_correct = int((text["clean_rank"] == 0).sum())
+    replaced = [row for row in words["data"] if row[1] == "replaced"]
+    assert replaced[0][:4] == ["rand_voca", "replaced", "dog", clean_correct]
+    assert Image.open(chart).format == "PNG"
+    assert methods["data"][0][:4] == ["mix", "mix_seed10", int((image["clean_rank"] == 0).sum()), len(image_flips)]
+
+    note, html, csv_path, words, chart, methods = client.predict(
+        "mix_seed10/text_to_image", 2, 20, api_name="/flipped")
+    assert note.startswith(f"{len(image_flips)} flipped queries (mix_seed10/text_to_image: {len(image_flips)}); "
+                           "page 2 of")
+    assert "altered image" in html and "its partner, image" in html and "<mark>" not in html
+    shown = min(20, len(image_flips) - 20)
+    assert html.count("<tr>") == shown and html.count('src="data:image/jpeg;base64,') == 3 * shown
+    assert len(Path(csv_path).read_text().splitlines()) == 1 + len(image_flips)
+    assert words["data"] == [] and chart is None  # no text attack under this filter
+    with pytest.raises(AppError, match=r"`page` must be a whole number from 1 to \d+, got 99"):
+        client.predict("all", 99, 20, api_name="/flipped")
+    with pytest.raises(AppError, match="`gallery` must be one of all, rand_voca/image_to_text, "
+                                       "mix_seed10/text_to_image, got 'danger/image_to_text'"):
+        client.predict("danger/image_to_text", 1, 20, api_name="/flipped")
 
 
 def test_explore_the_real_captions(annotations_dir):

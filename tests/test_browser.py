@@ -81,6 +81,57 @@ def test_upload_evaluate_and_read_the_table(page, tmp_path):
     assert "the scores decide the official order" in page.locator("#evaluate-message").inner_text()
 
 
+def test_the_page_opens_with_image_0_explored(page):
+    page.reload(wait_until="load")
+    page.get_by_role("tab", name="Explore").click()
+    page.locator(".rococo-captions").get_by_text("number 0 in scene 0").first.wait_for()  # no "Show" click
+    assert "Image 0:" in page.get_by_text("Image 0:").first.inner_text()
+
+
+def test_what_fooled_the_model_after_an_evaluation(page, tmp_path):
+    """After an evaluation the new tab lists the flipped queries (largest margin first, the replaced word
+    marked), the by-word table and its chart; the results table fits the page; Compare shows the evaluation
+    without a click on Refresh."""
+    layout, scores = clear_scores("rand_voca", "official", seed=7)
+    path = tmp_path / "clip_rand_voca.npy"
+    np.save(path, scores)
+    expected = rococo_recall(scores, **layout.metric_inputs(), per_query=True)
+    flipped = np.flatnonzero((expected["clean_rank"] == 0) & (expected["rank"] > 0))
+    margins = expected["top_score"][flipped] - expected["best_correct_score"][flipped]
+    page.reload(wait_until="load")
+    page.get_by_role("button", name="Evaluate", exact=True).wait_for()
+    _upload_and_evaluate(page, path)
+    page.locator("#results-table").get_by_role("row").filter(has_text=path.name).wait_for()
+    widths = page.evaluate("() => [document.documentElement.scrollWidth, document.documentElement.clientWidth]")
+    assert widths[0] <= widths[1], widths  # the results table does not widen the page: it scrolls in its frame
+    assert page.evaluate("() => { let e = document.querySelector('#results-table table'); while (e && !(['auto', "
+                         "'scroll'].includes(getComputedStyle(e).overflowX) && e.scrollWidth > e.clientWidth)) "
+                         "e = e.parentElement; return e !== null; }")
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.locator("#results-table").screenshot(path=str(ARTIFACTS / "browser-results-table.png"))
+
+    page.get_by_role("tab", name="What fooled the model").click()
+    note = page.locator("#flipped-note")
+    note.get_by_text(f"{len(flipped)} flipped queries").wait_for()
+    chart = page.locator("#word-chart img")
+    chart.wait_for()
+    page.wait_for_function("img => img.complete && img.naturalWidth > 0", arg=chart.element_handle())
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "browser-flipped.png"), full_page=True)
+    assert not _errors(page), _errors(page)
+    rows = page.locator("#flipped-queries table.rococo-flipped tr")
+    assert rows.count() == min(10, len(flipped))
+    first = rows.first.inner_text()
+    assert f"query {flipped[np.argmax(margins)]}" in first and f"margin {margins.max():.4f}" in first
+    assert rows.first.locator("mark").first.inner_text() == "war" and "dog → war" in first
+    headers, words = _table(page, "#word-table")
+    assert headers[:3] == ["attack", "grouped by", "word"] and words[0][:3] == ["rand_voca", "replaced", "dog"]
+
+    page.get_by_role("tab", name="Compare").click()
+    page.get_by_role("row").filter(has_text="your upload").first.wait_for()  # no click on Refresh
+    page.screenshot(path=str(ARTIFACTS / "browser-compare.png"), full_page=True)
+
+
 def test_a_bad_upload_shows_its_error(page, tmp_path):
     path = tmp_path / "wrong_shape.npy"
     np.save(path, np.zeros((3, 3), dtype=np.float32))

@@ -5,6 +5,7 @@ the metric applied to score matrices computed here, directly, from the embedding
 gallery in the dataset's order (a layout the command does not use).
 """
 
+import csv
 import json
 import math
 import subprocess
@@ -13,6 +14,7 @@ import types
 from pathlib import Path
 
 import numpy as np
+import pyarrow.parquet as pq
 import pytest
 
 import rococo_recall
@@ -26,6 +28,7 @@ from rococo_eval.embeddings import (
     original_images,
 )
 from rococo_eval.layout import CLEAN, IMAGE_TO_TEXT, TEXT_TO_IMAGE, attack_direction, gallery_layout
+from rococo_eval.source import RococoSource
 from sparse_files import sparse_npy
 
 
@@ -37,8 +40,9 @@ def encode_calls(monkeypatch):
 
     def counting_load(*args, **kwargs):
         model = load(*args, **kwargs)
-        for kind in ("texts", "images"):
-            encode = getattr(model, f"encode_{kind}")
+        image_method = "encode_preprocessed" if hasattr(model, "encode_preprocessed") else "encode_images"
+        for kind, method in (("texts", "encode_texts"), ("images", image_method)):
+            encode = getattr(model, method)
 
             def counted(batch, encode=encode, kind=kind):
                 if calls["fail_after"] is not None and calls["texts"] + calls["images"] >= calls["fail_after"]:
@@ -46,7 +50,7 @@ def encode_calls(monkeypatch):
                 calls[kind] += 1
                 return encode(batch)
 
-            setattr(model, f"encode_{kind}", counted)
+            setattr(model, method, counted)
         return model
 
     monkeypatch.setattr(models, "load_model", counting_load)
@@ -201,6 +205,17 @@ def test_score_reads_a_dataset_order_matrix_in_the_dataset_order(captions_per_im
     assert "the scores decide the dataset order (of 512 sampled queries, 0 score their official-order ground " \
            "truth higher and 511 their dataset-order ground truth)" in meta["note"]
     assert meta["note"] in caplog.text  # said on the terminal, as a warning
+    # the failure analysis maps the dataset-order columns back to the dataset's rows and captions
+    per_query = rococo_recall.rococo_recall(scores, **layouts["dataset"].metric_inputs(), per_query=True)
+    exported = pq.read_table(tmp_path / "detected" / "per_query.parquet").to_pydict()
+    assert exported["top_row"] == per_query["top_index"].tolist()  # the dataset order is the dataset's rows
+    flipped = np.flatnonzero((per_query["clean_rank"] == 0) & (per_query["rank"] > 0))
+    margins = per_query["top_score"][flipped] - per_query["best_correct_score"][flipped]
+    with open(tmp_path / "detected" / "flipped.csv", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert len(rows) == len(flipped) and int(rows[0]["query"]) == flipped[np.argmax(margins)]
+    adversarial = RococoSource().adversarial_captions("rand_voca")
+    assert rows[0]["winner_caption"] == adversarial[int(rows[0]["winner_row"]) - sum(captions_per_image)]
 
     assert main(["score", f"rand_voca:dataset={path}", "--out", str(tmp_path / "given"), "--quiet"]) == 0
     assert_report_equals(tmp_path / "given", {"rand_voca/image_to_text": expected})

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from metric_cases import BAD_INPUTS, embedding_case, random_case
+from metric_cases import BAD_INPUTS, PER_QUERY_KEYS, assert_per_query_equal, embedding_case, random_case
 from rococo_recall import rococo_recall as compute
 
 
@@ -19,8 +19,7 @@ def test_torch_inputs_match_numpy(dtype, ties):
     expected = compute(exact, references, adversarial, ties=ties, per_query=True)
     for key in ("recall@1", "recall@10", "false_rate", "clean_recall@5", "attack_success_rate"):
         np.testing.assert_equal(result[key], expected[key])
-    np.testing.assert_array_equal(result["rank"], expected["rank"])
-    np.testing.assert_array_equal(result["top1_adversarial"], expected["top1_adversarial"])
+    assert_per_query_equal(result, {key: expected[key] for key in PER_QUERY_KEYS})
 
 
 def test_embeddings_equal_scores_torch():
@@ -29,7 +28,10 @@ def test_embeddings_equal_scores_torch():
     queries, gallery = torch.from_numpy(queries), torch.from_numpy(gallery)
     result = compute(query_embeddings=queries, gallery_embeddings=gallery, references=references,
                      adversarial=adversarial, chunk_size=4, per_query=True)
-    np.testing.assert_array_equal(result["rank"], expected["rank"])
+    for key in PER_QUERY_KEYS:  # products of 4 rows may round a score's last bit unlike those of 33 rows
+        np.testing.assert_allclose(result[key], expected[key], rtol=1e-6, atol=0, err_msg=key)
+        if not key.endswith("score"):
+            np.testing.assert_array_equal(result[key], expected[key], err_msg=key)
     assert result["r_mean"] == expected["r_mean"]
 
 

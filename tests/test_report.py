@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from PIL import Image
 
 from rococo_eval import report
 from rococo_eval.layout import gallery_layout
@@ -205,3 +206,23 @@ def test_report_files_get_the_usual_permissions(tmp_path):
         os.umask(umask)
     assert path.stat().st_mode & 0o777 == 0o644
     assert not list(tmp_path.glob(".*.part"))
+
+
+def test_analysis_markdown_and_word_chart(tmp_path):
+    table = {"replaced": [{"word": "kite", "images": 3, "successes": 3, "success_rate": 100.0},
+                          {"word": "man", "images": 40, "successes": 10, "success_rate": 25.0}],
+             "replacement": [{"word": "weapon", "images": 50, "successes": 5, "success_rate": 10.0}],
+             "clean_correct": 60, "flipped": 12, "other_image_wins": 2}
+    analysis = {"galleries": {"mix_seed1/text_to_image": {"attack": "mix_seed1", "direction": "text_to_image",
+                                                          "clean_correct": 5, "flipped": 0, "flipped_queries": []}},
+                "by_word": {"danger": table}, "image_attacks": []}
+    markdown = report.analysis_markdown(analysis, min_count=20)
+    assert "### mix_seed1 (text_to_image): 0 of 5 queries flipped" in markdown
+    assert "### danger: attack success by word (at least 20 images; 2 of 12 flips won by another image's caption)" \
+        in markdown
+    assert "| man | 40 | 10 | 25.00 |" in markdown and "kite" not in markdown  # 3 images: under the minimum
+    assert "| weapon | 50 | 5 | 10.00 |" in markdown and "Image attacks" not in markdown
+    one = report.plot_word_rates(analysis, tmp_path / "one.png", min_count=20)
+    two = report.plot_word_rates({"by_word": {"danger": table, "rand_voca": table}}, tmp_path / "two.png")
+    with Image.open(one) as first, Image.open(two) as second:
+        assert second.size[0] > first.size[0] and first.size[1] == second.size[1]

@@ -1,0 +1,350 @@
+"""Two-stage scoring of a gallery, as BLIP's official ``evaluation()`` does it, with a disk cache of ITM scores.
+
+Stage one ranks the whole gallery of every query by the model's contrastive (ITC) similarity. Stage two runs
+the model's image-text matching (ITM) head on each query's top ``k`` candidates (image-to-text: the top
+captions of each image; text-to-image: the top images of each caption). The gallery's score matrix is then,
+exactly as in the official code::
+
+    scores = full((queries, gallery), -100.0)          # float32
+    scores[q, top_k(itc[q])] = itm_logit[:, 1] + itc[q, top_k]
+
+(``sims.topk(k)`` on the ITC row; ITM logit of class 1, not a probability). Ties of the ITC scores at the
+k-th place are broken by ``torch.topk``, here as there (on another device, possibly otherwise).
+
+An ITM score depends only on its (image, caption) pair, and RoCOCO's galleries share most of theirs: the
+ground-truth captions are in all four text galleries and the test images in all six image galleries. So
+every ITM score is kept on disk, per model, image set and caption set (:class:`PairStore`), beside the
+embedding cache, and no pair is computed twice, across galleries or across runs. The store is written in
+shards, each renamed into place, so Ctrl-C loses at most the group of pairs in flight.
+
+Example:
+    >>> class Toy:  # ITC: dot product; ITM: 10 for the pair (image i, caption i), else 0
+    ...     name, fingerprint = "toy", "0" * 64
+    ...     def similarity(self, images, texts): return images @ texts.T
+    ...     def tokenize(self, texts): return np.array([[int(text)] for text in texts])
+    ...     def image_features(self, images): return np.array(images)
+    ...     def match(self, features, positions, tokens):
+    ...         return np.float32(10) * (features[positions] == tokens[:, 0])
+    >>> import tempfile
+    >>> from rococo_eval.layout import gallery_layout
+    >>> layout = gallery_layout("clean", "image_to_text", [1, 1, 1])
+    >>> images = Side("images/demo", "0" * 16, [0, 1, 2], np.eye(3, dtype=np.float32))
+    >>> captions = Side("captions/demo", "1" * 16, ["0", "1", "2"], np.array([[1, 0, .25], [.5, 1, 0], [0, .5, 1]],
+    ...                                                                       dtype=np.float32))
+    >>> scorer = Reranker(Toy(), tempfile.mkdtemp(), k=2)
+    >>> scorer.scores(layout, images, [captions]).tolist()
+    [[11.0, 0.5, -100.0], [-100.0, 11.0, 0.5], [0.25, -100.0, 11.0]]
+    >>> scorer.computed, scorer.reused
+    (6, 0)
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, Sequence
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from .files import write_atomic
+from .layout import IMAGE_TO_TEXT
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_K = 256  # k_test of BLIP's COCO retrieval config, used by RoCOCO
+FILL = -100.0  # the official score of every candidate outside the top k
+MANIFEST = "manifest.json"
+_SHARD = re.compile(r"pairs-(\d+)\.npz")
+_PAIRS_PER_SHARD = 16384  # pairs per stored shard: what Ctrl-C can lose
+_ROWS_BYTES = 64 << 20  # ITC scores per block of query rows
+
+
+@dataclass(frozen=True)
+class Side:
+    """One set of items as the scorer sees it: its name and fingerprint (which name its stored pairs), the
+    items themselves (captions, or a sequence whose ``items[i]`` is a PIL image) and their ITC embeddings."""
+
+    name: str
+    fingerprint: str
+    items: Sequence
+    vectors: np.ndarray
+
+
+class PairStore:
+    """ITM logits of (image, caption) pairs of one model, image set and caption set, on disk.
+
+    Pairs are keyed by their indices in the two sets. Each :meth:`add` writes one shard, renamed into place;
+    :meth:`compact` merges the shards into one.
+
+    Example:
+        >>> import tempfile
+        >>> store = PairStore(Path(tempfile.mkdtemp()) / "pairs", {"images": "a", "captions": "b"}, num_captions=10)
+        >>> store.add(np.array([0, 1]), np.array([3, 4]), np.array([0.5, -1.0], dtype=np.float32))
+        >>> found, values = store.lookup(np.array([1, 0, 2]), np.array([4, 3, 3]))
+        >>> found.tolist(), values[found].tolist()
+        ([True, True, False], [-1.0, 0.5])
+    """
+
+    def __init__(self, folder, manifest: dict, num_captions: int):
+        self.folder = Path(folder)
+        self.num_captions = int(num_captions)
+        _open_folder(self.folder, manifest)
+        keys, values = [np.zeros(0, dtype=np.int64)], [np.zeros(0, dtype=np.float32)]
+        for path in sorted(self.folder.glob("pairs-*.npz")):
+            try:
+                with np.load(path) as shard:
+                    keys.append(shard["keys"].astype(np.int64))
+                    values.append(shard["logits"].astype(np.float32))
+            except (OSError, ValueError, KeyError):
+                logger.warning("ignoring ITM cache shard %s", path)
+                path.unlink(missing_ok=True)
+        self._pending: list[tuple[np.ndarray, np.ndarray]] = []
+        self._set(np.concatenate(keys), np.concatenate(values))
+        numbers = [int(m[1]) for m in map(_SHARD.fullmatch, (p.name for p in self.folder.glob("pairs-*.npz"))) if m]
+        self._next = max(numbers, default=-1) + 1
+
+    def __len__(self):
+        self._merge()
+        return len(self.keys)
+
+    def _set(self, keys, values):
+        keys, first = np.unique(keys, return_index=True)
+        self.keys, self.values = keys, values[first]
+
+    def _merge(self):
+        """Fold the shards added since the last look-up into the sorted keys (once, not once per shard)."""
+        if self._pending:
+            keys, values = zip(*self._pending)
+            self._pending = []
+            self._set(np.concatenate([self.keys, *keys]), np.concatenate([self.values, *values]))
+
+    def lookup(self, images: np.ndarray, captions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """For each pair, whether it is stored and its logit (0 where it is not)."""
+        self._merge()
+        keys = images.astype(np.int64) * self.num_captions + captions
+        where = np.minimum(np.searchsorted(self.keys, keys), max(len(self.keys) - 1, 0))
+        found = (self.keys[where] == keys) if len(self.keys) else np.zeros(len(keys), dtype=bool)
+        return found, np.where(found, self.values[where] if len(self.keys) else 0, 0).astype(np.float32)
+
+    def add(self, images: np.ndarray, captions: np.ndarray, logits: np.ndarray) -> None:
+        """Store the logits of these pairs in a new shard."""
+        keys = images.astype(np.int64) * self.num_captions + captions
+        logits = np.asarray(logits, dtype=np.float32)
+        path = self.folder / f"pairs-{self._next:06d}.npz"
+        write_atomic(path, lambda handle: np.savez(handle, keys=keys, logits=logits))
+        self._next += 1
+        self._pending.append((keys, logits))
+
+    def compact(self) -> None:
+        """Merge every shard into one (the pairs stay the same)."""
+        shards = sorted(self.folder.glob("pairs-*.npz"))
+        if len(shards) < 2:
+            return
+        self._merge()
+        path = self.folder / f"pairs-{self._next:06d}.npz"
+        write_atomic(path, lambda handle: np.savez(handle, keys=self.keys, logits=self.values))
+        self._next += 1
+        for shard in shards:
+            shard.unlink()
+
+
+class Reranker:
+    """Scores galleries in two stages (see the module docstring) and keeps the ITM scores in ``root``.
+
+    Args:
+        model: has ``name``, ``fingerprint``, ``similarity(image_vectors, text_vectors)``, ``tokenize(texts)``,
+            ``image_features(images)`` and ``match(features, image_positions, tokens)`` (see
+            :mod:`rococo_eval.rerank_models`).
+        root: the cache folder; pairs go to ``<root>/<model fingerprint>/itm-<images>--<captions>/``.
+        k: candidates re-scored per query (``k_test``).
+        batch_size: pairs per ITM pass and images per vision pass.
+        workers: threads that load images ahead of the model.
+        progress: show a progress bar of pairs (with pairs per second).
+
+    Attributes:
+        computed, reused: ITM pairs computed, and read from the store, by this scorer so far.
+    """
+
+    def __init__(self, model, root, k: int = DEFAULT_K, batch_size: int = 256, workers: int = 0,
+                 progress: bool = False):
+        if not isinstance(k, int) or k < 1:
+            raise ValueError(f"`k` must be a positive int, got {k!r}")
+        if not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"`batch_size` must be a positive int, got {batch_size!r}")
+        self.model, self.root, self.k = model, Path(root), k
+        self.batch_size, self.workers, self.progress = batch_size, workers, progress
+        self.computed = self.reused = 0
+        self._stores: dict[tuple[str, str], PairStore] = {}
+        self._tokens: dict[tuple[str, str], np.ndarray] = {}
+
+    def store(self, images: Side, captions: Side) -> PairStore:
+        """The pair store of ``images`` x ``captions`` for this model."""
+        key = (f"{images.name}-{images.fingerprint[:16]}", f"{captions.name}-{captions.fingerprint[:16]}")
+        if key not in self._stores:
+            safe = "--".join(re.sub(r"[^A-Za-z0-9_.-]+", "-", part) for part in key)
+            manifest = {"model": self.model.name, "model_fingerprint": self.model.fingerprint,
+                        "images": images.name, "images_fingerprint": images.fingerprint,
+                        "captions": captions.name, "captions_fingerprint": captions.fingerprint}
+            self._stores[key] = PairStore(self.root / self.model.fingerprint[:20] / f"itm-{safe}", manifest,
+                                          len(captions.items))
+        return self._stores[key]
+
+    def scores(self, layout, queries: Side, pool: Sequence[Side]) -> np.ndarray:
+        """The whole score matrix of one gallery (queries x gallery, official order), float32."""
+        matrix = np.empty((layout.num_queries, layout.num_gallery), dtype=np.float32)
+        for start, rows in self.score_blocks(layout, queries, pool):
+            matrix[start:start + len(rows)] = rows
+        return matrix
+
+    def score_blocks(self, layout, queries: Side, pool: Sequence[Side]) -> Iterator[tuple[int, np.ndarray]]:
+        """The gallery's score matrix as ``(first row, rows)`` blocks, after every ITM score it needs is stored.
+
+        Args:
+            layout: the gallery's :class:`~rococo_eval.layout.GalleryLayout`; its ``gallery_rows`` index the
+                concatenation of the ``pool`` sides' items.
+            queries: the query side (the test images for image-to-text, the ground-truth captions otherwise).
+            pool: the sides whose items make the gallery: originals, then the altered items if any.
+        """
+        k = min(self.k, layout.num_gallery)
+        columns, itc = self._top_k(layout, queries, pool, k)
+        offsets = np.cumsum([0] + [len(side.items) for side in pool])
+        rows = layout.gallery_rows[columns]
+        which = np.searchsorted(offsets, rows, side="right") - 1
+        within = rows - offsets[which]
+        query_index = np.repeat(np.arange(layout.num_queries), k).reshape(-1, k)
+        logits = np.zeros(columns.shape, dtype=np.float32)
+        for number, side in enumerate(pool):
+            chosen = which == number
+            if not chosen.any():
+                continue
+            if layout.direction == IMAGE_TO_TEXT:
+                images, captions, image_rows, caption_rows = queries, side, query_index[chosen], within[chosen]
+            else:
+                images, captions, image_rows, caption_rows = side, queries, within[chosen], query_index[chosen]
+            logits[chosen] = self._logits(images, captions, image_rows, caption_rows)
+        block = max(1, _ROWS_BYTES // (4 * layout.num_gallery))
+        for start in range(0, layout.num_queries, block):
+            stop = min(start + block, layout.num_queries)
+            scores = np.full((stop - start, layout.num_gallery), FILL, dtype=np.float32)
+            np.put_along_axis(scores, columns[start:stop], logits[start:stop] + itc[start:stop], axis=1)
+            yield start, scores
+
+    def _top_k(self, layout, queries: Side, pool: Sequence[Side], k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Each query's k gallery columns of highest ITC score, and those scores (``torch.topk``, as the official
+        code takes them)."""
+        import torch  # the models that re-rank are torch models
+
+        gallery = np.concatenate([side.vectors for side in pool])[layout.gallery_rows]
+        block = max(1, _ROWS_BYTES // (4 * layout.num_gallery))
+        columns = np.empty((layout.num_queries, k), dtype=np.int64)
+        itc = np.empty((layout.num_queries, k), dtype=np.float32)
+        for start in range(0, layout.num_queries, block):
+            rows = queries.vectors[start:start + block]
+            sims = (self.model.similarity(rows, gallery) if layout.direction == IMAGE_TO_TEXT
+                    else self.model.similarity(gallery, rows).T)
+            values, top = torch.from_numpy(np.ascontiguousarray(sims, dtype=np.float32)).topk(k, dim=1)
+            columns[start:start + len(rows)] = top.numpy()
+            itc[start:start + len(rows)] = values.numpy()
+        return columns, itc
+
+    def _logits(self, images: Side, captions: Side, image_rows: np.ndarray, caption_rows: np.ndarray) -> np.ndarray:
+        """ITM logits of the pairs (image_rows[i], caption_rows[i]): from the store, computing what is missing."""
+        store = self.store(images, captions)
+        found, logits = store.lookup(image_rows, caption_rows)
+        missing = np.unique(image_rows[~found].astype(np.int64) * store.num_captions + caption_rows[~found])
+        self.reused += int(found.sum())
+        self.computed += len(missing)
+        if len(missing):
+            logger.info("%s x %s: %d ITM pairs to compute, %d from the cache", images.name, captions.name,
+                        len(missing), int(found.sum()))
+            self._compute(store, images, captions, missing // store.num_captions, missing % store.num_captions)
+            store.compact()
+            found, logits = store.lookup(image_rows, caption_rows)
+        return logits
+
+    def _compute(self, store: PairStore, images: Side, captions: Side, image_rows, caption_rows) -> None:
+        """Run the ITM head on the pairs (sorted by image), one stored shard per group of images."""
+        key = (captions.name, captions.fingerprint)
+        if key not in self._tokens:  # each caption set is tokenized once, not once per pair
+            self._tokens[key] = self.model.tokenize(list(captions.items))
+        tokens = self._tokens[key]
+        groups = _groups(image_rows, self.batch_size, _PAIRS_PER_SHARD)
+        started = time.perf_counter()
+        with tqdm(total=len(image_rows), desc=f"ITM {images.name} x {captions.name}", unit="pair",
+                  disable=not self.progress, dynamic_ncols=True) as bar, \
+                ThreadPoolExecutor(max_workers=max(1, self.workers), thread_name_prefix="rococo-itm") as pool:
+            for start, stop in groups:
+                image_ids, positions = np.unique(image_rows[start:stop], return_inverse=True)
+                pictures = list(pool.map(images.items.__getitem__, image_ids.tolist()))
+                features = self.model.image_features(pictures)  # a group has at most batch_size images
+                logits = []
+                for first in range(start, stop, self.batch_size):
+                    last = min(first + self.batch_size, stop)
+                    logits.append(np.asarray(self.model.match(features, positions[first - start:last - start],
+                                                              tokens[caption_rows[first:last]]), dtype=np.float32))
+                    bar.update(last - first)
+                logits = np.concatenate(logits)
+                if not np.isfinite(logits).all():
+                    raise ValueError(f"model {self.model.name!r} returned non-finite ITM scores")
+                store.add(image_rows[start:stop], caption_rows[start:stop], logits)
+        elapsed = time.perf_counter() - started
+        logger.info("%d ITM pairs in %.1f s (%.0f pairs/s)", len(image_rows), elapsed,
+                    len(image_rows) / max(elapsed, 1e-9))
+
+
+def block_metric(blocks, layout, writer=None, **metric_kwargs) -> dict:
+    """The RoCOCO Recall of a gallery given as ``(first row, rows)`` blocks; each block also goes to ``writer``.
+
+    Example:
+        >>> from rococo_eval.layout import gallery_layout
+        >>> layout = gallery_layout("clean", "text_to_image", [1, 1])
+        >>> block_metric([(0, np.eye(2, dtype=np.float32))], layout, k=1)["recall@1"]
+        100.0
+    """
+    from rococo_recall import RankAccumulator  # imports evaluate: only where a gallery is scored
+
+    references = layout.metric_inputs()["references"]
+    accumulator = RankAccumulator(adversarial=layout.adversarial)
+    for start, rows in blocks:
+        accumulator.update(rows, references[start:start + len(rows)])
+        if writer is not None:
+            writer.write(start, rows)
+    return accumulator.compute(**metric_kwargs)
+
+
+def _groups(image_rows: np.ndarray, images_per_group: int, pairs_per_group: int) -> list[tuple[int, int]]:
+    """Split pairs sorted by image into runs of whole images: at most ``images_per_group`` images, and about
+    ``pairs_per_group`` pairs (more only when one image has more).
+
+    Example:
+        >>> _groups(np.array([0, 0, 0, 1, 2, 2]), images_per_group=2, pairs_per_group=4)
+        [(0, 4), (4, 6)]
+    """
+    starts = np.flatnonzero(np.r_[True, image_rows[1:] != image_rows[:-1]]).tolist() + [len(image_rows)]
+    groups, first, count = [], 0, 0
+    for position, begin in enumerate(starts[:-1]):
+        end = starts[position + 1]
+        if count and (count == images_per_group or end - starts[first] > pairs_per_group):
+            groups.append((starts[first], begin))
+            first, count = position, 0
+        count += 1
+    if len(image_rows):
+        groups.append((starts[first], len(image_rows)))
+    return groups
+
+
+def _open_folder(folder: Path, manifest: dict) -> None:
+    path = folder / MANIFEST
+    if path.is_file():
+        found = json.loads(path.read_text())
+        if found != manifest:
+            raise ValueError(f"cache folder {str(folder)!r} holds other ITM scores ({found}); remove it")
+        return
+    folder.mkdir(parents=True, exist_ok=True)
+    write_atomic(path, lambda handle: handle.write(json.dumps(manifest, indent=2).encode()))

@@ -48,7 +48,7 @@ from pathlib import Path
 import numpy as np
 
 from .captions import find_replacements
-from .layout import IMAGE_ATTACK_METHODS, IMAGE_TO_TEXT, TEXT_TO_IMAGE, GalleryLayout, caption_offsets
+from .layout import IMAGE_ATTACK_METHODS, IMAGE_TO_TEXT, TEXT_TO_IMAGE, GalleryLayout
 
 logger = logging.getLogger(__name__)
 
@@ -219,6 +219,7 @@ def word_vulnerability(per_query: dict, layout: GalleryLayout, attack: str, sour
         ...     captions_per_image, adversarial_per_image = [1, 1], 1
         ...     def ground_truth_captions(self): return ["a man on a bike", "a dog on a table"]
         ...     def adversarial_captions(self, attack): return ["a lady on a bike", "a dog on a couch"]
+        ...     def adversarial_sources(self, attack): return [0, 1]  # made from ground-truth captions 0 and 1
         >>> layout = gallery_layout("same_concept", "image_to_text", [1, 1], "dataset", adversarial_per_image=1)
         >>> per_query = {"rank": np.array([1, 0]), "clean_rank": np.array([0, 0]), "top_index": np.array([2, 1]),
         ...              "top_score": np.array([0.9, 0.5]), "best_correct_index": np.array([0, 1]),
@@ -435,9 +436,9 @@ class _GalleryItems:
             self.per_image = (layout.num_adversarial // layout.num_queries if source is None
                               else source.adversarial_per_image)
         if source is not None:
-            self.offsets = caption_offsets(source.captions_per_image)
             self.ground_truth = source.ground_truth_captions()
             self.adversarial = source.adversarial_captions(attack) if self.per_image else None
+            self.sources = source.adversarial_sources(attack) if self.per_image else None
         self._changes: dict[tuple[int, int], dict] = {}
 
     def adversarial_owner(self, row: int) -> tuple[int, int]:
@@ -447,11 +448,14 @@ class _GalleryItems:
     def caption_change(self, image: int, j: int) -> dict:
         """The replaced and replacement words of image ``image``'s adversarial caption ``j``."""
         if (image, j) not in self._changes:
-            changes = find_replacements(self.ground_truth[self.offsets[image] + j],
-                                        self.adversarial[self.per_image * image + j])
+            changes = find_replacements(self.source_caption(image, j), self.adversarial[self.per_image * image + j])
             self._changes[image, j] = {"replaced": {c.original or INSERTED for c in changes},
                                        "replacement": {c.replacement for c in changes if c.replacement}}
         return self._changes[image, j]
+
+    def source_caption(self, image: int, j: int) -> str:
+        """The ground-truth caption image ``image``'s adversarial caption ``j`` was made from (the source records it)."""
+        return self.ground_truth[self.sources[self.per_image * image + j]]
 
     def describe(self, query: int, winner_row: int, correct_row: int) -> dict:
         if self.layout.direction == IMAGE_TO_TEXT:
@@ -466,7 +470,7 @@ class _GalleryItems:
         row.update(winner_image=winner_image, own_image=winner_image == query)
         if self.source is None:
             return row
-        source_caption = self.ground_truth[self.offsets[winner_image] + j]
+        source_caption = self.source_caption(winner_image, j)
         winner = self.adversarial[self.per_image * winner_image + j]
         changes = find_replacements(source_caption, winner)
         row.update(correct_caption=self.ground_truth[correct_row], winner_caption=winner,

@@ -36,8 +36,13 @@ class HandSource:
     def ground_truth_captions(self):
         return list(self.GROUND_TRUTH)
 
+    SOURCES = [0, 1, 2, 3, 4, 5, 7, 8]  # adversarial caption j of an image came from its ground-truth caption j
+
     def adversarial_captions(self, attack):
         return list(self.ADVERSARIAL)
+
+    def adversarial_sources(self, attack):
+        return list(self.SOURCES)
 
     def alteration(self, index, attack):
         return (index + 1) % 2, None
@@ -94,6 +99,25 @@ def test_word_vulnerability_by_hand():
     with pytest.raises(ValueError, match=r"`layout` must be a text attack's image-to-text gallery, got a "
                                          r"image_to_text gallery with 0 adversarial items \('clean'\)"):
         analysis.word_vulnerability(per_query, clean, "clean", HandSource())
+
+
+class SkippingSource(HandSource):
+    """HandSource as a generated benchmark records it when image 2's caption 1 had no candidate word: its second
+    adversarial caption was made from its caption 2 ("a cat on a couch": cat -> rain)."""
+
+    ADVERSARIAL = HandSource.ADVERSARIAL[:5] + ["a rain on a couch"] + HandSource.ADVERSARIAL[6:]
+    SOURCES = [0, 1, 2, 3, 4, 6, 7, 8]
+
+
+def test_words_come_from_the_caption_the_source_records():
+    layout, scores = hand_text_gallery()
+    scores[2, 12] = 0.9  # image 2's second adversarial caption now wins over its best ground truth (0.8)
+    per_query = rococo_recall(scores, **layout.metric_inputs(), per_query=True)
+    rows = analysis.flipped_queries(per_query, layout, "rand_voca", SkippingSource())
+    row = next(row for row in rows if row["query"] == 2)
+    assert (row["winner_source_caption"], row["replaced"], row["replacement"]) == ("a cat on a couch", "cat", "rain")
+    table = analysis.word_vulnerability(per_query, layout, "rand_voca", SkippingSource())
+    assert [(r["word"], r["images"], r["successes"]) for r in table["replaced"] if r["word"] == "cat"] == [("cat", 1, 1)]
 
 
 def hand_image_galleries():

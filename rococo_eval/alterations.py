@@ -105,8 +105,12 @@ class AlteredImages(Sequence):
                 self._started = True
                 self._made.update(self._make_all())
             data = self._made.pop(index, None)
-        if data is None:
-            data = self.make_group(self._group_of[index])[index]
+        if data is None:  # read again (the ITM stage re-reads images): keep the group's others for their turn
+            made = self.make_group(self._group_of[index])
+            data = made.pop(index)
+            with self._lock:
+                for other, jpeg in made.items():
+                    self._made.setdefault(other, jpeg)
         return data
 
     def stop(self) -> None:

@@ -172,6 +172,15 @@ def test_stopped_altered_images_are_made_group_by_group_when_read(source, reads)
     assert made == source.altered_image_bytes(4999, "mix_seed10")
 
 
+def test_images_read_again_are_made_once_per_group(source, reads):
+    images = AlteredImages(source, "mix_seed10", workers=2)
+    images.stop()  # the embedding pass has ended and freed its bytes; the ITM stage reads images again
+    group = images._group_of[4999]
+    again = {index: images.jpeg(index) for index in group}
+    assert len(reads) == len(group) and set(reads.values()) == {1}  # not once per image read
+    assert again[4999] == source.altered_image_bytes(4999, "mix_seed10")
+
+
 @pytest.mark.slow
 def test_altered_images_are_the_sources_bytes_with_each_original_read_once(source, reads):
     attack = "patch_seed10"

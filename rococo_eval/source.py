@@ -22,6 +22,7 @@ Example:
 from __future__ import annotations
 
 import functools
+import logging
 from pathlib import Path, PurePosixPath
 
 from PIL import Image
@@ -39,6 +40,8 @@ from .images import alter_image, encode_jpeg, load_mix_table
 from .layout import (CLEAN, IMAGE_ATTACKS, TEXT_ATTACKS, GalleryLayout, caption_offsets, gallery_direction,
                      gallery_layout)
 from .manifest import read_benchmark
+
+logger = logging.getLogger(__name__)
 
 
 class ImageFolderError(ValueError):
@@ -91,8 +94,12 @@ class RococoSource:
         self._benchmark = None if benchmark is None else read_benchmark(benchmark)
         self.text_attacks = TEXT_ATTACKS if self._benchmark is None else self._benchmark.text_attacks
         self.image_attacks = IMAGE_ATTACKS if self._benchmark is None else self._benchmark.image_attacks
-        if images_dir is None and self._benchmark is not None:
-            images_dir = self._benchmark.images_dir
+        recorded = None if self._benchmark is None else self._benchmark.images_dir
+        if images_dir is None and recorded is not None:
+            if recorded.is_dir():
+                images_dir = recorded
+            else:  # captions, galleries and score files need no images: go on without them
+                logger.info("the benchmark's image folder %s is not here: no images (pass `images_dir`)", recorded)
         self._annotations_dir = annotations_dir
         self._cache_dir = cache_dir
         self._mix_tables: dict = {}

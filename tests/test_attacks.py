@@ -7,6 +7,7 @@ captions each; one caption is blank and one has no noun.
 
 import csv
 import json
+import shutil
 
 import datasets
 import numpy as np
@@ -281,6 +282,21 @@ def test_the_space_explores_and_evaluates_the_benchmark(benchmark, image_set, tm
                                 captions_per_image=source.captions_per_image, source=source,
                                 adversarial_per_image=adversarial_per_image_of(source))
     assert evaluation.results["danger/image_to_text"]["recall@1"] == 100.0
+
+
+def test_a_benchmark_without_its_images_still_gives_its_galleries(benchmark, tmp_path):
+    copy = tmp_path / "bench"
+    shutil.copytree(benchmark, copy)
+    manifest = json.loads((copy / MANIFEST).read_text())
+    manifest["images_dir"] = str(tmp_path / "images-elsewhere")  # recorded on another machine
+    (copy / MANIFEST).write_text(json.dumps(manifest))
+    source = RococoSource(benchmark=copy)
+    assert source.images_dir is None
+    inputs = metric_inputs_for("mix_seed7", "text_to_image", benchmark=copy)
+    expected = source.gallery("mix_seed7", "text_to_image").metric_inputs()
+    assert inputs.keys() == expected.keys()
+    assert all(np.array_equal(np.asarray(inputs[key], dtype=object), np.asarray(expected[key], dtype=object))
+               for key in inputs)
 
 
 def test_a_benchmark_whose_images_moved_says_where_to_point(benchmark, tmp_path):

@@ -368,9 +368,10 @@ def gallery_shape(attack: str, direction: str, captions_per_image, *,
     return num_captions, num_images * (2 if attacked else 1)
 
 
-def matching_galleries(shape, captions_per_image, *,
-                       adversarial_per_image: int = ADVERSARIAL_PER_IMAGE) -> list[tuple[str, str]]:
-    """Every (attack, direction) whose score matrix has ``shape``; attacks of one direction share a shape.
+def matching_galleries(shape, captions_per_image, *, adversarial_per_image: int = ADVERSARIAL_PER_IMAGE,
+                       attacks=ATTACKS) -> list[tuple[str, str]]:
+    """Every (attack, direction) whose score matrix has ``shape``, among ``attacks`` (RoCOCO's, or a generated
+    benchmark's); attacks of one direction share a shape.
 
     Example:
         >>> matching_galleries((3, 16), [5, 6, 5])
@@ -379,7 +380,7 @@ def matching_galleries(shape, captions_per_image, *,
         ['mix_seed1', 'mix_seed10', 'mix_seed100']
     """
     shape = tuple(int(n) for n in shape)
-    return [(attack, direction) for direction in DIRECTIONS for attack in (CLEAN,) + ATTACKS
+    return [(attack, direction) for direction in DIRECTIONS for attack in (CLEAN,) + tuple(attacks)
             if (attack == CLEAN or attack_direction(attack) == direction)
             and gallery_shape(attack, direction, captions_per_image,
                               adversarial_per_image=adversarial_per_image) == shape]

@@ -171,7 +171,7 @@ def decide_order(scores, captions_per_image, max_rows: int = ORDER_SAMPLE_ROWS, 
 
 
 def detect_layout(shape, captions_per_image, file_name: str = "", scores=None, *,
-                  adversarial_per_image: int = ADVERSARIAL_PER_IMAGE) -> LayoutChoice:
+                  adversarial_per_image: int = ADVERSARIAL_PER_IMAGE, attacks=ATTACKS) -> LayoutChoice:
     """The standard RoCOCO gallery a score matrix of ``shape`` belongs to, when that is unambiguous.
 
     A shape fixes the direction and whether the gallery is clean or attacked. The attacks of one direction
@@ -187,6 +187,7 @@ def detect_layout(shape, captions_per_image, file_name: str = "", scores=None, *
         scores: the scores (an array or a memory map), or a function returning them, called only when the
             order has to be read from them.
         adversarial_per_image: number of adversarial captions of each image in a text attack.
+        attacks: the attacks the set has (RoCOCO's, or a generated benchmark's, whose seeds may differ).
 
     Raises:
         ValueError: the shape fits no standard layout, or fits several galleries that the file name does not
@@ -212,11 +213,12 @@ def detect_layout(shape, captions_per_image, file_name: str = "", scores=None, *
     """
     shape = tuple(int(n) for n in shape)
     _require_captions(captions_per_image)
-    matches = matching_galleries(shape, captions_per_image, adversarial_per_image=adversarial_per_image)
+    matches = matching_galleries(shape, captions_per_image, adversarial_per_image=adversarial_per_image,
+                                 attacks=attacks)
     if not matches:
         expected = _expected_shapes(captions_per_image, adversarial_per_image)
         raise ValueError(f"shape {shape} fits no RoCOCO layout ({expected}); check the matrix or use a custom layout")
-    named = _named_galleries(file_name)
+    named = _named_galleries(file_name, attacks)
     if len(named) > 1:
         raise ValueError(f"the file name {Path(file_name).name!r} names {' and '.join(named)}: name one gallery in "
                          "it, or choose the attack")
@@ -286,7 +288,7 @@ def choose_layout(shape, captions_per_image, file_name: str = "", attack: str = 
         _check_choice("order", order, ORDERS)
     if not attack:
         detected = detect_layout(shape, captions_per_image, file_name, None if order else scores,
-                                 adversarial_per_image=adversarial_per_image)
+                                 adversarial_per_image=adversarial_per_image, attacks=attacks)
         if direction in ("", detected.direction) and order in ("", detected.order):
             return detected
         attack = detected.attack
@@ -296,7 +298,7 @@ def choose_layout(shape, captions_per_image, file_name: str = "", attack: str = 
         direction = attack_direction(attack) if attack != CLEAN else _clean_direction(shape, captions_per_image)
     expected = gallery_shape(attack, direction, captions_per_image, adversarial_per_image=adversarial_per_image)
     if shape != expected:
-        fits = ", ".join(f"{a}/{d}" for a, d in matching_galleries(shape, captions_per_image,
+        fits = ", ".join(f"{a}/{d}" for a, d in matching_galleries(shape, captions_per_image, attacks=attacks,
                                                                     adversarial_per_image=adversarial_per_image))
         raise ValueError(f"{attack}/{direction} expects a {expected} matrix, got {shape}, which fits "
                          f"{fits or 'no RoCOCO layout'}")
@@ -374,11 +376,11 @@ def _named_order(file_name: str) -> str:
     return named[0] if len(named) == 1 else ""
 
 
-def _named_galleries(file_name: str) -> list[str]:
-    """``clean`` and the attacks that ``file_name`` names as whole words (``-`` counts as ``_``), in its order."""
+def _named_galleries(file_name: str, attacks=ATTACKS) -> list[str]:
+    """``clean`` and the ``attacks`` that ``file_name`` names as whole words (``-`` counts as ``_``), in its order."""
     name = Path(file_name).name.lower().replace("-", "_")
     found = {}
-    for gallery in (CLEAN,) + ATTACKS:
+    for gallery in (CLEAN,) + tuple(attacks):
         match = re.search(rf"(?<![a-z0-9]){gallery}(?![a-z0-9])", name)
         if match:
             found[gallery] = match.start()

@@ -129,6 +129,11 @@ def test_scores_through_the_metric_and_rococo_eval_score(benchmark, tmp_path, ca
     report = json.loads((tmp_path / "report" / "report.json").read_text())["results"]
     assert report["rand_voca/image_to_text"]["false_rate"] == 100.0
     assert report["mix_seed7/text_to_image"]["recall@1"] == direct["recall@1"]
+    named = tmp_path / "mix_seed7_text_to_image_official_order.npy"  # as `run --save-scores` names it
+    np.save(named, t2i.astype(np.float32))
+    assert main(["score", "--benchmark", str(benchmark), "--out", str(tmp_path / "named"), "-q", str(named)]) == 0
+    named_report = json.loads((tmp_path / "named" / "report.json").read_text())["results"]
+    assert named_report["mix_seed7/text_to_image"]["recall@1"] == direct["recall@1"]
     capsys.readouterr()
 
 

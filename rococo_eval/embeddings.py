@@ -31,7 +31,6 @@ Example:
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import re
 import threading
@@ -46,12 +45,11 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from .alterations import AlteredImages
-from .files import write_atomic
+from .files import open_cache_folder, write_atomic
 from .layout import CLEAN, IMAGE_TO_TEXT, TEXT_ATTACKS, TEXT_TO_IMAGE, attack_direction
 
 logger = logging.getLogger(__name__)
 
-MANIFEST = "manifest.json"
 COMPLETE = "embeddings.npy"
 KINDS = ("text", "image")
 DEFAULT_BATCH_SIZE = 256
@@ -138,7 +136,7 @@ class EmbeddingCache:
         folder = self.folder(model, items)
         manifest = {"model": model.name, "model_fingerprint": model.fingerprint, "items": items.name,
                     "kind": items.kind, "items_fingerprint": items.fingerprint, "count": len(items)}
-        _open_folder(folder, manifest)
+        open_cache_folder(folder, manifest, "embeddings")
         complete = folder / COMPLETE
         if complete.is_file():
             logger.info("%s: %d embeddings from the cache", items.name, len(items))
@@ -317,17 +315,6 @@ def _images_fingerprint(source) -> str:
     for name in source.image_files:
         digest.update(f"{name}:{(source.images_dir / name).stat().st_size};".encode())
     return digest.hexdigest()
-
-
-def _open_folder(folder: Path, manifest: dict) -> None:
-    path = folder / MANIFEST
-    if path.is_file():
-        found = json.loads(path.read_text())
-        if found != manifest:
-            raise ValueError(f"cache folder {str(folder)!r} holds other embeddings ({found}); remove it")
-        return
-    folder.mkdir(parents=True, exist_ok=True)
-    write_atomic(path, lambda handle: handle.write(json.dumps(manifest, indent=2).encode()))
 
 
 def _read_shards(folder: Path, count: int) -> dict[tuple[int, int], Path]:

@@ -12,6 +12,7 @@ Example:
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import uuid
@@ -63,3 +64,28 @@ def write_atomic(path: str | os.PathLike, write: Callable[[BinaryIO], object]) -
         raise
     logger.debug("wrote %s", path)
     return path
+
+
+def open_cache_folder(folder: Path, manifest: dict, holds: str) -> None:
+    """Create the cache ``folder`` with its ``manifest.json``, or check that the one there is ``manifest``.
+
+    Raises:
+        ValueError: the folder's manifest describes something else (``holds`` says what the cache keeps).
+
+    Example:
+        >>> import tempfile
+        >>> folder = Path(tempfile.mkdtemp()) / "cache"
+        >>> open_cache_folder(folder, {"model": "a"}, "embeddings")
+        >>> open_cache_folder(folder, {"model": "b"}, "embeddings")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        ValueError: cache folder '...' holds other embeddings ({'model': 'a'}); remove it
+    """
+    path = folder / "manifest.json"
+    if path.is_file():
+        found = json.loads(path.read_text())
+        if found != manifest:
+            raise ValueError(f"cache folder {str(folder)!r} holds other {holds} ({found}); remove it")
+        return
+    folder.mkdir(parents=True, exist_ok=True)
+    write_atomic(path, lambda handle: handle.write(json.dumps(manifest, indent=2).encode()))

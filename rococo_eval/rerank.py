@@ -40,7 +40,6 @@ Example:
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 import time
@@ -52,14 +51,13 @@ from typing import Iterator, Sequence
 import numpy as np
 from tqdm.auto import tqdm
 
-from .files import write_atomic
+from .files import open_cache_folder, write_atomic
 from .layout import IMAGE_TO_TEXT
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_K = 256  # k_test of BLIP's COCO retrieval config, used by RoCOCO
 FILL = -100.0  # the official score of every candidate outside the top k
-MANIFEST = "manifest.json"
 _SHARD = re.compile(r"pairs-(\d+)\.npz")
 _PAIRS_PER_SHARD = 16384  # pairs per stored shard: what Ctrl-C can lose
 _ROWS_BYTES = 64 << 20  # ITC scores per block of query rows
@@ -94,7 +92,7 @@ class PairStore:
     def __init__(self, folder, manifest: dict, num_captions: int):
         self.folder = Path(folder)
         self.num_captions = int(num_captions)
-        _open_folder(self.folder, manifest)
+        open_cache_folder(self.folder, manifest, "ITM scores")
         keys, values = [np.zeros(0, dtype=np.int64)], [np.zeros(0, dtype=np.float32)]
         for path in sorted(self.folder.glob("pairs-*.npz")):
             try:
@@ -337,14 +335,3 @@ def _groups(image_rows: np.ndarray, images_per_group: int, pairs_per_group: int)
     if len(image_rows):
         groups.append((starts[first], len(image_rows)))
     return groups
-
-
-def _open_folder(folder: Path, manifest: dict) -> None:
-    path = folder / MANIFEST
-    if path.is_file():
-        found = json.loads(path.read_text())
-        if found != manifest:
-            raise ValueError(f"cache folder {str(folder)!r} holds other ITM scores ({found}); remove it")
-        return
-    folder.mkdir(parents=True, exist_ok=True)
-    write_atomic(path, lambda handle: handle.write(json.dumps(manifest, indent=2).encode()))

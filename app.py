@@ -26,13 +26,13 @@ import pandas as pd
 from rococo_eval import report, scorefiles
 from rococo_eval.analysis import DEFAULT_MIN_COUNT
 from rococo_eval.annotations import OFFICIAL_COMMIT, OFFICIAL_REPOSITORY, PAPER_URL
-from rococo_eval.layout import (CLEAN, DIRECTIONS, IMAGE_ATTACK_METHODS, SEEDS, TEXT_ATTACKS, describe_orders,
+from rococo_eval.layout import (CLEAN, DIRECTIONS, IMAGE_ATTACK_METHODS, TEXT_ATTACKS, describe_orders,
                                 gallery_shape)
 from rococo_eval.layout_detection import CUSTOM
 from rococo_eval.files import write_atomic
 from rococo_eval.space import (ALL_GALLERIES, IMAGE_ATTACK_HEADERS, LAYOUT_HEADERS, MAX_BOOTSTRAP, WORD_HEADERS,
-                               adversarial_per_image_of, compare_rows, detect_layouts, evaluate_files, explore,
-                               flipped_view, source_and_problem, write_outputs)
+                               adversarial_per_image_of, attacks_of, compare_rows, detect_layouts, evaluate_files,
+                               explore, flipped_view, source_and_problem, write_outputs)
 from rococo_recall import DEFAULT_K, TIE_POLICIES
 
 logger = logging.getLogger("rococo_app")
@@ -87,7 +87,7 @@ def build_app(source=None, captions_per_image=None, *, concurrency: int = 2, out
             gr.Markdown(note, elem_id="annotations-note")
         user_rows, failures = gr.State([]), gr.State(None)
         with gr.Tab("Evaluate"):
-            evaluate_tab = _evaluate_tab()
+            evaluate_tab = _evaluate_tab(attacks_of(source))
         with gr.Tab("What fooled the model"):
             flipped_tab = _flipped_tab()
         with gr.Tab("Explore"):
@@ -114,14 +114,16 @@ class Handlers:
         self.output_root = output_root
 
     def detect(self, files):
-        return detect_layouts(files, self.captions_per_image, adversarial_per_image_of(self.source))
+        return detect_layouts(files, self.captions_per_image, adversarial_per_image_of(self.source),
+                              attacks_of(self.source))
 
     def evaluate(self, files, layouts=None, references=None, adversarial=None, ties="pessimistic", bootstrap=0):
         try:
             evaluation = evaluate_files(files, layouts, references, adversarial,
                                         captions_per_image=self.captions_per_image, ties=ties,
                                         bootstrap=_int(bootstrap, "bootstrap"), source=self.source,
-                                        adversarial_per_image=adversarial_per_image_of(self.source))
+                                        adversarial_per_image=adversarial_per_image_of(self.source),
+                                        attacks=attacks_of(self.source))
             settings = {"k": list(DEFAULT_K), "ties": ties, "bootstrap": bootstrap}
             json_path, chart_path = write_outputs(evaluation, _fresh_folder(self.output_root), settings)
         except ValueError as error:
@@ -179,12 +181,12 @@ def _availability_note(source, captions_per_image, problem: str) -> str:
     return ""
 
 
-def _evaluate_tab() -> SimpleNamespace:
+def _evaluate_tab(attacks) -> SimpleNamespace:
     """The Evaluate tab's components: uploads, layout table, options, and the results."""
     tab = SimpleNamespace()
     tab.files = gr.File(label="Score files (.npy, .npz, .safetensors), one per gallery", file_count="multiple",
                         file_types=list(scorefiles.SCORE_SUFFIXES), type="filepath")
-    gr.Markdown(_LAYOUT_HELP)
+    gr.Markdown(_layout_help(attacks))
     tab.layouts = gr.Dataframe(headers=LAYOUT_HEADERS, type="array", interactive=True, wrap=True,
                                column_count=len(LAYOUT_HEADERS), label="layouts",
                                column_widths=["18%", "13%", "13%", "9%", "47%"])
@@ -279,13 +281,18 @@ def _wire(handlers: Handlers, evaluate_tab, flipped_tab, explore_tab, compare_ta
     compare_tab.refresh.click(handlers.compare, user_rows, compare_tab.table, api_name="compare")
 
 
-_ATTACK_NAMES = ", ".join([CLEAN, *TEXT_ATTACKS, *(f"{method}_seed" + "/".join(map(str, SEEDS))
-                                                      for method in IMAGE_ATTACK_METHODS)])
-_LAYOUT_HELP = ("**Layout of each file**, detected from its shape when you upload; edit a cell to choose. `attack`: "
-                f"{_ATTACK_NAMES}, or {CUSTOM}. `direction`: {' or '.join(DIRECTIONS)}. `order` of an attacked "
-                f"image-to-text gallery: {describe_orders()}. Both orders have the same shape, so the order is read "
-                "from the scores only when they clearly show it (the note says so); otherwise it stays blank and "
-                "Evaluate refuses the file until you choose it.")
+def _layout_help(attacks) -> str:
+    """The layout table's help: the ``attacks`` a file may be of (RoCOCO's, or a generated benchmark's)."""
+    text_attacks = [attack for attack in attacks if attack in TEXT_ATTACKS]
+    seeds = {method: [attack.rsplit("_seed", 1)[1] for attack in attacks if attack.startswith(f"{method}_seed")]
+             for method in IMAGE_ATTACK_METHODS}
+    names = ", ".join([CLEAN, *text_attacks, *(f"{method}_seed" + "/".join(numbers)
+                                                 for method, numbers in seeds.items() if numbers)])
+    return ("**Layout of each file**, detected from its shape and name when you upload; edit a cell to choose. "
+            f"`attack`: {names}, or {CUSTOM}. `direction`: {' or '.join(DIRECTIONS)}. `order` of an attacked "
+            f"image-to-text gallery: {describe_orders()}. Both orders have the same shape, so the order is read "
+            "from the scores only when they clearly show it (the note says so); otherwise it stays blank and "
+            "Evaluate refuses the file until you choose it.")
 _FLIPPED_HELP = ("**Queries the attacks flipped**: correct at rank 1 on the clean gallery, wrong once the adversarial "
                  "items are added, largest margin (winning adversarial score minus best correct score) first. "
                  "**By word** (text attacks): among the images correct on the clean gallery with an adversarial "

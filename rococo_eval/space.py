@@ -23,7 +23,7 @@ from rococo_recall import DEFAULT_K, TIE_POLICIES, rococo_recall
 
 from . import analysis, report, scorefiles
 from .captions import find_replacements, highlight
-from .layout import ADVERSARIAL_PER_IMAGE, IMAGE_ATTACKS, TEXT_ATTACKS, caption_offsets, gallery_layout
+from .layout import ADVERSARIAL_PER_IMAGE, ATTACKS, IMAGE_ATTACKS, TEXT_ATTACKS, caption_offsets, gallery_layout
 from .layout_detection import CUSTOM, choose_layout
 
 logger = logging.getLogger(__name__)
@@ -119,10 +119,24 @@ def adversarial_per_image_of(source) -> int:
     return benchmark.adversarial_per_image
 
 
-def detect_layouts(paths, captions_per_image, adversarial_per_image=ADVERSARIAL_PER_IMAGE) -> list[list[str]]:
+def attacks_of(source) -> tuple[str, ...]:
+    """The attacks a score file may name: a generated benchmark's own (its image attacks may have other seeds than
+    RoCOCO's), else RoCOCO's.
+
+    Example:
+        >>> attacks_of(None) == ATTACKS
+        True
+    """
+    if getattr(source, "benchmark", None) is None:
+        return ATTACKS
+    return tuple(source.text_attacks) + tuple(source.image_attacks)
+
+
+def detect_layouts(paths, captions_per_image, adversarial_per_image=ADVERSARIAL_PER_IMAGE,
+                   attacks=ATTACKS) -> list[list[str]]:
     """One layout row (``LAYOUT_HEADERS``) per uploaded file: detected, or blank with why.
 
-    The shape and name come from the header; the order of an attacked image-to-text gallery comes from the
+    ``attacks`` are those a file may be of (:func:`attacks_of`). The shape and name come from the header; the order of an attacked image-to-text gallery comes from the
     scores when they clearly show it (:func:`rococo_eval.layout_detection.decide_order`), else it stays blank
     and the note asks for it.
     """
@@ -134,7 +148,7 @@ def detect_layouts(paths, captions_per_image, adversarial_per_image=ADVERSARIAL_
             attack = CUSTOM if info.layout_keys else ""
             choice = choose_layout(info.shape, captions_per_image, name, attack=attack,
                                    scores=functools.partial(scorefiles.read_scores, path, info.key),
-                                   adversarial_per_image=adversarial_per_image)
+                                   adversarial_per_image=adversarial_per_image, attacks=attacks)
             rows.append([name, choice.attack, choice.direction, choice.order, choice.note])
         except ValueError as error:
             rows.append([name, "", "", "", str(error)])
@@ -143,13 +157,13 @@ def detect_layouts(paths, captions_per_image, adversarial_per_image=ADVERSARIAL_
 
 def evaluate_files(paths, layouts=None, references=None, adversarial=None, *, captions_per_image=None,
                    ties="pessimistic", bootstrap=0, source=None,
-                   adversarial_per_image=ADVERSARIAL_PER_IMAGE) -> Evaluation:
+                   adversarial_per_image=ADVERSARIAL_PER_IMAGE, attacks=ATTACKS) -> Evaluation:
     """Score every uploaded file on its layout; raise one ``ValueError`` listing every file's problem.
 
     ``layouts`` are rows ``[file, attack, direction, order, ...]``; a file without a row, or blank cells,
     gets the detected layout. An attacked image-to-text gallery whose order is blank and not clear from its
     scores is refused. ``references`` and ``adversarial`` are files for custom layouts whose score file does
-    not carry its own. The metric's per-query arrays of the standard galleries go to the failure analysis
+    not carry its own; ``attacks`` are those a file may be of (:func:`attacks_of`). The metric's per-query arrays of the standard galleries go to the failure analysis
     (``Evaluation.failures``, its by-word tables from ``source``'s captions), not into ``results``.
     """
     if not paths:
@@ -167,7 +181,7 @@ def evaluate_files(paths, layouts=None, references=None, adversarial=None, *, ca
     for path, name in zip(paths, names):
         try:
             plans.append(_plan(path, name, chosen.get(name, []), captions_per_image, references, adversarial,
-                               adversarial_per_image))
+                               adversarial_per_image, attacks))
         except ValueError as error:
             problems.append(_with_name(name, error))
     keys = [plan[0] for plan in plans]
@@ -405,7 +419,7 @@ def _layout_rows(layouts, names) -> dict[str, list[str]]:
     return chosen
 
 
-def _plan(path, name, cells, captions_per_image, references, adversarial, adversarial_per_image):
+def _plan(path, name, cells, captions_per_image, references, adversarial, adversarial_per_image, attacks):
     """Check one upload from its header and layout: ``(key, path, info, choice, metric inputs)``."""
     info = scorefiles.read_header(path)
     attack, direction, order = (cells + ["", "", ""])[:3]
@@ -413,7 +427,7 @@ def _plan(path, name, cells, captions_per_image, references, adversarial, advers
         attack = CUSTOM
     choice = choose_layout(info.shape, captions_per_image, name, attack, direction, order,
                            scores=functools.partial(scorefiles.read_scores, path, info.key),
-                           adversarial_per_image=adversarial_per_image)
+                           adversarial_per_image=adversarial_per_image, attacks=attacks)
     if not choice.order:
         raise ValueError(f"{choice.note}; set it in the `order` column of the layout table")
     if choice.attack != CUSTOM:

@@ -156,11 +156,14 @@ def test_rococo_source_reads_the_folder_and_checks_it(benchmark, tmp_path):
         RococoSource(annotations_dir=tmp_path, benchmark=benchmark)
 
 
-def test_the_command_line_matches_the_api_on_another_format(benchmark, image_set, tmp_path, capsys):
+def test_the_command_line_matches_the_api_on_another_format(benchmark, image_set, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("ROCOCO_CACHE_DIR", str(tmp_path / "cache"))
     out = tmp_path / "from-csv"
     assert main(["attack", str(image_set / "set.csv"), "--out", str(out), "--strategies", "same_concept,danger",
                  "mix", "--seeds", "7", "-q"]) == 0
     capsys.readouterr()
+    # the encoder's embeddings went to the default cache (resumable as `run`'s embeddings are)
+    assert any((tmp_path / "cache" / "encodings").rglob("embeddings.npy"))
     for attack in ("same_concept", "danger"):
         assert (out / ANNOTATIONS.format(name=attack)).read_bytes() == \
             (benchmark / ANNOTATIONS.format(name=attack)).read_bytes()
@@ -287,6 +290,29 @@ def test_the_space_explores_and_evaluates_the_benchmark(benchmark, image_set, tm
                                 captions_per_image=source.captions_per_image, source=source,
                                 adversarial_per_image=adversarial_per_image_of(source))
     assert evaluation.results["danger/image_to_text"]["recall@1"] == 100.0
+
+
+def test_the_space_scores_image_attacks_of_other_seeds(benchmark, tmp_path):
+    """A generated benchmark's mix_seed7 (not a RoCOCO seed): the page's handlers detect it from the file name and
+    score it, as `rococo-eval score --benchmark` does."""
+    from app import Handlers, _layout_help
+    from rococo_eval.space import attacks_of, source_and_problem
+
+    source, _ = source_and_problem(benchmark=benchmark)
+    layout = source.gallery("mix_seed7")
+    scores = np.zeros((layout.num_queries, layout.num_gallery), dtype=np.float32)
+    for query, correct in enumerate(layout.references):
+        scores[query, list(correct)] = 1.0
+    path = tmp_path / "mix_seed7_text_to_image.npy"
+    np.save(path, scores)
+    handlers = Handlers(source, source.captions_per_image, tmp_path / "out")
+    [row] = handlers.detect([str(path)])
+    assert row[:3] == [path.name, "mix_seed7", "text_to_image"], row
+    message, *_ = handlers.evaluate([str(path)])
+    assert "mix_seed7" in message
+    evaluation_rows = handlers.evaluate([str(path)])[4]
+    assert [(row["attack"], row["recall@1"]) for row in evaluation_rows] == [("mix_seed7", 100.0)]
+    assert "mix_seed1/7, patch_seed1/7, or custom" in _layout_help(attacks_of(source))  # the page's help says so
 
 
 def test_a_benchmark_without_its_images_still_gives_its_galleries(benchmark, tmp_path):

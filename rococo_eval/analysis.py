@@ -364,10 +364,32 @@ def write_per_query_parquet(per_query_by_gallery: dict, layouts: dict, path) -> 
     from .files import write_atomic
 
     columns = per_query_columns(per_query_by_gallery, layouts)
-    table = pa.table({name: pa.array(values.tolist() if name == "gallery" else values,
-                                     type=pa.string() if name == "gallery" else None)
+    table = pa.table({name: _arrow_array(values.astype(object) if name == "gallery" else values)
                       for name, values in columns.items()})
     return write_atomic(path, lambda handle: pq.write_table(table, handle))
+
+
+def _arrow_array(values: np.ndarray):
+    """``values`` (numbers, booleans or strings) as a pyarrow array, built from its buffers: ``pyarrow.array``
+    imports pandas to look for pandas types, about a second of a run.
+
+    Example:
+        >>> _arrow_array(np.array(["a", "bc"], dtype=object)).to_pylist(), _arrow_array(np.array([True])).type
+        (['a', 'bc'], DataType(bool))
+    """
+    import pyarrow as pa
+
+    if values.dtype == object or values.dtype.kind == "U":
+        encoded = [str(value).encode("utf-8") for value in values]
+        offsets = np.zeros(len(encoded) + 1, dtype=np.int32)
+        np.cumsum([len(item) for item in encoded], out=offsets[1:])
+        buffers = [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(encoded))]
+        return pa.Array.from_buffers(pa.string(), len(encoded), buffers)
+    if values.dtype == bool:
+        bits = np.packbits(values, bitorder="little")
+        return pa.Array.from_buffers(pa.bool_(), len(values), [None, pa.py_buffer(bits)])
+    values = np.ascontiguousarray(values)
+    return pa.Array.from_buffers(pa.from_numpy_dtype(values.dtype), len(values), [None, pa.py_buffer(values)])
 
 
 def flipped_csv(rows) -> str:

@@ -6,6 +6,7 @@ reference of plain loops over the score rows.
 """
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -163,6 +164,11 @@ def test_per_query_export_and_errors(tmp_path):
     assert table["rank"] == [1, 1, 0, 2] and table["clean_rank"] == [0, 0, 0, 1]
     assert table["top_row"] == [9, 13, 5, 15] and table["best_correct_row"] == [0, 2, 5, 7]
     assert table["top_score"] == [0.7, 0.9, 0.8, 0.95] and table["top1_adversarial"] == [True, True, False, True]
+    types = {field.name: str(field.type) for field in pq.read_schema(path)}
+    assert types == {"gallery": "string", "top1_adversarial": "bool", "top_score": "double",
+                     "best_correct_score": "double", **{name: "int64" for name in analysis.PER_QUERY_COLUMNS
+                                                         if name not in ("gallery", "top1_adversarial", "top_score",
+                                                                         "best_correct_score")}}
     with pytest.raises(ValueError, match=r"`per_query` lacks top_index, top_score.*per_query=True"):
         analysis.flipped_queries({"rank": [0], "clean_rank": [0]}, layout)
     with pytest.raises(ValueError, match=r"one entry per query of the layout \(4\)"):
@@ -315,3 +321,31 @@ def test_image_attacks_at_rococo_size_match_plain_loops(rococo_source):
         clean_correct = int((per_query[attack]["clean_rank"] == 0).sum())
         assert (table[group]["clean_correct"], table[group]["flipped"]) == (clean_correct, len(flips[attack]))
         assert table[group]["success_rate"] == pytest.approx(per_query[attack]["attack_success_rate"])
+
+
+def test_writing_the_per_query_file_does_not_import_pandas():
+    """pyarrow.array imports pandas (about a second of every run) to look for pandas types: the columns are built
+    from their buffers instead."""
+    import subprocess
+    import sys
+
+    code = """if True:
+        import sys
+        import numpy as np
+        from rococo_eval import analysis
+        from rococo_eval.layout import gallery_layout
+        key = "clean/text_to_image"
+        per_query = {"rank": np.array([0, 2]), "clean_rank": np.array([0, 2]), "top1_adversarial": np.zeros(2, bool),
+                     "top_index": np.array([0, 1]), "top_score": np.array([0.9, 0.8]),
+                     "best_correct_index": np.array([0, 0]), "best_correct_score": np.array([0.9, 0.5])}
+        analysis.write_per_query_parquet({key: per_query}, {key: gallery_layout("clean", "text_to_image", [1, 1])},
+                                         sys.argv[1])
+        print("pandas" in sys.modules)
+    """
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        done = subprocess.run([sys.executable, "-c", code, f"{folder}/per_query.parquet"], capture_output=True,
+                              text=True, check=True, cwd=Path(__file__).resolve().parents[1])
+        assert done.stdout.strip() == "False"
+        assert pq.read_table(f"{folder}/per_query.parquet").to_pydict()["rank"] == [0, 2]

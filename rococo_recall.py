@@ -7,16 +7,19 @@ Hugging Face ``evaluate`` metric and is self-contained: ``evaluate.load`` copies
 The dense score matrix never goes through Arrow: ``compute`` and ``add_batch`` reduce each block of query
 rows to a few numbers per query (rank on the whole gallery, rank on the clean gallery, the top-1 item and the
 best correct item with their scores) as soon as they see it, by counting, without sorting the matrix or copying
-it. Each block (about 2.5 MB of scores) is read from memory once and passed over twice while it is in cache.
+it. Each block (about 2.5 MB of scores) is read from memory once and passed over while it is in cache: by NumPy,
+or, where numba is installed (``pip install rococo-eval[fast]``), by a compiled kernel that counts in one pass per
+row and passes over a row again only to find its top-1 item among the items above the truth. Both give identical
+results. The environment variable ``ROCOCO_RECALL_KERNEL=numpy`` keeps to NumPy, ``numba`` insists on the kernel;
+unset, the kernel ranks matrices of 2**22 scores and more where numba is installed (see ``_kernel``).
 """
 
 import logging
 import os
+import sys
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, fields
 
-import datasets
-import evaluate
 import numpy as np
 
 logger = logging.getLogger(__name__)
@@ -110,6 +113,20 @@ _MAX_RUNS = 8
 # 256/64 and 1024/16 by 2-25%).
 _MIN_CANDIDATES = 64
 _CANDIDATE_SHARE = 256
+# $ROCOCO_RECALL_KERNEL picks how NumPy score rows are ranked: "numba" compiles one pass per row
+# (_rank_block_compiled, with numba: `pip install rococo-eval[fast]`), "numpy" keeps to NumPy (_rank_block). Unset:
+# numba where it is installed, for large matrices (below). Both give identical results; read at every call.
+_KERNEL_VARIABLE = "ROCOCO_RECALL_KERNEL"
+_KERNELS = ("numba", "numpy")
+# The compiled kernel, once per dtype it ranks in (None: numba is not installed); see _kernel.
+_COMPILED_KERNELS = {}
+# Unset, the kernel is loaded for a matrix of at least 2**22 scores (16 MB of float32), which NumPy ranks in a few
+# ms: importing numba and loading the kernel from its cache took 0.6-0.8 s per process on the benchmark machine,
+# compiling it 1-2 s a dtype once per machine. Once loaded, it ranks every matrix.
+_KERNEL_MIN_SCORES = 1 << 22
+# The compiled kernel looks for a row's top-1 item in pieces of this many items, skipping a piece at a vectorised
+# check when nothing in it reaches the best item found so far (the few items above the truth are read one by one).
+_KERNEL_PIECE = 256
 
 
 @dataclass(frozen=True)
@@ -329,6 +346,9 @@ def _rank_rows(scores, refs, valid, adversarial, ties, chunk_size, origin, top_i
        then the first of them in the tie order (:func:`_top_items`, once over the items kept of every block).
        Without, the fields of the items are None. (On a torch device, :func:`_rank_rows_torch` always finds
        them.)
+
+    With the compiled kernel (:func:`_kernel`), :func:`_rank_rows_compiled` does steps 2-4 instead, with the same
+    results.
     """
     if _is_torch(scores):
         return _rank_rows_torch(scores, refs, valid, adversarial, ties, chunk_size, origin)
@@ -342,9 +362,13 @@ def _rank_rows(scores, refs, valid, adversarial, ties, chunk_size, origin, top_i
     best = ref_scores[queries, best_position]
     best_index = refs[queries, best_position]
     tied_refs = ((ref_scores == best[:, None]) & valid).sum(axis=1) if pessimistic else np.zeros(num_queries, np.int64)
+    rows = chunk_size or _rows_per_block(num_gallery, _RANK_BLOCK_BYTES)
+    kernel = _kernel(dtype, num_queries, num_gallery)
+    if kernel is not None:
+        return _rank_rows_compiled(kernel, scores, dtype, best, best_index, tied_refs, refs, adversarial, pessimistic,
+                                   rows, origin, top_items)
     # 2. block by block, the items above it
     gallery = _GalleryColumns.of(adversarial, pessimistic)
-    rows = chunk_size or _rows_per_block(num_gallery, _RANK_BLOCK_BYTES)
 
     def block_ranker():
         scratch = gallery.scratch(min(rows, num_queries))
@@ -370,6 +394,160 @@ def _rank_rows(scores, refs, valid, adversarial, ties, chunk_size, origin, top_i
     top_index[row], top_score[row] = column, value
     return QueryRanks(rank, clean_rank, adversarial[top_index], top_index, top_score, best_index,
                       best.astype(np.float64))
+
+
+def _kernel(dtype, num_queries, num_gallery):
+    """The compiled ranking kernel for score blocks of ``dtype``, or None for the pure NumPy path.
+
+    ``$ROCOCO_RECALL_KERNEL``, read at every call, chooses: ``numpy`` gives None; ``numba`` the kernel (a
+    ``ValueError`` without numba); unset, the kernel where numba is installed, for matrices of at least
+    :data:`_KERNEL_MIN_SCORES` scores or once this process has loaded it. The kernel ranks float32 and float64
+    blocks of galleries under 2**31 items (it counts in int32); others (long double) stay with NumPy. The first
+    call for a dtype in a process compiles the kernel or loads it from numba's cache (beside this file, else in
+    numba's user cache folder: compiled once per machine and copy of this file).
+    """
+    choice = os.environ.get(_KERNEL_VARIABLE) or None
+    if choice is not None and choice not in _KERNELS:
+        raise ValueError(f"${_KERNEL_VARIABLE} must be one of {_KERNELS} or unset, got {choice!r}")
+    if choice == "numpy" or dtype not in (np.float32, np.float64) or num_gallery >= 2**31:
+        return None
+    if choice is None and dtype not in _COMPILED_KERNELS and num_queries * num_gallery < _KERNEL_MIN_SCORES:
+        return None
+    if dtype not in _COMPILED_KERNELS:
+        _COMPILED_KERNELS[dtype] = _compile_kernel(dtype)
+    kernel = _COMPILED_KERNELS[dtype]
+    if kernel is None and choice == "numba":
+        raise ValueError(f"${_KERNEL_VARIABLE} is 'numba' but numba cannot be imported: install it "
+                         "(pip install 'rococo-eval[fast]') or unset the variable")
+    return kernel
+
+
+def _compile_kernel(dtype):
+    """:func:`_rank_block_compiled` compiled by numba for blocks of ``dtype``, or None where numba is not installed.
+
+    The signature is given, so that one compilation serves every block of the dtype: read-only arrays (memory-mapped
+    files) and writable ones alike.
+    """
+    try:
+        import numba
+    except ImportError:
+        logger.debug("numba is not installed: ranking score rows with NumPy")
+        return None
+    types = numba.types
+
+    def array(element, ndim=1, readonly=False):
+        return types.Array(numba.from_dtype(np.dtype(element)), ndim, "C", readonly=readonly)
+
+    signature = types.void(array(dtype, 2, readonly=True), array(dtype, readonly=True), array(dtype, readonly=True),
+                           array(np.int64, readonly=True), array(np.int64, readonly=True),
+                           array(np.int64, 2, readonly=True), array(np.uint8, readonly=True), types.boolean,
+                           types.boolean, array(np.int64), array(np.int64), array(bool), array(bool), array(np.int64),
+                           array(np.float64))
+    try:
+        kernel = numba.njit(signature, nogil=True, cache=True)(_rank_block_compiled)
+    except RuntimeError as error:  # no folder numba can write its cache to: compile for this process only
+        logger.debug("numba cannot cache the ranking kernel (%s): compiling it for this process", error)
+        kernel = numba.njit(signature, nogil=True)(_rank_block_compiled)
+    logger.debug("ranking %s score rows with the numba kernel", np.dtype(dtype))
+    return kernel
+
+
+def _rank_rows_compiled(kernel, scores, dtype, best, best_index, tied_refs, refs, adversarial, pessimistic, rows,
+                        origin, top_items):
+    """Steps 2-4 of :func:`_rank_rows` by the compiled ``kernel``: blocks of ``rows`` rows, shared among threads.
+
+    A block is passed as it is when it is C-contiguous in ``dtype`` (a slice of rows of such a matrix or memory map),
+    else copied (other dtypes, column slices, transposes).
+    """
+    num_queries = len(best)
+    threshold = best if pessimistic else np.nextafter(best, dtype.type(np.inf))  # `>=` it: above the truth
+    tied_refs = tied_refs.astype(np.int64, copy=False)
+    adversarial_bytes = adversarial.view(np.uint8)
+    rank, clean_rank, top_index = (np.empty(num_queries, dtype=np.int64) for _ in range(3))
+    finite, top1_adversarial = np.empty(num_queries, dtype=bool), np.empty(num_queries, dtype=bool)
+    top_score = np.empty(num_queries, dtype=np.float64)
+
+    def block_ranker():
+        def rank_block(start):
+            part = slice(start, start + rows)
+            kernel(np.ascontiguousarray(scores[part], dtype=dtype), threshold[part], best[part], tied_refs[part],
+                   best_index[part], refs[part], adversarial_bytes, pessimistic, top_items, rank[part],
+                   clean_rank[part], finite[part], top1_adversarial[part], top_index[part], top_score[part])
+        return rank_block
+
+    _map_in_threads(block_ranker, range(0, num_queries, rows))
+    if not finite.all():
+        query = int(np.argmin(finite))
+        raise origin.error(np.asarray(scores[query], dtype=dtype), query)
+    if not top_items:
+        return QueryRanks(rank, clean_rank, top1_adversarial, None, None, None, None)
+    return QueryRanks(rank, clean_rank, top1_adversarial, top_index, top_score, best_index, best.astype(np.float64))
+
+
+def _rank_block_compiled(block, threshold, best, tied_refs, best_index, refs, adversarial, pessimistic, top_items,
+                         rank, clean_rank, finite, top1_adversarial, top_index, top_score):
+    """What :func:`_rank_block` and :func:`_top_items` find, row by row, written into the last six arrays.
+
+    The source that :func:`_compile_kernel` compiles (in plain Python it would take minutes). ``threshold`` is each
+    row's best correct score ``best`` (optimistic: the next float above it), so that an item is above the truth
+    where its score is at least ``threshold``; ``adversarial`` is the gallery's mask as bytes. One pass over a row,
+    which the compiler vectorises, counts the items above (``rank``, ``clean_rank``) and the non-finite scores
+    (``finite``; the caller refuses such a row). Where items are above and the top-1 item matters (with
+    ``top_items``; without, only where both adversarial and clean wrong items are above), a second pass, the row
+    still in cache, looks for it: a piece of :data:`_KERNEL_PIECE` items is read item by item only where one of them
+    reaches the best item found so far (a vectorised count), and that item is replaced by a higher score, or by an
+    equal score of an earlier kind in the tie order of :class:`_GalleryColumns` (columns ascend, so an equal score
+    of the same kind never comes first). Rows without that pass keep their best correct item as ``top_index`` and
+    ``top_score``, which is their top-1 item with ``top_items``; without, only ``top1_adversarial`` is read: an
+    adversarial item is first where adversarial items alone are above.
+    """
+    num_gallery = block.shape[1]
+    adversarial_kind, correct_kind = (2, 0) if pessimistic else (0, 2)  # of 3 kinds; 2 comes first at equal score
+    for row in range(block.shape[0]):
+        scores = block[row]
+        at_least = threshold[row]
+        # int32 counts use twice the vector lanes of int64 (the caller keeps the gallery under 2**31 items)
+        above = adversarial_above = non_finite = np.int32(0)
+        for column in range(num_gallery):
+            score = scores[column]
+            is_above = score >= at_least
+            above = np.int32(above + is_above)
+            adversarial_above = np.int32(adversarial_above + (is_above & adversarial[column]))
+            non_finite = np.int32(non_finite + (score - score != 0))  # NaN for NaN and both infinities, else 0
+        wrong_above = above - tied_refs[row]
+        rank[row] = wrong_above
+        clean_rank[row] = wrong_above - adversarial_above
+        finite[row] = non_finite == 0
+        top_column = best_index[row]
+        top_value = best[row]
+        top1_adversarial[row] = adversarial_above > 0
+        if non_finite == 0 and wrong_above > 0 and (top_items or 0 < adversarial_above < wrong_above):
+            top_kind = correct_kind
+            for start in range(0, num_gallery, _KERNEL_PIECE):
+                stop = min(start + _KERNEL_PIECE, num_gallery)
+                reaching = np.int32(0)
+                if top_kind == 2:  # the first kind at equal score: only a higher score can come first now
+                    for column in range(start, stop):
+                        reaching = np.int32(reaching + (scores[column] > top_value))
+                else:
+                    for column in range(start, stop):
+                        reaching = np.int32(reaching + (scores[column] >= top_value))
+                if reaching == 0:
+                    continue
+                for column in range(start, stop):
+                    score = scores[column]
+                    if score < top_value:
+                        continue
+                    kind = adversarial_kind if adversarial[column] else 1
+                    if kind == 1:
+                        for correct in refs[row]:
+                            if correct == column:
+                                kind = correct_kind
+                    if score > top_value or kind > top_kind:
+                        top_value, top_column, top_kind = score, column, kind
+            top1_adversarial[row] = adversarial[top_column] != 0
+        top_index[row] = top_column
+        top_score[row] = top_value
 
 
 def _rank_block(block, start, best, tied_refs, refs, gallery, pessimistic, scratch, top_items):
@@ -544,7 +722,8 @@ def _max_over_runs(block, runs):
 
 
 def _map_in_threads(make_function, items):
-    """``[function(item) for item in items]``, shared among up to :data:`_NUM_THREADS` threads (NumPy frees the GIL).
+    """``[function(item) for item in items]``, shared among up to :data:`_NUM_THREADS` threads (NumPy and the
+    compiled kernel free the GIL).
 
     Each thread calls ``make_function()`` once for its own ``function`` (and scratch buffers), then takes items
     ``t, t + n, t + 2n, ...`` (thread ``t`` of ``n``): one task per thread, since handing out a task per item costs
@@ -884,18 +1063,21 @@ _COMPUTE_ARGUMENTS = ("k", "per_query", "bootstrap", "seed")
 _RANK_FIELDS = (("rank", "int64"), ("clean_rank", "int64"), ("top1_adversarial", "bool"), ("top_index", "int64"),
                 ("top_score", "float64"), ("best_correct_index", "int64"), ("best_correct_score", "float64"))
 
-# What one process hands to process 0, as one Arrow row under evaluate's column names: the per-query results
-# of its queries, their `query_index` (null when the batches gave none) and the gallery they were ranked on.
-_SHARD_FEATURES = datasets.Features({
-    "predictions": {name: datasets.Sequence(datasets.Value(dtype)) for name, dtype in _RANK_FIELDS},
-    "references": {
-        "query_index": datasets.Sequence(datasets.Value("int64")),
-        "num_gallery": datasets.Value("int64"),
-        "num_adversarial": datasets.Value("int64"),
-        "adversarial_crc32": datasets.Value("int64"),
-        "ties": datasets.Value("string"),
-    },
-})
+def _shard_features():
+    """What one process hands to process 0, as one Arrow row under evaluate's column names: the per-query results
+    of its queries, their `query_index` (null when the batches gave none) and the gallery they were ranked on."""
+    import datasets
+
+    return datasets.Features({
+        "predictions": {name: datasets.Sequence(datasets.Value(dtype)) for name, dtype in _RANK_FIELDS},
+        "references": {
+            "query_index": datasets.Sequence(datasets.Value("int64")),
+            "num_gallery": datasets.Value("int64"),
+            "num_adversarial": datasets.Value("int64"),
+            "adversarial_crc32": datasets.Value("int64"),
+            "ties": datasets.Value("string"),
+        },
+    })
 
 
 def _check_query_index(query_index, num_queries, earlier):
@@ -994,157 +1176,179 @@ def _torch_distributed_group():
     return dist.get_rank(), dist.get_world_size()
 
 
-@evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
-class RococoRecall(evaluate.Metric):
-    """The RoCOCO Recall metric; ``compute`` and ``add_batch`` take score matrices directly (no Arrow).
+def _metric_class():
+    """The ``evaluate.Metric`` subclass, defined on first use: importing ``evaluate`` costs seconds (it imports
+    transformers' pipelines), which a program that only calls :func:`rococo_recall` or :class:`RankAccumulator`
+    does not pay. ``evaluate.load`` finds the class in the module's namespace (see the end of this file)."""
+    import datasets
+    import evaluate
 
-    Loaded with ``num_process=n, process_id=i`` (one per process), each process adds its own queries and calls
-    ``compute``: process 0 returns the result over the queries of all the processes, the others ``None``. Only
-    per-query results travel: through ``torch.distributed`` when its default group has ``n`` processes, else
-    through evaluate's cache files (``cache_dir`` on a file system that every process sees).
-    """
+    @evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
+    class RococoRecall(evaluate.Metric):
+        """The RoCOCO Recall metric; ``compute`` and ``add_batch`` take score matrices directly (no Arrow).
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self._accumulator = None  # the per-query ranks of the batches added so far (a RankAccumulator)
-        self._query_index = None  # their `query_index` values, in the order added (a dict used as a set)
-
-    def _info(self):
-        return evaluate.MetricInfo(
-            description=_DESCRIPTION,
-            citation=CITATION,
-            inputs_description=_KWARGS_DESCRIPTION,
-            features=datasets.Features({
-                "predictions": datasets.Sequence(datasets.Value("float32")),
-                "references": datasets.Sequence(datasets.Value("int64")),
-            }),
-            codebase_urls=["https://github.com/pseulki/rococo"],
-            reference_urls=["https://arxiv.org/abs/2304.10727"],
-        )
-
-    def add_batch(self, *, predictions=None, references=None, adversarial=None, ties="pessimistic",
-                  chunk_size=None, query_embeddings=None, gallery_embeddings=None, query_index=None):
-        """Reduce a block of query rows to per-query ranks; the rows themselves are not kept.
-
-        ``query_index`` (optional: one int per row, on every batch or on none) numbers the queries from 0;
-        ``compute`` then returns the per-query results in that order, whichever batch or process added them.
-        Every check runs before anything is kept: after a ``ValueError`` the metric is as it was.
+        Loaded with ``num_process=n, process_id=i`` (one per process), each process adds its own queries and calls
+        ``compute``: process 0 returns the result over the queries of all the processes, the others ``None``. Only
+        per-query results travel: through ``torch.distributed`` when its default group has ``n`` processes, else
+        through evaluate's cache files (``cache_dir`` on a file system that every process sees).
         """
-        accumulator = self._accumulator
-        first = accumulator is None
-        if first:
-            accumulator = RankAccumulator(adversarial, ties, chunk_size)
-        elif ties != accumulator.ties:
-            raise ValueError(f"`ties` changed between batches: {accumulator.ties!r} then {ties!r}")
-        elif adversarial is not None and not np.array_equal(
-                _adversarial_mask(adversarial, accumulator.num_gallery), accumulator.adversarial):
-            raise ValueError("`adversarial` changed between batches: pass the same mask or indices to every batch")
-        elif (query_index is None) != (self._query_index is None):
-            raise ValueError("`query_index` must be given with every batch or with none")
-        if predictions is not None and (query_embeddings is not None or gallery_embeddings is not None):
-            raise ValueError("give either `predictions` or `query_embeddings` and `gallery_embeddings`, not both")
-        if predictions is None and (query_embeddings is None or gallery_embeddings is None):
-            raise ValueError("`predictions` is required (or both `query_embeddings` and `gallery_embeddings`)")
-        index = None
-        if query_index is not None:  # its length is checked against the rows before any row is kept
-            if predictions is not None:
-                predictions = _as_matrix(predictions)
-                index = _check_query_index(query_index, predictions.shape[0], self._query_index or {})
-            else:
-                query_embeddings = _as_matrix(query_embeddings, name="query_embeddings")
-                index = _check_query_index(query_index, query_embeddings.shape[0], self._query_index or {})
-        if predictions is not None:
-            accumulator.update(predictions, references)
-        else:
-            accumulator.update_embeddings(query_embeddings, gallery_embeddings, references)
-        if first:
-            self._accumulator, self._query_index = accumulator, None if index is None else {}
-        if index is not None:
-            self._query_index.update(dict.fromkeys(index.tolist()))
 
-    def add(self, *, prediction=None, reference=None, query_index=None, **kwargs):
-        """Add one query: ``prediction`` is its row of scores, ``reference`` its correct gallery indices."""
-        self.add_batch(predictions=[prediction], references=[reference],
-                       query_index=None if query_index is None else [query_index], **kwargs)
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self._accumulator = None  # the per-query ranks of the batches added so far (a RankAccumulator)
+            self._query_index = None  # their `query_index` values, in the order added (a dict used as a set)
 
-    def compute(self, *, predictions=None, references=None, **kwargs):
-        """Compute the metric on ``predictions`` or, without them, on the batches added so far.
-
-        With ``num_process > 1``, process 0 returns the result over the queries of every process and the
-        others ``None``; ``compute(predictions=...)`` then adds this process's queries first. A result starts
-        the metric afresh. A ``ValueError`` leaves it as it was, except once the processes have exchanged
-        their results (process 0 then checks that they scored the same gallery): the batches are spent.
-        """
-        _, world_size = _torch_distributed_group() or (0, 1)
-        if world_size > 1 and self.num_process == 1:
-            logger.warning("torch.distributed has %d processes but the metric was loaded with num_process=1: this "
-                           "result covers this process's queries only; load it with num_process=world size and "
-                           "process_id=rank to get the result over all of them on process 0", world_size)
-        accumulator = self._accumulator
-        if predictions is None and kwargs.get("query_embeddings") is None:
-            if accumulator is None:
-                raise ValueError("`predictions` is required (or batches added with `add_batch`)")
-            unused = sorted(set(kwargs) - set(_COMPUTE_ARGUMENTS))
-            if unused:
-                raise ValueError(f"{unused} belong to `add_batch`; `compute()` after batches takes only "
-                                 "`k`, `per_query`, `bootstrap` and `seed`")
-            return self._compute_batches(**kwargs)
-        if accumulator is not None:
-            raise ValueError("batches were added with `add_batch`: call `compute()` without `predictions`")
-        if self.num_process == 1 and kwargs.get("query_index") is None:
-            return rococo_recall(predictions, references, **kwargs)
-        options = {key: kwargs.pop(key) for key in _COMPUTE_ARGUMENTS if key in kwargs}
-        self.add_batch(predictions=predictions, references=references, **kwargs)
-        try:
-            return self._compute_batches(**options)
-        finally:  # after an error too: the metric had no batches before this call
-            self._accumulator = self._query_index = None
-
-    def _compute_batches(self, k=DEFAULT_K, per_query=False, bootstrap=0, seed=0):
-        """The result over the batches added (on every process); they are dropped once it is computed."""
-        accumulator = self._accumulator
-        _check_k(k, accumulator.num_gallery)  # before the processes exchange anything
-        if self.num_process > 1 and self._query_index is None:
-            raise ValueError(
-                "`query_index` is required with num_process > 1: give each batch's query positions "
-                "(add_batch(..., query_index=...)) so that process 0 puts the queries in order and sees any query "
-                "added twice (samplers that pad their shards, as DistributedSampler does, repeat queries)"
+        def _info(self):
+            return evaluate.MetricInfo(
+                description=_DESCRIPTION,
+                citation=CITATION,
+                inputs_description=_KWARGS_DESCRIPTION,
+                features=datasets.Features({
+                    "predictions": datasets.Sequence(datasets.Value("float32")),
+                    "references": datasets.Sequence(datasets.Value("int64")),
+                }),
+                codebase_urls=["https://github.com/pseulki/rococo"],
+                reference_urls=["https://arxiv.org/abs/2304.10727"],
             )
-        _check_bootstrap(bootstrap)
-        shard = _shard(accumulator, self._query_index)
-        if self.num_process == 1:
-            shards = [shard]
-        else:
-            shards = self._gather(shard)
-            self._accumulator = self._query_index = None  # exchanged: spent on every process
-            if shards is None:
-                return None
-        ranks, num_gallery, num_adversarial = _merge_shards(shards)
-        result = summarize(ranks, num_gallery, num_adversarial, k=k, per_query=per_query, bootstrap=bootstrap,
-                           seed=seed)
-        self._accumulator = self._query_index = None
-        return result
 
-    def _gather(self, shard):
-        """Every process's shard on process 0, in process order; ``None`` on the others."""
-        rank, world_size = _torch_distributed_group() or (None, None)
-        if world_size == self.num_process:
-            if rank != self.process_id:
-                raise ValueError(f"`process_id` is {self.process_id} but this process has torch.distributed rank "
-                                 f"{rank}: load the metric with process_id=torch.distributed.get_rank()")
-            import torch.distributed as dist
+        def add_batch(self, *, predictions=None, references=None, adversarial=None, ties="pessimistic",
+                      chunk_size=None, query_embeddings=None, gallery_embeddings=None, query_index=None):
+            """Reduce a block of query rows to per-query ranks; the rows themselves are not kept.
 
-            shards = [None] * self.num_process if rank == 0 else None
-            dist.gather_object(shard, shards, dst=0)
-            return shards
-        # evaluate's own mechanism: a rendez-vous, one cache file per process, process 0 reads them all
-        super().add_batch(predictions=[shard["predictions"]], references=[shard["references"]])
-        return super().compute()
+            ``query_index`` (optional: one int per row, on every batch or on none) numbers the queries from 0;
+            ``compute`` then returns the per-query results in that order, whichever batch or process added them.
+            Every check runs before anything is kept: after a ``ValueError`` the metric is as it was.
+            """
+            accumulator = self._accumulator
+            first = accumulator is None
+            if first:
+                accumulator = RankAccumulator(adversarial, ties, chunk_size)
+            elif ties != accumulator.ties:
+                raise ValueError(f"`ties` changed between batches: {accumulator.ties!r} then {ties!r}")
+            elif adversarial is not None and not np.array_equal(
+                    _adversarial_mask(adversarial, accumulator.num_gallery), accumulator.adversarial):
+                raise ValueError("`adversarial` changed between batches: pass the same mask or indices to every batch")
+            elif (query_index is None) != (self._query_index is None):
+                raise ValueError("`query_index` must be given with every batch or with none")
+            if predictions is not None and (query_embeddings is not None or gallery_embeddings is not None):
+                raise ValueError("give either `predictions` or `query_embeddings` and `gallery_embeddings`, not both")
+            if predictions is None and (query_embeddings is None or gallery_embeddings is None):
+                raise ValueError("`predictions` is required (or both `query_embeddings` and `gallery_embeddings`)")
+            index = None
+            if query_index is not None:  # its length is checked against the rows before any row is kept
+                if predictions is not None:
+                    predictions = _as_matrix(predictions)
+                    index = _check_query_index(query_index, predictions.shape[0], self._query_index or {})
+                else:
+                    query_embeddings = _as_matrix(query_embeddings, name="query_embeddings")
+                    index = _check_query_index(query_index, query_embeddings.shape[0], self._query_index or {})
+            if predictions is not None:
+                accumulator.update(predictions, references)
+            else:
+                accumulator.update_embeddings(query_embeddings, gallery_embeddings, references)
+            if first:
+                self._accumulator, self._query_index = accumulator, None if index is None else {}
+            if index is not None:
+                self._query_index.update(dict.fromkeys(index.tolist()))
 
-    def _infer_feature_from_batch(self, batch):
-        """evaluate's cache files hold one shard of per-query results per process, never score rows."""
-        return _SHARD_FEATURES
+        def add(self, *, prediction=None, reference=None, query_index=None, **kwargs):
+            """Add one query: ``prediction`` is its row of scores, ``reference`` its correct gallery indices."""
+            self.add_batch(predictions=[prediction], references=[reference],
+                           query_index=None if query_index is None else [query_index], **kwargs)
 
-    def _compute(self, predictions=None, references=None):
-        """On process 0, inside evaluate's ``compute``: the shards read back from every process's cache file."""
-        return [{"predictions": shard, "references": gallery} for shard, gallery in zip(predictions, references)]
+        def compute(self, *, predictions=None, references=None, **kwargs):
+            """Compute the metric on ``predictions`` or, without them, on the batches added so far.
+
+            With ``num_process > 1``, process 0 returns the result over the queries of every process and the
+            others ``None``; ``compute(predictions=...)`` then adds this process's queries first. A result starts
+            the metric afresh. A ``ValueError`` leaves it as it was, except once the processes have exchanged
+            their results (process 0 then checks that they scored the same gallery): the batches are spent.
+            """
+            _, world_size = _torch_distributed_group() or (0, 1)
+            if world_size > 1 and self.num_process == 1:
+                logger.warning("torch.distributed has %d processes but the metric was loaded with num_process=1: this "
+                               "result covers this process's queries only; load it with num_process=world size and "
+                               "process_id=rank to get the result over all of them on process 0", world_size)
+            accumulator = self._accumulator
+            if predictions is None and kwargs.get("query_embeddings") is None:
+                if accumulator is None:
+                    raise ValueError("`predictions` is required (or batches added with `add_batch`)")
+                unused = sorted(set(kwargs) - set(_COMPUTE_ARGUMENTS))
+                if unused:
+                    raise ValueError(f"{unused} belong to `add_batch`; `compute()` after batches takes only "
+                                     "`k`, `per_query`, `bootstrap` and `seed`")
+                return self._compute_batches(**kwargs)
+            if accumulator is not None:
+                raise ValueError("batches were added with `add_batch`: call `compute()` without `predictions`")
+            if self.num_process == 1 and kwargs.get("query_index") is None:
+                return rococo_recall(predictions, references, **kwargs)
+            options = {key: kwargs.pop(key) for key in _COMPUTE_ARGUMENTS if key in kwargs}
+            self.add_batch(predictions=predictions, references=references, **kwargs)
+            try:
+                return self._compute_batches(**options)
+            finally:  # after an error too: the metric had no batches before this call
+                self._accumulator = self._query_index = None
+
+        def _compute_batches(self, k=DEFAULT_K, per_query=False, bootstrap=0, seed=0):
+            """The result over the batches added (on every process); they are dropped once it is computed."""
+            accumulator = self._accumulator
+            _check_k(k, accumulator.num_gallery)  # before the processes exchange anything
+            if self.num_process > 1 and self._query_index is None:
+                raise ValueError(
+                    "`query_index` is required with num_process > 1: give each batch's query positions "
+                    "(add_batch(..., query_index=...)) so that process 0 puts the queries in order and sees any query "
+                    "added twice (samplers that pad their shards, as DistributedSampler does, repeat queries)"
+                )
+            _check_bootstrap(bootstrap)
+            shard = _shard(accumulator, self._query_index)
+            if self.num_process == 1:
+                shards = [shard]
+            else:
+                shards = self._gather(shard)
+                self._accumulator = self._query_index = None  # exchanged: spent on every process
+                if shards is None:
+                    return None
+            ranks, num_gallery, num_adversarial = _merge_shards(shards)
+            result = summarize(ranks, num_gallery, num_adversarial, k=k, per_query=per_query, bootstrap=bootstrap,
+                               seed=seed)
+            self._accumulator = self._query_index = None
+            return result
+
+        def _gather(self, shard):
+            """Every process's shard on process 0, in process order; ``None`` on the others."""
+            rank, world_size = _torch_distributed_group() or (None, None)
+            if world_size == self.num_process:
+                if rank != self.process_id:
+                    raise ValueError(f"`process_id` is {self.process_id} but this process has torch.distributed rank "
+                                     f"{rank}: load the metric with process_id=torch.distributed.get_rank()")
+                import torch.distributed as dist
+
+                shards = [None] * self.num_process if rank == 0 else None
+                dist.gather_object(shard, shards, dst=0)
+                return shards
+            # evaluate's own mechanism: a rendez-vous, one cache file per process, process 0 reads them all
+            super().add_batch(predictions=[shard["predictions"]], references=[shard["references"]])
+            return super().compute()
+
+        def _infer_feature_from_batch(self, batch):
+            """evaluate's cache files hold one shard of per-query results per process, never score rows."""
+            return _shard_features()
+
+        def _compute(self, predictions=None, references=None):
+            """On process 0, inside evaluate's ``compute``: the shards read back from every process's cache file."""
+            return [{"predictions": shard, "references": gallery} for shard, gallery in zip(predictions, references)]
+
+    RococoRecall.__qualname__ = "RococoRecall"  # as pickle and repr find it: the module's attribute
+    return RococoRecall
+
+
+def __getattr__(name):
+    """``rococo_recall.RococoRecall`` (PEP 562): the metric class, defined when first asked for."""
+    if name == "RococoRecall":
+        globals()[name] = metric_class = _metric_class()
+        return metric_class
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+if "evaluate" in sys.modules:  # `evaluate.load` is importing this file: it looks for the class among its names
+    RococoRecall = _metric_class()

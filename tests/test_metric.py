@@ -196,11 +196,14 @@ def test_embeddings_equal_scores():
     expected = compute(scores, references, adversarial, per_query=True)
     result = compute(query_embeddings=queries, gallery_embeddings=gallery, references=references,
                      adversarial=adversarial, chunk_size=4, per_query=True)
-    for key in PER_QUERY_KEYS:  # products of 4 rows may round a score's last bit unlike those of 33 rows
-        np.testing.assert_allclose(result[key], expected[key], rtol=1e-6, atol=0, err_msg=key)
+    for key in PER_QUERY_KEYS:  # products of 4 rows may round a score's last bits unlike those of 33 rows
+        np.testing.assert_allclose(result[key], expected[key], rtol=1e-5, atol=0, err_msg=key)
         if not key.endswith("score"):
             np.testing.assert_array_equal(result[key], expected[key], err_msg=key)
     assert result["r_mean"] == expected["r_mean"]
+    # the same products as the metric makes them, 4 rows at a time (BLAS rounds by shape, differently by CPU): equal
+    blocks = np.concatenate([queries[start:start + 4] @ gallery.T for start in range(0, len(queries), 4)])
+    np.testing.assert_equal(result, compute(blocks, references, adversarial, per_query=True))
 
 
 def test_bootstrap_is_seeded_and_brackets_the_estimate():
@@ -291,8 +294,8 @@ def test_official_text_to_image_layout_matches_itm_eval(captions_per_image):
 def test_metric_module_is_self_contained():
     source = (REPO_ROOT / "rococo_recall.py").read_text()
     top_level_imports = [line for line in source.splitlines() if line.startswith(("import ", "from "))]
-    assert all(line.split()[1].split(".")[0] in {"logging", "os", "concurrent", "dataclasses", "datasets",
-                                                  "evaluate", "numpy"} for line in top_level_imports)
+    assert all(line.split()[1].split(".")[0] in {"logging", "os", "sys", "concurrent", "dataclasses", "numpy"}
+               for line in top_level_imports)  # datasets and evaluate: imported for the metric class only
     assert rococo_recall.__doc__
 
 

@@ -122,7 +122,7 @@ _KERNELS = ("numba", "numpy")
 _COMPILED_KERNELS = {}
 # Unset, the kernel is loaded for a matrix of at least 2**22 scores (16 MB of float32), which NumPy ranks in a few
 # ms: importing numba and loading the kernel from its cache took 0.6-0.8 s per process on the benchmark machine,
-# compiling it 1-2 s a dtype once per machine. Once loaded, it ranks every matrix.
+# compiling it 1-2 s a dtype once per machine. Once loaded for a dtype, it ranks every matrix of that dtype.
 _KERNEL_MIN_SCORES = 1 << 22
 # The compiled kernel looks for a row's top-1 item in pieces of this many items, skipping a piece at a vectorised
 # check when nothing in it reaches the best item found so far (the few items above the truth are read one by one).
@@ -414,7 +414,14 @@ def _kernel(dtype, num_queries, num_gallery):
     if choice is None and dtype not in _COMPILED_KERNELS and num_queries * num_gallery < _KERNEL_MIN_SCORES:
         return None
     if dtype not in _COMPILED_KERNELS:
-        _COMPILED_KERNELS[dtype] = _compile_kernel(dtype)
+        try:
+            _COMPILED_KERNELS[dtype] = _compile_kernel(dtype)
+        except Exception as error:  # a broken install (llvmlite's library missing: OSError), a compiler error
+            if choice == "numba":
+                raise
+            logger.warning("the numba kernel cannot be loaded (%s: %s): ranking score rows with NumPy, which gives the "
+                           "same results", type(error).__name__, error)
+            _COMPILED_KERNELS[dtype] = None
     kernel = _COMPILED_KERNELS[dtype]
     if kernel is None and choice == "numba":
         raise ValueError(f"${_KERNEL_VARIABLE} is 'numba' but numba cannot be imported: install it "
@@ -438,10 +445,10 @@ def _compile_kernel(dtype):
     def array(element, ndim=1, readonly=False):
         return types.Array(numba.from_dtype(np.dtype(element)), ndim, "C", readonly=readonly)
 
-    signature = types.void(array(dtype, 2, readonly=True), array(dtype, readonly=True), array(dtype, readonly=True),
-                           array(np.int64, readonly=True), array(np.int64, readonly=True),
-                           array(np.int64, 2, readonly=True), array(np.uint8, readonly=True), types.boolean,
-                           types.boolean, array(np.int64), array(np.int64), array(bool), array(bool), array(np.int64),
+    signature = types.void(array(dtype, 2, readonly=True), array(dtype, readonly=True), array(np.int64, readonly=True),
+                           array(np.int64, readonly=True), array(np.int64, 2, readonly=True),
+                           array(np.uint8, readonly=True), types.boolean, types.boolean, array(np.int64),
+                           array(np.int64), array(bool), array(bool), array(np.int64),
                            array(np.float64))
     try:
         kernel = numba.njit(signature, nogil=True, cache=True)(_rank_block_compiled)
@@ -460,7 +467,6 @@ def _rank_rows_compiled(kernel, scores, dtype, best, best_index, tied_refs, refs
     else copied (other dtypes, column slices, transposes).
     """
     num_queries = len(best)
-    threshold = best if pessimistic else np.nextafter(best, dtype.type(np.inf))  # `>=` it: above the truth
     tied_refs = tied_refs.astype(np.int64, copy=False)
     adversarial_bytes = adversarial.view(np.uint8)
     rank, clean_rank, top_index = (np.empty(num_queries, dtype=np.int64) for _ in range(3))
@@ -470,9 +476,9 @@ def _rank_rows_compiled(kernel, scores, dtype, best, best_index, tied_refs, refs
     def block_ranker():
         def rank_block(start):
             part = slice(start, start + rows)
-            kernel(np.ascontiguousarray(scores[part], dtype=dtype), threshold[part], best[part], tied_refs[part],
-                   best_index[part], refs[part], adversarial_bytes, pessimistic, top_items, rank[part],
-                   clean_rank[part], finite[part], top1_adversarial[part], top_index[part], top_score[part])
+            kernel(np.ascontiguousarray(scores[part], dtype=dtype), best[part], tied_refs[part], best_index[part],
+                   refs[part], adversarial_bytes, pessimistic, top_items, rank[part], clean_rank[part], finite[part],
+                   top1_adversarial[part], top_index[part], top_score[part])
         return rank_block
 
     _map_in_threads(block_ranker, range(0, num_queries, rows))
@@ -484,13 +490,14 @@ def _rank_rows_compiled(kernel, scores, dtype, best, best_index, tied_refs, refs
     return QueryRanks(rank, clean_rank, top1_adversarial, top_index, top_score, best_index, best.astype(np.float64))
 
 
-def _rank_block_compiled(block, threshold, best, tied_refs, best_index, refs, adversarial, pessimistic, top_items,
-                         rank, clean_rank, finite, top1_adversarial, top_index, top_score):
+def _rank_block_compiled(block, best, tied_refs, best_index, refs, adversarial, pessimistic, top_items, rank,
+                         clean_rank, finite, top1_adversarial, top_index, top_score):
     """What :func:`_rank_block` and :func:`_top_items` find, row by row, written into the last six arrays.
 
-    The source that :func:`_compile_kernel` compiles (in plain Python it would take minutes). ``threshold`` is each
-    row's best correct score ``best`` (optimistic: the next float above it), so that an item is above the truth
-    where its score is at least ``threshold``; ``adversarial`` is the gallery's mask as bytes. One pass over a row,
+    The source that :func:`_compile_kernel` compiles (in plain Python it would take minutes). An item is above the
+    truth where its score is at least the row's best correct score ``best`` (pessimistic) or greater (optimistic:
+    a strict comparison, not ``>=`` the next float up, which a CPU that flushes subnormals to zero would read as
+    ``>=`` 0); ``adversarial`` is the gallery's mask as bytes. One pass over a row,
     which the compiler vectorises, counts the items above (``rank``, ``clean_rank``) and the non-finite scores
     (``finite``; the caller refuses such a row). Where items are above and the top-1 item matters (with
     ``top_items``; without, only where both adversarial and clean wrong items are above), a second pass, the row
@@ -505,21 +512,30 @@ def _rank_block_compiled(block, threshold, best, tied_refs, best_index, refs, ad
     adversarial_kind, correct_kind = (2, 0) if pessimistic else (0, 2)  # of 3 kinds; 2 comes first at equal score
     for row in range(block.shape[0]):
         scores = block[row]
-        at_least = threshold[row]
-        # int32 counts use twice the vector lanes of int64 (the caller keeps the gallery under 2**31 items)
+        truth = best[row]
+        # int32 counts use twice the vector lanes of int64 (the caller keeps the gallery under 2**31 items); one loop
+        # per comparison, so that each vectorises
         above = adversarial_above = non_finite = np.int32(0)
-        for column in range(num_gallery):
-            score = scores[column]
-            is_above = score >= at_least
-            above = np.int32(above + is_above)
-            adversarial_above = np.int32(adversarial_above + (is_above & adversarial[column]))
-            non_finite = np.int32(non_finite + (score - score != 0))  # NaN for NaN and both infinities, else 0
+        if pessimistic:
+            for column in range(num_gallery):
+                score = scores[column]
+                is_above = score >= truth
+                above = np.int32(above + is_above)
+                adversarial_above = np.int32(adversarial_above + (is_above & adversarial[column]))
+                non_finite = np.int32(non_finite + (score - score != 0))  # NaN for NaN and both infinities, else 0
+        else:
+            for column in range(num_gallery):
+                score = scores[column]
+                is_above = score > truth
+                above = np.int32(above + is_above)
+                adversarial_above = np.int32(adversarial_above + (is_above & adversarial[column]))
+                non_finite = np.int32(non_finite + (score - score != 0))
         wrong_above = above - tied_refs[row]
         rank[row] = wrong_above
         clean_rank[row] = wrong_above - adversarial_above
         finite[row] = non_finite == 0
         top_column = best_index[row]
-        top_value = best[row]
+        top_value = truth
         top1_adversarial[row] = adversarial_above > 0
         if non_finite == 0 and wrong_above > 0 and (top_items or 0 < adversarial_above < wrong_above):
             top_kind = correct_kind
@@ -1165,8 +1181,6 @@ def _merge_shards(shards):
 
 def _torch_distributed_group():
     """``(rank, world size)`` in torch.distributed's default group when one is initialised, else None."""
-    import sys
-
     if "torch" not in sys.modules:  # a program that has not imported torch has no process group
         return None
     import torch.distributed as dist
@@ -1352,3 +1366,6 @@ def __getattr__(name):
 
 if "evaluate" in sys.modules:  # `evaluate.load` is importing this file: it looks for the class among its names
     RococoRecall = _metric_class()
+
+# The metric class's example (in its docstring) runs with the module's doctests, whether or not the class is defined.
+__test__ = {"RococoRecall": _KWARGS_DESCRIPTION}

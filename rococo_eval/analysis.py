@@ -376,20 +376,26 @@ def _arrow_array(values: np.ndarray):
     Example:
         >>> _arrow_array(np.array(["a", "bc"], dtype=object)).to_pylist(), _arrow_array(np.array([True])).type
         (['a', 'bc'], DataType(bool))
+        >>> _arrow_array(np.array([1, 2], dtype=">i8")).to_pylist()  # big-endian values, read as values
+        [1, 2]
     """
     import pyarrow as pa
 
     if values.dtype == object or values.dtype.kind == "U":
         encoded = [str(value).encode("utf-8") for value in values]
-        offsets = np.zeros(len(encoded) + 1, dtype=np.int32)
+        offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
         np.cumsum([len(item) for item in encoded], out=offsets[1:])
-        buffers = [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(encoded))]
-        return pa.Array.from_buffers(pa.string(), len(encoded), buffers)
-    if values.dtype == bool:
+        small = offsets[-1] < 2**31  # Arrow's string has int32 offsets
+        buffers = [None, pa.py_buffer(offsets.astype(np.int32) if small else offsets), pa.py_buffer(b"".join(encoded))]
+        array = pa.Array.from_buffers(pa.string() if small else pa.large_string(), len(encoded), buffers)
+    elif values.dtype == bool:
         bits = np.packbits(values, bitorder="little")
-        return pa.Array.from_buffers(pa.bool_(), len(values), [None, pa.py_buffer(bits)])
-    values = np.ascontiguousarray(values)
-    return pa.Array.from_buffers(pa.from_numpy_dtype(values.dtype), len(values), [None, pa.py_buffer(values)])
+        array = pa.Array.from_buffers(pa.bool_(), len(values), [None, pa.py_buffer(bits)])
+    else:
+        values = np.ascontiguousarray(values, dtype=values.dtype.newbyteorder("="))  # Arrow's buffers: native order
+        array = pa.Array.from_buffers(pa.from_numpy_dtype(values.dtype), len(values), [None, pa.py_buffer(values)])
+    array.validate(full=True)
+    return array
 
 
 def flipped_csv(rows) -> str:

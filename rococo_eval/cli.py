@@ -143,8 +143,8 @@ def build_parser() -> argparse.ArgumentParser:
     attack.add_argument("--split", help="the split of a dataset with several")
     attack.add_argument("--batch-size", type=_positive_int, help="captions per encoder batch")
     attack.add_argument("--device", help="torch device of the encoder (default: cuda when available, else cpu)")
-    attack.add_argument("--cache-dir", help="cache of the encoder's embeddings, resumable, under <cache>/encodings "
-                                            "(default $ROCOCO_CACHE_DIR or ~/.cache/rococo-eval)")
+    attack.add_argument("--cache-dir", help="cache of the encoder's embeddings, resumable (default: encodings/ in "
+                                            "$ROCOCO_CACHE_DIR or ~/.cache/rococo-eval)")
     attack.add_argument("--workers", type=_positive_int, help="threads making altered images")
     attack.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
     attack.add_argument("--quiet", "-q", action="store_true", help="no progress bars and no notes")
@@ -266,7 +266,7 @@ def attack_command(args) -> Path:
 
     strategies = [name.strip() for part in args.strategies for name in part.split(",") if name.strip()]
     options = {"encoder": args.encoder} if args.encoder else {}
-    cache_dir = (Path(args.cache_dir).expanduser() if args.cache_dir else default_cache_dir()) / "encodings"
+    cache_dir = Path(args.cache_dir).expanduser() if args.cache_dir else default_cache_dir() / "encodings"
     out = make_benchmark(args.input, args.out, image_root=args.image_root, strategies=strategies, seeds=args.seeds,
                          seed=args.seed, per_image=args.per_image, image_column=args.image_column,
                          caption_column=args.caption_column, split=args.split, batch_size=args.batch_size,

@@ -309,3 +309,45 @@ def test_without_a_cache_folder_the_kernel_is_compiled_for_the_process(monkeypat
     assert refused and rococo_recall._COMPILED_KERNELS[np.dtype(np.float32)] is not None
     monkeypatch.setenv(VARIABLE, "numpy")
     assert_identical({"numba": result, "numpy": compute(scores, references, adversarial, per_query=True)})
+
+
+def test_a_broken_numba_leaves_the_numpy_path(monkeypatch, caplog):
+    """numba that fails to import for another reason than absence (llvmlite's library missing: OSError): unset, NumPy
+    ranks with a warning; `numba` is refused with the error."""
+    import builtins
+
+    real_import = builtins.__import__
+
+    def broken(name, *args, **kwargs):
+        if name == "numba":
+            raise OSError("Could not find/load shared object file: llvmlite.so")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(rococo_recall, "_COMPILED_KERNELS", {})
+    monkeypatch.setattr(builtins, "__import__", broken)
+    monkeypatch.delenv(VARIABLE, raising=False)
+    scores = np.zeros((1024, 4096), dtype=np.float32)  # large enough to load the kernel
+    scores[:, 0] = 1.0
+    with caplog.at_level("WARNING", logger="rococo_recall"):
+        assert compute(scores, [0] * 1024, k=1)["recall@1"] == 100.0
+    assert "the numba kernel cannot be loaded (OSError: Could not find/load shared object" in caplog.text
+    monkeypatch.setattr(rococo_recall, "_COMPILED_KERNELS", {})
+    monkeypatch.setenv(VARIABLE, "numba")
+    with pytest.raises(OSError, match="llvmlite.so"):
+        compute(scores, [0] * 1024, k=1)
+
+
+@pytest.mark.parametrize("flush_denormal", [False, True])
+def test_optimistic_ties_at_zero_with_subnormals_flushed(flush_denormal):
+    """Optimistic: an item above the truth scores more than it. With subnormals flushed to zero (as torch can set),
+    the next float above 0 reads as 0, so a `>=` that threshold would count the truth's own ties as above it."""
+    import torch
+
+    scores = np.array([[0.0, 0.0, -1.0], [0.5, 0.0, 0.0]], dtype=np.float32)
+    torch.set_flush_denormal(flush_denormal)
+    try:
+        results = on_both_paths(lambda: compute(scores, [0, 1], [2], k=1, ties="optimistic", per_query=True))
+    finally:
+        torch.set_flush_denormal(False)
+    assert_identical(results)
+    assert results["numba"]["rank"].tolist() == [0, 1] and results["numba"]["recall@1"] == 50.0

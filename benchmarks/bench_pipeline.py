@@ -1,6 +1,6 @@
 """How close ``rococo-eval run`` comes to the speed of reading the images, as ratios measured in one run.
 
-    python benchmarks/bench_pipeline.py [--images N] [--data DIR] [--skip-old] [--annotations-dir DIR]
+    python benchmarks/bench_pipeline.py [--images N] [--data DIR] [--old REV | --skip-old] [--annotations-dir DIR]
 
 The model is a tiny random CLIP (``transformers``, 224 x 224 input, one layer of width 32) with the real CLIP
 tokenizer (vocabulary and merges from open_clip's ``bpe_simple_vocab_16e6.txt.gz``, the file OpenAI published),
@@ -16,8 +16,8 @@ Each measurement runs in a fresh child process (its peak RSS is its own):
   captions in batches as a run does (50,010 for ``rand_voca``, 25,010 for ``mix_seed1``);
 - ``rococo-eval run --attacks rand_voca`` and ``--attacks mix_seed1`` (a fresh cache each, ``-q``, the whole
   command: imports, model, embedding, scoring, report), then again on its full cache (what a run costs
-  besides reading and embedding the data), now and, unless ``--skip-old``, with the package as
-  committed at ``HEAD`` (``git archive``): at the same batch size, and their cached embeddings compared bit for
+  besides reading and embedding the data), now and, unless ``--skip-old``, with the package and the metric as
+  committed at ``--old`` (default ``HEAD``; ``git archive``): at the same batch size, and their cached embeddings compared bit for
   bit;
 - embedding the originals alone: images per second against ``--workers`` (1, 2, ...); and the originals and
   the 25,010 captions: time and peak RSS against ``--batch-size``.
@@ -64,7 +64,8 @@ def main():
     parser.add_argument("--workers", default=",".join(map(str, sorted({1, CPUS}))),
                         help="worker counts to measure images/s at (default 1 and the CPU count)")
     parser.add_argument("--batch-sizes", default="16,64,256", help="batch sizes to measure peak RSS at")
-    parser.add_argument("--skip-old", action="store_true", help="do not run the committed (HEAD) pipeline")
+    parser.add_argument("--old", default="HEAD", help="the commit whose pipeline the old runs use (default HEAD)")
+    parser.add_argument("--skip-old", action="store_true", help="do not run the committed (--old) pipeline")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -95,19 +96,20 @@ def main():
           f"tokenising {tokens['rand_voca']['seconds']:.1f} s (rand_voca) / "
           f"{tokens['mix_seed1']['seconds']:.1f} s (mix_seed1)", flush=True)
 
-    old_package = None if args.skip_old else committed_package()
+    old_package = None if args.skip_old else committed_package(args.old)
+    old_label = f"old ({args.old})"
     rows = []
     for attack in ("rand_voca", "mix_seed1"):
         runs = {"new": child({"task": "run", "attack": attack, **common})}
         runs["new, all cached: imports, model, scoring, report"] = child(
             {"task": "run", "attack": attack, "cache": runs["new"]["cache"], **common})
         if old_package:
-            runs["old (HEAD)"] = child({"task": "run", "attack": attack, "package": str(old_package), **common})
+            runs[old_label] = child({"task": "run", "attack": attack, "package": str(old_package), **common})
         for label, run in runs.items():
             rows.append((f"`run --attacks {attack}` ({label})", run["seconds"], floors[attack], run["peak_mb"],
                          run["cpu_seconds"], cpu_floors[attack]))
         if old_package:
-            same = same_embeddings(runs["new"]["cache"], runs["old (HEAD)"]["cache"])
+            same = same_embeddings(runs["new"]["cache"], runs[old_label]["cache"])
             print(f"{attack}: embeddings of the new and the old pipeline bit-identical: {same}", flush=True)
         rows.append((f"floor of `run --attacks {attack}`", floors[attack], floors[attack], None,
                      cpu_floors[attack], cpu_floors[attack]))
@@ -224,7 +226,7 @@ def run(task) -> dict:
     """``rococo-eval run`` in this process, with the package at ``task["package"]`` when given."""
     if task.get("package"):
         sys.path.insert(0, task["package"])
-        for name in [name for name in sys.modules if name.startswith("rococo_eval")]:
+        for name in [name for name in sys.modules if name.startswith(("rococo_eval", "rococo_recall"))]:
             del sys.modules[name]
     from rococo_eval.cli import main as cli_main
 
@@ -276,11 +278,12 @@ def same_embeddings(new_cache, old_cache) -> bool:
         np.array_equal(np.load(new[key]), np.load(old[key])) for key in new)
 
 
-def committed_package() -> Path:
-    """The ``rococo_eval`` package as committed at HEAD, extracted into a temporary folder."""
-    folder = Path(tempfile.mkdtemp(prefix="rococo-bench-head-"))
-    archive = subprocess.run(["git", "-C", str(ROOT), "archive", "HEAD", "rococo_eval"], check=True,
-                             capture_output=True).stdout
+def committed_package(revision: str = "HEAD") -> Path:
+    """The ``rococo_eval`` package and the metric ``rococo_recall.py`` as committed at ``revision``, extracted into a
+    temporary folder."""
+    folder = Path(tempfile.mkdtemp(prefix="rococo-bench-old-"))
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", revision, "rococo_eval", "rococo_recall.py"],
+                             check=True, capture_output=True).stdout
     with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
         tar.extractall(folder, filter="data")
     return folder

@@ -469,8 +469,10 @@ def test_end_to_end_toy_model_scores_the_same_from_the_export(export_folder, hf_
             gallery_embeddings=np.stack([_caption_vector(c) for c in captions]).astype(np.float32),
             references=inputs["references"][every_fifth], adversarial=inputs["adversarial"], per_query=True))
     official, from_export = results
-    for key in ("rank", "clean_rank", "top1_adversarial", "top_score", "best_correct_score"):
+    for key in ("rank", "clean_rank", "top1_adversarial"):
         assert np.array_equal(official.pop(key), from_export.pop(key)), key
+    for key in ("top_score", "best_correct_score"):  # BLAS may round a product by its column's place in the gallery
+        np.testing.assert_allclose(official.pop(key), from_export.pop(key), rtol=1e-6, atol=0, err_msg=key)
     for key in ("top_index", "best_correct_index"):  # gallery columns: the two orders differ
         official.pop(key), from_export.pop(key)
     assert official == from_export

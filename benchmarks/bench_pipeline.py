@@ -17,8 +17,8 @@ Each measurement runs in a fresh child process (its peak RSS is its own):
 - ``rococo-eval run --attacks rand_voca`` and ``--attacks mix_seed1`` (a fresh cache each, ``-q``, the whole
   command: imports, model, embedding, scoring, report), then again on its full cache (what a run costs
   besides reading and embedding the data), now and, unless ``--skip-old``, with the package and the metric as
-  committed at ``--old`` (default ``HEAD``; ``git archive``): at the same batch size, and their cached embeddings compared bit for
-  bit;
+  committed at ``--old`` (default ``HEAD``; ``git archive``): at the same batch size, and their cached
+  embeddings compared bit for bit;
 - embedding the originals alone: images per second against ``--workers`` (1, 2, ...); and the originals and
   the 25,010 captions: time and peak RSS against ``--batch-size``.
 

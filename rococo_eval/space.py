@@ -127,18 +127,17 @@ def attacks_of(source) -> tuple[str, ...]:
         >>> attacks_of(None) == ATTACKS
         True
     """
-    if getattr(source, "benchmark", None) is None:
-        return ATTACKS
-    return tuple(source.text_attacks) + tuple(source.image_attacks)
+    return (tuple(getattr(source, "text_attacks", TEXT_ATTACKS))
+            + tuple(getattr(source, "image_attacks", IMAGE_ATTACKS)))
 
 
 def detect_layouts(paths, captions_per_image, adversarial_per_image=ADVERSARIAL_PER_IMAGE,
                    attacks=ATTACKS) -> list[list[str]]:
     """One layout row (``LAYOUT_HEADERS``) per uploaded file: detected, or blank with why.
 
-    ``attacks`` are those a file may be of (:func:`attacks_of`). The shape and name come from the header; the order of an attacked image-to-text gallery comes from the
-    scores when they clearly show it (:func:`rococo_eval.layout_detection.decide_order`), else it stays blank
-    and the note asks for it.
+    ``attacks`` are those a file may be of (:func:`attacks_of`). The shape and name come from the header; the
+    order of an attacked image-to-text gallery comes from the scores when they clearly show it
+    (:func:`rococo_eval.layout_detection.decide_order`), else it stays blank and the note asks for it.
     """
     rows = []
     for path in paths or []:
@@ -163,8 +162,9 @@ def evaluate_files(paths, layouts=None, references=None, adversarial=None, *, ca
     ``layouts`` are rows ``[file, attack, direction, order, ...]``; a file without a row, or blank cells,
     gets the detected layout. An attacked image-to-text gallery whose order is blank and not clear from its
     scores is refused. ``references`` and ``adversarial`` are files for custom layouts whose score file does
-    not carry its own; ``attacks`` are those a file may be of (:func:`attacks_of`). The metric's per-query arrays of the standard galleries go to the failure analysis
-    (``Evaluation.failures``, its by-word tables from ``source``'s captions), not into ``results``.
+    not carry its own; ``attacks`` are those a file may be of (:func:`attacks_of`). The metric's per-query arrays
+    of the standard galleries go to the failure analysis (``Evaluation.failures``, its by-word tables from
+    ``source``'s captions), not into ``results``.
     """
     if not paths:
         raise ValueError("upload at least one score file (.npy, .npz or .safetensors)")

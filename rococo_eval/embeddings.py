@@ -54,6 +54,7 @@ COMPLETE = "embeddings.npy"
 KINDS = ("text", "image")
 DEFAULT_BATCH_SIZE = 256
 _PREPROCESSING = ("preprocess_image", "encode_preprocessed")
+_TOKENIZING = ("tokenize_texts", "encode_tokenized")
 _SHARD = re.compile(r"rows-(\d+)-(\d+)\.npy")
 
 
@@ -107,7 +108,9 @@ class EmbeddingCache:
         workers: threads that load images ahead of the model (0: load in the calling thread). For a model
             with ``preprocess_image`` and ``encode_preprocessed`` (:class:`~rococo_eval.models.PreprocessingModel`)
             they also turn each image into model input, written straight into the batch; other models get the
-            images (``encode_images``). At most three batches are loaded or encoded at a time.
+            images (``encode_images``). At most three batches are loaded or encoded at a time. With any workers,
+            a model with ``tokenize_texts`` and ``encode_tokenized`` (:class:`~rococo_eval.models.TokenizingModel`)
+            has its next captions tokenized in one more thread while it encodes this batch.
         progress: show a tqdm progress bar per item set. Either way each item set logs (INFO) one line when
             done, with its rate.
     """
@@ -145,17 +148,21 @@ class EmbeddingCache:
         missing = _missing_ranges(shards, len(items))
         done = len(items) - sum(stop - start for start, stop in missing)
         logger.info("%s: %d of %d embeddings cached, encoding the rest", items.name, done, len(items))
-        preprocessed = items.kind == "image" and all(hasattr(model, name) for name in _PREPROCESSING)
-        encode = model.encode_texts if items.kind == "text" else (
-            model.encode_preprocessed if preprocessed else model.encode_images)
         batches = [(start, min(start + self.batch_size, stop))
                    for start, stop in missing for start in range(start, stop, self.batch_size)]
-        workers = self.workers if items.kind == "image" else 0
+        if items.kind == "text":
+            tokenized = all(hasattr(model, name) for name in _TOKENIZING)
+            encode = model.encode_tokenized if tokenized else model.encode_texts
+            loaded = _prepared(batches, items.items, model.tokenize_texts if tokenized else list,
+                               threaded=self.workers > 0)
+        else:
+            preprocessed = all(hasattr(model, name) for name in _PREPROCESSING)
+            encode = model.encode_preprocessed if preprocessed else model.encode_images
+            loaded = _loaded(batches, items.items, self.workers, model.preprocess_image if preprocessed else None)
         started = time.perf_counter()
         with tqdm(total=len(items), initial=done, desc=items.name, unit=items.kind,
                   disable=not self.progress, dynamic_ncols=True) as bar:
-            for (start, stop), batch in _loaded(batches, items.items, workers,
-                                                model.preprocess_image if preprocessed else None):
+            for (start, stop), batch in loaded:
                 path = folder / f"rows-{start:06d}-{stop:06d}.npy"
                 _save_npy(path, _check_vectors(encode(batch), stop - start, model.name))
                 shards[(start, stop)] = path
@@ -384,6 +391,34 @@ def _loaded(batches, items: Sequence, workers: int, prepare: Optional[Callable] 
             yield _finished(pending.popleft())
     finally:
         getattr(items, "stop", lambda: None)()  # AlteredImages: make nothing more ahead (Ctrl-C answers at once)
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _prepared(batches, items: Sequence, prepare: Callable, threaded: bool,
+              ahead: int = 4) -> Iterator[tuple[tuple[int, int], object]]:
+    """Each batch range with ``prepare(items[start:stop])``; when ``threaded``, the next ``ahead`` batches are
+    prepared in one thread while the caller encodes this one (a tokenizer ahead of its model).
+
+    Example:
+        >>> list(_prepared([(0, 2), (2, 3)], "abc", str.upper, threaded=True))
+        [((0, 2), 'AB'), ((2, 3), 'C')]
+    """
+    if not threaded:
+        for start, stop in batches:
+            yield (start, stop), prepare(items[start:stop])
+        return
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rococo-tokenize")
+    pending = deque()
+    try:
+        for start, stop in batches:
+            pending.append(((start, stop), pool.submit(prepare, items[start:stop])))
+            if len(pending) > ahead:
+                rows, future = pending.popleft()
+                yield rows, future.result()
+        while pending:
+            rows, future = pending.popleft()
+            yield rows, future.result()
+    finally:
         pool.shutdown(wait=True, cancel_futures=True)
 
 

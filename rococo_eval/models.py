@@ -13,7 +13,9 @@ here with PIL and NumPy, exactly as open_clip's evaluation transform does for it
 ``squash`` resize modes, so open_clip's torchvision-based transforms are never called; ``hf:`` models use
 their own image processor's output, reproduced bit for bit by :class:`ProcessorReplica` where it can. Both
 preprocess one image at a time (``preprocess_image``, run in the embedding loop's worker threads) apart from
-the forward pass (``encode_preprocessed``): see :class:`PreprocessingModel`.
+the forward pass (``encode_preprocessed``): see :class:`PreprocessingModel`; and tokenize a batch of captions
+(``tokenize_texts``, run in a thread ahead of the model) apart from its forward pass (``encode_tokenized``): see
+:class:`TokenizingModel`.
 
 Every model has a ``fingerprint``: a digest of its weights, preprocessing, tokenizer and precision, which
 names its cached embeddings (``rococo_eval.embeddings``).
@@ -96,6 +98,21 @@ class PreprocessingModel(ImageTextModel, Protocol):
 
     def encode_preprocessed(self, batch: np.ndarray) -> np.ndarray:
         """Return float32 L2-normalised embeddings of a batch of :meth:`preprocess_image` outputs."""
+
+
+class TokenizingModel(ImageTextModel, Protocol):
+    """A model whose tokenizer can run apart from the model, in a thread ahead of it.
+
+    ``encode_tokenized(tokenize_texts(texts))`` equals ``encode_texts(texts)`` bit for bit. The embedding loop
+    (:mod:`rococo_eval.embeddings`) tokenizes the next batches of captions in a thread while the model encodes
+    this one.
+    """
+
+    def tokenize_texts(self, texts: Sequence[str]) -> object:
+        """Return the model input of a batch of texts (token ids and masks, on the CPU)."""
+
+    def encode_tokenized(self, tokens) -> np.ndarray:
+        """Return float32 L2-normalised embeddings of one :meth:`tokenize_texts` output."""
 
 
 @dataclass(frozen=True)
@@ -308,10 +325,17 @@ class OpenClipModel(_TorchModel):
         with self.torch.inference_mode():
             return self._finish(self.model.encode_image(self._input(batch)))
 
-    def encode_texts(self, texts: Sequence[str]) -> np.ndarray:
+    def tokenize_texts(self, texts: Sequence[str]):
+        """open_clip's tokens of ``texts`` (a CPU tensor)."""
+        return self.tokenizer(list(texts))
+
+    def encode_tokenized(self, tokens) -> np.ndarray:
+        """Embed one :meth:`tokenize_texts` output."""
         with self.torch.inference_mode():
-            tokens = self.tokenizer(list(texts)).to(self.device)
-            return self._finish(self.model.encode_text(tokens))
+            return self._finish(self.model.encode_text(tokens.to(self.device)))
+
+    def encode_texts(self, texts: Sequence[str]) -> np.ndarray:
+        return self.encode_tokenized(self.tokenize_texts(texts))
 
 
 class HFModel(_TorchModel):
@@ -360,11 +384,18 @@ class HFModel(_TorchModel):
         with self.torch.inference_mode():
             return self._finish(_features(self.model.get_image_features(pixel_values=self._input(batch))))
 
-    def encode_texts(self, texts: Sequence[str]) -> np.ndarray:
-        batch = self.tokenizer(list(texts), padding=self.padding, truncation=True, max_length=self.max_length,
-                               return_tensors="pt")
+    def tokenize_texts(self, texts: Sequence[str]):
+        """The tokenizer's output for ``texts`` (CPU tensors), padded and truncated as the model takes them."""
+        return self.tokenizer(list(texts), padding=self.padding, truncation=True, max_length=self.max_length,
+                              return_tensors="pt")
+
+    def encode_tokenized(self, tokens) -> np.ndarray:
+        """Embed one :meth:`tokenize_texts` output."""
         with self.torch.inference_mode():
-            return self._finish(_features(self.model.get_text_features(**batch.to(self.device))))
+            return self._finish(_features(self.model.get_text_features(**tokens.to(self.device))))
+
+    def encode_texts(self, texts: Sequence[str]) -> np.ndarray:
+        return self.encode_tokenized(self.tokenize_texts(texts))
 
 
 class ProcessorReplica:

@@ -126,6 +126,15 @@ class _Reranker:
                                truncation=True, max_length=MAX_LENGTH, return_tensors="np")
         return np.stack([batch["input_ids"], batch["attention_mask"]], axis=1).astype(np.int64)
 
+    def tokenize_texts(self, texts: Sequence[str]) -> np.ndarray:
+        """:meth:`tokenize`, run by the embedding loop in a thread ahead of :meth:`encode_tokenized`."""
+        return self.tokenize(texts)
+
+    def encode_texts(self, texts: Sequence[str]) -> np.ndarray:
+        """L2-normalised text embeddings (ITC), float32, one row per text: :meth:`encode_tokenized` of
+        :meth:`tokenize`."""
+        return self.encode_tokenized(self.tokenize(texts))
+
     def _tokens(self, tokens: np.ndarray):
         tokens = self.torch.from_numpy(np.ascontiguousarray(tokens)).to(self.device)
         return tokens[:, 0], tokens[:, 1]
@@ -178,9 +187,10 @@ class BlipReranker(_Reranker):
         with self.torch.inference_mode():
             return self.base._finish(self.model.vision_proj(self._vision(batch)[:, 0, :]))
 
-    def encode_texts(self, texts: Sequence[str]) -> np.ndarray:
-        """L2-normalised ``text_proj`` of the text encoder's first token (text only), float32, one row per text."""
-        ids, mask = self._tokens(self.tokenize(texts))
+    def encode_tokenized(self, tokens: np.ndarray) -> np.ndarray:
+        """L2-normalised ``text_proj`` of the text encoder's first token (text only), float32, one row per text of
+        ``tokens`` (rows of :meth:`tokenize`)."""
+        ids, mask = self._tokens(tokens)
         with self.torch.inference_mode():
             hidden = self.model.text_encoder(input_ids=ids, attention_mask=mask).last_hidden_state
             return self.base._finish(self.model.text_proj(hidden[:, 0, :]))
@@ -231,9 +241,10 @@ class Blip2Reranker(_Reranker):
             projected = projected / projected.norm(dim=-1, keepdim=True).clamp_min(1e-12)
             return projected.reshape(len(projected), -1).cpu().numpy()
 
-    def encode_texts(self, texts: Sequence[str]) -> np.ndarray:
-        """L2-normalised ``text_projection`` of the Q-Former's first text token, float32, one row per text."""
-        ids, mask = self._tokens(self.tokenize(texts))
+    def encode_tokenized(self, tokens: np.ndarray) -> np.ndarray:
+        """L2-normalised ``text_projection`` of the Q-Former's first text token, float32, one row per text of
+        ``tokens`` (rows of :meth:`tokenize`)."""
+        ids, mask = self._tokens(tokens)
         with self.torch.inference_mode():
             output = self.model.qformer(query_embeds=self.model.embeddings(input_ids=ids), query_length=0,
                                         attention_mask=mask).last_hidden_state

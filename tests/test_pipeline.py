@@ -1,4 +1,5 @@
-"""The image pipeline of ``rococo-eval run``: preprocessing in the workers, each original decoded once.
+"""The pipeline of ``rococo-eval run``: image preprocessing in the workers, each original decoded once, captions
+tokenized in a thread ahead of the model.
 
 The embeddings must stay bit-identical to those of the pipeline before it moved (the cache's fingerprints
 keep their meaning), and the altered images byte-identical to ``RococoSource.altered_image_bytes``. The
@@ -8,6 +9,7 @@ functions named ``committed_*`` below are that earlier pipeline, kept here as th
 import collections
 import subprocess
 import sys
+import threading
 
 import numpy as np
 import pytest
@@ -110,6 +112,81 @@ def test_processors_the_replica_does_not_know_are_called_image_by_image(hf_name)
     replicated = [model.preprocess_image(image) for image in photos()]
     model.fast_preprocessing = None
     assert all(np.array_equal(model.preprocess_image(image), pixels) for image, pixels in zip(photos(), replicated))
+
+
+def committed_hf_text_embeddings(model, texts):
+    """The hf adapter's ``encode_texts`` before tokenizing moved to a thread ahead of the model."""
+    import torch
+
+    from rococo_eval.models import _features
+
+    batch = model.tokenizer(list(texts), padding=model.padding, truncation=True, max_length=model.max_length,
+                            return_tensors="pt")
+    with torch.inference_mode():
+        return model._finish(_features(model.model.get_text_features(**batch.to(model.device))))
+
+
+def committed_open_clip_text_embeddings(model, texts):
+    """The open_clip adapter's ``encode_texts`` before tokenizing moved to a thread ahead of the model."""
+    import torch
+
+    with torch.inference_mode():
+        return model._finish(model.model.encode_text(model.tokenizer(list(texts)).to(model.device)))
+
+
+CAPTIONS = ["a dog on a red sofa", "two people riding horses along a beach at sunset", "a cat",
+            "A kitchen with a stove, a sink and many pots hanging from the ceiling above a wooden table", "snow",
+            "an empty street", "a man holding an umbrella in the rain while a bus passes by"]
+
+
+def tokenizing_threads(model, monkeypatch):
+    """Record the name of the thread each ``tokenize_texts`` call runs in."""
+    names = []
+    tokenize = model.tokenize_texts
+
+    def recorded(texts):
+        names.append(threading.current_thread().name)
+        return tokenize(texts)
+
+    monkeypatch.setattr(model, "tokenize_texts", recorded)
+    return names
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("kind", ["hf", "open_clip"])
+def test_text_embeddings_are_bit_identical_to_the_committed_pipeline(kind, workers, request, tmp_path, monkeypatch):
+    name = request.getfixturevalue(f"{kind}_name")
+    model = load_model(name, device="cpu")
+    committed = committed_hf_text_embeddings if kind == "hf" else committed_open_clip_text_embeddings
+    threads = tokenizing_threads(model, monkeypatch)
+    cache = EmbeddingCache(tmp_path, batch_size=3, workers=workers)
+    vectors = cache.embeddings(model, ItemSet("captions/demo", "text", CAPTIONS))
+    expected = np.concatenate([committed(model, CAPTIONS[start:start + 3]) for start in range(0, 7, 3)])
+    assert vectors.dtype == np.float32 and np.array_equal(vectors, expected)
+    assert len(threads) == 3  # one call per batch
+    if workers:  # tokenized ahead, in its own thread; the model ran in this one
+        assert all(name.startswith("rococo-tokenize") for name in threads)
+    else:
+        assert set(threads) == {threading.current_thread().name}
+    assert np.array_equal(model.encode_texts(CAPTIONS[:3]), expected[:3])
+
+
+def test_a_tokenizer_error_reaches_the_caller_and_nothing_is_cached(hf_name, tmp_path, monkeypatch):
+    model = load_model(hf_name, device="cpu")
+    tokenize = model.tokenize_texts
+
+    def failing(texts):
+        if "snow" in texts:
+            raise ValueError("cannot tokenize 'snow'")
+        return tokenize(texts)
+
+    monkeypatch.setattr(model, "tokenize_texts", failing)
+    cache = EmbeddingCache(tmp_path, batch_size=3, workers=2)
+    items = ItemSet("captions/demo", "text", CAPTIONS)
+    with pytest.raises(ValueError, match="cannot tokenize 'snow'"):
+        cache.embeddings(model, items)
+    assert not cache.is_complete(model, items)
+    assert len(list(cache.folder(model, items).glob("rows-*.npy"))) == 1  # the batch before the error is kept
 
 
 class MeanColour:

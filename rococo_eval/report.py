@@ -26,7 +26,7 @@ from .analysis import DEFAULT_MIN_COUNT, most_damaging
 from .annotations import OFFICIAL_COMMIT, OFFICIAL_REPOSITORY
 from .captions import highlight
 from .files import write_atomic
-from .layout import ATTACKS, CLEAN, DIRECTIONS, IMAGE_ATTACK_METHODS, SEEDS, TEXT_TO_IMAGE
+from .layout import CLEAN, DIRECTIONS, IMAGE_ATTACK_METHODS, TEXT_ATTACKS, TEXT_TO_IMAGE, parse_image_attack
 
 logger = logging.getLogger(__name__)
 
@@ -92,11 +92,11 @@ def summary_rows(results: dict[str, dict]) -> list[dict]:
     R@1), ``recall@K``, ``r_mean``, ``false_rate``, ``attack_success_rate``, ``<name>_ci`` when the metric
     computed intervals, and the counts. Per-query arrays are left out.
 
-    For ``mix`` and ``patch``, when at least two of the seeds 1, 10 and 100 are present, a row
-    ``attack = method`` with ``seeds`` holds the mean of each percentage over those seeds, as the paper
-    reports; with all three seeds, ``<name>_range`` holds the lowest and highest seed's value (the spread
-    is given as the min–max range: with three seeds a standard deviation says little). Intervals are not
-    averaged.
+    For ``mix`` and ``patch``, when at least two seeds are present (RoCOCO's 1, 10 and 100, or a generated
+    benchmark's own), a row ``attack = method`` with ``seeds`` holds the mean of each percentage over those
+    seeds, as the paper reports; with three seeds or more, ``<name>_range`` holds the lowest and highest seed's
+    value (the spread is given as the min–max range: with three seeds a standard deviation says little).
+    Intervals are not averaged. Image attacks are ordered by method, then seed.
 
     Example:
         >>> results = {gallery_key(f"mix_seed{s}", "text_to_image"): {"recall@1": r, "clean_recall@1": 30.0}
@@ -113,8 +113,8 @@ def summary_rows(results: dict[str, dict]) -> list[dict]:
         rows.append(row)
     rows.sort(key=_row_order)
     for method in IMAGE_ATTACK_METHODS:
-        seed_rows = [row for row in rows if row["direction"] == TEXT_TO_IMAGE and row["attack"] in
-                     {f"{method}_seed{seed}" for seed in SEEDS}]
+        seed_rows = [row for row in rows if row["direction"] == TEXT_TO_IMAGE
+                     and (parse_image_attack(row["attack"]) or ("",))[0] == method]
         if len(seed_rows) >= 2:
             last = rows.index(seed_rows[-1])
             rows.insert(last + 1, _seed_mean(method, seed_rows))
@@ -374,21 +374,29 @@ def _plain(value):
 
 
 def _row_order(row):
+    """Direction, then clean, the text attacks, the image attacks by method and seed, then anything else."""
     direction, attack = row["direction"], row["attack"]
-    known = (CLEAN,) + ATTACKS
-    return (DIRECTIONS.index(direction) if direction in DIRECTIONS else len(DIRECTIONS),
-            known.index(attack) if attack in known else len(known))
+    image_attack = parse_image_attack(attack)
+    if attack == CLEAN:
+        place = (0,)
+    elif attack in TEXT_ATTACKS:
+        place = (1, TEXT_ATTACKS.index(attack))
+    elif image_attack:
+        place = (2, IMAGE_ATTACK_METHODS.index(image_attack[0]), image_attack[1])
+    else:
+        place = (3,)
+    return (DIRECTIONS.index(direction) if direction in DIRECTIONS else len(DIRECTIONS),) + place
 
 
 def _seed_mean(method: str, seed_rows: list[dict]) -> dict:
-    seeds = tuple(int(row["attack"].rsplit("seed", 1)[1]) for row in seed_rows)
+    seeds = tuple(parse_image_attack(row["attack"])[1] for row in seed_rows)
     row = {"attack": method, "direction": TEXT_TO_IMAGE, "seeds": seeds}
     names = [name for name in seed_rows[0] if name not in ("attack", "direction") and not name.endswith("_ci")
              and all(name in other for other in seed_rows)]
     for name in names:
         values = [float(other[name]) if other[name] is not None else math.nan for other in seed_rows]
         row[name] = seed_rows[0][name] if name.startswith("num_") else float(np.mean(values))
-        if len(seed_rows) == len(SEEDS) and not name.startswith("num_"):
+        if len(seed_rows) >= 3 and not name.startswith("num_"):
             row[f"{name}_range"] = (min(values), max(values))
     return row
 

@@ -72,9 +72,10 @@ def test_clean_recall_of_an_attack_is_the_clean_gallerys_recall():
     assert attacked_row["recall@1"] <= attacked_row["clean_recall@1"]
 
 
-@pytest.mark.parametrize("seeds", [(1, 10, 100), (1, 100)])
+@pytest.mark.parametrize("seeds", [(1, 10, 100), (1, 100), (7, 8, 70, 100), (3, 4)])  # RoCOCO's, a benchmark's
 def test_seed_means(seeds):
-    results = {gallery_key(f"mix_seed{s}", "text_to_image"): _result(f"mix_seed{s}", "text_to_image", s) for s in seeds}
+    results = {gallery_key(f"mix_seed{s}", "text_to_image"): _result(f"mix_seed{s}", "text_to_image", s)
+               for s in sorted(seeds, reverse=True)}  # listed in any order, reported by seed
     results[gallery_key("patch_seed1", "text_to_image")] = _result("patch_seed1", "text_to_image", 5)
     rows = summary_rows(results)
     assert [row["attack"] for row in rows] == [f"mix_seed{s}" for s in seeds] + ["mix", "patch_seed1"]
@@ -83,7 +84,7 @@ def test_seed_means(seeds):
     for name in ("recall@1", "recall@10", "clean_r_mean", "false_rate"):
         values = [results[f"mix_seed{s}/text_to_image"][name] for s in seeds]
         assert mean[name] == pytest.approx(np.mean(values))
-        if len(seeds) == 3:
+        if len(seeds) >= 3:
             assert mean[f"{name}_range"] == (min(values), max(values))
         else:
             assert f"{name}_range" not in mean

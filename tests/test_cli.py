@@ -41,7 +41,8 @@ def encode_calls(monkeypatch):
     def counting_load(*args, **kwargs):
         model = load(*args, **kwargs)
         image_method = "encode_preprocessed" if hasattr(model, "encode_preprocessed") else "encode_images"
-        for kind, method in (("texts", "encode_texts"), ("images", image_method)):
+        text_method = "encode_tokenized" if hasattr(model, "encode_tokenized") else "encode_texts"
+        for kind, method in (("texts", text_method), ("images", image_method)):
             encode = getattr(model, method)
 
             def counted(batch, encode=encode, kind=kind):

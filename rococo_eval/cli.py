@@ -28,7 +28,8 @@ from pathlib import Path
 from . import __version__
 from .download import DEFAULT_IMAGE_WORKERS, MAX_DEFAULT_IMAGE_WORKERS, default_cache_dir
 from .embeddings import DEFAULT_BATCH_SIZE
-from .layout import ATTACKS, CLEAN, DIRECTIONS, IMAGE_ATTACKS, ORDERS, SEEDS, TEXT_ATTACKS, describe_orders
+from .layout import (ATTACKS, CLEAN, DIRECTIONS, IMAGE_ATTACKS, ORDERS, SEEDS, TEXT_ATTACKS, describe_orders,
+                     recall_cutoffs)
 from .layout_detection import CUSTOM
 
 logger = logging.getLogger("rococo_eval")
@@ -255,6 +256,7 @@ def score_command(args) -> Path:
     for key, info, choice in planned:
         layouts[key] = layout = source.gallery(choice.attack, choice.direction, choice.order)
         results[key] = rococo_recall.rococo_recall(read_scores(info.path, info.key), **layout.metric_inputs(),
+                                                   k=recall_cutoffs(layout.num_gallery, key),
                                                    per_query=True)
     write_report(results, out, {"files": files}, quiet=args.quiet, layouts=layouts, source=source)
     return out

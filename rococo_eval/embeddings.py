@@ -46,7 +46,7 @@ from tqdm.auto import tqdm
 
 from .alterations import AlteredImages
 from .files import open_cache_folder, write_atomic
-from .layout import CLEAN, IMAGE_TO_TEXT, TEXT_ATTACKS, TEXT_TO_IMAGE, attack_direction
+from .layout import CLEAN, IMAGE_TO_TEXT, TEXT_ATTACKS, TEXT_TO_IMAGE, attack_direction, recall_cutoffs
 
 logger = logging.getLogger(__name__)
 
@@ -56,6 +56,7 @@ DEFAULT_BATCH_SIZE = 256
 _PREPROCESSING = ("preprocess_image", "encode_preprocessed")
 _TOKENIZING = ("tokenize_texts", "encode_tokenized")
 _SHARD = re.compile(r"rows-(\d+)-(\d+)\.npy")
+_GALLERY_CHUNK_BYTES = 2 << 20
 
 
 @dataclass(frozen=True)
@@ -250,8 +251,8 @@ def score_gallery(layout, queries: np.ndarray, originals: np.ndarray, adversaria
     """
     from rococo_recall import rococo_recall  # imports evaluate and datasets: only where a gallery is scored
 
-    pool = originals if adversarial is None else np.concatenate([originals, adversarial])
-    return rococo_recall(query_embeddings=queries, gallery_embeddings=pool[layout.gallery_rows],
+    pool = [originals] if adversarial is None else [originals, adversarial]
+    return rococo_recall(query_embeddings=queries, gallery_embeddings=gallery_vectors(pool, layout.gallery_rows),
                          **layout.metric_inputs(), **metric_kwargs)
 
 
@@ -286,9 +287,10 @@ def score_model(model, source, attacks: Sequence[str], cache: EmbeddingCache, re
         pool_keys = [original_key] + ([attack] if attack in vectors else [])
         layout = source.gallery(attack, direction, "official")
         key = f"{attack}/{direction}"
+        k = recall_cutoffs(layout.num_gallery, key)
         if reranker is None and save_scores is None:
             results[key] = score_gallery(layout, vectors[query_key], vectors[original_key], vectors.get(attack),
-                                         per_query=True)
+                                         k=k, per_query=True)
         else:
             from .rerank import Side, block_metric
             from .savedscores import ScoreMatrixWriter, score_file_name
@@ -299,19 +301,41 @@ def score_model(model, source, attacks: Sequence[str], cache: EmbeddingCache, re
                       if reranker is None else
                       reranker.score_blocks(layout, sides[query_key], [sides[name] for name in pool_keys]))
             if save_scores is None:
-                results[key] = block_metric(blocks, layout, per_query=True)
+                results[key] = block_metric(blocks, layout, k=k, per_query=True)
             else:
                 path = Path(save_scores) / score_file_name(attack, direction)
                 with ScoreMatrixWriter(path, (layout.num_queries, layout.num_gallery)) as writer:
-                    results[key] = block_metric(blocks, layout, writer, per_query=True)
+                    results[key] = block_metric(blocks, layout, writer, k=k, per_query=True)
                 logger.info("%s: scores saved to %s", key, path)
         logger.info("%s: R@1 %.2f", key, results[key]["recall@1"])
     return results
 
 
+def gallery_vectors(pool: Sequence[np.ndarray], rows: np.ndarray) -> np.ndarray:
+    """``np.concatenate(pool)[rows]`` in one copy: the gallery's embeddings in its order, from the originals'
+    and the adversarial items' embeddings (a gallery is up to 50,010 rows; BLIP-2's rows are 8,192 wide).
+
+    Example:
+        >>> gallery_vectors([np.array([[0.0], [1.0]]), np.array([[2.0]])], np.array([2, 0, 1])).ravel().tolist()
+        [2.0, 0.0, 1.0]
+    """
+    rows = np.asarray(rows)
+    offsets = np.cumsum([0] + [len(part) for part in pool])
+    if len(rows) and (rows.min() < 0 or rows.max() >= offsets[-1]):
+        raise IndexError(f"gallery rows must be in [0, {offsets[-1]}), got {rows.min()}..{rows.max()}")
+    out = np.empty((len(rows),) + pool[0].shape[1:], dtype=np.result_type(*pool))
+    step = max(1, _GALLERY_CHUNK_BYTES // max(1, out[:1].nbytes))  # rows at a time: the temporaries stay small
+    for begin in range(0, len(rows), step):
+        chunk, target = rows[begin:begin + step], out[begin:begin + step]
+        for part, offset in zip(pool, offsets):
+            inside = (chunk >= offset) & (chunk < offset + len(part))
+            target[inside] = part[chunk[inside] - offset]
+    return out
+
+
 def _embedding_blocks(layout, queries: np.ndarray, pool: Sequence[np.ndarray]) -> Iterator[tuple[int, np.ndarray]]:
     """A dual encoder's score matrix of one gallery (dot products, float32), as ``(first row, rows)`` blocks."""
-    gallery = np.concatenate(pool)[layout.gallery_rows]
+    gallery = gallery_vectors(pool, layout.gallery_rows)
     block = max(1, (64 << 20) // (4 * len(gallery)))
     for start in range(0, len(queries), block):
         yield start, queries[start:start + block] @ gallery.T

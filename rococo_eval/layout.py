@@ -40,6 +40,7 @@ Example:
 
 from __future__ import annotations
 
+import logging
 import re
 from dataclasses import dataclass
 
@@ -58,6 +59,8 @@ TEXT_TO_IMAGE = "text_to_image"
 DIRECTIONS = (IMAGE_TO_TEXT, TEXT_TO_IMAGE)
 ORDERS = ("official", "dataset")
 ADVERSARIAL_PER_IMAGE = 5  # RoCOCO's text attacks: 5 adversarial captions per image
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, eq=False)
@@ -99,6 +102,24 @@ class GalleryLayout:
             ['adversarial', 'references']
         """
         return {"references": [list(r) for r in self.references], "adversarial": self.adversarial}
+
+
+def recall_cutoffs(num_gallery: int, name: str = "the gallery") -> tuple[int, ...]:
+    """The metric's default Recall@K cut-offs (1, 5, 10) that a gallery of ``num_gallery`` items allows: a gallery
+    of fewer than ten (a small generated benchmark) is scored at those up to its size, with a warning naming it
+    ``name``. ``run``, ``score`` and the Space score every gallery at these.
+
+    Example:
+        >>> recall_cutoffs(25010), recall_cutoffs(6, "clean/text_to_image")
+        ((1, 5, 10), (1, 5))
+    """
+    from rococo_recall import DEFAULT_K
+
+    cutoffs = tuple(k for k in DEFAULT_K if k <= num_gallery)
+    if cutoffs != DEFAULT_K:
+        logger.warning("%s has %d items: Recall@K for K in %s only (its r_mean is their mean)", name, num_gallery,
+                       ", ".join(map(str, cutoffs)))
+    return cutoffs
 
 
 def caption_offsets(captions_per_image) -> np.ndarray:

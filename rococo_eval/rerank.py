@@ -51,6 +51,7 @@ from typing import Iterator, Sequence
 import numpy as np
 from tqdm.auto import tqdm
 
+from .embeddings import gallery_vectors
 from .files import open_cache_folder, write_atomic
 from .layout import IMAGE_TO_TEXT
 
@@ -238,7 +239,7 @@ class Reranker:
         code takes them)."""
         import torch  # the models that re-rank are torch models
 
-        gallery = np.concatenate([side.vectors for side in pool])[layout.gallery_rows]
+        gallery = gallery_vectors([side.vectors for side in pool], layout.gallery_rows)
         block = max(1, _ROWS_BYTES // (4 * layout.num_gallery))
         columns = np.empty((layout.num_queries, k), dtype=np.int64)
         itc = np.empty((layout.num_queries, k), dtype=np.float32)

@@ -19,11 +19,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from rococo_recall import DEFAULT_K, TIE_POLICIES, rococo_recall
+from rococo_recall import TIE_POLICIES, rococo_recall
 
 from . import analysis, report, scorefiles
 from .captions import find_replacements, highlight
-from .layout import ADVERSARIAL_PER_IMAGE, ATTACKS, IMAGE_ATTACKS, TEXT_ATTACKS, caption_offsets, gallery_layout
+from .layout import (ADVERSARIAL_PER_IMAGE, ATTACKS, IMAGE_ATTACKS, TEXT_ATTACKS, caption_offsets, gallery_layout,
+                     recall_cutoffs)
 from .layout_detection import CUSTOM, choose_layout
 
 logger = logging.getLogger(__name__)
@@ -193,7 +194,8 @@ def evaluate_files(paths, layouts=None, references=None, adversarial=None, *, ca
         started = time.perf_counter()
         try:
             scores = scorefiles.read_scores(path, info.key)
-            result = rococo_recall(scores, **inputs, k=DEFAULT_K, ties=ties, bootstrap=bootstrap, per_query=True)
+            result = rococo_recall(scores, **inputs, k=recall_cutoffs(scores.shape[1], key), ties=ties,
+                                   bootstrap=bootstrap, per_query=True)
         except ValueError as error:
             problems.append(_with_name(Path(path).name, error))
             continue

@@ -269,6 +269,42 @@ def test_run_evaluates_a_model_on_the_benchmark(benchmark, hf_name, tmp_path, ca
     capsys.readouterr()
 
 
+def test_run_scores_galleries_smaller_than_ten_at_the_cutoffs_they_allow(image_set, hf_name, tmp_path, caplog,
+                                                                         capsys):
+    """`run`, `score` and the Space score a gallery of fewer than ten items at the cut-offs it allows."""
+    from rococo_eval.space import attacks_of, evaluate_files
+
+    records = json.loads((image_set / "set.json").read_text())[5:11]  # six images, all captions attackable
+    (tmp_path / "six.json").write_text(json.dumps(records))
+    bench = make_benchmark(tmp_path / "six.json", tmp_path / "bench", strategies=["rand_voca", "mix"], seeds=[1],
+                           image_root=image_set, cache_dir=tmp_path / "encodings")
+    assert main(["run", "--model", hf_name, "--benchmark", str(bench), "--attacks", "rand_voca,mix_seed1",
+                 "--out", str(tmp_path / "report"), "--cache-dir", str(tmp_path / "cache"), "--device", "cpu",
+                 "--workers", "1"]) == 0
+    report = json.loads((tmp_path / "report" / "report.json").read_text())["results"]
+    clean = report["clean/text_to_image"]  # six images: R@10 is not defined
+    assert clean["num_gallery"] == 6 and "recall@5" in clean and "recall@10" not in clean
+    assert clean["r_mean"] == pytest.approx((clean["recall@1"] + clean["recall@5"]) / 2)
+    assert "recall@10" in report["mix_seed1/text_to_image"]  # twelve images
+    assert "recall@10" in report["rand_voca/image_to_text"]
+    warnings = [record.getMessage() for record in caplog.records if record.levelname == "WARNING"]
+    assert "clean/text_to_image has 6 items: Recall@K for K in 1, 5 only (its r_mean is their mean)" in warnings
+
+    scores = np.random.default_rng(0).standard_normal((30, 6)).astype(np.float32)  # clean text-to-image
+    np.save(tmp_path / "clean_text_to_image.npy", scores)
+    assert main(["score", "--benchmark", str(bench), "--out", str(tmp_path / "scored"), "-q",
+                 str(tmp_path / "clean_text_to_image.npy")]) == 0
+    scored = json.loads((tmp_path / "scored" / "report.json").read_text())["results"]["clean/text_to_image"]
+    expected = rococo_recall.rococo_recall(scores, **metric_inputs_for("clean", "text_to_image", benchmark=bench),
+                                           k=(1, 5))
+    assert {name: scored[name] for name in expected} == expected and "recall@10" not in scored
+    source = RococoSource(benchmark=bench)
+    space = evaluate_files([str(tmp_path / "clean_text_to_image.npy")], source=source,
+                           captions_per_image=source.captions_per_image, attacks=attacks_of(source))
+    assert space.results["clean/text_to_image"]["recall@5"] == expected["recall@5"]
+    assert "recall@10" not in space.results["clean/text_to_image"]
+
+
 def test_the_space_explores_and_evaluates_the_benchmark(benchmark, image_set, tmp_path):
     from rococo_eval.space import adversarial_per_image_of, evaluate_files, explore, source_and_problem
 

@@ -1,0 +1,64 @@
+"""Scoring galleries from embeddings: the gallery built in one copy, the cut-offs a small gallery allows."""
+
+import tracemalloc
+
+import numpy as np
+import pytest
+
+from rococo_eval.embeddings import _embedding_blocks, gallery_vectors, score_gallery
+from rococo_eval.layout import gallery_layout, recall_cutoffs
+from rococo_recall import rococo_recall
+
+CAPTIONS = [5] * 400  # 400 images, 2,000 ground-truth captions
+WIDTH = 512
+
+
+@pytest.fixture(scope="module")
+def embeddings():
+    rng = np.random.default_rng(0)
+    images = rng.standard_normal((len(CAPTIONS), WIDTH), dtype=np.float32)
+    captions = rng.standard_normal((sum(CAPTIONS), WIDTH), dtype=np.float32)
+    adversarial = rng.standard_normal((sum(CAPTIONS), WIDTH), dtype=np.float32)
+    return images, captions, adversarial
+
+
+@pytest.mark.parametrize("attack", ["clean", "rand_voca"])
+def test_the_gallery_is_the_concatenated_pool_in_the_layouts_order(attack, embeddings):
+    images, captions, adversarial = embeddings
+    layout = gallery_layout(attack, "image_to_text", CAPTIONS, "official")
+    pool = [captions] if attack == "clean" else [captions, adversarial]
+    gallery = gallery_vectors(pool, layout.gallery_rows)
+    assert gallery.dtype == np.float32 and np.array_equal(gallery, np.concatenate(pool)[layout.gallery_rows])
+    result = score_gallery(layout, images, *pool, per_query=True)
+    expected = rococo_recall(images @ gallery.T, **layout.metric_inputs(), per_query=True)
+    assert result.keys() == expected.keys()
+    assert all(np.array_equal(result[name], expected[name]) for name in result)
+
+
+def test_rows_outside_the_pool_are_refused(embeddings):
+    with pytest.raises(IndexError, match=r"gallery rows must be in \[0, 400\), got 0\.\.400"):
+        gallery_vectors([embeddings[0]], np.array([0, 400]))
+
+
+def test_the_gallery_is_built_in_one_copy(embeddings):
+    """Peak memory while the gallery and the first block of scores are made: the gallery and a few MB, not a
+    concatenated pool as well (before: 2 x 8 MB here)."""
+    images, captions, adversarial = embeddings
+    layout = gallery_layout("rand_voca", "image_to_text", CAPTIONS, "official")
+    gallery_bytes = layout.num_gallery * WIDTH * 4
+    tracemalloc.start()
+    try:
+        start, block = next(_embedding_blocks(layout, images[:20], [captions, adversarial]))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert start == 0 and block.shape == (20, layout.num_gallery)
+    assert gallery_bytes == 8_192_000 and peak < gallery_bytes + 3 * 2**20
+
+
+def test_cutoffs_follow_the_gallery_size(caplog):
+    with caplog.at_level("WARNING", logger="rococo_eval"):  # the command line may have set it higher
+        assert recall_cutoffs(10) == (1, 5, 10) and not caplog.records
+        assert recall_cutoffs(9, "clean/text_to_image") == (1, 5)
+        assert recall_cutoffs(1) == (1,)
+    assert "clean/text_to_image has 9 items: Recall@K for K in 1, 5 only" in caplog.text

@@ -26,7 +26,9 @@ The children run torch on one thread (``torch.set_num_threads(1)``), standing in
 on a CPU shared with the image workers, torch's own threads compete with them (the tiny model's forward pass
 took 5 ms per image on two threads there, 0.75 ms on one). Besides wall time, each row gives the CPU time of
 all the child's threads: on a machine shared with other work, wall time depends on the load (printed), CPU
-time much less.
+time much less. A run's row also gives the wall time of loading the model and the CPU time of the model's forward
+passes (the thread CPU time inside its ``encode_`` methods): work the floor does not count, and the second of
+which a model on an accelerator would not do on the CPU.
 """
 
 import argparse
@@ -50,6 +52,8 @@ from PIL import Image
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from rococo_eval.embeddings import DEFAULT_BATCH_SIZE  # noqa: E402  (the checkout's package, not an installed one)
+
 IMAGE_SIZE = 224
 CPUS = os.cpu_count() or 1
 
@@ -60,7 +64,10 @@ def main():
     parser.add_argument("--data", type=Path, default=Path.home() / ".cache" / "rococo-eval" / "bench",
                         help="where the model and the images are made once")
     parser.add_argument("--annotations-dir", help="official annotation files (default $ROCOCO_ANNOTATIONS_DIR)")
-    parser.add_argument("--batch-size", type=int, default=64, help="batch size of the runs (default 64)")
+    parser.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE,
+                        help=f"batch size of the runs (default {DEFAULT_BATCH_SIZE}, the command's)")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="rounds of floors and runs, interleaved; medians are reported (default 1)")
     parser.add_argument("--workers", default=",".join(map(str, sorted({1, CPUS}))),
                         help="worker counts to measure images/s at (default 1 and the CPU count)")
     parser.add_argument("--batch-sizes", default="16,64,256", help="batch sizes to measure peak RSS at")
@@ -85,42 +92,44 @@ def main():
     print(f"# {args.images} realistic-size images in {coco}; {CPUS} CPUs; batch size {args.batch_size}; "
           f"load average {os.getloadavg()[0]:.1f}", flush=True)
 
-    decode = child({"task": "floor_decode", **common})
-    alter = child({"task": "floor_alter", **common})
-    tokens = {attack: child({"task": "floor_tokenize", "attack": attack, **common})
-              for attack in ("rand_voca", "mix_seed1")}
-    parts = {"rand_voca": (decode, tokens["rand_voca"]), "mix_seed1": (decode, alter, tokens["mix_seed1"])}
-    floors = {attack: sum(part["seconds"] for part in found) for attack, found in parts.items()}
-    cpu_floors = {attack: sum(part["work_cpu_seconds"] for part in found) for attack, found in parts.items()}
-    print(f"floor parts: decode+resize {decode['seconds']:.1f} s, mix_seed1 images {alter['seconds']:.1f} s, "
-          f"tokenising {tokens['rand_voca']['seconds']:.1f} s (rand_voca) / "
-          f"{tokens['mix_seed1']['seconds']:.1f} s (mix_seed1)", flush=True)
-
     old_package = None if args.skip_old else committed_package(args.old)
     old_label = f"old ({args.old})"
-    rows = []
-    for attack in ("rand_voca", "mix_seed1"):
-        runs = {"new": child({"task": "run", "attack": attack, **common})}
-        runs["new, all cached: imports, model, scoring, report"] = child(
-            {"task": "run", "attack": attack, "cache": runs["new"]["cache"], **common})
+    rounds = []
+    for _ in range(args.repeat):  # floors and runs interleaved: each run's ratio is to the floor of its round
+        rounds.append(measure_round(common, old_package, old_label))
+    first = rounds[0]
+    for attack in ATTACKS:
+        first[attack]["runs"]["new, all cached: imports, model, scoring, report"] = child(
+            {"task": "run", "attack": attack, "cache": first[attack]["runs"]["new"]["cache"], **common})
         if old_package:
-            runs[old_label] = child({"task": "run", "attack": attack, "package": str(old_package), **common})
-        for label, run in runs.items():
-            rows.append((f"`run --attacks {attack}` ({label})", run["seconds"], floors[attack], run["peak_mb"],
-                         run["cpu_seconds"], cpu_floors[attack]))
-        if old_package:
-            same = same_embeddings(runs["new"]["cache"], runs[old_label]["cache"])
+            same = all(same_embeddings(found[attack]["runs"]["new"]["cache"], found[attack]["runs"][old_label]["cache"])
+                       for found in rounds)
             print(f"{attack}: embeddings of the new and the old pipeline bit-identical: {same}", flush=True)
-        rows.append((f"floor of `run --attacks {attack}`", floors[attack], floors[attack], None,
-                     cpu_floors[attack], cpu_floors[attack]))
     print()
-    print("| step | time (s) | x floor | CPU time (s) | x floor | peak RSS (MB) |")
-    print("|---|---|---|---|---|---|")
-    for name, seconds, floor, peak, cpu, cpu_floor in rows:
-        print(f"| {name} | {seconds:.1f} | {seconds / floor:.2f} | {cpu:.1f} | {cpu / cpu_floor:.2f} | "
-              f"{'' if peak is None else f'{peak:.0f}'} |")
+    print(f"{args.repeat} round(s); a time is the median over the rounds, a ratio the median of each round's ratio "
+          f"to the floor of its round (lowest-highest after it)")
+    print()
+    print("| step | time (s) | x floor | CPU time (s) | x floor | peak RSS (MB) | loading the model (s) | "
+          "model's forward passes, CPU (s) |")
+    print("|---|---|---|---|---|---|---|---|")
+    for attack in ATTACKS:
+        for label in first[attack]["runs"]:
+            runs = [(found[attack]["runs"][label], found[attack]) for found in rounds if label in found[attack]["runs"]]
+            print(f"| `run --attacks {attack}` ({label}) | {_median([run['seconds'] for run, _ in runs]):.1f} | "
+                  f"{_ratio([run['seconds'] / floor['seconds'] for run, floor in runs])} | "
+                  f"{_median([run['cpu_seconds'] for run, _ in runs]):.1f} | "
+                  f"{_ratio([run['cpu_seconds'] / floor['cpu_seconds'] for run, floor in runs])} | "
+                  f"{_median([run['peak_mb'] for run, _ in runs]):.0f} | "
+                  f"{_median([run['load_seconds'] for run, _ in runs]):.1f} | "
+                  f"{_median([run['forward_cpu_seconds'] for run, _ in runs]):.1f} |")
+        floors = [found[attack] for found in rounds]
+        parts = ", ".join(f"{name} {_median([floor['parts'][name] for floor in floors]):.1f} s"
+                          for name in floors[0]["parts"])
+        print(f"| floor of `run --attacks {attack}`: {parts} | {_median([f['seconds'] for f in floors]):.1f} | 1.00 | "
+              f"{_median([f['cpu_seconds'] for f in floors]):.1f} | 1.00 | | | |")
     print(f"(CPU time of a floor: its own work only, without the imports of its process; of a run: the whole "
-          f"process. Load average now {os.getloadavg()[0]:.1f})")
+          f"process. The forward passes' CPU time is what a model on an accelerator would not spend on the CPU; "
+          f"for the old pipeline it includes tokenizing. Load average now {os.getloadavg()[0]:.1f})")
 
     print()
     print("| embedding | images/s | time (s) | CPU time (s) | peak RSS (MB) | RSS above the loaded model (MB) |")
@@ -135,6 +144,42 @@ def main():
         print(f"| 5,000 originals and 25,010 captions, --workers {CPUS}, --batch-size {batch_size} | "
               f"{result['rate']:.0f} | {result['seconds']:.1f} | {result['work_cpu_seconds']:.1f} | "
               f"{result['peak_mb']:.0f} | {result['extra_mb']:.0f} |", flush=True)
+
+
+ATTACKS = ("rand_voca", "mix_seed1")
+
+
+def measure_round(common: dict, old_package, old_label: str) -> dict:
+    """One round: the floors, then the runs of each attack (new, and old with ``old_package``), fresh caches."""
+    decode = child({"task": "floor_decode", **common})
+    alter = child({"task": "floor_alter", **common})
+    tokens = {attack: child({"task": "floor_tokenize", "attack": attack, **common}) for attack in ATTACKS}
+    parts = {"rand_voca": {"decode + resize": decode, "tokenising 50,010 captions": tokens["rand_voca"]},
+             "mix_seed1": {"decode + resize": decode, "5,000 mix_seed1 images": alter,
+                           "tokenising 25,010 captions": tokens["mix_seed1"]}}
+    found = {}
+    for attack in ATTACKS:
+        found[attack] = {"seconds": sum(part["seconds"] for part in parts[attack].values()),
+                         "cpu_seconds": sum(part["work_cpu_seconds"] for part in parts[attack].values()),
+                         "parts": {name: part["seconds"] for name, part in parts[attack].items()},
+                         "runs": {"new": child({"task": "run", "attack": attack, **common})}}
+        if old_package:
+            found[attack]["runs"][old_label] = child({"task": "run", "attack": attack, "package": str(old_package),
+                                                      **common})
+        run = found[attack]["runs"]["new"]
+        print(f"{attack}: floor {found[attack]['seconds']:.1f} s, run {run['seconds']:.1f} s "
+              f"({run['seconds'] / found[attack]['seconds']:.2f}x)", flush=True)
+    return found
+
+
+def _median(values) -> float:
+    return float(np.median(values))
+
+
+def _ratio(ratios) -> str:
+    """The median ratio, and the lowest and highest when there are several."""
+    text = f"{np.median(ratios):.2f}"
+    return text if len(ratios) == 1 else f"{text} ({min(ratios):.2f}-{max(ratios):.2f})"
 
 
 def child(task: dict) -> dict:
@@ -230,6 +275,7 @@ def run(task) -> dict:
             del sys.modules[name]
     from rococo_eval.cli import main as cli_main
 
+    spent = _time_the_model()
     work = Path(tempfile.mkdtemp(prefix="rococo-bench-run-"))
     cache = task.get("cache") or str(work / "cache")
     argv = ["run", "--model", f"hf:{task['model']}", "--attacks", task["attack"], "--images-dir", task["coco"],
@@ -240,7 +286,40 @@ def run(task) -> dict:
     seconds = time.perf_counter() - started
     if status != 0:
         raise SystemExit(f"rococo-eval run failed with status {status}")
-    return {"seconds": seconds, "peak_mb": _peak_mb(), "cache": cache}
+    return {"seconds": seconds, "peak_mb": _peak_mb(), "cache": cache, **spent}
+
+
+def _time_the_model() -> dict:
+    """Count, in the returned dict, the wall time of loading the model (``load_seconds``) and the CPU time of its
+    forward passes (``forward_cpu_seconds``: the thread CPU time inside its ``encode_`` methods), which a model on
+    an accelerator would not spend on the CPU."""
+    import rococo_eval.models as models
+
+    spent = {"load_seconds": 0.0, "forward_cpu_seconds": 0.0}
+    load = models.load_model
+
+    def timed_load(*args, **kwargs):
+        started = time.perf_counter()
+        try:
+            return load(*args, **kwargs)
+        finally:
+            spent["load_seconds"] += time.perf_counter() - started
+
+    def timed(method):
+        def forward(self, *args, **kwargs):
+            started = time.thread_time()
+            try:
+                return method(self, *args, **kwargs)
+            finally:
+                spent["forward_cpu_seconds"] += time.thread_time() - started
+        return forward
+
+    models.load_model = timed_load
+    encoders = ["encode_preprocessed", "encode_tokenized" if hasattr(models.HFModel, "encode_tokenized")
+                else "encode_texts"]  # the pipeline before 341fbba had no encode_tokenized
+    for name in encoders:
+        setattr(models.HFModel, name, timed(getattr(models.HFModel, name)))
+    return spent
 
 
 def embed(task) -> dict:

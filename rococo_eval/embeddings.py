@@ -155,7 +155,7 @@ class EmbeddingCache:
             tokenized = all(hasattr(model, name) for name in _TOKENIZING)
             encode = model.encode_tokenized if tokenized else model.encode_texts
             loaded = _prepared(batches, items.items, model.tokenize_texts if tokenized else list,
-                               threaded=self.workers > 0)
+                               threaded=tokenized and self.workers > 0)
         else:
             preprocessed = all(hasattr(model, name) for name in _PREPROCESSING)
             encode = model.encode_preprocessed if preprocessed else model.encode_images

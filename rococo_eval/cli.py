@@ -96,8 +96,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help=f"items per forward pass (default {DEFAULT_BATCH_SIZE})")
     run.add_argument("--precision", choices=("fp32", "fp16", "bf16"), default="fp32", help="model dtype (default fp32)")
     run.add_argument("--workers", type=_non_negative_int, default=DEFAULT_IMAGE_WORKERS,
-                     help="threads that read, alter and preprocess images ahead of the model (default: CPUs, at most "
-                          f"{MAX_DEFAULT_IMAGE_WORKERS})")
+                     help="threads that read, alter and preprocess images ahead of the model, plus one tokenizing the "
+                          f"captions (0: none; default: CPUs, at most {MAX_DEFAULT_IMAGE_WORKERS})")
     run.add_argument("--device", help="torch device (default: cuda when available, else cpu)")
     run.add_argument("--rerank-k", type=_positive_int, default=256,
                      help="for BLIP/BLIP-2 retrieval models: candidates per query re-scored by the ITM head "

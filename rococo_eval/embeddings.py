@@ -30,6 +30,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import re
@@ -46,7 +47,8 @@ from tqdm.auto import tqdm
 
 from .alterations import AlteredImages
 from .files import open_cache_folder, write_atomic
-from .layout import CLEAN, IMAGE_TO_TEXT, TEXT_ATTACKS, TEXT_TO_IMAGE, attack_direction, recall_cutoffs
+from .layout import (CLEAN, IMAGE_TO_TEXT, TEXT_ATTACKS, TEXT_TO_IMAGE, attack_direction, gallery_vectors,
+                     recall_cutoffs)
 
 logger = logging.getLogger(__name__)
 
@@ -56,7 +58,6 @@ DEFAULT_BATCH_SIZE = 256
 _PREPROCESSING = ("preprocess_image", "encode_preprocessed")
 _TOKENIZING = ("tokenize_texts", "encode_tokenized")
 _SHARD = re.compile(r"rows-(\d+)-(\d+)\.npy")
-_GALLERY_CHUNK_BYTES = 2 << 20
 
 
 @dataclass(frozen=True)
@@ -162,8 +163,8 @@ class EmbeddingCache:
             loaded = _loaded(batches, items.items, self.workers, model.preprocess_image if preprocessed else None)
         started = time.perf_counter()
         with tqdm(total=len(items), initial=done, desc=items.name, unit=items.kind,
-                  disable=not self.progress, dynamic_ncols=True) as bar:
-            for (start, stop), batch in loaded:
+                  disable=not self.progress, dynamic_ncols=True) as bar, contextlib.closing(loaded):
+            for (start, stop), batch in loaded:  # closed on an error too: its threads stop before it propagates
                 path = folder / f"rows-{start:06d}-{stop:06d}.npy"
                 _save_npy(path, _check_vectors(encode(batch), stop - start, model.name))
                 shards[(start, stop)] = path
@@ -309,28 +310,6 @@ def score_model(model, source, attacks: Sequence[str], cache: EmbeddingCache, re
                 logger.info("%s: scores saved to %s", key, path)
         logger.info("%s: R@1 %.2f", key, results[key]["recall@1"])
     return results
-
-
-def gallery_vectors(pool: Sequence[np.ndarray], rows: np.ndarray) -> np.ndarray:
-    """``np.concatenate(pool)[rows]`` in one copy: the gallery's embeddings in its order, from the originals'
-    and the adversarial items' embeddings (a gallery is up to 50,010 rows; BLIP-2's rows are 8,192 wide).
-
-    Example:
-        >>> gallery_vectors([np.array([[0.0], [1.0]]), np.array([[2.0]])], np.array([2, 0, 1])).ravel().tolist()
-        [2.0, 0.0, 1.0]
-    """
-    rows = np.asarray(rows)
-    offsets = np.cumsum([0] + [len(part) for part in pool])
-    if len(rows) and (rows.min() < 0 or rows.max() >= offsets[-1]):
-        raise IndexError(f"gallery rows must be in [0, {offsets[-1]}), got {rows.min()}..{rows.max()}")
-    out = np.empty((len(rows),) + pool[0].shape[1:], dtype=np.result_type(*pool))
-    step = max(1, _GALLERY_CHUNK_BYTES // max(1, out[:1].nbytes))  # rows at a time: the temporaries stay small
-    for begin in range(0, len(rows), step):
-        chunk, target = rows[begin:begin + step], out[begin:begin + step]
-        for part, offset in zip(pool, offsets):
-            inside = (chunk >= offset) & (chunk < offset + len(part))
-            target[inside] = part[chunk[inside] - offset]
-    return out
 
 
 def _embedding_blocks(layout, queries: np.ndarray, pool: Sequence[np.ndarray]) -> Iterator[tuple[int, np.ndarray]]:

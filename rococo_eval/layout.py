@@ -43,6 +43,7 @@ from __future__ import annotations
 import logging
 import re
 from dataclasses import dataclass
+from typing import Sequence
 
 import numpy as np
 
@@ -61,6 +62,7 @@ ORDERS = ("official", "dataset")
 ADVERSARIAL_PER_IMAGE = 5  # RoCOCO's text attacks: 5 adversarial captions per image
 
 logger = logging.getLogger(__name__)
+_GALLERY_CHUNK_BYTES = 2 << 20
 
 
 @dataclass(frozen=True, eq=False)
@@ -120,6 +122,30 @@ def recall_cutoffs(num_gallery: int, name: str = "the gallery") -> tuple[int, ..
         logger.warning("%s has %d items: Recall@K for K in %s only (its r_mean is their mean)", name, num_gallery,
                        ", ".join(map(str, cutoffs)))
     return cutoffs
+
+
+def gallery_vectors(pool: Sequence[np.ndarray], rows: np.ndarray) -> np.ndarray:
+    """``np.concatenate(pool)[rows]`` in one copy: the gallery's embeddings in its order, from the originals'
+    and the adversarial items' embeddings (a gallery is up to 50,010 rows; BLIP-2's rows are 8,192 wide).
+
+    Example:
+        >>> gallery_vectors([np.array([[0.0], [1.0]]), np.array([[2.0]])], np.array([2, 0, 1])).ravel().tolist()
+        [2.0, 0.0, 1.0]
+    """
+    rows = np.asarray(rows)
+    offsets = np.cumsum([0] + [len(part) for part in pool])
+    if len(rows) and (rows.min() < 0 or rows.max() >= offsets[-1]):
+        raise IndexError(f"gallery rows must be in [0, {offsets[-1]}), got {rows.min()}..{rows.max()}")
+    if len(pool) == 1:
+        return np.take(pool[0], rows, axis=0)
+    out = np.empty((len(rows),) + pool[0].shape[1:], dtype=np.result_type(*pool))
+    step = max(1, _GALLERY_CHUNK_BYTES // max(1, out[:1].nbytes))  # rows at a time: the temporaries stay small
+    for begin in range(0, len(rows), step):
+        chunk, target = rows[begin:begin + step], out[begin:begin + step]
+        for part, offset in zip(pool, offsets):
+            inside = (chunk >= offset) & (chunk < offset + len(part))
+            target[inside] = part[chunk[inside] - offset]
+    return out
 
 
 def caption_offsets(captions_per_image) -> np.ndarray:

@@ -2,7 +2,8 @@
 
 Results are the metric's outputs keyed by :func:`gallery_key` (``"rand_voca/image_to_text"``). A *row* is
 a flat dict of one gallery's numbers (percentages as the metric gives them) with its ``attack`` and
-``direction``; :func:`summary_rows` adds, for each image attack method, the mean over the paper's seeds.
+``direction``; :func:`summary_rows` adds, for each image attack method, the mean over its seeds (the paper's, or a
+generated benchmark's).
 
 Example:
     >>> results = {gallery_key("rand_voca", "image_to_text"): {"recall@1": 37.0, "clean_recall@1": 50.12}}

@@ -51,9 +51,8 @@ from typing import Iterator, Sequence
 import numpy as np
 from tqdm.auto import tqdm
 
-from .embeddings import gallery_vectors
 from .files import open_cache_folder, write_atomic
-from .layout import IMAGE_TO_TEXT
+from .layout import IMAGE_TO_TEXT, gallery_vectors
 
 logger = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from rococo_recall import TIE_POLICIES, rococo_recall
+from rococo_recall import DEFAULT_K, TIE_POLICIES, rococo_recall
 
 from . import analysis, report, scorefiles
 from .captions import find_replacements, highlight
@@ -189,13 +189,13 @@ def evaluate_files(paths, layouts=None, references=None, adversarial=None, *, ca
     problems += [f"{key}: several uploads score this gallery" for key in sorted(set(keys)) if keys.count(key) > 1]
     if problems:
         raise ValueError("\n".join(problems))
-    results, files, layouts_used, per_query, gallery_layouts = {}, {}, {}, {}, {}
+    results, files, layouts_used, per_query, gallery_layouts, cutoffs = {}, {}, {}, {}, {}, {}
     for key, path, info, choice, inputs in plans:
         started = time.perf_counter()
         try:
             scores = scorefiles.read_scores(path, info.key)
-            result = rococo_recall(scores, **inputs, k=recall_cutoffs(scores.shape[1], key), ties=ties,
-                                   bootstrap=bootstrap, per_query=True)
+            cutoffs[key] = recall_cutoffs(scores.shape[1], key)
+            result = rococo_recall(scores, **inputs, k=cutoffs[key], ties=ties, bootstrap=bootstrap, per_query=True)
         except ValueError as error:
             problems.append(_with_name(Path(path).name, error))
             continue
@@ -212,12 +212,24 @@ def evaluate_files(paths, layouts=None, references=None, adversarial=None, *, ca
     for row in rows:
         row["file"] = files.get(report.gallery_key(row["attack"], row["direction"]), "")
     lines = [f"- `{files[key]}` ({plan_info.shape[0]} x {plan_info.shape[1]}, {plan_info.dtype}): {choice.note}"
-             for key, _, plan_info, choice, _ in plans]
+             + _cutoffs_note(cutoffs[key], plan_info.shape[1]) for key, _, plan_info, choice, _ in plans]
     message = f"Scored {len(results)} file(s), ties {ties}, bootstrap {bootstrap}:\n" + "\n".join(lines)
     failures = None
     if per_query:
         failures = Failures(per_query, gallery_layouts, **analysis.vulnerability(per_query, gallery_layouts, source))
     return Evaluation(results, files, layouts_used, rows, message, failures)
+
+
+def _cutoffs_note(cutoffs, num_gallery: int) -> str:
+    """What the page says of a gallery too small for every default Recall@K.
+
+    Example:
+        >>> _cutoffs_note((1, 5), 6)
+        ' Scored at R@1 and R@5 only: the gallery has 6 items.'
+    """
+    if tuple(cutoffs) == DEFAULT_K:
+        return ""
+    return f" Scored at {' and '.join(f'R@{k}' for k in cutoffs)} only: the gallery has {num_gallery} items."
 
 
 def write_outputs(evaluation: Evaluation, folder: Path, settings: dict) -> tuple[Path, Path]:

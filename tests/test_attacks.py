@@ -303,6 +303,7 @@ def test_run_scores_galleries_smaller_than_ten_at_the_cutoffs_they_allow(image_s
                            captions_per_image=source.captions_per_image, attacks=attacks_of(source))
     assert space.results["clean/text_to_image"]["recall@5"] == expected["recall@5"]
     assert "recall@10" not in space.results["clean/text_to_image"]
+    assert "Scored at R@1 and R@5 only: the gallery has 6 items." in space.message
 
 
 def test_the_space_explores_and_evaluates_the_benchmark(benchmark, image_set, tmp_path):

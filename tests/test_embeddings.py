@@ -5,8 +5,8 @@ import tracemalloc
 import numpy as np
 import pytest
 
-from rococo_eval.embeddings import _embedding_blocks, gallery_vectors, score_gallery
-from rococo_eval.layout import gallery_layout, recall_cutoffs
+from rococo_eval.embeddings import _embedding_blocks, score_gallery
+from rococo_eval.layout import gallery_layout, gallery_vectors, recall_cutoffs
 from rococo_recall import rococo_recall
 
 CAPTIONS = [5] * 400  # 400 images, 2,000 ground-truth captions

@@ -189,6 +189,25 @@ def test_a_tokenizer_error_reaches_the_caller_and_nothing_is_cached(hf_name, tmp
     assert len(list(cache.folder(model, items).glob("rows-*.npy"))) == 1  # the batch before the error is kept
 
 
+def test_a_model_error_stops_the_tokenizing_thread_before_it_reaches_the_caller(hf_name, tmp_path, monkeypatch):
+    model = load_model(hf_name, device="cpu")
+    encode = model.encode_tokenized
+    calls = []
+
+    def failing(tokens):
+        calls.append(1)
+        if len(calls) == 2:
+            raise RuntimeError("out of memory")
+        return encode(tokens)
+
+    monkeypatch.setattr(model, "encode_tokenized", failing)
+    cache = EmbeddingCache(tmp_path, batch_size=2, workers=2)
+    with pytest.raises(RuntimeError, match="out of memory") as caught:
+        cache.embeddings(model, ItemSet("captions/demo", "text", CAPTIONS))
+    assert caught.traceback  # the traceback (and its frames) is still held here
+    assert not [thread.name for thread in threading.enumerate() if thread.name.startswith("rococo-tokenize")]
+
+
 class MeanColour:
     """A model with ``encode_images`` only (as the BLIP adapters): it must be given the images themselves."""
 

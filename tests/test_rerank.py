@@ -207,6 +207,32 @@ def gallery_items(source, attack, direction):
     return layout, captions, [pool[row] for row in layout.gallery_rows]
 
 
+def committed_blip_text_embeddings(model, texts, blip2):
+    """The BLIP and BLIP-2 adapters' ``encode_texts`` before tokenizing moved to a thread ahead of the model."""
+    import torch
+
+    ids, mask = model._tokens(model.tokenize(texts))
+    with torch.inference_mode():
+        if blip2:
+            output = model.model.qformer(query_embeds=model.model.embeddings(input_ids=ids), query_length=0,
+                                         attention_mask=mask).last_hidden_state
+            return model.base._finish(model.model.text_projection(
+                output[:, 0, :].to(model.model.text_projection.weight.dtype)))
+        hidden = model.model.text_encoder(input_ids=ids, attention_mask=mask).last_hidden_state
+        return model.base._finish(model.model.text_proj(hidden[:, 0, :]))
+
+
+@pytest.mark.parametrize("which", ["blip", "blip2"])
+def test_text_embeddings_through_the_tokenizing_thread_are_the_committed_ones(which, request, tmp_path):
+    model = load(request.getfixturevalue(f"{which}_name"))
+    texts = ["a dog on a sofa", "two horses on a beach at sunset", "a cat", "snow", "an empty street, at night"]
+    cache = EmbeddingCache(tmp_path, batch_size=2, workers=2)
+    vectors = cache.embeddings(model, ItemSet("captions/demo", "text", texts))
+    expected = np.concatenate([committed_blip_text_embeddings(model, texts[start:start + 2], which == "blip2")
+                               for start in range(0, len(texts), 2)])
+    assert vectors.dtype == np.float32 and np.array_equal(vectors, expected)
+
+
 @pytest.mark.parametrize("which", ["blip", "blip2"])
 @pytest.mark.parametrize("attack, direction", [(CLEAN, TEXT_TO_IMAGE), ("rand_voca", IMAGE_TO_TEXT),
                                                ("mix_seed1", TEXT_TO_IMAGE)])

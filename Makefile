@@ -67,7 +67,7 @@ test-fast: $(VENV)/.installed-test $(CHROMIUM) $(WORDNET)
 
 bench: $(VENV)/.installed-test
 	$(BIN)/python benchmarks/bench_metric.py
-	nice $(BIN)/python benchmarks/bench_pipeline.py
+	nice $(BIN)/python benchmarks/bench_pipeline.py --repeat 3
 
 clean:
 	rm -rf $(VENV) $(NUMPY1_VENV) build *.egg-info

@@ -65,8 +65,8 @@ def main():
     parser.add_argument("--data", type=Path, default=Path.home() / ".cache" / "rococo-eval" / "bench",
                         help="where the model and the images are made once")
     parser.add_argument("--annotations-dir", help="official annotation files (default $ROCOCO_ANNOTATIONS_DIR)")
-    parser.add_argument("--batch-size", type=_positive_int, help="batch size of the runs (default: the command's)")
-    parser.add_argument("--repeat", type=_positive_int, default=1,
+    parser.add_argument("--batch-size", type=int, help="batch size of the runs (default: the command's)")
+    parser.add_argument("--repeat", type=int, default=1,
                         help="rounds of floors and runs, interleaved; medians are reported (default 1)")
     parser.add_argument("--workers", default=",".join(map(str, sorted({1, CPUS}))),
                         help="worker counts to measure images/s at (default 1 and the CPU count)")
@@ -83,6 +83,9 @@ def main():
         usage = resource.getrusage(resource.RUSAGE_SELF)
         print(json.dumps({**result, "cpu_seconds": usage.ru_utime + usage.ru_stime}))
         return
+    for name in ("repeat", "batch_size"):
+        if getattr(args, name) is not None and getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
     if args.batch_size is None:  # imported here: a child imports nothing of the package before its clock starts
         from rococo_eval.embeddings import DEFAULT_BATCH_SIZE
 
@@ -174,13 +177,6 @@ def measure_round(common: dict, old_package, old_label: str) -> dict:
         print(f"{attack}: floor {found[attack]['seconds']:.1f} s, run {run['seconds']:.1f} s "
               f"({run['seconds'] / found[attack]['seconds']:.2f}x)", flush=True)
     return found
-
-
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
 
 
 def _median(values) -> float:

@@ -250,7 +250,7 @@ def score_gallery(layout, queries: np.ndarray, originals: np.ndarray, adversaria
         >>> result["recall@1"], result["false_rate"]
         (100.0, 0.0)
     """
-    from rococo_recall import rococo_recall  # imports evaluate and datasets: only where a gallery is scored
+    from rococo_recall import rococo_recall  # the metric (with numpy only): loaded where a gallery is scored
 
     pool = [originals] if adversarial is None else [originals, adversarial]
     return rococo_recall(query_embeddings=queries, gallery_embeddings=gallery_vectors(pool, layout.gallery_rows),

@@ -305,7 +305,7 @@ def block_metric(blocks, layout, writer=None, **metric_kwargs) -> dict:
         >>> block_metric([(0, np.eye(2, dtype=np.float32))], layout, k=1)["recall@1"]
         100.0
     """
-    from rococo_recall import RankAccumulator  # imports evaluate: only where a gallery is scored
+    from rococo_recall import RankAccumulator  # the metric (with numpy only): loaded where a gallery is scored
 
     references = layout.metric_inputs()["references"]
     accumulator = RankAccumulator(adversarial=layout.adversarial)

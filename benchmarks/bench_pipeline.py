@@ -22,6 +22,12 @@ Each measurement runs in a fresh child process (its peak RSS is its own):
   at the same batch size, and their cached embeddings compared bit for bit;
 - with ``--repeat N``, N rounds of the floors and the runs, interleaved (this machine's speed drifts by 20% over
   minutes): times are medians over the rounds, ratios the median of each run's ratio to its own round's floor;
+- a lower bound of each run on this machine: its floor, plus its cached run (loading the model, scoring, the
+  report: work that needs the model or the embeddings first), plus the CPU time of its forward passes spread
+  over all cores;
+- loading the model and decoding + resizing the first 1,000 originals (at most ``--images``), one after the
+  other and at once (the model in a thread): whether the loading, which the floor does not count, can hide
+  behind the data work;
 - embedding the originals alone: images per second against ``--workers`` (1, 2, ...); and the originals and
   the 25,010 captions: time and peak RSS against ``--batch-size``.
 
@@ -106,7 +112,7 @@ def main():
         rounds.append(measure_round(common, old_package, old_label))
     first = rounds[0]
     for attack in ATTACKS:
-        first[attack]["runs"]["new, all cached: imports, model, scoring, report"] = child(
+        first[attack]["runs"][CACHED] = child(
             {"task": "run", "attack": attack, "cache": first[attack]["runs"]["new"]["cache"], **common})
         if old_package:
             same = all(same_embeddings(found[attack]["runs"]["new"]["cache"], found[attack]["runs"][old_label]["cache"])
@@ -134,9 +140,25 @@ def main():
                           for name in floors[0]["parts"])
         print(f"| floor of `run --attacks {attack}`: {parts} | {_median([f['seconds'] for f in floors]):.1f} | 1.00 | "
               f"{_median([f['cpu_seconds'] for f in floors]):.1f} | 1.00 | | | |")
+        cached = first[attack]["runs"][CACHED]["seconds"]
+        bounds = [floor["seconds"] + cached + floor["runs"]["new"]["forward_cpu_seconds"] / CPUS for floor in floors]
+        print(f"| lower bound of `run --attacks {attack}` here: its floor, its cached run, and its forward passes' CPU "
+              f"time spread over {CPUS} cores | {_median(bounds):.1f} | "
+              f"{_ratio([bound / floor['seconds'] for bound, floor in zip(bounds, floors)])} | | | | | |")
     print(f"(CPU time of a floor: its own work only, without the imports of its process; of a run: the whole "
           f"process. The forward passes' CPU time is what a model on an accelerator would not spend on the CPU; "
           f"for the old pipeline it includes tokenizing. Load average now {os.getloadavg()[0]:.1f})")
+
+    print()
+    overlap_images = min(OVERLAP_IMAGES, args.images)  # realistic-size ones only
+    print(f"| loading the model and decoding + resizing {overlap_images:,} originals | wall (s) | loading (s) | "
+          "decoding (s) |")
+    print("|---|---|---|---|")
+    ways = ((False, "one after the other"), (True, f"at once: loading in a thread, decoding in {CPUS}"))
+    for together, label in ways:
+        result = child({"task": "overlap", "images": overlap_images, "together": together, **common})
+        print(f"| {label} | {result['seconds']:.1f} | {result['load_seconds']:.1f} | {result['decode_seconds']:.1f} |",
+              flush=True)
 
     print()
     print("| embedding | images/s | time (s) | CPU time (s) | peak RSS (MB) | RSS above the loaded model (MB) |")
@@ -154,6 +176,8 @@ def main():
 
 
 ATTACKS = ("rand_voca", "mix_seed1")
+CACHED = "new, all cached: imports, model, scoring, report"
+OVERLAP_IMAGES = 1000
 
 
 def measure_round(common: dict, old_package, old_label: str) -> dict:
@@ -220,20 +244,55 @@ def floor_decode(task) -> dict:
     """Read, decode and resize every original to 224 (bicubic, shortest edge) on all cores."""
     source = _source(task)
     paths = [source.images_dir / name for name in source.image_files]
-
-    def work(path):
-        image = Image.open(path)
-        image.load()
-        image = image if image.mode == "RGB" else image.convert("RGB")
-        width, height = image.size
-        scale = IMAGE_SIZE / min(width, height)
-        return image.resize((max(IMAGE_SIZE, int(width * scale)), max(IMAGE_SIZE, int(height * scale))),
-                            Image.Resampling.BICUBIC).size
-
     started, cpu = time.perf_counter(), _cpu()
     with ThreadPoolExecutor(CPUS) as pool:
-        list(pool.map(work, paths, chunksize=16))
+        list(pool.map(_decode_and_resize, paths, chunksize=16))
     return {"seconds": time.perf_counter() - started, "work_cpu_seconds": _cpu() - cpu}
+
+
+def _decode_and_resize(path) -> tuple:
+    """Read and decode one image, RGB, resized as the processor does (bicubic, shortest edge to 224)."""
+    image = Image.open(path)
+    image.load()
+    image = image if image.mode == "RGB" else image.convert("RGB")
+    width, height = image.size
+    scale = IMAGE_SIZE / min(width, height)
+    return image.resize((max(IMAGE_SIZE, int(width * scale)), max(IMAGE_SIZE, int(height * scale))),
+                        Image.Resampling.BICUBIC).size
+
+
+def overlap(task) -> dict:
+    """Load the model and decode + resize the first ``task["images"]`` originals (as :func:`floor_decode`), one
+    after the other (``task["together"]`` false) or at once: the model in one thread, the images in ``CPUS``."""
+    import threading
+
+    source = _source(task)
+    paths = [source.images_dir / name for name in source.image_files[:task["images"]]]
+    spent = {}
+
+    def load():
+        started = time.perf_counter()
+        from rococo_eval.models import load_model
+
+        load_model(f"hf:{task['model']}", device="cpu")
+        spent["load_seconds"] = time.perf_counter() - started
+
+    def decode():
+        started = time.perf_counter()
+        with ThreadPoolExecutor(CPUS) as pool:
+            list(pool.map(_decode_and_resize, paths, chunksize=16))
+        spent["decode_seconds"] = time.perf_counter() - started
+
+    started = time.perf_counter()
+    if task["together"]:
+        loading = threading.Thread(target=load)
+        loading.start()
+        decode()
+        loading.join()
+    else:
+        load()
+        decode()
+    return {"seconds": time.perf_counter() - started, **spent}
 
 
 def floor_alter(task) -> dict:
@@ -353,7 +412,7 @@ def embed(task) -> dict:
 
 
 CHILD_TASKS = {"floor_decode": floor_decode, "floor_alter": floor_alter, "floor_tokenize": floor_tokenize,
-               "run": run, "embed": embed}
+               "run": run, "embed": embed, "overlap": overlap}
 
 
 def same_embeddings(new_cache, old_cache) -> bool:

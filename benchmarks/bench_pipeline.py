@@ -22,12 +22,13 @@ Each measurement runs in a fresh child process (its peak RSS is its own):
   at the same batch size, and their cached embeddings compared bit for bit;
 - with ``--repeat N``, N rounds of the floors and the runs, interleaved (this machine's speed drifts by 20% over
   minutes): times are medians over the rounds, ratios the median of each run's ratio to its own round's floor;
-- a lower bound of each run on this machine: its floor, plus its cached run (loading the model, scoring, the
-  report: work that needs the model or the embeddings first), plus the CPU time of its forward passes spread
-  over all cores;
-- loading the model and decoding + resizing the first 1,000 originals (at most ``--images``), one after the
-  other and at once (the model in a thread): whether the loading, which the floor does not count, can hide
-  behind the data work;
+- an estimate of the fastest each run could be on this machine if nothing it does besides the floor's work
+  overlapped that work: its floor, plus its cached run (loading the model, scoring, the report; one sample, on
+  the first round's cache, after the rounds), plus the CPU time of its forward passes spread over all cores. It
+  is no strict bound: the floor leaves a little CPU idle, and a run can overlap a little (next item);
+- in each round, loading the model and decoding + resizing the first 1,000 originals (at most ``--images``),
+  one after the other and at once (the model in a thread): how much of the loading, which the floor does not
+  count, can hide behind the data work;
 - embedding the originals alone: images per second against ``--workers`` (1, 2, ...); and the originals and
   the 25,010 captions: time and peak RSS against ``--batch-size``.
 
@@ -109,10 +110,10 @@ def main():
     old_label = f"old ({args.old})"
     rounds = []
     for _ in range(args.repeat):  # floors and runs interleaved: each run's ratio is to the floor of its round
-        rounds.append(measure_round(common, old_package, old_label))
+        rounds.append(measure_round(common, old_package, old_label, min(OVERLAP_IMAGES, args.images)))
     first = rounds[0]
     for attack in ATTACKS:
-        first[attack]["runs"][CACHED] = child(
+        first[attack]["runs"][CACHED_LABEL] = child(
             {"task": "run", "attack": attack, "cache": first[attack]["runs"]["new"]["cache"], **common})
         if old_package:
             same = all(same_embeddings(found[attack]["runs"]["new"]["cache"], found[attack]["runs"][old_label]["cache"])
@@ -140,25 +141,23 @@ def main():
                           for name in floors[0]["parts"])
         print(f"| floor of `run --attacks {attack}`: {parts} | {_median([f['seconds'] for f in floors]):.1f} | 1.00 | "
               f"{_median([f['cpu_seconds'] for f in floors]):.1f} | 1.00 | | | |")
-        cached = first[attack]["runs"][CACHED]["seconds"]
-        bounds = [floor["seconds"] + cached + floor["runs"]["new"]["forward_cpu_seconds"] / CPUS for floor in floors]
-        print(f"| lower bound of `run --attacks {attack}` here: its floor, its cached run, and its forward passes' CPU "
-              f"time spread over {CPUS} cores | {_median(bounds):.1f} | "
-              f"{_ratio([bound / floor['seconds'] for bound, floor in zip(bounds, floors)])} | | | | | |")
+        cached = first[attack]["runs"][CACHED_LABEL]["seconds"]
+        estimates = [found["seconds"] + cached + found["runs"]["new"]["forward_cpu_seconds"] / CPUS for found in floors]
+        print(f"| no-overlap estimate of `run --attacks {attack}` here: its floor, its cached run, and its forward "
+              f"passes' CPU time spread over {CPUS} cores | {_median(estimates):.1f} | "
+              f"{_ratio([estimate / found['seconds'] for estimate, found in zip(estimates, floors)])} | | | | | |")
     print(f"(CPU time of a floor: its own work only, without the imports of its process; of a run: the whole "
           f"process. The forward passes' CPU time is what a model on an accelerator would not spend on the CPU; "
           f"for the old pipeline it includes tokenizing. Load average now {os.getloadavg()[0]:.1f})")
 
     print()
-    overlap_images = min(OVERLAP_IMAGES, args.images)  # realistic-size ones only
-    print(f"| loading the model and decoding + resizing {overlap_images:,} originals | wall (s) | loading (s) | "
-          "decoding (s) |")
-    print("|---|---|---|---|")
-    ways = ((False, "one after the other"), (True, f"at once: loading in a thread, decoding in {CPUS}"))
-    for together, label in ways:
-        result = child({"task": "overlap", "images": overlap_images, "together": together, **common})
-        print(f"| {label} | {result['seconds']:.1f} | {result['load_seconds']:.1f} | {result['decode_seconds']:.1f} |",
-              flush=True)
+    print(f"| loading the model and decoding + resizing {min(OVERLAP_IMAGES, args.images):,} originals | wall (s) | "
+          "CPU time (s) | loading (s) | decoding (s) |")
+    print("|---|---|---|---|---|")
+    for together, label in OVERLAP_WAYS:
+        samples = [found["overlap"][together] for found in rounds]
+        print(f"| {label} | " + " | ".join(_spread([sample[key] for sample in samples]) for key in
+                                          ("seconds", "work_cpu_seconds", "load_seconds", "decode_seconds")) + " |")
 
     print()
     print("| embedding | images/s | time (s) | CPU time (s) | peak RSS (MB) | RSS above the loaded model (MB) |")
@@ -176,12 +175,15 @@ def main():
 
 
 ATTACKS = ("rand_voca", "mix_seed1")
-CACHED = "new, all cached: imports, model, scoring, report"
+CACHED_LABEL = "new, all cached: imports, model, scoring, report"
 OVERLAP_IMAGES = 1000
+OVERLAP_WAYS = ((False, "one after the other"), (True, f"at once: loading in a thread, decoding in {CPUS} threads"))
 
 
-def measure_round(common: dict, old_package, old_label: str) -> dict:
-    """One round: the floors, then the runs of each attack (new, and old with ``old_package``), fresh caches."""
+def measure_round(common: dict, old_package, old_label: str, overlap_images: int) -> dict:
+    """One round: the floors, then the runs of each attack (new, and old with ``old_package``), fresh caches, then
+    loading the model and decoding ``overlap_images`` originals, one after the other and at once (under
+    ``"overlap"``, keyed by at once or not)."""
     decode = child({"task": "floor_decode", **common})
     alter = child({"task": "floor_alter", **common})
     tokens = {attack: child({"task": "floor_tokenize", "attack": attack, **common}) for attack in ATTACKS}
@@ -200,11 +202,19 @@ def measure_round(common: dict, old_package, old_label: str) -> dict:
         run = found[attack]["runs"]["new"]
         print(f"{attack}: floor {found[attack]['seconds']:.1f} s, run {run['seconds']:.1f} s "
               f"({run['seconds'] / found[attack]['seconds']:.2f}x)", flush=True)
+    found["overlap"] = {together: child({"task": "overlap", "images": overlap_images, "together": together, **common})
+                        for together, _ in OVERLAP_WAYS}
     return found
 
 
 def _median(values) -> float:
     return float(np.median(values))
+
+
+def _spread(values) -> str:
+    """The median, and the lowest and highest when there are several."""
+    text = f"{np.median(values):.1f}"
+    return text if len(values) == 1 else f"{text} ({min(values):.1f}-{max(values):.1f})"
 
 
 def _ratio(ratios) -> str:
@@ -216,8 +226,10 @@ def _ratio(ratios) -> str:
 def child(task: dict) -> dict:
     """Run one measurement in a fresh process, at low priority; return what it reports."""
     command = ["nice", "-n", "10", sys.executable, __file__, "--child", json.dumps(task)]
-    output = subprocess.run(command, check=True, capture_output=True, text=True).stdout
-    return json.loads(output.strip().splitlines()[-1])
+    finished = subprocess.run(command, capture_output=True, text=True)
+    if finished.returncode != 0:
+        raise SystemExit(f"measurement {task['task']} failed (status {finished.returncode}):\n{finished.stderr}")
+    return json.loads(finished.stdout.strip().splitlines()[-1])
 
 
 def _cpu() -> float:
@@ -264,35 +276,32 @@ def _decode_and_resize(path) -> tuple:
 def overlap(task) -> dict:
     """Load the model and decode + resize the first ``task["images"]`` originals (as :func:`floor_decode`), one
     after the other (``task["together"]`` false) or at once: the model in one thread, the images in ``CPUS``."""
-    import threading
-
     source = _source(task)
     paths = [source.images_dir / name for name in source.image_files[:task["images"]]]
-    spent = {}
 
-    def load():
+    def load() -> float:
         started = time.perf_counter()
         from rococo_eval.models import load_model
 
         load_model(f"hf:{task['model']}", device="cpu")
-        spent["load_seconds"] = time.perf_counter() - started
+        return time.perf_counter() - started
 
-    def decode():
+    def decode() -> float:
         started = time.perf_counter()
         with ThreadPoolExecutor(CPUS) as pool:
             list(pool.map(_decode_and_resize, paths, chunksize=16))
-        spent["decode_seconds"] = time.perf_counter() - started
+        return time.perf_counter() - started
 
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), _cpu()
     if task["together"]:
-        loading = threading.Thread(target=load)
-        loading.start()
-        decode()
-        loading.join()
+        with ThreadPoolExecutor(1) as loader:
+            loading = loader.submit(load)
+            decode_seconds = decode()
+            load_seconds = loading.result()  # the loading thread's error, if any, raised here
     else:
-        load()
-        decode()
-    return {"seconds": time.perf_counter() - started, **spent}
+        load_seconds, decode_seconds = load(), decode()
+    return {"seconds": time.perf_counter() - started, "work_cpu_seconds": _cpu() - cpu, "load_seconds": load_seconds,
+            "decode_seconds": decode_seconds}
 
 
 def floor_alter(task) -> dict:

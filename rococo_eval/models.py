@@ -281,6 +281,10 @@ class _TorchModel:
             batch[row] = self.preprocess_image(image)
         return self.encode_preprocessed(batch)
 
+    def encode_texts(self, texts: Sequence[str]) -> np.ndarray:
+        """Embed texts: :meth:`tokenize_texts` (the subclass's), then :meth:`encode_tokenized`."""
+        return self.encode_tokenized(self.tokenize_texts(texts))
+
     def _input(self, batch: np.ndarray):
         return self.torch.from_numpy(batch).to(device=self.device, dtype=self.dtype)
 
@@ -333,9 +337,6 @@ class OpenClipModel(_TorchModel):
         """Embed one :meth:`tokenize_texts` output."""
         with self.torch.inference_mode():
             return self._finish(self.model.encode_text(tokens.to(self.device)))
-
-    def encode_texts(self, texts: Sequence[str]) -> np.ndarray:
-        return self.encode_tokenized(self.tokenize_texts(texts))
 
 
 class HFModel(_TorchModel):
@@ -393,9 +394,6 @@ class HFModel(_TorchModel):
         """Embed one :meth:`tokenize_texts` output."""
         with self.torch.inference_mode():
             return self._finish(_features(self.model.get_text_features(**tokens.to(self.device))))
-
-    def encode_texts(self, texts: Sequence[str]) -> np.ndarray:
-        return self.encode_tokenized(self.tokenize_texts(texts))
 
 
 class ProcessorReplica:

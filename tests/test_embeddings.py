@@ -38,6 +38,11 @@ def test_the_gallery_is_the_concatenated_pool_in_the_layouts_order(attack, embed
 def test_rows_outside_the_pool_are_refused(embeddings):
     with pytest.raises(IndexError, match=r"gallery rows must be in \[0, 400\), got 0\.\.400"):
         gallery_vectors([embeddings[0]], np.array([0, 400]))
+    _, captions, adversarial = embeddings  # a pool of two parts is filled part by part: no row may match none
+    total = len(captions) + len(adversarial)
+    for row in (total, -1):
+        with pytest.raises(IndexError, match=rf"gallery rows must be in \[0, {total}\)"):
+            gallery_vectors([captions, adversarial], np.array([0, row]))
 
 
 def test_the_gallery_is_built_in_one_copy(embeddings):

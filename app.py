@@ -23,13 +23,14 @@ from types import SimpleNamespace
 import gradio as gr
 import pandas as pd
 
-from rococo_eval import report, scorefiles
-from rococo_eval.analysis import DEFAULT_MIN_COUNT
-from rococo_eval.annotations import OFFICIAL_COMMIT, OFFICIAL_REPOSITORY, PAPER_URL
-from rococo_eval.layout import (CLEAN, DIRECTIONS, IMAGE_ATTACK_METHODS, TEXT_ATTACKS, describe_orders,
-                                gallery_shape)
-from rococo_eval.layout_detection import CUSTOM
-from rococo_eval.files import write_atomic
+from rococo_eval.reporting import report
+from rococo_eval.io import scorefiles
+from rococo_eval.reporting.analysis import DEFAULT_MIN_COUNT
+from rococo_eval.data.annotations import OFFICIAL_COMMIT, OFFICIAL_REPOSITORY, PAPER_URL
+from rococo_eval.catalog import CLEAN, DIRECTIONS, IMAGE_ATTACK_METHODS, TEXT_ATTACKS
+from rococo_eval.layout import describe_orders, gallery_shape
+from rococo_eval.detection import CUSTOM
+from rococo_eval.io.atomic import write_atomic
 from rococo_eval.space import (ALL_GALLERIES, IMAGE_ATTACK_HEADERS, LAYOUT_HEADERS, MAX_BOOTSTRAP, WORD_HEADERS,
                                adversarial_per_image_of, attacks_of, compare_rows, detect_layouts, evaluate_files,
                                explore, flipped_view, source_and_problem, write_outputs)
@@ -57,7 +58,7 @@ _NO_ANNOTATIONS = (
 
 
 def table(rows) -> pd.DataFrame:
-    """The rows as the page shows them (see :func:`rococo_eval.report.format_rows`)."""
+    """The rows as the page shows them (see :func:`rococo_eval.reporting.report.format_rows`)."""
     headers, cells = report.format_rows(rows)
     return pd.DataFrame(cells, columns=headers)
 
@@ -66,7 +67,7 @@ def build_app(source=None, captions_per_image=None, *, concurrency: int = 2, out
     """Build the Space's page: three tabs whose buttons call :class:`Handlers`, each also an API endpoint.
 
     Args:
-        source: a :class:`rococo_eval.source.RococoSource` (or anything with its caption and image methods and
+        source: a :class:`rococo_eval.data.source.RococoSource` (or anything with its caption and image methods and
             its ``adversarial_per_image``);
             None opens one (see :func:`rococo_eval.space.source_and_problem`) unless ``captions_per_image`` is given.
         captions_per_image: caption counts of the standard layouts; default the source's.

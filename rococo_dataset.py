@@ -1,6 +1,6 @@
 """RoCOCO as a Hugging Face dataset: a ``datasets`` builder, and a command that exports and uploads it.
 
-Configs (see :mod:`rococo_eval.configs`): the text attacks ``same_concept``, ``diff_concept``, ``rand_voca``,
+Configs (see :mod:`rococo_eval.data.configs`): the text attacks ``same_concept``, ``diff_concept``, ``rand_voca``,
 ``danger`` (splits ``original``: the 25,010 ground-truth captions, ``adversarial``: the 25,000 altered ones);
 the image attacks ``mix_seed1``, ``mix_seed10``, ``mix_seed100``, ``patch_seed1``, ``patch_seed10``,
 ``patch_seed100`` (``original``: the 5,000 test images, ``adversarial``: their altered copies); and the query
@@ -44,10 +44,10 @@ from typing import Optional
 import datasets
 
 from rococo_eval import __version__
-from rococo_eval.annotations import OFFICIAL_REPOSITORY
-from rococo_eval.configs import CONFIGS, config_features, config_splits
-from rococo_eval.download import COCO_IMAGE_BASE_URL, MAX_DEFAULT_IMAGE_WORKERS
-from rococo_eval.export import DATASET_CITATION, export_dataset, push_to_hub, source_for_configs, table_rows
+from rococo_eval.data.annotations import OFFICIAL_REPOSITORY
+from rococo_eval.data.configs import CONFIGS, config_features, config_splits
+from rococo_eval.io.download import COCO_IMAGE_BASE_URL, MAX_DEFAULT_IMAGE_WORKERS
+from rococo_eval.data.export import DATASET_CITATION, export_dataset, push_to_hub, source_for_configs, table_rows
 
 _DESCRIPTION = """\
 RoCOCO (Park et al., arXiv:2304.10727) adds slightly altered captions (one word replaced) or images (mixed

@@ -5,7 +5,7 @@
 
 For each direction it builds the official layout from the caption counts of the clean annotation file (5,000 x
 50,010 image-to-text; 25,010 x 10,000 text-to-image; float32), read from ``--annotations-dir``, else
-``$ROCOCO_ANNOTATIONS_DIR``, else the pinned download (see :mod:`rococo_eval.annotations`), with model-like
+``$ROCOCO_ANNOTATIONS_DIR``, else the pinned download (see :mod:`rococo_eval.data.annotations`), with model-like
 scores (one correct item lifted above noise, so that R@1 is about that of CLIP) and measures, each in a fresh
 child process so that peak memory is its own:
 
@@ -37,7 +37,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from rococo_eval.annotations import read_annotation_file  # noqa: E402
+from rococo_eval.data.annotations import read_annotation_file  # noqa: E402
 from rococo_eval.layout import image_to_text_layout, text_to_image_layout  # noqa: E402
 
 

@@ -5,7 +5,7 @@
 Needs a CUDA device (the project's tests run on CPUs only; this is the check for the "torch tensors on any
 device, computed there" promise), and the clean annotation file, whose caption counts give the layouts: from
 ``--annotations-dir``, else ``$ROCOCO_ANNOTATIONS_DIR``, else the pinned download (see
-:mod:`rococo_eval.annotations`). For each direction's official layout and for float32, bfloat16 and float16
+:mod:`rococo_eval.data.annotations`). For each direction's official layout and for float32, bfloat16 and float16
 scores it builds the matrix on the GPU, runs ``rococo_recall`` on it, and checks that every output and every
 per-query rank equals the numpy path on the same values copied to the CPU. It prints the GPU time against one
 ``amax`` pass over the same tensor (the memory-bandwidth floor), the extra GPU memory against the matrix, and

@@ -94,7 +94,7 @@ def main():
         if getattr(args, name) is not None and getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
     if args.batch_size is None:  # imported here: a child imports nothing of the package before its clock starts
-        from rococo_eval.embeddings import DEFAULT_BATCH_SIZE
+        from rococo_eval.models.cache import DEFAULT_BATCH_SIZE
 
         args.batch_size = DEFAULT_BATCH_SIZE
     if args.annotations_dir:
@@ -247,7 +247,7 @@ def _rss_mb() -> float:
 
 
 def _source(task):
-    from rococo_eval.source import RococoSource
+    from rococo_eval.data.source import RococoSource
 
     return RococoSource(images_dir=task["coco"])
 
@@ -281,7 +281,7 @@ def overlap(task) -> dict:
 
     def load() -> float:
         started = time.perf_counter()
-        from rococo_eval.models import load_model
+        from rococo_eval.models.adapters import load_model
 
         load_model(f"hf:{task['model']}", device="cpu")
         return time.perf_counter() - started
@@ -306,7 +306,7 @@ def overlap(task) -> dict:
 
 def floor_alter(task) -> dict:
     """Make the 5,000 mix_seed1 JPEGs, one official batch at a time, each original decoded and resized once."""
-    from rococo_eval.images import BATCH_SIZE, alter_image, encode_jpeg, load_mix_table, resize
+    from rococo_eval.attacks.images import BATCH_SIZE, alter_image, encode_jpeg, load_mix_table, resize
 
     source = _source(task)
     table = load_mix_table("mix", 1)
@@ -368,7 +368,7 @@ def _time_the_model() -> dict:
     """Count, in the returned dict, the wall time of loading the model (``load_seconds``) and the CPU time of its
     forward passes (``forward_cpu_seconds``: the thread CPU time inside its ``encode_`` methods), which a model on
     an accelerator would not spend on the CPU."""
-    import rococo_eval.models as models
+    import rococo_eval.models.adapters as models
 
     spent = {"load_seconds": 0.0, "forward_cpu_seconds": 0.0}
     load = models.load_model
@@ -399,8 +399,9 @@ def _time_the_model() -> dict:
 
 def embed(task) -> dict:
     """Embed the originals (and with ``captions`` the ground-truth captions) through the cache."""
-    from rococo_eval.embeddings import EmbeddingCache, ground_truth_captions, original_images
-    from rococo_eval.models import load_model
+    from rococo_eval.models.cache import EmbeddingCache
+    from rococo_eval.scoring.galleries import ground_truth_captions, original_images
+    from rococo_eval.models.adapters import load_model
 
     source = _source(task)
     model = load_model(f"hf:{task['model']}", device="cpu")
@@ -501,7 +502,7 @@ def make_coco_root(root: Path, realistic: int) -> Path:
     """The 5,000 test images as synthetic COCO-like JPEGs under ``root/val2014``, made once."""
     if (root / "done").is_file():
         return root
-    from rococo_eval.annotations import read_annotation_file
+    from rococo_eval.data.annotations import read_annotation_file
 
     names = [record["image"] for record in read_annotation_file("clean")]
     (root / "val2014").mkdir(parents=True, exist_ok=True)

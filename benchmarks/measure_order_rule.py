@@ -3,7 +3,7 @@
     python benchmarks/measure_order_rule.py [--runs 200] [--annotations-dir DIR]
 
 An attacked image-to-text matrix has the same shape in the official and the dataset order, and
-:func:`rococo_eval.layout_detection.decide_order` reads the order off the scores only when they clearly show
+:func:`rococo_eval.detection.decide_order` reads the order off the scores only when they clearly show
 it. This script feeds it, ``--runs`` seeds per case:
 
 - model-like scores in each order: ground truth +d over unit Gaussian noise, the image's own adversarial
@@ -24,9 +24,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from rococo_eval.annotations import read_annotation_file  # noqa: E402
+from rococo_eval.data.annotations import read_annotation_file  # noqa: E402
 from rococo_eval.layout import image_to_text_layout  # noqa: E402
-from rococo_eval.layout_detection import decide_order  # noqa: E402
+from rococo_eval.detection import decide_order  # noqa: E402
 
 
 class DrawnScores:

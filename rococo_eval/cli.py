@@ -25,12 +25,12 @@ import tempfile
 import warnings
 from pathlib import Path
 
-from . import __version__
-from .download import DEFAULT_IMAGE_WORKERS, MAX_DEFAULT_IMAGE_WORKERS, default_cache_dir
-from .embeddings import DEFAULT_BATCH_SIZE
-from .layout import (ATTACKS, CLEAN, DIRECTIONS, IMAGE_ATTACKS, ORDERS, SEEDS, TEXT_ATTACKS, describe_orders,
-                     recall_cutoffs)
-from .layout_detection import CUSTOM
+from rococo_eval import __version__
+from rococo_eval.io.download import DEFAULT_IMAGE_WORKERS, MAX_DEFAULT_IMAGE_WORKERS, default_cache_dir
+from rococo_eval.models.cache import DEFAULT_BATCH_SIZE
+from rococo_eval.catalog import ATTACKS, CLEAN, DIRECTIONS, IMAGE_ATTACKS, SEEDS, TEXT_ATTACKS
+from rococo_eval.layout import ORDERS, describe_orders, recall_cutoffs
+from rococo_eval.detection import CUSTOM
 
 logger = logging.getLogger("rococo_eval")
 
@@ -165,9 +165,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def run_command(args) -> Path:
     """``rococo-eval run``: embed, score, report. Returns the report folder."""
-    from .source import RococoSource, fetch_images
-    from .embeddings import EmbeddingCache, galleries, score_model
-    from .models import load_model, parse_model_name
+    from rococo_eval.data.source import RococoSource, fetch_images
+    from rococo_eval.models.cache import EmbeddingCache
+    from rococo_eval.catalog import galleries
+    from rococo_eval.scoring.galleries import score_model
+    from rococo_eval.models.adapters import load_model, parse_model_name
 
     benchmark = (RococoSource(args.annotations_dir, images_dir=args.images_dir, benchmark=args.benchmark)
                  if args.benchmark else None)
@@ -192,7 +194,7 @@ def run_command(args) -> Path:
                            progress=_progress(args))
     reranker = None
     if hasattr(model, "match"):  # scored in two stages: ITC ranking, then ITM on the top candidates
-        from .rerank import Reranker
+        from rococo_eval.scoring.rerank import Reranker
 
         reranker = Reranker(model, cache.root, k=args.rerank_k, batch_size=args.batch_size, workers=args.workers,
                             progress=_progress(args))
@@ -220,10 +222,10 @@ def score_command(args) -> Path:
     """
     import rococo_recall
 
-    from .source import RococoSource
-    from .report import gallery_key
-    from .layout_detection import choose_layout
-    from .scorefiles import read_header, read_scores
+    from rococo_eval.data.source import RococoSource
+    from rococo_eval.catalog import gallery_key
+    from rococo_eval.detection import choose_layout
+    from rococo_eval.io.scorefiles import read_header, read_scores
 
     out = writable_folder(args.out)
     given = [(spec, read_header(path)) for spec, path in map(split_file_argument, args.files)]
@@ -264,7 +266,7 @@ def score_command(args) -> Path:
 
 def attack_command(args) -> Path:
     """``rococo-eval attack``: a benchmark folder of the user's image-text set. Returns the folder."""
-    from .attacks import make_benchmark
+    from rococo_eval.data.benchmark import make_benchmark
 
     strategies = [name.strip() for part in args.strategies for name in part.split(",") if name.strip()]
     options = {"encoder": args.encoder} if args.encoder else {}
@@ -372,7 +374,7 @@ def write_report(results: dict, out: Path, meta: dict, quiet: bool = False, layo
     """Write ``report.json``, ``report.md`` and ``recall.png`` into ``out`` and print the table on stdout.
 
     Results that carry the metric's per-query arrays (``per_query=True``) and have a layout in ``layouts``
-    also get the failure analysis (:func:`rococo_eval.analysis.analyse`, with captions and partners from
+    also get the failure analysis (:func:`rococo_eval.reporting.analysis.analyse`, with captions and partners from
     ``source``): ``per_query.parquet`` (every query's ranks and top-1 item), ``flipped.csv`` (every flipped
     query), ``words.png`` (by-word chart, text attacks), its tables in ``report.md`` and, with the
     :data:`REPORT_FLIPPED` largest margins per gallery, in ``report.json``'s ``analysis``.
@@ -381,9 +383,9 @@ def write_report(results: dict, out: Path, meta: dict, quiet: bool = False, layo
         the paths written, by kind (``json``, ``markdown``, ``chart``, and ``per_query``, ``flipped``,
         ``words`` with the analysis).
     """
-    from .analysis import analyse, flipped_csv, split_per_query, write_per_query_parquet
-    from .files import write_atomic
-    from .report import (analysis_markdown, plot_recall, plot_word_rates, summary_rows, to_markdown, to_text_table,
+    from rococo_eval.reporting.analysis import analyse, flipped_csv, split_per_query, write_per_query_parquet
+    from rococo_eval.io.atomic import write_atomic
+    from rococo_eval.reporting.report import (analysis_markdown, plot_recall, plot_word_rates, summary_rows, to_markdown, to_text_table,
                          write_json)
 
     split = {key: split_per_query(result) for key, result in results.items()}

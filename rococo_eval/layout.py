@@ -1,7 +1,7 @@
 """Gallery layouts: what the metric takes for each gallery of an image-text set, computed in one place.
 
 This module owns the facts about galleries: their shapes, their two orders, which items are correct and which
-are adversarial, and RoCOCO's attack catalogue. :mod:`rococo_eval.layout_detection` reads a layout back from a
+are adversarial, and RoCOCO's attack catalogue. :mod:`rococo_eval.detection` reads a layout back from a
 score matrix's shape, file name and scores.
 
 An image-text set is described by its number of captions per image (one count per image, in image order) and,
@@ -41,23 +41,14 @@ Example:
 from __future__ import annotations
 
 import logging
-import re
 from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
 
-CLEAN = "clean"
-# RoCOCO's attack catalogue: text attacks (scored image-to-text), image attacks (method x seed, text-to-image)
-TEXT_ATTACKS = ("same_concept", "diff_concept", "rand_voca", "danger")
-IMAGE_ATTACK_METHODS = ("mix", "patch")
-SEEDS = (1, 10, 100)
-IMAGE_ATTACKS = tuple(f"{method}_seed{seed}" for method in IMAGE_ATTACK_METHODS for seed in SEEDS)
-ATTACKS = TEXT_ATTACKS + IMAGE_ATTACKS
-_IMAGE_ATTACK = re.compile(r"(" + "|".join(IMAGE_ATTACK_METHODS) + r")_seed(0|[1-9][0-9]*)")
-IMAGE_TO_TEXT = "image_to_text"
-TEXT_TO_IMAGE = "text_to_image"
-DIRECTIONS = (IMAGE_TO_TEXT, TEXT_TO_IMAGE)
+from rococo_eval.catalog import (ATTACKS, CLEAN, DIRECTIONS, IMAGE_TO_TEXT, TEXT_TO_IMAGE, attack_direction,
+                                 check_direction)
+
 ORDERS = ("official", "dataset")
 ADVERSARIAL_PER_IMAGE = 5  # RoCOCO's text attacks: 5 adversarial captions per image
 
@@ -292,81 +283,6 @@ def _check_adversarial_per_image(adversarial_per_image) -> None:
         raise ValueError(f"`adversarial_per_image` must be a positive int, got {adversarial_per_image!r}")
 
 
-def image_attack_name(method: str, seed: int) -> str:
-    """The name of the image attack ``method`` (``"mix"`` or ``"patch"``) with ``seed``: RoCOCO's seeds are
-    :data:`SEEDS`; a generated benchmark (:mod:`rococo_eval.attacks`) may use any non-negative int.
-
-    Example:
-        >>> image_attack_name("patch", 7)
-        'patch_seed7'
-    """
-    name = f"{method}_seed{seed}"
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not _IMAGE_ATTACK.fullmatch(name):
-        raise ValueError(f"`method` must be one of {IMAGE_ATTACK_METHODS} and `seed` a non-negative int, "
-                         f"got {method!r} and {seed!r}")
-    return name
-
-
-def parse_image_attack(attack: str) -> tuple[str, int] | None:
-    """``(method, seed)`` of an image attack's name (any seed), or None when ``attack`` names none.
-
-    Example:
-        >>> parse_image_attack("mix_seed10"), parse_image_attack("mix_seed7"), parse_image_attack("rand_voca")
-        (('mix', 10), ('mix', 7), None)
-    """
-    match = _IMAGE_ATTACK.fullmatch(attack) if isinstance(attack, str) else None
-    return None if match is None else (match.group(1), int(match.group(2)))
-
-
-def attack_direction(attack: str) -> str:
-    """The direction an attack is scored in: text attacks image-to-text, image attacks text-to-image.
-
-    Image attacks are named ``<method>_seed<seed>`` with any seed (:func:`parse_image_attack`): RoCOCO's use
-    :data:`SEEDS`, a generated benchmark may use others.
-
-    Example:
-        >>> attack_direction("rand_voca"), attack_direction("mix_seed10"), attack_direction("patch_seed7")
-        ('image_to_text', 'text_to_image', 'text_to_image')
-    """
-    if attack in TEXT_ATTACKS:
-        return IMAGE_TO_TEXT
-    if attack in IMAGE_ATTACKS or parse_image_attack(attack) is not None:
-        return TEXT_TO_IMAGE
-    raise ValueError(f"`attack` must be one of {ATTACKS}, got {attack!r}")
-
-
-def gallery_direction(attack: str, direction: str | None = None) -> str:
-    """The direction one gallery is scored in: ``direction`` checked against ``attack``, or the attack's own.
-
-    Args:
-        attack: ``"clean"`` or an attack (see :data:`ATTACKS`).
-        direction: ``"image_to_text"`` or ``"text_to_image"``; None means the attack's own direction, and
-            is not allowed for ``"clean"``.
-
-    Example:
-        >>> gallery_direction("rand_voca"), gallery_direction("clean", "text_to_image")
-        ('image_to_text', 'text_to_image')
-        >>> gallery_direction("clean")
-        Traceback (most recent call last):
-        ...
-        ValueError: `direction` is required for the clean gallery: 'image_to_text' or 'text_to_image'
-    """
-    if direction is not None:
-        return _check_direction(attack, direction)
-    if attack == CLEAN:
-        raise ValueError("`direction` is required for the clean gallery: 'image_to_text' or 'text_to_image'")
-    return attack_direction(attack)
-
-
-def _check_direction(attack: str, direction: str) -> str:
-    """``direction``, checked: one of :data:`DIRECTIONS`, and the one ``attack`` is scored in."""
-    if direction not in DIRECTIONS:
-        raise ValueError(f"`direction` must be one of {DIRECTIONS}, got {direction!r}")
-    if attack != CLEAN and attack_direction(attack) != direction:
-        raise ValueError(f"attack {attack!r} is scored {attack_direction(attack)}, not {direction}")
-    return direction
-
-
 def gallery_layout(attack: str, direction: str, captions_per_image, order: str | None = None, *,
                    adversarial_per_image: int = ADVERSARIAL_PER_IMAGE) -> GalleryLayout:
     """The layout of one gallery: ``attack`` is ``"clean"`` or a RoCOCO attack scored in ``direction``.
@@ -386,7 +302,7 @@ def gallery_layout(attack: str, direction: str, captions_per_image, order: str |
         ...
         ValueError: `order` is required for an attacked image-to-text gallery, ...) for the gallery of rand_voca
     """
-    direction = _check_direction(attack, direction)
+    direction = check_direction(attack, direction)
     attacked = attack != CLEAN
     order = _check_order(order, attacked and direction == IMAGE_TO_TEXT, adversarial_per_image, attack)
     if direction == IMAGE_TO_TEXT:

@@ -21,11 +21,12 @@ import pandas as pd
 
 from rococo_recall import DEFAULT_K, TIE_POLICIES, rococo_recall
 
-from . import analysis, report, scorefiles
-from .captions import find_replacements, highlight
-from .layout import (ADVERSARIAL_PER_IMAGE, ATTACKS, IMAGE_ATTACKS, TEXT_ATTACKS, caption_offsets, gallery_layout,
-                     recall_cutoffs)
-from .layout_detection import CUSTOM, choose_layout
+from rococo_eval.reporting import analysis, report
+from rococo_eval.io import scorefiles
+from rococo_eval.attacks.replacements import find_replacements, highlight
+from rococo_eval.catalog import ATTACKS, IMAGE_ATTACKS, TEXT_ATTACKS, gallery_key
+from rococo_eval.layout import ADVERSARIAL_PER_IMAGE, caption_offsets, gallery_layout, recall_cutoffs
+from rococo_eval.detection import CUSTOM, choose_layout
 
 logger = logging.getLogger(__name__)
 
@@ -45,7 +46,7 @@ ALL_GALLERIES = "all"
 @dataclass
 class Failures:
     """What the failure analysis of one evaluation keeps: per-query arrays and layouts of the standard
-    galleries scored, and their by-word and by-method tables (:func:`rococo_eval.analysis.vulnerability`).
+    galleries scored, and their by-word and by-method tables (:func:`rococo_eval.reporting.analysis.vulnerability`).
     Flipped queries are listed from these on demand (:func:`flipped_view`)."""
 
     per_query: dict
@@ -88,7 +89,7 @@ def source_and_problem(images_dir=None, benchmark=None):
 
     Returns ``(source, problem)``: the source or None, and what went wrong, for the page.
     """
-    from rococo_eval.source import ImageFolderError, RococoSource
+    from rococo_eval.data.source import ImageFolderError, RococoSource
 
     images_dir = images_dir or os.environ.get(IMAGES_DIR_ENV) or None
     benchmark = benchmark or os.environ.get(BENCHMARK_DIR_ENV) or None
@@ -138,7 +139,7 @@ def detect_layouts(paths, captions_per_image, adversarial_per_image=ADVERSARIAL_
 
     ``attacks`` are those a file may be of (:func:`attacks_of`). The shape and name come from the header; the
     order of an attacked image-to-text gallery comes from the scores when they clearly show it
-    (:func:`rococo_eval.layout_detection.decide_order`), else it stays blank and the note asks for it.
+    (:func:`rococo_eval.detection.decide_order`), else it stays blank and the note asks for it.
     """
     rows = []
     for path in paths or []:
@@ -210,7 +211,7 @@ def evaluate_files(paths, layouts=None, references=None, adversarial=None, *, ca
         raise ValueError("\n".join(problems))
     rows = report.summary_rows(results)
     for row in rows:
-        row["file"] = files.get(report.gallery_key(row["attack"], row["direction"]), "")
+        row["file"] = files.get(gallery_key(row["attack"], row["direction"]), "")
     lines = [f"- `{files[key]}` ({plan_info.shape[0]} x {plan_info.shape[1]}, {plan_info.dtype}): {choice.note}"
              + _cutoffs_note(cutoffs[key], plan_info.shape[1]) for key, _, plan_info, choice, _ in plans]
     message = f"Scored {len(results)} file(s), ties {ties}, bootstrap {bootstrap}:\n" + "\n".join(lines)
@@ -308,7 +309,7 @@ _IMAGE_ATTACK_KEYS = ("group", "galleries", "clean_correct", "flipped", "success
 
 
 def flipped_html(rows, source=None) -> str:
-    """An HTML table of flipped queries (:func:`rococo_eval.analysis.flipped_queries` rows): image-to-text
+    """An HTML table of flipped queries (:func:`rococo_eval.reporting.analysis.flipped_queries` rows): image-to-text
     rows show the query image, its best correct caption and the winning adversarial caption with the replaced
     word marked; text-to-image rows the caption, its image, the altered image that won and that image's
     partner. Images appear when ``source`` has an ``images_dir``.
@@ -447,7 +448,7 @@ def _plan(path, name, cells, captions_per_image, references, adversarial, advers
     if choice.attack != CUSTOM:
         layout = _standard_layout(choice.attack, choice.direction, choice.order, tuple(captions_per_image),
                                   adversarial_per_image)
-        key = report.gallery_key(choice.attack, choice.direction)
+        key = gallery_key(choice.attack, choice.direction)
         return key, path, info, choice, {"references": layout.references, "adversarial": layout.adversarial}
     inside = scorefiles.read_layout_arrays(path)
     if "references" not in inside and references is None:
@@ -458,7 +459,7 @@ def _plan(path, name, cells, captions_per_image, references, adversarial, advers
     if inputs["adversarial"] is None and adversarial is not None:
         inputs["adversarial"] = scorefiles.read_adversarial(adversarial)
     label = re.sub(r"[/\s]+", "_", Path(name).stem)
-    return report.gallery_key(label, choice.direction), path, info, choice, inputs
+    return gallery_key(label, choice.direction), path, info, choice, inputs
 
 
 @functools.lru_cache(maxsize=8)

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from rococo_eval.annotations import ANNOTATION_FILES, RAW_BASE_URL, read_annotation_file, resolve_annotations_dir
-from rococo_eval.source import RococoSource
+from rococo_eval.data.annotations import ANNOTATION_FILES, RAW_BASE_URL, read_annotation_file, resolve_annotations_dir
+from rococo_eval.data.source import RococoSource
 from http_server import Route, Server
 from tiny_models import make_tiny_hf_clip, register_tiny_open_clip, torchvision_stand_in
 

@@ -12,11 +12,11 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from rococo_eval import analysis
-from rococo_eval.captions import find_replacements
+from rococo_eval.reporting import analysis
+from rococo_eval.attacks.replacements import find_replacements
 from rococo_eval.cli import write_report
 from rococo_eval.layout import caption_offsets, gallery_layout
-from rococo_eval.source import RococoSource
+from rococo_eval.data.source import RococoSource
 from rococo_recall import rococo_recall
 
 
@@ -332,7 +332,7 @@ def test_writing_the_per_query_file_does_not_import_pandas():
     code = """if True:
         import sys
         import numpy as np
-        from rococo_eval import analysis
+        from rococo_eval.reporting import analysis
         from rococo_eval.layout import gallery_layout
         key = "clean/text_to_image"
         per_query = {"rank": np.array([0, 2]), "clean_rank": np.array([0, 2]), "top1_adversarial": np.zeros(2, bool),

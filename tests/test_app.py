@@ -19,8 +19,9 @@ from PIL import Image
 
 import app
 from rococo_eval import space
-from rococo_eval.layout import IMAGE_ATTACKS, gallery_layout
-from rococo_eval.report import REFERENCE_RESULTS, write_json
+from rococo_eval.catalog import IMAGE_ATTACKS
+from rococo_eval.layout import gallery_layout
+from rococo_eval.reporting.report import REFERENCE_RESULTS, write_json
 from rococo_recall import rococo_recall
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -470,7 +471,7 @@ def test_flipped_queries_after_an_evaluation(url, tmp_path):
 
 def test_explore_the_real_captions(annotations_dir):
     """Image 1533's danger caption 4 is its source caption unchanged: a real quirk, shown as such."""
-    from rococo_eval.source import RococoSource
+    from rococo_eval.data.source import RococoSource
 
     captions, images, note = app.explore(RococoSource(annotations_dir), 1533)
     danger = [row.split("</td>")[5] for row in captions.split("<tr>")[2:]]

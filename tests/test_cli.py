@@ -18,17 +18,18 @@ import pyarrow.parquet as pq
 import pytest
 
 import rococo_recall
-from rococo_eval import models
+from rococo_eval.models import adapters as models
 from rococo_eval.cli import CommandError, main, parse_layout_spec, split_file_argument
-from rococo_eval.embeddings import (
-    EmbeddingCache,
+from rococo_eval.models.cache import EmbeddingCache
+from rococo_eval.scoring.galleries import (
     adversarial_captions,
     altered_images,
     ground_truth_captions,
     original_images,
 )
-from rococo_eval.layout import CLEAN, IMAGE_TO_TEXT, TEXT_TO_IMAGE, attack_direction, gallery_layout
-from rococo_eval.source import RococoSource
+from rococo_eval.catalog import CLEAN, IMAGE_TO_TEXT, TEXT_TO_IMAGE, attack_direction
+from rococo_eval.layout import gallery_layout
+from rococo_eval.data.source import RococoSource
 from sparse_files import sparse_npy
 
 

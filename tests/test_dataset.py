@@ -26,16 +26,17 @@ from PIL import Image
 import rococo_dataset
 import rococo_recall
 from rococo_dataset import RococoDataset
-from rococo_eval import download
-from rococo_eval.annotations import ANNOTATION_FILES, AnnotationError
-from rococo_eval.captions import Replacement, apply_replacements, tokens
-from rococo_eval.configs import CONFIGS, dataset_splits
-from rococo_eval.dataset import load_queries_and_gallery, metric_inputs_for
-from rococo_eval.download import CorruptImageError, DownloadError
-from rococo_eval.export import export_dataset, exported_configs, push_to_hub, table_rows
-from rococo_eval.images import load_mix_table
-from rococo_eval.layout import TEXT_ATTACKS, caption_offsets, reorder_gallery
-from rococo_eval.source import ImageFolderError, RococoSource
+from rococo_eval.io import download
+from rococo_eval.data.annotations import ANNOTATION_FILES, AnnotationError
+from rococo_eval.attacks.replacements import Replacement, apply_replacements, tokens
+from rococo_eval.data.configs import CONFIGS, dataset_splits
+from rococo_eval.data.dataset import load_queries_and_gallery, metric_inputs_for
+from rococo_eval.io.download import CorruptImageError, DownloadError
+from rococo_eval.data.export import export_dataset, exported_configs, push_to_hub, table_rows
+from rococo_eval.attacks.images import load_mix_table
+from rococo_eval.catalog import TEXT_ATTACKS
+from rococo_eval.layout import caption_offsets, reorder_gallery
+from rococo_eval.data.source import ImageFolderError, RococoSource
 from http_server import Route
 
 EXPORTED = ["rand_voca", "patch_seed10"]
@@ -64,7 +65,7 @@ def _load(folder, config, split, cache):
 
 
 def _protocol_jpeg(original: Image.Image, partner: Image.Image, method: str, box) -> bytes:
-    """The official mix_images.py written out from the protocol, without rococo_eval.images."""
+    """The official mix_images.py written out from the protocol, without rococo_eval.attacks.images."""
     def read(image):
         resized = image.convert("RGB").resize((384, 384), Image.Resampling.BICUBIC)
         return np.asarray(resized, dtype=np.float32) / np.float32(255)
@@ -94,7 +95,7 @@ def test_source_counts(source, clean_records):
 
 
 def test_source_reads_each_file_once(annotations_dir, monkeypatch):
-    from rococo_eval import source as source_module
+    from rococo_eval.data import source as source_module
 
     reads = []
     real = source_module.read_annotation_file
@@ -109,7 +110,7 @@ def test_source_reads_each_file_once(annotations_dir, monkeypatch):
 def other_set_source(monkeypatch, danger_per_image=2):
     """A source over another image-text set: 3 images with 2, 3 and 2 captions, 2 adversarial captions per
     image in each text attack but danger, which has ``danger_per_image`` (files read without RoCOCO's checks)."""
-    from rococo_eval import source as source_module
+    from rococo_eval.data import source as source_module
 
     clean = [{"image": f"val2014/{i}.jpg", "caption": [f"a dog {i} {j}" for j in range(n)]}
              for i, n in enumerate([2, 3, 2])]

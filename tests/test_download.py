@@ -1,4 +1,4 @@
-"""Tests of rococo_eval.download (and of the annotation download built on it) against a real HTTP server on
+"""Tests of rococo_eval.io.download (and of the annotation download built on it) against a real HTTP server on
 127.0.0.1 that can misbehave on demand."""
 
 from __future__ import annotations
@@ -15,9 +15,10 @@ import pytest
 from PIL import Image
 
 from http_server import Route
-from rococo_eval import cli, download, space
-from rococo_eval.annotations import ANNOTATION_FILES, AnnotationError, download_annotations, resolve_annotations_dir
-from rococo_eval.download import (
+from rococo_eval import cli, space
+from rococo_eval.io import download
+from rococo_eval.data.annotations import ANNOTATION_FILES, AnnotationError, download_annotations, resolve_annotations_dir
+from rococo_eval.io.download import (
     CorruptImageError,
     DownloadError,
     ServerUnreachableError,

@@ -5,7 +5,7 @@ import tracemalloc
 import numpy as np
 import pytest
 
-from rococo_eval.embeddings import _embedding_blocks, score_gallery
+from rococo_eval.scoring.galleries import _embedding_blocks, score_gallery
 from rococo_eval.layout import gallery_layout, gallery_vectors, recall_cutoffs
 from rococo_recall import rococo_recall
 

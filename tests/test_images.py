@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from rococo_eval import images
-from rococo_eval.images import (
+from rococo_eval.attacks import images
+from rococo_eval.attacks.images import (
     alter_image,
     alter_pixels,
     encode_jpeg,
@@ -16,7 +16,7 @@ from rococo_eval.images import (
     preprocess,
     to_uint8,
 )
-from rococo_eval.layout import IMAGE_ATTACK_METHODS, SEEDS
+from rococo_eval.catalog import IMAGE_ATTACK_METHODS, SEEDS
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from rococo_eval.influence import (VARIANTS, altered_text, embed_texts, influence_scores,
+from rococo_eval.attacks.influence import (VARIANTS, altered_text, embed_texts, influence_scores,
                                    load_text_encoder)
 from tiny_models import make_tiny_hf_clip
 

@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 
-from rococo_eval.layout import (ATTACKS, CLEAN, DIRECTIONS, ORDERS, TEXT_ATTACKS, attack_direction, gallery_layout,
-                                gallery_shape, image_to_text_layout, matching_galleries, text_to_image_layout)
+from rococo_eval.catalog import ATTACKS, CLEAN, DIRECTIONS, TEXT_ATTACKS, attack_direction
+from rococo_eval.layout import ORDERS, gallery_layout, gallery_shape, image_to_text_layout, matching_galleries, text_to_image_layout
 from rococo_recall import rococo_recall
 
 TINY = [5, 6, 5]

@@ -5,9 +5,9 @@ import shutil
 
 import pytest
 
-from rococo_eval import lexicon
-from rococo_eval.captions import tokens
-from rococo_eval.source import RococoSource
+from rococo_eval.attacks import lexicon
+from rococo_eval.attacks.replacements import tokens
+from rococo_eval.data.source import RococoSource
 
 
 def test_every_pinned_file_matches_its_sha256():

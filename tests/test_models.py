@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from rococo_eval import models
-from rococo_eval.models import MissingExtraError, ModelError, clip_preprocess, load_model, parse_model_name
+from rococo_eval.models import adapters as models
+from rococo_eval.models.adapters import MissingExtraError, ModelError, clip_preprocess, load_model, parse_model_name
 
 def _images():
     rng = np.random.default_rng(0)

@@ -15,11 +15,11 @@ import numpy as np
 import pytest
 from PIL import Image
 
-import rococo_eval.source
-from rococo_eval.alterations import AlteredImages, alteration_groups
+import rococo_eval.data.source
+from rococo_eval.attacks.alterations import AlteredImages, alteration_groups
 from rococo_eval.cli import main
-from rococo_eval.embeddings import EmbeddingCache, ItemSet
-from rococo_eval.models import ProcessorReplica, load_model
+from rococo_eval.models.cache import EmbeddingCache, ItemSet
+from rococo_eval.models.adapters import ProcessorReplica, load_model
 
 
 def photos():
@@ -39,7 +39,7 @@ def committed_hf_embeddings(model, images):
     """The hf adapter's ``encode_images`` before preprocessing moved to the workers."""
     import torch
 
-    from rococo_eval.models import _features
+    from rococo_eval.models.adapters import _features
 
     pixels = model.processor(images=[image.convert("RGB") for image in images], return_tensors="pt")["pixel_values"]
     with torch.inference_mode():
@@ -118,7 +118,7 @@ def committed_hf_text_embeddings(model, texts):
     """The hf adapter's ``encode_texts`` before tokenizing moved to a thread ahead of the model."""
     import torch
 
-    from rococo_eval.models import _features
+    from rococo_eval.models.adapters import _features
 
     batch = model.tokenizer(list(texts), padding=model.padding, truncation=True, max_length=model.max_length,
                             return_tensors="pt")
@@ -238,13 +238,13 @@ def test_alteration_groups_close_over_partners():
 def reads(monkeypatch):
     """Count the COCO files the source reads, through the function it reads them with."""
     counts = collections.Counter()
-    read = rococo_eval.source.read_image_file
+    read = rococo_eval.data.source.read_image_file
 
     def counted(path):
         counts[str(path)] += 1
         return read(path)
 
-    monkeypatch.setattr(rococo_eval.source, "read_image_file", counted)
+    monkeypatch.setattr(rococo_eval.data.source, "read_image_file", counted)
     return counts
 
 

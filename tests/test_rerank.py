@@ -1,7 +1,7 @@
 """Two-stage scoring (ITC ranking, ITM re-ranking) of BLIP and BLIP-2 retrieval models.
 
 The models are tiny real ``transformers`` architectures with random weights, built from configs here and loaded
-through ``rococo_eval.models.load_model("hf:PATH")``. Most tests score a small RoCOCO-shaped benchmark (a few
+through ``rococo_eval.models.adapters.load_model("hf:PATH")``. Most tests score a small RoCOCO-shaped benchmark (a few
 images with 5 or 6 captions each, 5 adversarial captions per image, the real gallery layouts) through
 ``score_model`` and compare every entry with a direct computation; one test runs ``rococo-eval run`` on the real
 annotation files and reads the saved matrices back with ``rococo-eval score``.
@@ -15,13 +15,15 @@ import pytest
 from PIL import Image
 
 import rococo_recall
-from rococo_eval import models
+from rococo_eval.models import adapters as models
 from rococo_eval.cli import main
-from rococo_eval.embeddings import EmbeddingCache, ItemSet, LazyImages, score_model
-from rococo_eval.layout import CLEAN, IMAGE_TO_TEXT, TEXT_TO_IMAGE, gallery_layout
-from rococo_eval.rerank import FILL, PairStore, Reranker, Side
-from rococo_eval.rerank_models import pre_caption
-from rococo_eval.savedscores import score_file_name
+from rococo_eval.models.cache import EmbeddingCache, ItemSet, LazyImages
+from rococo_eval.scoring.galleries import score_model
+from rococo_eval.catalog import CLEAN, IMAGE_TO_TEXT, TEXT_TO_IMAGE
+from rococo_eval.layout import gallery_layout
+from rococo_eval.scoring.rerank import FILL, PairStore, Reranker, Side
+from rococo_eval.models.blip import pre_caption
+from rococo_eval.io.savedscores import score_file_name
 from reference_metric import official_itm_eval
 
 WORDS = ["a", "an", "the", "man", "woman", "dog", "cat", "on", "in", "of", "with", "riding", "sitting", "table",
@@ -268,7 +270,7 @@ def test_two_stage_scores_equal_the_checkpoints_own_itc_and_itm(which, attack, d
 
 def sides_of(model, source, cache, attack, direction):
     """The scorer's query side and pool sides of one gallery, from the cached embeddings."""
-    from rococo_eval.embeddings import adversarial_captions, ground_truth_captions, original_images
+    from rococo_eval.scoring.galleries import adversarial_captions, ground_truth_captions, original_images
 
     def side(items):
         return Side(items.name, items.fingerprint, items.items, cache.embeddings(model, items))
@@ -460,7 +462,7 @@ def test_run_then_score_reads_the_saved_matrices_back(blip_name, source, coco_ro
 def test_dual_encoders_save_their_scores_too(hf_name, tiny_source, tmp_path):
     """``--save-scores`` for a dual encoder: each file is the dot products of the cached embeddings in the official
     order, and the results are those of the usual embedding path."""
-    from rococo_eval.embeddings import adversarial_captions, ground_truth_captions, original_images
+    from rococo_eval.scoring.galleries import adversarial_captions, ground_truth_captions, original_images
 
     model = load(hf_name)
     cache = EmbeddingCache(tmp_path / "cache", batch_size=16)

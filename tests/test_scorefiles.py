@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
-from rococo_eval import scorefiles
-from rococo_eval.scorefiles import read_adversarial, read_header, read_layout_arrays, read_references, read_scores
+from rococo_eval.io import scorefiles
+from rococo_eval.io.scorefiles import read_adversarial, read_header, read_layout_arrays, read_references, read_scores
 
 
 def _bf16_safetensors(path, name, values):

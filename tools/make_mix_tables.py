@@ -1,7 +1,7 @@
 """Regenerate ``rococo_eval/data/mix_tables.npz``: who is mixed with whom in RoCOCO's image attacks.
 
 The official ``mix_images.py`` (of ``OFFICIAL_REPOSITORY`` at ``OFFICIAL_COMMIT``, see
-:mod:`rococo_eval.annotations`) picks partners and patch boxes from PyTorch's and NumPy's global random
+:mod:`rococo_eval.data.annotations`) picks partners and patch boxes from PyTorch's and NumPy's global random
 streams. This script replays those streams twice and refuses to write the tables unless both replays agree:
 
 - ``replay_with_dataloader`` drives a real ``torch.utils.data.DataLoader`` exactly as the official script
@@ -32,9 +32,9 @@ from pathlib import Path
 
 import numpy as np
 
-from rococo_eval.annotations import NUM_IMAGES, OFFICIAL_COMMIT, OFFICIAL_REPOSITORY
-from rococo_eval.images import BATCH_SIZE, IMAGE_SIZE, LAM
-from rococo_eval.layout import IMAGE_ATTACK_METHODS, SEEDS
+from rococo_eval.data.annotations import NUM_IMAGES, OFFICIAL_COMMIT, OFFICIAL_REPOSITORY
+from rococo_eval.attacks.images import BATCH_SIZE, IMAGE_SIZE, LAM
+from rococo_eval.catalog import IMAGE_ATTACK_METHODS, SEEDS
 
 DEFAULT_OUT = Path(__file__).resolve().parents[1] / "rococo_eval" / "data" / "mix_tables.npz"
 NOTE = (

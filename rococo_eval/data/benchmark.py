@@ -1,13 +1,13 @@
 """Make RoCOCO attacks for any image-text set: a benchmark folder the whole package evaluates as it does RoCOCO.
 
 :func:`make_benchmark` (``rococo-eval attack``) takes a captioned image set, attacks its captions (the four
-text strategies of :mod:`rococo_eval.caption_attacks`, Embedding-Influence word choice) and its images (``mix``
-and ``patch`` with :mod:`rococo_eval.images`, partners drawn by :func:`rococo_eval.images.make_mix_table`), and
+text strategies of :mod:`rococo_eval.attacks.captions`, Embedding-Influence word choice) and its images (``mix``
+and ``patch`` with :mod:`rococo_eval.attacks.images`, partners drawn by :func:`rococo_eval.attacks.images.make_mix_table`), and
 writes one folder:
 
-- the Parquet export of :mod:`rococo_eval.export` (``README.md`` with ``configs:``, ``data/``), with the same
+- the Parquet export of :mod:`rococo_eval.data.export` (``README.md`` with ``configs:``, ``data/``), with the same
   columns as RoCOCO's plus ``candidates`` on caption rows: the word-choice evidence of each adversarial caption;
-- the benchmark's own files (:mod:`rococo_eval.manifest`): annotation files in the official JSON format, the
+- the benchmark's own files (:mod:`rococo_eval.data.manifest`): annotation files in the official JSON format, the
   partner tables, a manifest with the sha256 of each. ``RococoSource(benchmark=FOLDER)`` reads them, so the
   export's rows, ``metric_inputs_for(..., benchmark=FOLDER)``, ``rococo-eval run/score --benchmark FOLDER`` and
   the Space work on it unchanged.
@@ -61,15 +61,15 @@ from typing import Iterable
 import yaml
 from PIL import Image
 
-from . import __version__
-from .caption_attacks import DEFAULT_TEXT_ENCODER, TEXT_STRATEGIES, CaptionAttack, attack_captions
-from .configs import CAPTIONS_CONFIG, IMAGES_CONFIG, config_splits
-from .export import configs_yaml, move_into_place, table_num_rows, write_tables
-from .images import BATCH_SIZE, IMAGE_SIZE, LAM, make_mix_table
-from .layout import IMAGE_ATTACK_METHODS, SEEDS, image_attack_name, parse_image_attack
-from .manifest import (ADVERSARIAL_ROWS, ANNOTATIONS, IMAGES, MANIFEST, read_benchmark, write_json, write_manifest,
+from rococo_eval import __version__
+from rococo_eval.attacks.captions import DEFAULT_TEXT_ENCODER, TEXT_STRATEGIES, CaptionAttack, attack_captions
+from rococo_eval.data.configs import CAPTIONS_CONFIG, IMAGES_CONFIG, config_splits
+from rococo_eval.data.export import configs_yaml, move_into_place, table_num_rows, write_tables
+from rococo_eval.attacks.images import BATCH_SIZE, IMAGE_SIZE, LAM, make_mix_table
+from rococo_eval.catalog import IMAGE_ATTACK_METHODS, SEEDS, image_attack_name, parse_image_attack
+from rococo_eval.data.manifest import (ADVERSARIAL_ROWS, ANNOTATIONS, IMAGES, MANIFEST, read_benchmark, write_json, write_manifest,
                        write_mix_tables)
-from .source import ImageFolderError, RococoSource
+from rococo_eval.data.source import ImageFolderError, RococoSource
 
 logger = logging.getLogger(__name__)
 
@@ -221,7 +221,7 @@ def make_benchmark(data, out_dir, *, image_root=None, strategies: Iterable[str] 
         seeds: the image attacks' seeds (default RoCOCO's 1, 10, 100): one ``<method>_seed<seed>`` config each.
         seed: the text attacks' seed (their random choices of replacement words).
         per_image: adversarial captions per image; None: the smallest number of non-blank captions of an image.
-        encoder: the text encoder of the Embedding-Influence scores (see :mod:`rococo_eval.caption_attacks`).
+        encoder: the text encoder of the Embedding-Influence scores (see :mod:`rococo_eval.attacks.captions`).
         batch_size, device, cache_dir: the encoder's batch, torch device and embedding cache (resumable).
         workers: threads making altered images (None: one per CPU up to a cap).
         overwrite: replace an existing ``out_dir``.
@@ -457,7 +457,7 @@ adversarial = load_dataset("<this folder or repository>", "{example}", split="ad
   `{encoder}` (see rococo-eval's README, "Making RoCOCO attacks for your data"); text seed {seed}.
 - Images: `mix` (every pixel {lam} * image + the rest from a partner) and `patch` (a CutMix box from the
   partner), {size} x {size}, as RoCOCO's script; partners are drawn within shuffled batches of {batch} and
-  boxes as CutMix draws them (`rococo_eval.images.make_mix_table`), seeds {seeds}.
+  boxes as CutMix draws them (`rococo_eval.attacks.images.make_mix_table`), seeds {seeds}.
 
 ## Fields
 
@@ -472,7 +472,7 @@ The same as RoCOCO's export (`image_index`, `caption`, `is_adversarial`, `source
 ## Scoring a model
 
 ```python
-from rococo_eval.dataset import load_queries_and_gallery, metric_inputs_for
+from rococo_eval.data.dataset import load_queries_and_gallery, metric_inputs_for
 from rococo_recall import rococo_recall
 
 queries, gallery = load_queries_and_gallery("<this folder>", "{example}")
@@ -484,7 +484,7 @@ or `rococo-eval run --model ... --benchmark <this folder>` and `rococo-eval scor
 
 ## Files
 
-`{manifest}` lists the benchmark's own files, which `rococo_eval.source.RococoSource(benchmark=...)` reads
+`{manifest}` lists the benchmark's own files, which `rococo_eval.data.source.RococoSource(benchmark=...)` reads
 (each checked against its sha256):
 
 | file | sha256 |

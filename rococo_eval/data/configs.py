@@ -1,6 +1,6 @@
 """The dataset's naming: its configs, their splits, the tables the splits read, and the tables' features.
 
-This module owns the names only; :mod:`rococo_eval.source` holds the data and :mod:`rococo_eval.export`
+This module owns the names only; :mod:`rococo_eval.data.source` holds the data and :mod:`rococo_eval.data.export`
 writes the rows. The dataset has one config per attack and two clean configs that hold the query sets:
 
 ============================  ==========================================  ================================
@@ -34,7 +34,7 @@ from typing import Iterable
 
 import datasets
 
-from .layout import ATTACKS, CLEAN, IMAGE_TO_TEXT, TEXT_ATTACKS, gallery_direction, parse_image_attack
+from rococo_eval.catalog import ATTACKS, CLEAN, IMAGE_TO_TEXT, TEXT_ATTACKS, gallery_direction, parse_image_attack
 
 CAPTIONS_CONFIG = "captions"
 IMAGES_CONFIG = "images"
@@ -53,7 +53,7 @@ CAPTION_FEATURES = datasets.Features({
         "position": datasets.Value("int32"),
     }],
 })
-# A generated benchmark's caption tables (rococo_eval.attacks) add the evidence of each adversarial caption's
+# A generated benchmark's caption tables (rococo_eval.data.benchmark) add the evidence of each adversarial caption's
 # word choice: the candidate words of its source caption and their Embedding-Influence scores (None on originals).
 CAPTION_EVIDENCE_FEATURES = datasets.Features({
     **CAPTION_FEATURES,
@@ -130,7 +130,7 @@ def dataset_splits(attack: str, direction: str | None = None) -> dict[str, list[
     """Which ``(config, split)`` pairs of the dataset hold the queries and the gallery of one evaluation.
 
     The gallery is the listed splits concatenated in that order: the ``"dataset"`` order of
-    :meth:`rococo_eval.source.RococoSource.gallery` and :func:`rococo_eval.dataset.metric_inputs_for`.
+    :meth:`rococo_eval.data.source.RococoSource.gallery` and :func:`rococo_eval.data.dataset.metric_inputs_for`.
 
     Args:
         attack: ``"clean"`` or an attack (see :data:`rococo_eval.layout.ATTACKS`).

@@ -4,9 +4,9 @@ concept, of the random vocabulary, or by a dangerous word.
 How a caption is attacked (all four strategies share the first two steps, as RoCOCO's files mostly do):
 
 1. **Candidates**: the nouns of the caption that WordNet knows (its content verbs when it has no noun), from
-   :func:`rococo_eval.lexicon.candidate_words`; every occurrence of a word is replaced.
+   :func:`rococo_eval.attacks.lexicon.candidate_words`; every occurrence of a word is replaced.
 2. **Source word**: the candidate with the lowest Embedding-Influence score
-   (:mod:`rococo_eval.influence`): removing it moves the caption's embedding least (scores within 1e-5 of
+   (:mod:`rococo_eval.attacks.influence`): removing it moves the caption's embedding least (scores within 1e-5 of
    the lowest count as tied, and the earliest word wins: float noise between batch sizes changes nothing).
 3. **Replacement** (:func:`replacement_pool`; drawn with a generator seeded by ``seed``, the strategy and the
    caption's text, so the result depends on nothing else: not the batch size, not the other captions):
@@ -49,9 +49,9 @@ from typing import Optional, Sequence, Union
 
 import numpy as np
 
-from . import lexicon
-from .captions import find_replacements, tokens
-from .influence import DEFAULT_VARIANT, influence_scores, load_text_encoder
+from rococo_eval.attacks import lexicon
+from rococo_eval.attacks.replacements import find_replacements, tokens
+from rococo_eval.attacks.influence import DEFAULT_VARIANT, influence_scores, load_text_encoder
 
 logger = logging.getLogger(__name__)
 
@@ -83,7 +83,7 @@ class CaptionAttack:
 
     Attributes:
         caption: the adversarial caption.
-        replacements: ``find_replacements(source, caption)`` (:class:`rococo_eval.captions.Replacement`).
+        replacements: ``find_replacements(source, caption)`` (:class:`rococo_eval.attacks.replacements.Replacement`).
         candidates: ``((word, position, influence score), ...)`` for every candidate word of the source.
     """
 
@@ -132,8 +132,8 @@ def attack_captions(captions: Sequence[str], image_of: Sequence[int], strategies
         image_of: for each caption, its image (any hashable id): captions of one image are never produced.
         strategies: some of :data:`TEXT_STRATEGIES`.
         encoder: the Embedding-Influence text encoder, a name for
-            :func:`rococo_eval.influence.load_text_encoder` or a loaded one.
-        variant: the Embedding-Influence variant (:data:`rococo_eval.influence.VARIANTS`).
+            :func:`rococo_eval.attacks.influence.load_text_encoder` or a loaded one.
+        variant: the Embedding-Influence variant (:data:`rococo_eval.attacks.influence.VARIANTS`).
         seed: the seed of the replacement draws.
         cache_dir: a folder where the embeddings are cached (resumable); None keeps them in memory.
         batch_size: texts per encoder call.

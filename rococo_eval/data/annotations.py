@@ -4,7 +4,7 @@ Every file is a JSON list of 5,000 records ``{"image": "val2014/COCO_val2014_...
 in the same image order (the Karpathy 5K test split): 5 or 6 ground-truth captions per image, followed in a
 text attack's file by the image's adversarial captions. Files come from a local folder the user names
 (for example ``ROCOCO_ANNOTATIONS_DIR``) or are downloaded from the official repository at a pinned
-commit (through :func:`rococo_eval.download.download_file`); either way each file is checked against its
+commit (through :func:`rococo_eval.io.download.download_file`); either way each file is checked against its
 sha256 before it is read. The official sources named here (``OFFICIAL_REPOSITORY``, ``OFFICIAL_COMMIT``,
 ``PAPER_URL``) are the ones every report, page and dataset card cites.
 
@@ -13,7 +13,7 @@ Environment variables:
     ``ROCOCO_ANNOTATIONS_BASE_URL``: a mirror of the annotation files (``http(s)://``, ``file://`` or a
     folder); each file is fetched from ``<base>/<file_name>`` and still checked against its pinned sha256.
     Downloads go to the ``annotations`` subfolder of the cache (``$ROCOCO_CACHE_DIR``, see
-    :func:`rococo_eval.download.default_cache_dir`).
+    :func:`rococo_eval.io.download.default_cache_dir`).
 
 Example:
     >>> TEXT_ATTACKS
@@ -31,8 +31,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
-from .download import DownloadError, VerificationError, default_cache_dir, download_file, join_url, sha256_of
-from .layout import ADVERSARIAL_PER_IMAGE, CLEAN, TEXT_ATTACKS
+from rococo_eval.io.download import DownloadError, VerificationError, default_cache_dir, download_file, join_url, sha256_of
+from rococo_eval.catalog import CLEAN, TEXT_ATTACKS
+from rococo_eval.layout import ADVERSARIAL_PER_IMAGE
 
 logger = logging.getLogger(__name__)
 
@@ -138,20 +139,20 @@ def download_annotations(names: Iterable[str] | str, cache_dir: str | os.PathLik
     """Download the pinned annotation files ``names`` and return the folder holding them, verified.
 
     Files go to ``<cache_dir>/annotations`` (``cache_dir`` defaults to
-    :func:`~rococo_eval.download.default_cache_dir`); files already there with the pinned sha256 are not
+    :func:`~rococo_eval.io.download.default_cache_dir`); files already there with the pinned sha256 are not
     fetched again. The source is ``base_url``, else ``$ROCOCO_ANNOTATIONS_BASE_URL``, else the official
     repository at the pinned commit; a mirror serves ``<base_url>/<file_name>``, and every file is checked
     against its pinned size and sha256.
 
     Args:
         names: annotation file names (``"clean"`` or a text attack), or one name.
-        cache_dir: cache folder; None uses :func:`~rococo_eval.download.default_cache_dir`.
+        cache_dir: cache folder; None uses :func:`~rococo_eval.io.download.default_cache_dir`.
         base_url: ``http(s)://`` or ``file://`` URL or local folder of a mirror; None uses
             ``$ROCOCO_ANNOTATIONS_BASE_URL`` or the official source.
 
     Raises:
         ValueError: a name is not an annotation file.
-        DownloadError: a file could not be fetched (:class:`~rococo_eval.download.ServerUnreachableError`,
+        DownloadError: a file could not be fetched (:class:`~rococo_eval.io.download.ServerUnreachableError`,
             at once, when the source cannot be reached); the message says how to point the package at
             local files instead.
         VerificationError: a fetched file is not the official one.

@@ -49,10 +49,10 @@ from tqdm import tqdm
 
 from rococo_recall import CITATION as ROCOCO_CITATION
 
-from . import __version__
-from .annotations import ANNOTATION_FILES, OFFICIAL_COMMIT, OFFICIAL_REPOSITORY, PAPER_URL
-from .captions import find_replacements
-from .configs import (
+from rococo_eval import __version__
+from rococo_eval.data.annotations import ANNOTATION_FILES, OFFICIAL_COMMIT, OFFICIAL_REPOSITORY, PAPER_URL
+from rococo_eval.attacks.replacements import find_replacements
+from rococo_eval.data.configs import (
     CAPTION_FEATURES,
     CAPTIONS_CONFIG,
     CAPTIONS_ORIGINAL,
@@ -64,11 +64,11 @@ from .configs import (
     table_features,
     tables_of,
 )
-from .download import (COCO_IMAGE_BASE_URL, COCO_TERMS_URL, DEFAULT_DOWNLOAD_WORKERS, DEFAULT_IMAGE_WORKERS,
+from rococo_eval.io.download import (COCO_IMAGE_BASE_URL, COCO_TERMS_URL, DEFAULT_DOWNLOAD_WORKERS, DEFAULT_IMAGE_WORKERS,
                        default_cache_dir)
-from .images import BATCH_SIZE, IMAGE_SIZE, LAM, load_mix_table
-from .layout import IMAGE_ATTACKS, SEEDS, TEXT_ATTACKS
-from .source import RococoSource, fetch_images
+from rococo_eval.attacks.images import BATCH_SIZE, IMAGE_SIZE, LAM, load_mix_table
+from rococo_eval.catalog import IMAGE_ATTACKS, SEEDS, TEXT_ATTACKS
+from rococo_eval.data.source import RococoSource, fetch_images
 
 logger = logging.getLogger(__name__)
 
@@ -106,12 +106,12 @@ def export_dataset(out_dir, configs: Iterable[str] | str | None = None, *, annot
 
     Args:
         out_dir: the folder to create. It must not exist or be empty, unless ``overwrite``.
-        configs: config names (see :data:`rococo_eval.configs.CONFIGS`); None exports all of them.
+        configs: config names (see :data:`rococo_eval.data.configs.CONFIGS`); None exports all of them.
         annotations_dir: folder holding the official annotation files; None uses ``$ROCOCO_ANNOTATIONS_DIR``,
             else downloads the pinned files.
         images_dir: the COCO root holding ``val2014/``; None downloads the 5,000 test images (only if an
             exported config has images) into ``<cache_dir>/coco``, resuming an interrupted download.
-        cache_dir: cache for downloads (default :func:`~rococo_eval.download.default_cache_dir`).
+        cache_dir: cache for downloads (default :func:`~rococo_eval.io.download.default_cache_dir`).
         image_base_url: where to download images from: COCO's image server or a mirror laid out the same;
             None uses ``$ROCOCO_IMAGE_BASE_URL``, else COCO's server.
         include_queries: also export the config holding each config's queries (``images`` for text attacks,
@@ -160,7 +160,7 @@ def source_for_configs(configs: Iterable[str], annotations_dir=None, images_dir=
     """A source ready to build ``configs``: every annotation file they read checked, every image they need present.
 
     Without ``images_dir``, configs with images download the images into ``<cache_dir>/coco``
-    (:func:`~rococo_eval.source.fetch_images`; complete images are not fetched again). Everything is checked
+    (:func:`~rococo_eval.data.source.fetch_images`; complete images are not fetched again). Everything is checked
     before the first row is built, so a bad input stops the build before any output.
 
     Example:
@@ -204,7 +204,7 @@ def _select_configs(configs, include_queries: bool) -> list[str]:
     if not names:
         raise ValueError("`configs` is empty: name at least one config, or pass None for all")
     for name in names:
-        if name not in CONFIGS:  # RoCOCO's configs only (other seeds are a generated benchmark's: rococo_eval.attacks)
+        if name not in CONFIGS:  # RoCOCO's configs only (other seeds are a generated benchmark's: rococo_eval.data.benchmark)
             raise ValueError(f"`config` must be one of {CONFIGS}, got {name!r}")
     if include_queries:
         names += [query_config(name) for name in names]
@@ -255,7 +255,7 @@ def table_rows(source: RococoSource, table: str, workers: int | None = 1) -> Ite
 
     Args:
         source: where the data comes from; image tables need its ``images_dir``.
-        table: a table name (see :mod:`rococo_eval.configs`).
+        table: a table name (see :mod:`rococo_eval.data.configs`).
         workers: threads that make altered images (None: ``DEFAULT_IMAGE_WORKERS``); the rows and bytes do not
             depend on it.
 
@@ -385,7 +385,7 @@ def _dataset_card(splits: dict[str, dict[str, list[str]]], source: RococoSource)
 
 def _card_numbers(splits: dict[str, dict[str, list[str]]], source: RococoSource) -> dict[str, str]:
     """The numbers the card states, each from where it is defined: the source's counts, the official
-    script's settings (:mod:`rococo_eval.images`) and the published patch boxes."""
+    script's settings (:mod:`rococo_eval.attacks.images`) and the published patch boxes."""
     boxes = np.concatenate([load_mix_table("patch", seed).box for seed in SEEDS])
     patch_side = max((boxes[:, 1] - boxes[:, 0]).max(), (boxes[:, 3] - boxes[:, 2]).max())
     # the text attacks' count, when the export has one (an export of images alone reads no text attack file)
@@ -551,7 +551,7 @@ Score the queries (in row order) against the gallery: the config's `original` sp
 
 ```python
 import numpy as np
-from rococo_eval.dataset import load_queries_and_gallery, metric_inputs_for
+from rococo_eval.data.dataset import load_queries_and_gallery, metric_inputs_for
 from rococo_recall import rococo_recall      # or evaluate.load("<org>/rococo_recall")
 
 queries, gallery = load_queries_and_gallery("<this repository or folder>", "{example}")

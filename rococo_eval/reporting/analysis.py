@@ -13,7 +13,7 @@ adversarial items, ``clean_rank == 0``):
   the **margin** ``top_score - best_correct_score`` (>= 0; 0 only on a tie under the pessimistic policy) is
   how far it beat the best correct item. Flipped queries are listed by margin, largest first (then by query).
 - **By replaced word** (text attacks, image-to-text): each image's own adversarial captions each replace
-  a word of one of its ground-truth captions (:func:`rococo_eval.captions.find_replacements`; an insertion
+  a word of one of its ground-truth captions (:func:`rococo_eval.attacks.replacements.find_replacements`; an insertion
   counts as ``"(inserted)"``). For a word ``w``, the **images** are the clean-correct query images with at
   least one own adversarial caption that replaced ``w`` (each image counted once), and the **successes**
   those of them whose winning item is one of their own adversarial captions that replaced ``w``. The
@@ -47,8 +47,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .captions import find_replacements
-from .layout import IMAGE_ATTACK_METHODS, IMAGE_TO_TEXT, TEXT_TO_IMAGE, GalleryLayout
+from rococo_eval.attacks.replacements import find_replacements
+from rococo_eval.catalog import IMAGE_ATTACK_METHODS, IMAGE_TO_TEXT, TEXT_TO_IMAGE
+from rococo_eval.layout import GalleryLayout
 
 logger = logging.getLogger(__name__)
 
@@ -153,7 +154,7 @@ def flipped_queries(per_query: dict, layout: GalleryLayout, attack: str = "", so
         per_query: the metric's per-query arrays for this gallery (extra keys are ignored).
         layout: the gallery's layout, in the order the scores were given.
         attack: the attack's name (a text attack's captions, an image attack's partners come from it).
-        source: a :class:`~rococo_eval.source.RococoSource` (or anything with its caption methods,
+        source: a :class:`~rococo_eval.data.source.RococoSource` (or anything with its caption methods,
             ``captions_per_image``, ``adversarial_per_image`` and ``alteration``); None gives indices only.
 
     Returns:
@@ -361,7 +362,7 @@ def write_per_query_parquet(per_query_by_gallery: dict, layouts: dict, path) -> 
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from .files import write_atomic
+    from rococo_eval.io.atomic import write_atomic
 
     columns = per_query_columns(per_query_by_gallery, layouts)
     table = pa.table({name: _arrow_array(values.astype(object) if name == "gallery" else values)

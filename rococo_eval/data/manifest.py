@@ -1,7 +1,7 @@
 """A generated benchmark's own files: its manifest, and reading each file checked against the sha256 it lists.
 
-:func:`rococo_eval.attacks.make_benchmark` writes a RoCOCO-style benchmark of any image-text set. Beside the
-Parquet export (``README.md``, ``data/``) its folder holds what :class:`rococo_eval.source.RococoSource` reads
+:func:`rococo_eval.data.benchmark.make_benchmark` writes a RoCOCO-style benchmark of any image-text set. Beside the
+Parquet export (``README.md``, ``data/``) its folder holds what :class:`rococo_eval.data.source.RococoSource` reads
 in place of RoCOCO's pinned files (``RococoSource(benchmark=FOLDER)``)::
 
     FOLDER/benchmark/manifest.json               this manifest: attacks, counts, image folder, sha256 of each file
@@ -36,10 +36,10 @@ from pathlib import Path
 
 import numpy as np
 
-from .download import sha256_of
-from .files import write_atomic
-from .images import MixTable
-from .layout import CLEAN, TEXT_ATTACKS, parse_image_attack
+from rococo_eval.io.download import sha256_of
+from rococo_eval.io.atomic import write_atomic
+from rococo_eval.attacks.images import MixTable
+from rococo_eval.catalog import CLEAN, TEXT_ATTACKS, parse_image_attack
 
 MANIFEST = "benchmark/manifest.json"
 FORMAT = "rococo-eval benchmark 1"
@@ -122,7 +122,7 @@ class Benchmark:
 
 
 def read_benchmark(folder) -> Benchmark:
-    """Read the manifest of the benchmark in ``folder`` (what :func:`rococo_eval.attacks.make_benchmark` wrote).
+    """Read the manifest of the benchmark in ``folder`` (what :func:`rococo_eval.data.benchmark.make_benchmark` wrote).
 
     Raises:
         BenchmarkError: ``folder`` has no manifest, or it is not one this version reads.
@@ -131,7 +131,7 @@ def read_benchmark(folder) -> Benchmark:
         >>> read_benchmark("no-such-folder")  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
-        rococo_eval.manifest.BenchmarkError: 'no-such-folder' is not a generated benchmark: it has no ...
+        rococo_eval.data.manifest.BenchmarkError: 'no-such-folder' is not a generated benchmark: it has no ...
     """
     root = Path(folder).expanduser()
     path = root / MANIFEST

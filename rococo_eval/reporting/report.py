@@ -1,11 +1,12 @@
 """Reports of RoCOCO results: summary rows, tables, a JSON file and a chart, shared by the Space and the CLI.
 
-Results are the metric's outputs keyed by :func:`gallery_key` (``"rand_voca/image_to_text"``). A *row* is
+Results are the metric's outputs keyed by :func:`~rococo_eval.catalog.gallery_key` (``"rand_voca/image_to_text"``). A *row* is
 a flat dict of one gallery's numbers (percentages as the metric gives them) with its ``attack`` and
 ``direction``; :func:`summary_rows` adds, for each image attack method, the mean over its seeds (the paper's, or a
 generated benchmark's).
 
 Example:
+    >>> from rococo_eval.catalog import gallery_key
     >>> results = {gallery_key("rand_voca", "image_to_text"): {"recall@1": 37.0, "clean_recall@1": 50.12}}
     >>> print(to_markdown(summary_rows(results)))
     | attack | direction | clean R@1 | R@1 |
@@ -23,11 +24,12 @@ from pathlib import Path
 
 import numpy as np
 
-from .analysis import DEFAULT_MIN_COUNT, most_damaging
-from .annotations import OFFICIAL_COMMIT, OFFICIAL_REPOSITORY
-from .captions import highlight
-from .files import write_atomic
-from .layout import CLEAN, DIRECTIONS, IMAGE_ATTACK_METHODS, TEXT_ATTACKS, TEXT_TO_IMAGE, parse_image_attack
+from rococo_eval.reporting.analysis import DEFAULT_MIN_COUNT, most_damaging
+from rococo_eval.data.annotations import OFFICIAL_COMMIT, OFFICIAL_REPOSITORY
+from rococo_eval.attacks.replacements import highlight
+from rococo_eval.io.atomic import write_atomic
+from rococo_eval.catalog import (CLEAN, DIRECTIONS, IMAGE_ATTACK_METHODS, TEXT_ATTACKS, TEXT_TO_IMAGE,
+                                 parse_image_attack)
 
 logger = logging.getLogger(__name__)
 
@@ -73,18 +75,6 @@ REFERENCE_RESULTS: list[dict] = [
 ]
 
 
-def gallery_key(attack: str, direction: str) -> str:
-    """The key of one gallery's results: ``"<attack>/<direction>"``.
-
-    Example:
-        >>> gallery_key("rand_voca", "image_to_text"), gallery_key("clean", "text_to_image")
-        ('rand_voca/image_to_text', 'clean/text_to_image')
-    """
-    if not attack or not direction or "/" in attack or "/" in direction:
-        raise ValueError(f"`attack` and `direction` must be non-empty and free of '/', got {attack!r}, {direction!r}")
-    return f"{attack}/{direction}"
-
-
 def summary_rows(results: dict[str, dict]) -> list[dict]:
     """One row per gallery, standard galleries in the paper's order, then the mean over seeds per image method.
 
@@ -100,6 +90,7 @@ def summary_rows(results: dict[str, dict]) -> list[dict]:
     Intervals are not averaged. Image attacks are ordered by method, then seed.
 
     Example:
+        >>> from rococo_eval.catalog import gallery_key
         >>> results = {gallery_key(f"mix_seed{s}", "text_to_image"): {"recall@1": r, "clean_recall@1": 30.0}
         ...            for s, r in [(1, 19.0), (10, 20.0), (100, 24.0)]}
         >>> mean = summary_rows(results)[-1]
@@ -223,7 +214,7 @@ def plot_recall(rows, path) -> Path:
 
 
 def analysis_markdown(analysis: dict, top: int = 10, min_count: int = DEFAULT_MIN_COUNT) -> str:
-    """The failure analysis (:func:`rococo_eval.analysis.analyse`) as Markdown: for each attacked gallery its
+    """The failure analysis (:func:`rococo_eval.reporting.analysis.analyse`) as Markdown: for each attacked gallery its
     ``top`` flipped queries by margin, then the most damaging replaced words and replacements (at least
     ``min_count`` images each), then the image attacks by method and by seed.
 

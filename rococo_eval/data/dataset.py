@@ -17,10 +17,10 @@ from pathlib import Path
 
 import datasets
 
-from .annotations import resolve_annotations_dir
-from .configs import dataset_splits
-from .layout import CLEAN, TEXT_ATTACKS, gallery_direction
-from .source import RococoSource
+from rococo_eval.data.annotations import resolve_annotations_dir
+from rococo_eval.data.configs import dataset_splits
+from rococo_eval.catalog import CLEAN, TEXT_ATTACKS, gallery_direction
+from rococo_eval.data.source import RococoSource
 
 
 @functools.lru_cache(maxsize=8)
@@ -37,7 +37,7 @@ def metric_inputs_for(attack: str, direction: str | None = None, order: str | No
 
     - ``"official"``: the official ``itm_eval`` order. Image-to-text: for each image its ground-truth captions,
       then its 5 adversarial ones. Text-to-image: the 5,000 images, then their 5,000 altered copies.
-    - ``"dataset"``: the splits of :func:`~rococo_eval.configs.dataset_splits` concatenated (``original`` then
+    - ``"dataset"``: the splits of :func:`~rococo_eval.data.configs.dataset_splits` concatenated (``original`` then
       ``adversarial``), each in its row order, as ``load_dataset`` returns them.
 
     Queries are in test order in both: the 5,000 images (image-to-text) or the 25,010 ground-truth captions
@@ -48,9 +48,9 @@ def metric_inputs_for(attack: str, direction: str | None = None, order: str | No
         direction: ``"image_to_text"`` or ``"text_to_image"``; None means the attack's own (required for clean).
         order: ``"official"`` or ``"dataset"``; required for an attacked image-to-text gallery, the one gallery
             where the two orders differ (scores in one order scored in the other would be silently wrong).
-        annotations_dir: as for :class:`~rococo_eval.source.RococoSource`. The clean file is read, and for a
+        annotations_dir: as for :class:`~rococo_eval.data.source.RococoSource`. The clean file is read, and for a
             text attack its own file too (it gives the adversarial captions per image).
-        benchmark: instead of RoCOCO, a folder made by :func:`rococo_eval.attacks.make_benchmark` (its own
+        benchmark: instead of RoCOCO, a folder made by :func:`rococo_eval.data.benchmark.make_benchmark` (its own
             captions per image, adversarial captions per image and attacks).
 
     Example:
@@ -80,7 +80,7 @@ def load_queries_and_gallery(path: str, attack: str, direction: str | None = Non
 
     Args:
         path: what ``datasets.load_dataset`` takes: the export folder or ``"<org>/<name>"`` on the Hub.
-        attack, direction: as for :func:`~rococo_eval.configs.dataset_splits`.
+        attack, direction: as for :func:`~rococo_eval.data.configs.dataset_splits`.
         load_kwargs: passed to ``datasets.load_dataset`` (``cache_dir``, ``revision``, ...).
 
     Returns:

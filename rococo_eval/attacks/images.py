@@ -9,7 +9,7 @@ Who is mixed with whom, and where the box lies, comes from PyTorch's and NumPy's
 official script. ``tools/make_mix_tables.py`` replays them once; the published tables
 (``rococo_eval/data/mix_tables.npz``) are read here, so results do not depend on a random generator
 agreeing across library versions. For another image set, :func:`make_mix_table` draws a table of the same
-structure from a documented NumPy procedure (what :mod:`rococo_eval.attacks` stores with a generated benchmark).
+structure from a documented NumPy procedure (what :mod:`rococo_eval.data.benchmark` stores with a generated benchmark).
 
 The pixel arithmetic follows the official pipeline step for step: PIL bicubic resize to 384 x 384,
 ``ToTensor`` (``uint8 / 255`` in float32), the float32 mix, and ``torchvision.utils.save_image``'s
@@ -26,7 +26,7 @@ from typing import Optional, Union
 import numpy as np
 from PIL import Image
 
-from .layout import IMAGE_ATTACK_METHODS, SEEDS
+from rococo_eval.catalog import IMAGE_ATTACK_METHODS, SEEDS
 
 logger = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ array (one correct gallery index per query, or a table of them; rows may repeat 
 an ``adversarial`` array (a boolean mask over the gallery, or gallery indices).
 
 This module reads files and nothing else: which gallery a matrix belongs to is
-:mod:`rococo_eval.layout_detection`'s question.
+:mod:`rococo_eval.detection`'s question.
 
 Example:
     >>> import tempfile

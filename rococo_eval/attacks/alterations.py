@@ -5,7 +5,7 @@ partner of exactly one other image of its official batch. Made one by one, each 
 and resize two originals, so every original twice. Here the images are split into *groups*, the smallest
 sets closed under "is the partner of" (the cycles of the partner table, within the official batches of 64):
 a group's originals are decoded and resized once, and all its altered images made from them. The bytes are the
-same as :meth:`rococo_eval.source.RococoSource.altered_image_bytes` gives one by one.
+same as :meth:`rococo_eval.data.source.RococoSource.altered_image_bytes` gives one by one.
 
 Example:
     >>> alteration_groups([1, 2, 0, 3, 5, 4])
@@ -22,8 +22,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 from PIL import Image
 
-from .download import decode_image
-from .images import alter_image, encode_jpeg, resize
+from rococo_eval.io.download import decode_image
+from rococo_eval.attacks.images import alter_image, encode_jpeg, resize
 
 logger = logging.getLogger(__name__)
 
@@ -67,13 +67,13 @@ class AlteredImages(Sequence):
     again, with its group.
 
     Args:
-        source: a :class:`~rococo_eval.source.RococoSource` with images (anything with ``num_images``,
+        source: a :class:`~rococo_eval.data.source.RococoSource` with images (anything with ``num_images``,
             ``original_image(i)`` and ``alteration(i, attack)``).
         attack: an image attack of ``source``, e.g. ``"mix_seed1"``.
         workers: threads that make groups at once (0: the calling thread makes them).
 
     Example:
-        >>> from rococo_eval.source import RococoSource
+        >>> from rococo_eval.data.source import RococoSource
         >>> images = AlteredImages(RococoSource(), "mix_seed1")
         >>> len(images), len(images.groups), max(map(len, images.groups)) <= 64
         (5000, 382, True)
@@ -122,7 +122,7 @@ class AlteredImages(Sequence):
         """The altered JPEG bytes of every image of ``group``, each original decoded and resized once.
 
         Example:
-            >>> from rococo_eval.source import RococoSource
+            >>> from rococo_eval.data.source import RococoSource
             >>> AlteredImages(RococoSource(), "mix_seed1").make_group([0])  # doctest: +ELLIPSIS
             Traceback (most recent call last):
             ...

@@ -5,7 +5,7 @@ BLIP (``BlipForImageTextRetrieval``, e.g. ``hf:Salesforce/blip-itm-base-coco``) 
 (``Blip2ForImageTextRetrieval``, e.g. ``hf:Salesforce/blip2-itm-vit-g``) are not dual encoders: their
 evaluation ranks the whole gallery by a contrastive (ITC) similarity, then re-scores each query's top
 candidates with an image-text matching (ITM) head that reads the image and the caption together
-(:mod:`rococo_eval.rerank` does that part). This module gives each model the three pieces:
+(:mod:`rococo_eval.scoring.rerank` does that part). This module gives each model the three pieces:
 
 - ``encode_images`` (``preprocess_image`` then ``encode_preprocessed``) / ``encode_texts``: L2-normalised ITC
   embeddings, exactly as BLIP's ``evaluation()``
@@ -81,7 +81,7 @@ def load_reranking_model(name: str, path: str, base):
     Args:
         name: the model name as given (``"hf:Salesforce/blip-itm-base-coco"``).
         path: what ``from_pretrained`` reads.
-        base: the device, dtype and fingerprint helper of :mod:`rococo_eval.models` (its ``_TorchModel``).
+        base: the device, dtype and fingerprint helper of :mod:`rococo_eval.models.adapters` (its ``_TorchModel``).
 
     Raises:
         OSError, ValueError: as ``transformers`` raises them for a checkpoint it cannot load.

@@ -2,7 +2,7 @@
 
 This module knows nothing about RoCOCO's files: :func:`download_file` fetches any file by URL,
 :func:`download_coco_images` fetches a batch of images from an image server laid out like COCO's (the
-annotation files are fetched by :mod:`rococo_eval.annotations` through :func:`download_file`). It also sets
+annotation files are fetched by :mod:`rococo_eval.data.annotations` through :func:`download_file`). It also sets
 how many threads image work uses by default: ``DEFAULT_DOWNLOAD_WORKERS`` parallel downloads, and
 ``DEFAULT_IMAGE_WORKERS`` threads reading, decoding and altering images.
 
@@ -45,7 +45,7 @@ import urllib3
 from PIL import Image
 from tqdm import tqdm
 
-from . import __version__
+from rococo_eval import __version__
 
 logger = logging.getLogger(__name__)
 
@@ -194,7 +194,7 @@ def verify_image_file(path: str | os.PathLike) -> None:
         >>> verify_image_file(folder / "noise.jpg")  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
-        rococo_eval.download.CorruptImageError: ...noise.jpg' is not a complete image: image file is truncated ...
+        rococo_eval.io.download.CorruptImageError: ...noise.jpg' is not a complete image: image file is truncated ...
         >>> shutil.rmtree(folder)
     """
     read_image_file(path)
@@ -239,7 +239,7 @@ def decode_image(data: bytes, name: str = "the image data") -> Image.Image:
         >>> decode_image(buffer.getvalue()[:40])  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
-        rococo_eval.download.CorruptImageError: the image data is not a complete image: ...
+        rococo_eval.io.download.CorruptImageError: the image data is not a complete image: ...
     """
     try:
         image = Image.open(io.BytesIO(data))

@@ -1,8 +1,7 @@
-"""Embeddings of RoCOCO's captions and images, cached on disk, and the galleries scored from them.
+"""Embeddings of item sets (captions, images), cached on disk per model: resumable at batch granularity.
 
-A model embeds four kinds of item sets once: the 25,010 ground-truth captions, the 25,000 adversarial
-captions of each text attack, the 5,000 test images and the 5,000 altered images of each image attack.
-Every gallery is then scored from those embeddings: the clean embeddings are shared by all ten attacks.
+An item set (:class:`ItemSet`) is embedded once per model; :mod:`rococo_eval.scoring.galleries` names RoCOCO's
+item sets and scores every gallery from their embeddings.
 
 The cache keeps one folder per model fingerprint and item set::
 
@@ -45,10 +44,7 @@ from typing import Callable, Iterator, Optional, Sequence
 import numpy as np
 from tqdm.auto import tqdm
 
-from .alterations import AlteredImages
-from .files import open_cache_folder, write_atomic
-from .layout import (CLEAN, IMAGE_TO_TEXT, TEXT_ATTACKS, TEXT_TO_IMAGE, attack_direction, gallery_vectors,
-                     recall_cutoffs)
+from rococo_eval.io.atomic import open_cache_folder, write_atomic
 
 logger = logging.getLogger(__name__)
 
@@ -108,10 +104,10 @@ class EmbeddingCache:
         root: the cache folder (created if needed).
         batch_size: items per ``encode_`` call, and rows per shard.
         workers: threads that load images ahead of the model (0: load in the calling thread). For a model
-            with ``preprocess_image`` and ``encode_preprocessed`` (:class:`~rococo_eval.models.PreprocessingModel`)
+            with ``preprocess_image`` and ``encode_preprocessed`` (:class:`~rococo_eval.models.adapters.PreprocessingModel`)
             they also turn each image into model input, written straight into the batch; other models get the
             images (``encode_images``). At most three batches are loaded or encoded at a time. With any workers,
-            a model with ``tokenize_texts`` and ``encode_tokenized`` (:class:`~rococo_eval.models.TokenizingModel`)
+            a model with ``tokenize_texts`` and ``encode_tokenized`` (:class:`~rococo_eval.models.adapters.TokenizingModel`)
             has its next captions tokenized in one more thread while it encodes this batch.
         progress: show a tqdm progress bar per item set. Either way each item set logs (INFO) one line when
             done, with its rate.
@@ -191,139 +187,6 @@ def digest_strings(values: Sequence[str]) -> str:
         data = value.encode("utf-8")
         digest.update(len(data).to_bytes(8, "little"))
         digest.update(data)
-    return digest.hexdigest()
-
-
-def ground_truth_captions(source) -> ItemSet:
-    """The 25,010 ground-truth captions: image-to-text gallery and text-to-image queries."""
-    return ItemSet("captions/ground_truth", "text", source.ground_truth_captions())
-
-
-def adversarial_captions(source, attack: str) -> ItemSet:
-    """The 25,000 adversarial captions of text attack ``attack``."""
-    return ItemSet(f"captions/{attack}", "text", source.adversarial_captions(attack))
-
-
-def original_images(source) -> ItemSet:
-    """The 5,000 test images: image-to-text queries and text-to-image gallery. Fingerprint: names and sizes."""
-    return ItemSet("images/original", "image", LazyImages(source.original_image, source.num_images),
-                   _images_fingerprint(source))
-
-
-def altered_images(source, attack: str, workers: int = 0) -> ItemSet:
-    """The 5,000 altered copies of image attack ``attack``, made from the test images when first read, each
-    original decoded once (:class:`~rococo_eval.alterations.AlteredImages`, on ``workers`` threads)."""
-    images = AlteredImages(source, attack, workers)
-    digest = hashlib.sha256(_images_fingerprint(source).encode())
-    for alteration in images.alterations:
-        digest.update(repr(alteration).encode())
-    return ItemSet(f"images/{attack}", "image", images, digest.hexdigest())
-
-
-def galleries(attacks: Sequence[str]) -> list[tuple[str, str]]:
-    """The ``(attack, direction)`` galleries a run scores: both clean galleries, then each attack's own.
-
-    Example:
-        >>> galleries(["rand_voca", "mix_seed1"])[1:]
-        [('clean', 'text_to_image'), ('rand_voca', 'image_to_text'), ('mix_seed1', 'text_to_image')]
-    """
-    return [(CLEAN, IMAGE_TO_TEXT), (CLEAN, TEXT_TO_IMAGE)] + [(a, attack_direction(a)) for a in attacks]
-
-
-def score_gallery(layout, queries: np.ndarray, originals: np.ndarray, adversarial: Optional[np.ndarray] = None,
-                  **metric_kwargs) -> dict:
-    """Score one gallery from embeddings with the RoCOCO Recall metric, which makes the scores block by block.
-
-    Args:
-        layout: the gallery's :class:`~rococo_eval.layout.GalleryLayout`; its ``gallery_rows`` index the
-            concatenation of ``originals`` and ``adversarial``.
-        queries: query embeddings in test order.
-        originals: embeddings of the clean gallery items (ground-truth captions or test images).
-        adversarial: embeddings of the altered items (None for a clean gallery).
-        metric_kwargs: passed to :func:`rococo_recall.rococo_recall` (``k``, ``ties``, ...).
-
-    Example:
-        >>> from rococo_eval.layout import gallery_layout
-        >>> layout = gallery_layout("mix_seed1", "text_to_image", [1, 1])
-        >>> eye = np.eye(2, dtype=np.float32)
-        >>> result = score_gallery(layout, eye, eye, 0.5 * eye[::-1], k=1)
-        >>> result["recall@1"], result["false_rate"]
-        (100.0, 0.0)
-    """
-    from rococo_recall import rococo_recall  # the metric (with numpy only): loaded where a gallery is scored
-
-    pool = [originals] if adversarial is None else [originals, adversarial]
-    return rococo_recall(query_embeddings=queries, gallery_embeddings=gallery_vectors(pool, layout.gallery_rows),
-                         **layout.metric_inputs(), **metric_kwargs)
-
-
-def score_model(model, source, attacks: Sequence[str], cache: EmbeddingCache, reranker=None,
-                save_scores=None) -> dict[str, dict]:
-    """Embed what ``attacks`` need (through ``cache``), then score both clean galleries and each attack.
-
-    Args:
-        reranker: the :class:`~rococo_eval.rerank.Reranker` of a model scored in two stages (one with ``match``:
-            BLIP, BLIP-2; default: one with k = 256): the embeddings rank each gallery, the model's ITM head
-            re-scores each query's top candidates.
-        save_scores: a folder: each gallery's full score matrix is also written there, in the official order
-            (:mod:`rococo_eval.savedscores`), and the metric reads the same blocks that are written.
-
-    Returns:
-        ``{"<attack>/<direction>": metric outputs}`` for every gallery of :func:`galleries`, official order, with
-        the per-query arrays (``per_query=True``) that the report's failure analysis reads.
-    """
-    item_sets = {"images": original_images(source), "captions": ground_truth_captions(source)}
-    item_sets.update({attack: adversarial_captions(source, attack) if attack in TEXT_ATTACKS
-                      else altered_images(source, attack, cache.workers) for attack in attacks})
-    vectors = {key: cache.embeddings(model, items) for key, items in item_sets.items()}
-    if reranker is None and hasattr(model, "match"):  # BLIP, BLIP-2: always two stages
-        from .rerank import Reranker
-
-        reranker = Reranker(model, cache.root, batch_size=cache.batch_size, workers=cache.workers,
-                            progress=cache.progress)
-    results = {}
-    for attack, direction in tqdm(galleries(attacks), desc="scoring", unit="gallery", disable=not cache.progress,
-                                  dynamic_ncols=True):
-        query_key, original_key = ("images", "captions") if direction == IMAGE_TO_TEXT else ("captions", "images")
-        pool_keys = [original_key] + ([attack] if attack in vectors else [])
-        layout = source.gallery(attack, direction, "official")
-        key = f"{attack}/{direction}"
-        k = recall_cutoffs(layout.num_gallery, key)
-        if reranker is None and save_scores is None:
-            results[key] = score_gallery(layout, vectors[query_key], vectors[original_key], vectors.get(attack),
-                                         k=k, per_query=True)
-        else:
-            from .rerank import Side, block_metric
-            from .savedscores import ScoreMatrixWriter, score_file_name
-
-            sides = {name: Side(item_sets[name].name, item_sets[name].fingerprint, item_sets[name].items,
-                                vectors[name]) for name in [query_key] + pool_keys}
-            blocks = (_embedding_blocks(layout, vectors[query_key], [vectors[name] for name in pool_keys])
-                      if reranker is None else
-                      reranker.score_blocks(layout, sides[query_key], [sides[name] for name in pool_keys]))
-            if save_scores is None:
-                results[key] = block_metric(blocks, layout, k=k, per_query=True)
-            else:
-                path = Path(save_scores) / score_file_name(attack, direction)
-                with ScoreMatrixWriter(path, (layout.num_queries, layout.num_gallery)) as writer:
-                    results[key] = block_metric(blocks, layout, writer, k=k, per_query=True)
-                logger.info("%s: scores saved to %s", key, path)
-        logger.info("%s: R@1 %.2f", key, results[key]["recall@1"])
-    return results
-
-
-def _embedding_blocks(layout, queries: np.ndarray, pool: Sequence[np.ndarray]) -> Iterator[tuple[int, np.ndarray]]:
-    """A dual encoder's score matrix of one gallery (dot products, float32), as ``(first row, rows)`` blocks."""
-    gallery = gallery_vectors(pool, layout.gallery_rows)
-    block = max(1, (64 << 20) // (4 * len(gallery)))
-    for start in range(0, len(queries), block):
-        yield start, queries[start:start + block] @ gallery.T
-
-
-def _images_fingerprint(source) -> str:
-    digest = hashlib.sha256()
-    for name in source.image_files:
-        digest.update(f"{name}:{(source.images_dir / name).stat().st_size};".encode())
     return digest.hexdigest()
 
 

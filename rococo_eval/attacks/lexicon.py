@@ -9,7 +9,7 @@ pinned here; nothing is fetched at run time:
   no ``lexnames`` file, which the reader wants: its 45 names are fixed by WordNet 3.0 and held here.
 - **Part-of-speech tags**: the Brill tagger of the ``pattern`` library as bundled in ``textblob`` (lexicon,
   morphology and context rules ship inside the wheel; no NLTK data download). A caption is tagged on the
-  tokens of :func:`rococo_eval.captions.tokens`, so positions agree with ``find_replacements``.
+  tokens of :func:`rococo_eval.attacks.replacements.tokens`, so positions agree with ``find_replacements``.
 - **Word frequencies**: ``wordfreq``'s English list (bundled in its wheel).
 
 Example:
@@ -95,7 +95,7 @@ class Candidate:
     """A word of a caption that an attack may replace.
 
     Attributes:
-        word: the token as :func:`rococo_eval.captions.tokens` gives it (lower-cased).
+        word: the token as :func:`rococo_eval.attacks.replacements.tokens` gives it (lower-cased).
         position: its first token index; ``positions`` holds every occurrence (all are replaced).
         tag: its Penn Treebank tag (``NN``, ``NNS``, ``VBG`` ...).
         lemma: WordNet's lemma of it.
@@ -251,7 +251,7 @@ def candidate_words(caption: str) -> list[Candidate]:
         >>> [c.word for c in candidate_words("A cat on top of the car.")]      # the tagger says top/JJ
         ['cat', 'top', 'car']
     """
-    from .captions import tokens as split
+    from rococo_eval.attacks.replacements import tokens as split
     words = split(caption)
     tags = _noun_before_of(words, tag(words))
     nouns, verbs = {}, {}

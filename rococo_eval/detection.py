@@ -2,7 +2,7 @@
 
 This module owns the rules that fill in what the user left blank of a layout and refuse what contradicts it.
 The gallery facts it checks against are :mod:`rococo_eval.layout`'s; the shape comes from a score file's
-header (:func:`rococo_eval.scorefiles.read_header`). The galleries are RoCOCO's (clean, or one of
+header (:func:`rococo_eval.io.scorefiles.read_header`). The galleries are RoCOCO's (clean, or one of
 :data:`~rococo_eval.layout.ATTACKS`) on an image-text set of ``captions_per_image``, with
 ``adversarial_per_image`` adversarial captions per image in a text attack (RoCOCO's 5 by default).
 
@@ -54,8 +54,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .layout import (ADVERSARIAL_PER_IMAGE, ATTACKS, CLEAN, DIRECTIONS, IMAGE_TO_TEXT, ORDERS, TEXT_TO_IMAGE,
-                     attack_direction, describe_orders, gallery_shape, image_to_text_layout, matching_galleries)
+from rococo_eval.catalog import ATTACKS, CLEAN, DIRECTIONS, IMAGE_TO_TEXT, TEXT_TO_IMAGE, attack_direction
+from rococo_eval.layout import ADVERSARIAL_PER_IMAGE, ORDERS, describe_orders, gallery_shape, image_to_text_layout, matching_galleries
 
 CUSTOM = "custom"
 ORDER_SAMPLE_ROWS = 512

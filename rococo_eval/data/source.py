@@ -4,11 +4,11 @@
 and their altered copies, and the galleries built from them. It reads every count from the annotation records
 (images, captions per image, adversarial captions per image), so its captions and galleries describe whichever
 image-text set the files hold; RoCOCO on the COCO 5K test split is the one they hold today. The image attacks'
-partners and boxes are RoCOCO's published tables (:func:`rococo_eval.images.load_mix_table`), made for its
-5,000 test images. A benchmark generated for another image-text set (:mod:`rococo_eval.attacks`) is read the
+partners and boxes are RoCOCO's published tables (:func:`rococo_eval.attacks.images.load_mix_table`), made for its
+5,000 test images. A benchmark generated for another image-text set (:mod:`rococo_eval.data.benchmark`) is read the
 same way, from its folder's own files and partner tables (``RococoSource(benchmark=FOLDER)``, see
-:mod:`rococo_eval.manifest`). Everything that needs the data reads it through a source: the ``datasets`` builder
-(``rococo_dataset.py``), the Parquet export (:mod:`rococo_eval.export`), the app and the command line. This
+:mod:`rococo_eval.data.manifest`). Everything that needs the data reads it through a source: the ``datasets`` builder
+(``rococo_dataset.py``), the Parquet export (:mod:`rococo_eval.data.export`), the app and the command line. This
 module also checks image folders (:class:`ImageFolderError`) and fills them (:func:`fetch_images`).
 
 Example:
@@ -27,8 +27,8 @@ from pathlib import Path, PurePosixPath
 
 from PIL import Image
 
-from .annotations import OFFICIAL_COMMIT, AnnotationError, read_annotation_file
-from .download import (
+from rococo_eval.data.annotations import OFFICIAL_COMMIT, AnnotationError, read_annotation_file
+from rococo_eval.io.download import (
     DEFAULT_DOWNLOAD_WORKERS,
     CorruptImageError,
     decode_image,
@@ -36,10 +36,10 @@ from .download import (
     download_coco_images,
     read_image_file,
 )
-from .images import alter_image, encode_jpeg, load_mix_table
-from .layout import (CLEAN, IMAGE_ATTACKS, TEXT_ATTACKS, GalleryLayout, caption_offsets, gallery_direction,
-                     gallery_layout)
-from .manifest import read_benchmark
+from rococo_eval.attacks.images import alter_image, encode_jpeg, load_mix_table
+from rococo_eval.catalog import CLEAN, IMAGE_ATTACKS, TEXT_ATTACKS, gallery_direction
+from rococo_eval.layout import GalleryLayout, caption_offsets, gallery_layout
+from rococo_eval.data.manifest import read_benchmark
 
 logger = logging.getLogger(__name__)
 
@@ -61,8 +61,8 @@ class RococoSource:
             downloads the pinned files into ``cache_dir`` as they are needed.
         images_dir: the COCO root: the folder holding ``val2014/COCO_val2014_....jpg``. None means no
             images (captions and galleries still work); :func:`fetch_images` fills such a folder.
-        cache_dir: cache of downloaded annotation files (default :func:`~rococo_eval.download.default_cache_dir`).
-        benchmark: instead of RoCOCO's files, a folder written by :func:`rococo_eval.attacks.make_benchmark`:
+        cache_dir: cache of downloaded annotation files (default :func:`~rococo_eval.io.download.default_cache_dir`).
+        benchmark: instead of RoCOCO's files, a folder written by :func:`rococo_eval.data.benchmark.make_benchmark`:
             its annotation files and partner tables, checked against its manifest's sha256, and its attacks
             (:attr:`text_attacks`, :attr:`image_attacks`). ``images_dir`` defaults to the image folder the
             manifest records. Not together with ``annotations_dir``.
@@ -193,7 +193,7 @@ class RococoSource:
 
     @property
     def benchmark(self):
-        """The generated benchmark this source reads (:class:`rococo_eval.manifest.Benchmark`), or None (RoCOCO)."""
+        """The generated benchmark this source reads (:class:`rococo_eval.data.manifest.Benchmark`), or None (RoCOCO)."""
         return self._benchmark
 
     @property
@@ -240,10 +240,10 @@ class RococoSource:
             raise ValueError(
                 "this RococoSource has no `images_dir`: pass the COCO root holding val2014/ "
                 f"(RococoSource(images_dir=...)), or download the {self.num_images:,} images with "
-                "rococo_eval.source.fetch_images(source, folder)"
+                "rococo_eval.data.source.fetch_images(source, folder)"
             )
         path = self.images_dir / self.image_files[self._check_index(index)]
-        fetch = f"rococo_eval.source.fetch_images(source, {str(self.images_dir)!r})"
+        fetch = f"rococo_eval.data.source.fetch_images(source, {str(self.images_dir)!r})"
         try:
             return read_image_file(path)
         except FileNotFoundError:
@@ -253,7 +253,7 @@ class RococoSource:
 
     def alteration(self, index: int, attack: str) -> tuple[int, tuple[int, int, int, int] | None]:
         """The partner image of ``index``'s altered copy, and for ``patch`` its box ``(row0, row1, col0, col1)``
-        in the 384 x 384 image, from the published table (:func:`rococo_eval.images.load_mix_table`).
+        in the 384 x 384 image, from the published table (:func:`rococo_eval.attacks.images.load_mix_table`).
 
         Example:
             >>> source = RococoSource()
@@ -281,7 +281,7 @@ class RococoSource:
 
     def mix_table(self, attack: str):
         """The partner (and box) table of image attack ``attack``: RoCOCO's published one
-        (:func:`rococo_eval.images.load_mix_table`), or the benchmark's own.
+        (:func:`rococo_eval.attacks.images.load_mix_table`), or the benchmark's own.
 
         Example:
             >>> RococoSource().mix_table("patch_seed10").box.shape
@@ -304,7 +304,7 @@ class RococoSource:
             direction: ``"image_to_text"`` or ``"text_to_image"``; None means the attack's own direction
                 (required for ``"clean"``).
             order: ``"official"`` (the official ``itm_eval`` order) or ``"dataset"`` (the order of the
-                exported splits listed by :func:`rococo_eval.configs.dataset_splits`). Required for an
+                exported splits listed by :func:`rococo_eval.data.configs.dataset_splits`). Required for an
                 attacked image-to-text gallery, the one gallery where the two orders differ; elsewhere None
                 gives the one order.
 
@@ -381,7 +381,7 @@ def _check_images_dir(root: Path, image_files: list[str]) -> Path:
     shown = ", ".join(repr(str(root / name)) for name in missing[:3])
     advice = _layout_hint(root, missing[0]) or (
         f"Fetch the missing images (resumable, only those missing) with "
-        f"rococo_eval.source.fetch_images(source, {str(root)!r}), or leave `images_dir` unset (no "
+        f"rococo_eval.data.source.fetch_images(source, {str(root)!r}), or leave `images_dir` unset (no "
         f"--images-dir) to download them into the cache."
     )
     raise ImageFolderError(
@@ -405,13 +405,13 @@ def fetch_images(source=None, dest_root=None, *, base_url=None, workers: int = D
     """Download the source's COCO images one by one into ``dest_root/val2014/``: parallel, resumable, verified.
 
     Images already complete are not fetched again and interrupted ones are resumed (see
-    :func:`rococo_eval.download.download_coco_images`); the result is a folder to pass as ``images_dir``.
+    :func:`rococo_eval.io.download.download_coco_images`); the result is a folder to pass as ``images_dir``.
 
     Args:
         source: a :class:`RococoSource`, or an annotations folder (None: ``$ROCOCO_ANNOTATIONS_DIR`` or the
             pinned download) to read the list of images from.
         dest_root: the COCO root to fill; None uses ``<cache>/coco`` (see
-            :func:`~rococo_eval.download.default_cache_dir`).
+            :func:`~rococo_eval.io.download.default_cache_dir`).
         base_url: COCO's image server, or a mirror (``http(s)://``, ``file://`` or a folder) laid out the same;
             None uses ``$ROCOCO_IMAGE_BASE_URL``, else COCO's server.
         workers: parallel downloads.

@@ -51,8 +51,9 @@ from typing import Iterator, Sequence
 import numpy as np
 from tqdm.auto import tqdm
 
-from .files import open_cache_folder, write_atomic
-from .layout import IMAGE_TO_TEXT, gallery_vectors
+from rococo_eval.io.atomic import open_cache_folder, write_atomic
+from rococo_eval.catalog import IMAGE_TO_TEXT
+from rococo_eval.layout import gallery_vectors
 
 logger = logging.getLogger(__name__)
 
@@ -158,7 +159,7 @@ class Reranker:
     Args:
         model: has ``name``, ``fingerprint``, ``similarity(image_vectors, text_vectors)``, ``tokenize(texts)``,
             ``image_features(images)`` and ``match(features, image_positions, tokens)`` (see
-            :mod:`rococo_eval.rerank_models`).
+            :mod:`rococo_eval.models.blip`).
         root: the cache folder; pairs go to ``<root>/<model fingerprint>/itm-<images>--<captions>/``.
         k: candidates re-scored per query (``k_test``).
         batch_size: pairs per ITM pass and images per vision pass.

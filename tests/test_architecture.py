@@ -1,0 +1,48 @@
+"""The package's architecture: its layers import only downward, checked by import-linter's contracts.
+
+The contracts live in ``pyproject.toml`` (``[tool.importlinter]``); ``make test`` runs them here, through the
+real ``lint-imports``, once on the package and once on a copy of it with an upward import added, so that a test
+shows the contracts can fail. Every import counts, also one inside a function.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
+
+
+def lint_imports(root: Path) -> subprocess.CompletedProcess:
+    """Run ``lint-imports`` on the package under ``root`` with the project's contracts."""
+    return subprocess.run([str(LINT_IMPORTS), str(ROOT / "pyproject.toml"), "--no-cache"], cwd=root,
+                          capture_output=True, text=True, env={"PYTHONPATH": str(root), "PATH": ""})
+
+
+def test_the_layers_import_only_downward():
+    result = lint_imports(ROOT)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "Contracts: 2 kept, 0 broken." in result.stdout
+
+
+def test_an_upward_import_breaks_the_layer_contract(tmp_path):
+    shutil.copytree(ROOT / "rococo_eval", tmp_path / "rococo_eval", ignore=shutil.ignore_patterns("__pycache__"))
+    layout = tmp_path / "rococo_eval" / "layout.py"
+    layout.write_text(layout.read_text() + "\n\ndef _upward():\n    from rococo_eval.reporting import report\n")
+    result = lint_imports(tmp_path)
+    assert result.returncode == 1
+    assert "rococo_eval's layers import only downward BROKEN" in result.stdout
+    assert "rococo_eval.layout -> rococo_eval.reporting.report" in result.stdout
+
+
+def test_a_cycle_inside_a_layer_breaks_the_acyclic_contract(tmp_path):
+    shutil.copytree(ROOT / "rococo_eval", tmp_path / "rococo_eval", ignore=shutil.ignore_patterns("__pycache__"))
+    for module, imported in (("atomic", "download"), ("download", "atomic")):
+        path = tmp_path / "rococo_eval" / "io" / f"{module}.py"
+        path.write_text(path.read_text() + f"\n\ndef _cycle():\n    from rococo_eval.io import {imported}\n")
+    result = lint_imports(tmp_path)
+    assert result.returncode == 1
+    assert "no import cycles among the modules of a layer BROKEN" in result.stdout

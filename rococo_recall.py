@@ -205,21 +205,13 @@ class RankAccumulator:
 
     def update_embeddings(self, query_embeddings, gallery_embeddings, references):
         """Add queries given as embeddings; scores are their dot products with ``gallery_embeddings``."""
-        queries = _as_matrix(query_embeddings, name="query_embeddings", check_finite=True)
-        gallery = _as_matrix(gallery_embeddings, name="gallery_embeddings", check_finite=True)
-        if queries.shape[1] != gallery.shape[1]:
-            raise ValueError(
-                f"`query_embeddings` and `gallery_embeddings` must have the same width, got "
-                f"{queries.shape[1]} and {gallery.shape[1]}"
-            )
+        queries, gallery = _embedding_matrices(query_embeddings, gallery_embeddings)
         adversarial = self._gallery_mask(gallery.shape[0])
         refs, valid = _reference_table(references, queries.shape[0], len(adversarial), adversarial)
-        on_gpu = _is_torch(queries) and queries.device.type != "cpu"
-        rows = self.chunk_size or _rows_per_block(len(adversarial), _GPU_BLOCK_BYTES if on_gpu else _SCORE_BLOCK_BYTES)
         blocks = []
-        for start in range(0, queries.shape[0], rows):
-            scores = queries[start:start + rows] @ gallery.T
-            blocks.append(_rank_rows(scores, refs[start:start + rows], valid[start:start + rows], adversarial,
+        for start, scores in _embedding_score_blocks(queries, gallery, self.chunk_size):
+            stop = start + scores.shape[0]
+            blocks.append(_rank_rows(scores, refs[start:stop], valid[start:stop], adversarial,
                                      self.ties, None, _Origin("embeddings", self.num_queries, start), self.top_items))
         self._keep(adversarial, blocks)
 
@@ -269,6 +261,55 @@ def rococo_recall(predictions=None, references=None, adversarial=None, k=DEFAULT
     else:
         raise ValueError("`predictions` is required (or both `query_embeddings` and `gallery_embeddings`)")
     return accumulator.compute(k=k, per_query=per_query, bootstrap=bootstrap, seed=seed)
+
+
+def embedding_score_blocks(query_embeddings, gallery_embeddings, chunk_size=None):
+    """Yield ``(first row, scores)``: the score matrix of embeddings, block by block, as the metric makes it.
+
+    The one block rule of a dual encoder's scores. A block's scores are ``queries[rows] @ gallery.T`` for
+    :func:`score_block_rows` rows at a time (or ``chunk_size``); BLAS rounds a dot product by the shape of the
+    product it is part of, so scores made in other blocks may differ in their last bit. Whoever writes a model's
+    score matrix from embeddings (``rococo-eval run --save-scores``) makes it here, so that the file holds the
+    bits :func:`rococo_recall` ranks from the embeddings.
+
+    Example:
+        >>> queries = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]], dtype=np.float32)
+        >>> [(start, block.tolist()) for start, block in embedding_score_blocks(queries, queries[:2], chunk_size=2)]
+        [(0, [[1.0, 0.0], [0.0, 1.0]]), (2, [[1.0, 1.0]])]
+    """
+    queries, gallery = _embedding_matrices(query_embeddings, gallery_embeddings)
+    if chunk_size is not None and (not _is_integer(chunk_size) or chunk_size < 1):
+        raise ValueError(f"`chunk_size` must be a positive int, got {chunk_size!r}")
+    return _embedding_score_blocks(queries, gallery, chunk_size)
+
+
+def score_block_rows(num_gallery, on_gpu=False):
+    """Query rows per block of scores made from embeddings: about 32 MB of scores (16 MB on a GPU), 1 to 4096.
+
+    Example:
+        >>> score_block_rows(50010), score_block_rows(10), score_block_rows(50010, on_gpu=True)
+        (167, 4096, 83)
+    """
+    return _rows_per_block(num_gallery, _GPU_BLOCK_BYTES if on_gpu else _SCORE_BLOCK_BYTES)
+
+
+def _embedding_matrices(query_embeddings, gallery_embeddings):
+    """Both embedding matrices, checked: finite, of one width."""
+    queries = _as_matrix(query_embeddings, name="query_embeddings", check_finite=True)
+    gallery = _as_matrix(gallery_embeddings, name="gallery_embeddings", check_finite=True)
+    if queries.shape[1] != gallery.shape[1]:
+        raise ValueError(
+            f"`query_embeddings` and `gallery_embeddings` must have the same width, got "
+            f"{queries.shape[1]} and {gallery.shape[1]}"
+        )
+    return queries, gallery
+
+
+def _embedding_score_blocks(queries, gallery, chunk_size):
+    """:func:`embedding_score_blocks` on checked matrices (NumPy or torch)."""
+    rows = chunk_size or score_block_rows(gallery.shape[0], _is_torch(queries) and queries.device.type != "cpu")
+    for start in range(0, queries.shape[0], rows):
+        yield start, queries[start:start + rows] @ gallery.T
 
 
 def summarize(ranks, num_gallery, num_adversarial, k=DEFAULT_K, per_query=False, bootstrap=0, seed=0):

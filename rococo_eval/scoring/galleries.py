@@ -133,11 +133,14 @@ def score_model(model, source, attacks: Sequence[str], cache: EmbeddingCache, re
 
 
 def _embedding_blocks(layout, queries: np.ndarray, pool: Sequence[np.ndarray]) -> Iterator[tuple[int, np.ndarray]]:
-    """A dual encoder's score matrix of one gallery (dot products, float32), as ``(first row, rows)`` blocks."""
-    gallery = gallery_vectors(pool, layout.gallery_rows)
-    block = max(1, (64 << 20) // (4 * len(gallery)))
-    for start in range(0, len(queries), block):
-        yield start, queries[start:start + block] @ gallery.T
+    """A dual encoder's score matrix of one gallery (dot products, float32), as ``(first row, rows)`` blocks.
+
+    The blocks are the metric's (:func:`rococo_recall.embedding_score_blocks`), so that a saved matrix holds the
+    bits :func:`score_gallery` ranks.
+    """
+    from rococo_recall import embedding_score_blocks  # the metric (with numpy only): loaded where a gallery is scored
+
+    yield from embedding_score_blocks(queries, gallery_vectors(pool, layout.gallery_rows))
 
 
 def _images_fingerprint(source) -> str:

@@ -57,11 +57,10 @@ from rococo_eval.layout import gallery_vectors
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_K = 256  # k_test of BLIP's COCO retrieval config, used by RoCOCO
+DEFAULT_CANDIDATES = 256  # k_test of BLIP's COCO retrieval config, used by RoCOCO: candidates re-scored per query
 FILL = -100.0  # the official score of every candidate outside the top k
 _SHARD = re.compile(r"pairs-(\d+)\.npz")
 _PAIRS_PER_SHARD = 16384  # pairs per stored shard: what Ctrl-C can lose
-_ROWS_BYTES = 64 << 20  # ITC scores per block of query rows
 
 
 @dataclass(frozen=True)
@@ -170,7 +169,7 @@ class Reranker:
         computed, reused: ITM pairs computed, and read from the store, by this scorer so far.
     """
 
-    def __init__(self, model, root, k: int = DEFAULT_K, batch_size: int = 256, workers: int = 0,
+    def __init__(self, model, root, k: int = DEFAULT_CANDIDATES, batch_size: int = 256, workers: int = 0,
                  progress: bool = False):
         if not isinstance(k, int) or k < 1:
             raise ValueError(f"`k` must be a positive int, got {k!r}")
@@ -227,7 +226,7 @@ class Reranker:
             else:
                 images, captions, image_rows, caption_rows = side, queries, within[chosen], query_index[chosen]
             logits[chosen] = self._logits(images, captions, image_rows, caption_rows)
-        block = max(1, _ROWS_BYTES // (4 * layout.num_gallery))
+        block = _block_rows(layout.num_gallery)
         for start in range(0, layout.num_queries, block):
             stop = min(start + block, layout.num_queries)
             scores = np.full((stop - start, layout.num_gallery), FILL, dtype=np.float32)
@@ -240,7 +239,7 @@ class Reranker:
         import torch  # the models that re-rank are torch models
 
         gallery = gallery_vectors([side.vectors for side in pool], layout.gallery_rows)
-        block = max(1, _ROWS_BYTES // (4 * layout.num_gallery))
+        block = _block_rows(layout.num_gallery)
         columns = np.empty((layout.num_queries, k), dtype=np.int64)
         itc = np.empty((layout.num_queries, k), dtype=np.float32)
         for start in range(0, layout.num_queries, block):
@@ -295,6 +294,13 @@ class Reranker:
         elapsed = time.perf_counter() - started
         logger.info("%d ITM pairs in %.1f s (%.0f pairs/s)", len(image_rows), elapsed,
                     len(image_rows) / max(elapsed, 1e-9))
+
+
+def _block_rows(num_gallery: int) -> int:
+    """Query rows per block: the metric's rule for every score matrix (:func:`rococo_recall.score_block_rows`)."""
+    from rococo_recall import score_block_rows  # the metric (with numpy only): loaded where a gallery is scored
+
+    return score_block_rows(num_gallery)
 
 
 def block_metric(blocks, layout, writer=None, **metric_kwargs) -> dict:

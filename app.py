@@ -31,10 +31,11 @@ from rococo_eval.catalog import CLEAN, DIRECTIONS, IMAGE_ATTACK_METHODS, TEXT_AT
 from rococo_eval.layout import describe_orders, gallery_shape
 from rococo_eval.detection import CUSTOM
 from rococo_eval.io.atomic import write_atomic
+from rococo_eval.scoring.plan import adversarial_per_image_of, attacks_of
 from rococo_eval.space import (ALL_GALLERIES, IMAGE_ATTACK_HEADERS, LAYOUT_HEADERS, MAX_BOOTSTRAP, WORD_HEADERS,
-                               adversarial_per_image_of, attacks_of, compare_rows, detect_layouts, evaluate_files,
-                               explore, flipped_view, source_and_problem, write_outputs)
-from rococo_recall import DEFAULT_K, TIE_POLICIES
+                               compare_rows, detect_layouts, evaluate_files, explore, flipped_view, source_and_problem,
+                               write_outputs)
+from rococo_recall import TIE_POLICIES
 
 logger = logging.getLogger("rococo_app")
 
@@ -125,8 +126,7 @@ class Handlers:
                                         bootstrap=_int(bootstrap, "bootstrap"), source=self.source,
                                         adversarial_per_image=adversarial_per_image_of(self.source),
                                         attacks=attacks_of(self.source))
-            settings = {"k": list(DEFAULT_K), "ties": ties, "bootstrap": bootstrap}
-            json_path, chart_path = write_outputs(evaluation, _fresh_folder(self.output_root), settings)
+            json_path, chart_path = write_outputs(evaluation, _fresh_folder(self.output_root), self.source)
         except ValueError as error:
             logger.info("evaluation refused: %s", error)
             raise gr.Error(str(error), duration=None, title="Cannot evaluate", print_exception=False) from None

@@ -153,3 +153,28 @@ def galleries(attacks) -> list[tuple[str, str]]:
         [('clean', 'text_to_image'), ('rand_voca', 'image_to_text'), ('mix_seed1', 'text_to_image')]
     """
     return [(CLEAN, IMAGE_TO_TEXT), (CLEAN, TEXT_TO_IMAGE)] + [(a, attack_direction(a)) for a in attacks]
+
+
+def select_names(names, choices, groups=None, *, argument: str = "strategies") -> tuple[str, ...]:
+    """The members of ``choices`` that ``names`` select, in the order of ``choices``: each name is a choice or
+    one of ``groups`` (a name standing for several choices). ``argument`` names the argument in the errors.
+
+    Example:
+        >>> select_names(["mix", "text"], TEXT_ATTACKS + IMAGE_ATTACK_METHODS, {"text": TEXT_ATTACKS})
+        ('same_concept', 'diff_concept', 'rand_voca', 'danger', 'mix')
+        >>> select_names(["mixup"], IMAGE_ATTACK_METHODS)
+        Traceback (most recent call last):
+        ...
+        ValueError: `strategies` must be among ('mix', 'patch'), got 'mixup'
+    """
+    groups = groups or {}
+    names = [names] if isinstance(names, str) else list(names)
+    allowed = tuple(choices) + tuple(groups)
+    if not names:
+        raise ValueError(f"`{argument}` must name at least one of {allowed}, got none")
+    for name in names:
+        if name not in choices and name not in groups:
+            raise ValueError(f"`{argument}` must be among {tuple(choices)}"
+                             + (f" or {tuple(groups)}" if groups else "") + f", got {name!r}")
+    chosen = {member for name in names for member in groups.get(name, (name,))}
+    return tuple(name for name in choices if name in chosen)

@@ -15,10 +15,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import functools
 import logging
 import os
-import platform
 import re
 import sys
 import tempfile
@@ -29,13 +27,12 @@ from rococo_eval import __version__
 from rococo_eval.io.download import DEFAULT_IMAGE_WORKERS, MAX_DEFAULT_IMAGE_WORKERS, default_cache_dir
 from rococo_eval.models.cache import DEFAULT_BATCH_SIZE
 from rococo_eval.catalog import ATTACKS, CLEAN, DIRECTIONS, IMAGE_ATTACKS, SEEDS, TEXT_ATTACKS
-from rococo_eval.layout import ORDERS, describe_orders, recall_cutoffs
+from rococo_eval.layout import ORDERS, describe_orders
 from rococo_eval.detection import CUSTOM
 
 logger = logging.getLogger("rococo_eval")
 
 DEFAULT_OUT = "rococo-report"
-REPORT_FLIPPED = 50  # flipped queries per gallery in report.json (all of them are in flipped.csv)
 _SPEC = re.compile(r"[a-z0-9_]+(:[a-z0-9_]*){0,2}")
 
 
@@ -210,57 +207,35 @@ def run_command(args) -> Path:
         meta["scores_dir"] = str(save_scores)
     layouts = {f"{attack}/{direction}": source.gallery(attack, direction, "official")
                for attack, direction in galleries(attacks)}
-    write_report(results, out, meta, quiet=args.quiet, layouts=layouts, source=source)
+    _report(results, out, meta, args.quiet, layouts, source)
     return out
 
 
 def score_command(args) -> Path:
     """``rococo-eval score``: score files in, report out. Returns the report folder.
 
-    Every file's gallery is settled before any is scored, so a file that cannot be placed stops the command
-    before the work.
+    Every file's gallery is settled before any is scored (:func:`rococo_eval.scoring.plan.plan_score_files`), so
+    a file that cannot be placed stops the command before the work.
     """
-    import rococo_recall
-
     from rococo_eval.data.source import RococoSource
-    from rococo_eval.catalog import gallery_key
-    from rococo_eval.detection import choose_layout
-    from rococo_eval.io.scorefiles import read_header, read_scores
+    from rococo_eval.scoring.plan import (PlanError, ScoreRequest, adversarial_per_image_of, plan_score_files,
+                                          report_meta, score_planned)
 
     out = writable_folder(args.out)
-    given = [(spec, read_header(path)) for spec, path in map(split_file_argument, args.files)]
     source = RococoSource(args.annotations_dir, benchmark=args.benchmark)
-    counts = {"attacks": source.text_attacks + source.image_attacks}
-    if args.benchmark and source.text_attacks:
-        counts["adversarial_per_image"] = source.adversarial_per_image
-    planned, files = [], {}
-    for spec, info in given:
-        path = info.path
-        attack, direction, order = parse_layout_spec(spec, source.text_attacks + source.image_attacks)
-        choice = choose_layout(info.shape, source.captions_per_image, path.name, attack, direction, order,
-                               scores=functools.partial(read_scores, path, info.key), **counts)
-        if choice.attack == CUSTOM:
-            raise CommandError(f"{path}: custom layouts have no place in a RoCOCO report; score them with "
-                               "rococo_recall directly")
-        if not choice.order:
-            raise CommandError(f"{path}: {choice.note}; give it as ATTACK:DIRECTION:ORDER=PATH, here "
-                               f"{choice.attack}:{choice.direction}:official={path} or "
-                               f"{choice.attack}:{choice.direction}:dataset={path}")
-        key = gallery_key(choice.attack, choice.direction)
-        if key in files:
-            raise CommandError(f"{path}: gallery {key} was already given by {files[key]['path']}")
-        decided = choice.order_decision.order if choice.order_decision else ""
-        read_off_the_file = not spec or decided not in ("", order)  # or the scores dispute the given order
-        (logger.warning if read_off_the_file else logger.info)("%s: %s", path, choice.note)
-        files[key] = {"path": str(path), "order": choice.order, "note": choice.note}
-        planned.append((key, info, choice))
-    results, layouts = {}, {}
-    for key, info, choice in planned:
-        layouts[key] = layout = source.gallery(choice.attack, choice.direction, choice.order)
-        results[key] = rococo_recall.rococo_recall(read_scores(info.path, info.key), **layout.metric_inputs(),
-                                                   k=recall_cutoffs(layout.num_gallery, key),
-                                                   per_query=True)
-    write_report(results, out, {"files": files}, quiet=args.quiet, layouts=layouts, source=source)
+    attacks = source.text_attacks + source.image_attacks
+    requests = []
+    for spec, path in map(split_file_argument, args.files):
+        attack, direction, order = parse_layout_spec(spec, attacks)
+        requests.append(ScoreRequest(path, attack=attack, direction=direction, order=order))
+    try:
+        plans = plan_score_files(requests, source.captions_per_image, attacks=attacks,
+                                 adversarial_per_image=adversarial_per_image_of(source))
+        results = score_planned(plans)
+    except PlanError as error:
+        raise CommandError(str(error)) from None
+    layouts = {planned.key: planned.layout for planned in plans}
+    _report(results, out, report_meta(plans), args.quiet, layouts, source)
     return out
 
 
@@ -369,57 +344,15 @@ def writable_folder(path) -> Path:
     return folder
 
 
-def write_report(results: dict, out: Path, meta: dict, quiet: bool = False, layouts=None,
-                 source=None) -> dict[str, Path]:
-    """Write ``report.json``, ``report.md`` and ``recall.png`` into ``out`` and print the table on stdout.
+def _report(results: dict, out: Path, meta: dict, quiet: bool, layouts: dict, source) -> None:
+    """Write the report (:func:`rococo_eval.reporting.report.write_report`), print its table on stdout."""
+    from rococo_eval.reporting.analysis import split_per_query
+    from rococo_eval.reporting.report import summary_rows, to_text_table, write_report
 
-    Results that carry the metric's per-query arrays (``per_query=True``) and have a layout in ``layouts``
-    also get the failure analysis (:func:`rococo_eval.reporting.analysis.analyse`, with captions and partners from
-    ``source``): ``per_query.parquet`` (every query's ranks and top-1 item), ``flipped.csv`` (every flipped
-    query), ``words.png`` (by-word chart, text attacks), its tables in ``report.md`` and, with the
-    :data:`REPORT_FLIPPED` largest margins per gallery, in ``report.json``'s ``analysis``.
-
-    Returns:
-        the paths written, by kind (``json``, ``markdown``, ``chart``, and ``per_query``, ``flipped``,
-        ``words`` with the analysis).
-    """
-    from rococo_eval.reporting.analysis import analyse, flipped_csv, split_per_query, write_per_query_parquet
-    from rococo_eval.io.atomic import write_atomic
-    from rococo_eval.reporting.report import (analysis_markdown, plot_recall, plot_word_rates, summary_rows, to_markdown, to_text_table,
-                         write_json)
-
-    split = {key: split_per_query(result) for key, result in results.items()}
-    results = {key: scalars for key, (scalars, _) in split.items()}
-    per_query = {key: arrays for key, (_, arrays) in split.items() if arrays and key in (layouts or {})}
-    rows = summary_rows(results)
-    meta = {"rococo_eval": __version__, "python": platform.python_version(), **meta}
-    paths, document = {}, {"meta": meta, "results": results, "summary": rows}
-    analysis = analyse(per_query, layouts, source) if per_query else None
-    if analysis is not None:
-        paths["per_query"] = write_per_query_parquet(per_query, layouts, out / "per_query.parquet")
-        every_flip = [row for gallery in analysis["galleries"].values() for row in gallery["flipped_queries"]]
-        text = flipped_csv(every_flip).encode("utf-8")
-        paths["flipped"] = write_atomic(out / "flipped.csv", lambda handle: handle.write(text))
-        shortened = {key: {**gallery, "flipped_queries": gallery["flipped_queries"][:REPORT_FLIPPED]}
-                     for key, gallery in analysis["galleries"].items()}
-        document["analysis"] = {**analysis, "galleries": shortened, "per_query_file": paths["per_query"].name,
-                                "flipped_file": paths["flipped"].name}
-    paths["json"] = write_json(document, out / "report.json")
-    title = f"# RoCOCO report: {meta['model']}\n\n" if "model" in meta else "# RoCOCO report\n\n"
-    markdown = title + to_markdown(rows) + "\n"
-    if analysis is not None:
-        markdown += "\n" + analysis_markdown(analysis) + "\n"
-    paths["markdown"] = write_atomic(out / "report.md", lambda handle: handle.write(markdown.encode("utf-8")))
-    try:
-        paths["chart"] = plot_recall(rows, out / "recall.png")
-        if analysis is not None and analysis["by_word"]:
-            paths["words"] = plot_word_rates(analysis, out / "words.png")
-    except ImportError:
-        logger.warning("matplotlib is not installed: no recall.png (pip install matplotlib)")
-    print(to_text_table(rows))
+    write_report(results, out, meta, layouts=layouts, source=source)
+    print(to_text_table(summary_rows({key: split_per_query(result)[0] for key, result in results.items()})))
     if not quiet:
         print(f"rococo-eval: report written to {out}", file=sys.stderr)
-    return paths
 
 
 def _progress(args) -> bool:

@@ -13,20 +13,20 @@ import io
 import logging
 import os
 import re
-import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
-from rococo_recall import DEFAULT_K, TIE_POLICIES, rococo_recall
+from rococo_recall import DEFAULT_K
 
 from rococo_eval.reporting import analysis, report
 from rococo_eval.io import scorefiles
 from rococo_eval.attacks.replacements import find_replacements, highlight
 from rococo_eval.catalog import ATTACKS, IMAGE_ATTACKS, TEXT_ATTACKS, gallery_key
-from rococo_eval.layout import ADVERSARIAL_PER_IMAGE, caption_offsets, gallery_layout, recall_cutoffs
+from rococo_eval.layout import ADVERSARIAL_PER_IMAGE, caption_offsets
 from rococo_eval.detection import CUSTOM, choose_layout
+from rococo_eval.scoring.plan import (ScoreRequest, ScoringOptions, plan_score_files, report_meta, score_planned)
 
 logger = logging.getLogger(__name__)
 
@@ -61,11 +61,19 @@ class Failures:
 
 @dataclass
 class Evaluation:
-    """What one evaluation request produced; ``failures`` is its failure analysis (None when no standard
-    gallery was scored)."""
+    """What one evaluation request produced.
+
+    Attributes:
+        results: the metric's scalar outputs by gallery key (the per-query arrays are in ``failures``).
+        meta: what the report records of the files and settings (:func:`rococo_eval.scoring.plan.report_meta`).
+        layouts: the layouts of the standard galleries scored, by key.
+        rows: the summary rows the page shows, each with its ``file``.
+        message: what the page says of the evaluation.
+        failures: the failure analysis (None when no standard gallery was scored).
+    """
 
     results: dict
-    files: dict
+    meta: dict
     layouts: dict
     rows: list
     message: str
@@ -107,32 +115,6 @@ def source_and_problem(images_dir=None, benchmark=None):
         return None, str(error)
 
 
-def adversarial_per_image_of(source) -> int:
-    """The adversarial captions per image of the galleries a source's text attacks make: a generated benchmark's
-    own (``RococoSource(benchmark=...)``), else RoCOCO's 5.
-
-    Example:
-        >>> adversarial_per_image_of(None)
-        5
-    """
-    benchmark = getattr(source, "benchmark", None)
-    if benchmark is None or benchmark.adversarial_per_image is None:
-        return ADVERSARIAL_PER_IMAGE
-    return benchmark.adversarial_per_image
-
-
-def attacks_of(source) -> tuple[str, ...]:
-    """The attacks a score file may name: a generated benchmark's own (its image attacks may have other seeds than
-    RoCOCO's), else RoCOCO's.
-
-    Example:
-        >>> attacks_of(None) == ATTACKS
-        True
-    """
-    return (tuple(getattr(source, "text_attacks", TEXT_ATTACKS))
-            + tuple(getattr(source, "image_attacks", IMAGE_ATTACKS)))
-
-
 def detect_layouts(paths, captions_per_image, adversarial_per_image=ADVERSARIAL_PER_IMAGE,
                    attacks=ATTACKS) -> list[list[str]]:
     """One layout row (``LAYOUT_HEADERS``) per uploaded file: detected, or blank with why.
@@ -162,63 +144,47 @@ def evaluate_files(paths, layouts=None, references=None, adversarial=None, *, ca
     """Score every uploaded file on its layout; raise one ``ValueError`` listing every file's problem.
 
     ``layouts`` are rows ``[file, attack, direction, order, ...]``; a file without a row, or blank cells,
-    gets the detected layout. An attacked image-to-text gallery whose order is blank and not clear from its
-    scores is refused. ``references`` and ``adversarial`` are files for custom layouts whose score file does
-    not carry its own; ``attacks`` are those a file may be of (:func:`attacks_of`). The metric's per-query arrays
-    of the standard galleries go to the failure analysis (``Evaluation.failures``, its by-word tables from
-    ``source``'s captions), not into ``results``.
+    gets the detected layout. The files go through the one planner and scorer of :mod:`rococo_eval.scoring.plan`
+    (as ``rococo-eval score`` does), with custom layouts allowed: ``references`` and ``adversarial`` are files for
+    custom layouts whose score file does not carry its own; ``attacks`` are those a file may be of
+    (:func:`rococo_eval.scoring.plan.attacks_of`). The metric's per-query arrays of the standard galleries go to
+    the failure analysis (``Evaluation.failures``, its by-word tables from ``source``'s captions).
     """
     if not paths:
         raise ValueError("upload at least one score file (.npy, .npz or .safetensors)")
-    if ties not in TIE_POLICIES:
-        raise ValueError(f"`ties` must be one of {', '.join(TIE_POLICIES)}, got {ties!r}")
-    if not isinstance(bootstrap, int) or isinstance(bootstrap, bool) or not 0 <= bootstrap <= MAX_BOOTSTRAP:
-        raise ValueError(f"`bootstrap` must be an int from 0 to {MAX_BOOTSTRAP}, got {bootstrap!r}")
+    options = ScoringOptions(ties, bootstrap, max_bootstrap=MAX_BOOTSTRAP)
     names = [Path(path).name for path in paths]
     repeated = sorted({name for name in names if names.count(name) > 1})
     if repeated:
         raise ValueError(f"several uploads are named {', '.join(repeated)}: rename them so each has its own layout")
     chosen = _layout_rows(layouts, names)
-    plans, problems = [], []
-    for path, name in zip(paths, names):
-        try:
-            plans.append(_plan(path, name, chosen.get(name, []), captions_per_image, references, adversarial,
-                               adversarial_per_image, attacks))
-        except ValueError as error:
-            problems.append(_with_name(name, error))
-    keys = [plan[0] for plan in plans]
-    problems += [f"{key}: several uploads score this gallery" for key in sorted(set(keys)) if keys.count(key) > 1]
-    if problems:
-        raise ValueError("\n".join(problems))
-    results, files, layouts_used, per_query, gallery_layouts, cutoffs = {}, {}, {}, {}, {}, {}
-    for key, path, info, choice, inputs in plans:
-        started = time.perf_counter()
-        try:
-            scores = scorefiles.read_scores(path, info.key)
-            cutoffs[key] = recall_cutoffs(scores.shape[1], key)
-            result = rococo_recall(scores, **inputs, k=cutoffs[key], ties=ties, bootstrap=bootstrap, per_query=True)
-        except ValueError as error:
-            problems.append(_with_name(Path(path).name, error))
-            continue
-        results[key], arrays = analysis.split_per_query(result)
-        if choice.attack != CUSTOM:
-            per_query[key] = arrays
-            gallery_layouts[key] = _standard_layout(choice.attack, choice.direction, choice.order,
-                                                    tuple(captions_per_image), adversarial_per_image)
-        files[key], layouts_used[key] = Path(path).name, asdict(choice)
-        logger.info("scored %s %s as %s in %.2f s", Path(path).name, info.shape, key, time.perf_counter() - started)
-    if problems:
-        raise ValueError("\n".join(problems))
+    requests = [ScoreRequest(path, name, *(chosen.get(name, []) + ["", "", ""])[:3])
+                for path, name in zip(paths, names)]
+    plans = plan_score_files(requests, captions_per_image, adversarial_per_image=adversarial_per_image,
+                             attacks=attacks, custom=True, references=references, adversarial=adversarial,
+                             ask_order=_ask_order_in_table)
+    scored = score_planned(plans, options)
+    results, per_query = {}, {}
+    for key, result in scored.items():
+        results[key], per_query[key] = analysis.split_per_query(result)
+    standard = {planned.key: planned.layout for planned in plans if planned.is_standard}
+    per_query = {key: arrays for key, arrays in per_query.items() if key in standard}
     rows = report.summary_rows(results)
+    files = {planned.key: planned.request.name for planned in plans}
     for row in rows:
         row["file"] = files.get(gallery_key(row["attack"], row["direction"]), "")
-    lines = [f"- `{files[key]}` ({plan_info.shape[0]} x {plan_info.shape[1]}, {plan_info.dtype}): {choice.note}"
-             + _cutoffs_note(cutoffs[key], plan_info.shape[1]) for key, _, plan_info, choice, _ in plans]
+    lines = [f"- `{planned.request.name}` ({planned.info.shape[0]} x {planned.info.shape[1]}, {planned.info.dtype}):"
+             f" {planned.choice.note}" + _cutoffs_note(planned.cutoffs, planned.info.shape[1]) for planned in plans]
     message = f"Scored {len(results)} file(s), ties {ties}, bootstrap {bootstrap}:\n" + "\n".join(lines)
     failures = None
     if per_query:
-        failures = Failures(per_query, gallery_layouts, **analysis.vulnerability(per_query, gallery_layouts, source))
-    return Evaluation(results, files, layouts_used, rows, message, failures)
+        failures = Failures(per_query, standard, **analysis.vulnerability(per_query, standard, source))
+    return Evaluation(results, report_meta(plans, options), standard, rows, message, failures)
+
+
+def _ask_order_in_table(choice, request) -> str:
+    """How the Space asks for an order the file does not show: in the layout table."""
+    return "set it in the `order` column of the layout table"
 
 
 def _cutoffs_note(cutoffs, num_gallery: int) -> str:
@@ -233,13 +199,13 @@ def _cutoffs_note(cutoffs, num_gallery: int) -> str:
     return f" Scored at {' and '.join(f'R@{k}' for k in cutoffs)} only: the gallery has {num_gallery} items."
 
 
-def write_outputs(evaluation: Evaluation, folder: Path, settings: dict) -> tuple[Path, Path]:
-    """Write the JSON download and the chart of one evaluation into ``folder``."""
-    document = {"results": evaluation.results, "files": evaluation.files, "layouts": evaluation.layouts,
-                "settings": settings, "summary": evaluation.rows}
-    json_path = report.write_json(document, folder / "rococo_results.json")
-    chart_path = report.plot_recall(evaluation.rows, folder / "rococo_recall.png")
-    return json_path, chart_path
+def write_outputs(evaluation: Evaluation, folder: Path, source=None) -> tuple[Path, Path]:
+    """Write the report of one evaluation into ``folder``: the same ``report.json`` (and ``recall.png``) as
+    ``rococo-eval score`` writes for the same files (:func:`rococo_eval.reporting.report.write_report`)."""
+    per_query = evaluation.failures.per_query if evaluation.failures is not None else {}
+    results = {key: {**result, **per_query.get(key, {})} for key, result in evaluation.results.items()}
+    paths = report.write_report(results, folder, evaluation.meta, layouts=evaluation.layouts, source=source)
+    return paths["json"], paths["chart"]
 
 
 def flipped_view(failures: Failures | None, source=None, gallery: str = ALL_GALLERIES, page: int = 1,
@@ -265,6 +231,7 @@ def flipped_view(failures: Failures | None, source=None, gallery: str = ALL_GALL
 
     Example:
         >>> import numpy as np
+        >>> from rococo_eval.layout import gallery_layout
         >>> layout = gallery_layout("mix_seed1", "text_to_image", [1, 1])
         >>> per_query = {"rank": np.array([1, 0]), "clean_rank": np.array([0, 0]), "top_index": np.array([2, 1]),
         ...              "top_score": np.array([0.75, 0.8]), "best_correct_index": np.array([0, 1]),
@@ -434,41 +401,6 @@ def _layout_rows(layouts, names) -> dict[str, list[str]]:
     return chosen
 
 
-def _plan(path, name, cells, captions_per_image, references, adversarial, adversarial_per_image, attacks):
-    """Check one upload from its header and layout: ``(key, path, info, choice, metric inputs)``."""
-    info = scorefiles.read_header(path)
-    attack, direction, order = (cells + ["", "", ""])[:3]
-    if not attack and info.layout_keys:
-        attack = CUSTOM
-    choice = choose_layout(info.shape, captions_per_image, name, attack, direction, order,
-                           scores=functools.partial(scorefiles.read_scores, path, info.key),
-                           adversarial_per_image=adversarial_per_image, attacks=attacks)
-    if not choice.order:
-        raise ValueError(f"{choice.note}; set it in the `order` column of the layout table")
-    if choice.attack != CUSTOM:
-        layout = _standard_layout(choice.attack, choice.direction, choice.order, tuple(captions_per_image),
-                                  adversarial_per_image)
-        key = gallery_key(choice.attack, choice.direction)
-        return key, path, info, choice, {"references": layout.references, "adversarial": layout.adversarial}
-    inside = scorefiles.read_layout_arrays(path)
-    if "references" not in inside and references is None:
-        raise ValueError("a custom layout needs references: upload a references file, or put a `references` "
-                         "array in an .npz or .safetensors score file")
-    inputs = {"references": inside["references"] if "references" in inside else scorefiles.read_references(references),
-              "adversarial": inside.get("adversarial")}
-    if inputs["adversarial"] is None and adversarial is not None:
-        inputs["adversarial"] = scorefiles.read_adversarial(adversarial)
-    label = re.sub(r"[/\s]+", "_", Path(name).stem)
-    return gallery_key(label, choice.direction), path, info, choice, inputs
-
-
-@functools.lru_cache(maxsize=8)
-def _standard_layout(attack, direction, order, captions_per_image, adversarial_per_image=ADVERSARIAL_PER_IMAGE):
-    """Layouts are read-only and shared by all requests; each is built for its own attack (and checked)."""
-    return gallery_layout(attack, direction, list(captions_per_image), order,
-                          adversarial_per_image=adversarial_per_image)
-
-
 def _marked(original: str, altered: str) -> str:
     """``altered`` as HTML with the words that replaced ``original``'s marked, and what they replaced."""
     changes = find_replacements(original, altered)
@@ -478,8 +410,3 @@ def _marked(original: str, altered: str) -> str:
     text = re.sub("\x00(.*?)\x00", r"<mark>\1</mark>", text)
     summary = "; ".join(f"{c.original or '∅'} → {c.replacement or '∅'}" for c in changes) or "same as the ground truth"
     return f"{text}<br><small>{html.escape(summary, quote=False)}</small>"
-
-
-def _with_name(name: str, error: Exception) -> str:
-    text = str(error)
-    return text if text.startswith(f"{name}:") else f"{name}: {text}"

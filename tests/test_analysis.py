@@ -14,7 +14,7 @@ import pytest
 
 from rococo_eval.reporting import analysis
 from rococo_eval.attacks.replacements import find_replacements
-from rococo_eval.cli import write_report
+from rococo_eval.reporting.report import write_report
 from rococo_eval.layout import caption_offsets, gallery_layout
 from rococo_eval.data.source import RococoSource
 from rococo_recall import rococo_recall
@@ -184,7 +184,7 @@ def test_the_report_carries_the_analysis(tmp_path, capsys):
     for attack, matrix in image_scores.items():
         results[f"{attack}/text_to_image"] = rococo_recall(matrix, **image_layout.metric_inputs(), k=1, per_query=True)
         layouts[f"{attack}/text_to_image"] = image_layout
-    paths = write_report(results, tmp_path, {"model": "hand"}, quiet=True, layouts=layouts, source=HandSource())
+    paths = write_report(results, tmp_path, {"model": "hand"}, layouts=layouts, source=HandSource())
     assert set(paths) == {"json", "markdown", "chart", "per_query", "flipped", "words"}
     document = json.loads(paths["json"].read_text())
     assert "rank" not in document["results"]["rand_voca/image_to_text"]  # per-query arrays live in the Parquet file

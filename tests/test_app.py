@@ -19,9 +19,11 @@ from PIL import Image
 
 import app
 from rococo_eval import space
+from rococo_eval.scoring import plan
 from rococo_eval.catalog import IMAGE_ATTACKS
 from rococo_eval.layout import gallery_layout
-from rococo_eval.reporting.report import REFERENCE_RESULTS, write_json
+from rococo_eval.io.atomic import write_json
+from rococo_eval.reporting.report import REFERENCE_RESULTS
 from rococo_recall import rococo_recall
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -178,8 +180,8 @@ def test_evaluate_standard_galleries(client, tmp_path):
     assert set(saved["results"]) == set(expected)
     for key, result in expected.items():
         assert saved["results"][key] == as_saved(result, tmp_path), key
-    assert saved["layouts"]["danger/image_to_text"]["order"] == "dataset"
-    assert saved["files"]["rand_voca/image_to_text"] == "clip_rand_voca.npy"
+    assert saved["meta"]["files"]["danger/image_to_text"]["order"] == "dataset"
+    assert saved["meta"]["files"]["rand_voca/image_to_text"]["path"] == "clip_rand_voca.npy"
     assert "clip_rand_voca.npy` (30 x 302, float32): rand_voca image-to-text gallery in the official order, " \
            "as chosen" in message
     attacks = [row[table["headers"].index("attack")] for row in table["data"]]
@@ -201,7 +203,7 @@ def test_evaluate_options(client, tmp_path):
     expected = rococo_recall(scores, **layout.metric_inputs(), ties="optimistic", bootstrap=25)
     assert expected != rococo_recall(scores, **layout.metric_inputs(), bootstrap=25)
     assert saved_results(answer)["results"]["same_concept/image_to_text"] == as_saved(expected, tmp_path)
-    assert saved_results(answer)["settings"] == {"k": [1, 5, 10], "ties": "optimistic", "bootstrap": 25}
+    assert saved_results(answer)["meta"]["settings"] == {"ties": "optimistic", "bootstrap": 25}
     assert "[" in answer[1]["data"][0][answer[1]["headers"].index("R@1")]  # the CI is shown
 
 
@@ -301,7 +303,7 @@ def test_every_problem_is_reported_at_once(client, tmp_path):
     with pytest.raises(AppError) as raised:
         client.predict([handle_file(p) for p in (first, second, third)], layouts, api_name="/evaluate")
     assert "c.npy: shape (3, 3) fits no RoCOCO layout" in str(raised.value)
-    assert "rand_voca/image_to_text: several uploads score this gallery" in str(raised.value)
+    assert "b_rand_voca.npy: gallery rand_voca/image_to_text was already given by a_rand_voca.npy" in str(raised.value)
 
 
 def test_evaluate_waits_for_the_order_of_an_unclear_text_attack(client, tmp_path):
@@ -322,7 +324,7 @@ def test_evaluate_waits_for_the_order_of_an_unclear_text_attack(client, tmp_path
     saved = saved_results(answer)
     assert saved["results"]["rand_voca/image_to_text"] == as_saved(
         rococo_recall(scores, **layout.metric_inputs(), k=(1, 5, 10)), tmp_path)
-    assert saved["layouts"]["rand_voca/image_to_text"]["order"] == "dataset"
+    assert saved["meta"]["files"]["rand_voca/image_to_text"]["order"] == "dataset"
 
 
 def test_clear_scores_show_their_order(tmp_path):
@@ -358,9 +360,9 @@ def test_clear_scores_show_their_order(tmp_path):
 
 
 def test_standard_layouts_are_built_for_the_attack_itself():
-    assert space._standard_layout("danger", "image_to_text", "dataset", tuple(CAPTIONS)).num_gallery == 302
+    assert plan._standard_layout("danger", "image_to_text", "dataset", tuple(CAPTIONS)).num_gallery == 302
     with pytest.raises(ValueError, match="attack 'mix_seed1' is scored text_to_image, not image_to_text"):
-        space._standard_layout("mix_seed1", "image_to_text", "official", tuple(CAPTIONS))
+        plan._standard_layout("mix_seed1", "image_to_text", "official", tuple(CAPTIONS))
 
 
 def test_evaluate_refuses_bad_requests(client, tmp_path, monkeypatch):

@@ -226,7 +226,7 @@ def test_a_missing_image_names_it_and_the_root_and_writes_nothing(image_set, tmp
 
 @pytest.mark.parametrize("strategies, message", [
     (["same_concept", "mixup"], "`strategies` must be among .* got 'mixup'"),
-    ([], "`strategies` is empty"),
+    ([], "`strategies` must name at least one"),
 ])
 def test_unknown_strategies_are_refused(image_set, tmp_path, strategies, message):
     with pytest.raises(ValueError, match=message):
@@ -272,7 +272,8 @@ def test_run_evaluates_a_model_on_the_benchmark(benchmark, hf_name, tmp_path, ca
 def test_run_scores_galleries_smaller_than_ten_at_the_cutoffs_they_allow(image_set, hf_name, tmp_path, caplog,
                                                                          capsys):
     """`run`, `score` and the Space score a gallery of fewer than ten items at the cut-offs it allows."""
-    from rococo_eval.space import attacks_of, evaluate_files
+    from rococo_eval.scoring.plan import attacks_of
+    from rococo_eval.space import evaluate_files
 
     records = json.loads((image_set / "set.json").read_text())[5:11]  # six images, all captions attackable
     (tmp_path / "six.json").write_text(json.dumps(records))
@@ -307,7 +308,8 @@ def test_run_scores_galleries_smaller_than_ten_at_the_cutoffs_they_allow(image_s
 
 
 def test_the_space_explores_and_evaluates_the_benchmark(benchmark, image_set, tmp_path):
-    from rococo_eval.space import adversarial_per_image_of, evaluate_files, explore, source_and_problem
+    from rococo_eval.scoring.plan import adversarial_per_image_of
+    from rococo_eval.space import evaluate_files, explore, source_and_problem
 
     source, problem = source_and_problem(benchmark=benchmark)
     assert problem == ""
@@ -333,7 +335,8 @@ def test_the_space_scores_image_attacks_of_other_seeds(benchmark, tmp_path):
     """A generated benchmark's mix_seed7 (not a RoCOCO seed): the page's handlers detect it from the file name and
     score it, as `rococo-eval score --benchmark` does."""
     from app import Handlers, _layout_help
-    from rococo_eval.space import attacks_of, source_and_problem
+    from rococo_eval.scoring.plan import attacks_of
+    from rococo_eval.space import source_and_problem
 
     source, _ = source_and_problem(benchmark=benchmark)
     layout = source.gallery("mix_seed7")

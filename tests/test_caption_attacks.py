@@ -136,7 +136,7 @@ def test_pools_are_common_words_of_the_right_kind():
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    (dict(strategies=["same_concept", "mix"]), r"`strategies` must be some of .*got 'mix'"),
+    (dict(strategies=["same_concept", "mix"]), r"`strategies` must be among .*got 'mix'"),
     (dict(strategies=[]), r"`strategies` must name at least one"),
     (dict(image_of=[0, 1]), r"`image_of` must have one entry per caption \(1\), got 2"),
     (dict(variant="removal-dot"), r"`variant` must be one of"),

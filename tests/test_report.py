@@ -11,7 +11,8 @@ from PIL import Image
 from rococo_eval.reporting import report
 from rococo_eval.layout import gallery_layout
 from rococo_eval.catalog import gallery_key
-from rococo_eval.reporting.report import REFERENCE_RESULTS, format_rows, plot_recall, summary_rows, to_markdown, to_text_table, write_json
+from rococo_eval.io.atomic import write_json
+from rococo_eval.reporting.report import REFERENCE_RESULTS, format_rows, plot_recall, summary_rows, to_markdown, to_text_table
 from rococo_recall import rococo_recall
 
 CAPTIONS = [5, 6, 5, 5, 5, 6, 5, 5, 5, 5, 5, 5]
@@ -202,7 +203,7 @@ def test_reference_results_match_the_official_log():
 def test_report_files_get_the_usual_permissions(tmp_path):
     umask = os.umask(0o022)
     try:
-        path = report.write_json({"clean/image_to_text": {"recall@1": 50.0}}, tmp_path / "report.json")
+        path = write_json({"clean/image_to_text": {"recall@1": 50.0}}, tmp_path / "report.json")
     finally:
         os.umask(umask)
     assert path.stat().st_mode & 0o777 == 0o644

@@ -52,10 +52,11 @@ import numpy as np
 from rococo_eval.attacks import lexicon
 from rococo_eval.attacks.replacements import find_replacements, tokens
 from rococo_eval.attacks.influence import DEFAULT_VARIANT, influence_scores, load_text_encoder
+from rococo_eval.catalog import TEXT_ATTACKS, select_names
 
 logger = logging.getLogger(__name__)
 
-TEXT_STRATEGIES = ("same_concept", "diff_concept", "rand_voca", "danger")
+TEXT_STRATEGIES = TEXT_ATTACKS  # one strategy per RoCOCO text attack, named as the attack
 DEFAULT_TEXT_ENCODER = "sentence:all-MiniLM-L6-v2"
 #: danger's word per WordNet category of the source word (the majority in the official danger file, where the
 #: categories disagree the paper's description); any other noun category gets :data:`DANGER_DEFAULT`.
@@ -154,7 +155,7 @@ def attack_captions(captions: Sequence[str], image_of: Sequence[int], strategies
         >>> attack_captions(["", "red and blue"], [0, 1], ["danger"])["danger"]
         [Skipped(reason='empty caption'), Skipped(reason='no candidate word')]
     """
-    strategies = _check_strategies(strategies)
+    strategies = select_names(strategies, TEXT_STRATEGIES)
     if len(image_of) != len(captions):
         raise ValueError(f"`image_of` must have one entry per caption ({len(captions)}), got {len(image_of)}")
     words = [tokens(caption) for caption in captions]
@@ -219,7 +220,7 @@ def replacement_pool(candidate: lexicon.Candidate, strategy: str) -> tuple:
         >>> replacement_pool(man, "danger")
         ('criminal',)
     """
-    _check_strategies([strategy])
+    select_names([strategy], TEXT_STRATEGIES)
     if strategy == "danger":
         if candidate.tag in lexicon.VERB_TAGS:
             return (DANGER_VERB,)
@@ -327,15 +328,3 @@ def _shared_depth(first: tuple, second: tuple) -> int:
             break
         depth += 1
     return depth
-
-
-def _check_strategies(strategies) -> tuple:
-    if isinstance(strategies, str):
-        strategies = (strategies,)
-    strategies = tuple(strategies)
-    for strategy in strategies:
-        if strategy not in TEXT_STRATEGIES:
-            raise ValueError(f"`strategies` must be some of {TEXT_STRATEGIES}, got {strategy!r}")
-    if not strategies:
-        raise ValueError(f"`strategies` must name at least one of {TEXT_STRATEGIES}, got none")
-    return strategies

@@ -66,8 +66,9 @@ from rococo_eval.attacks.captions import DEFAULT_TEXT_ENCODER, TEXT_STRATEGIES, 
 from rococo_eval.data.configs import CAPTIONS_CONFIG, IMAGES_CONFIG, config_splits
 from rococo_eval.data.export import configs_yaml, move_into_place, table_num_rows, write_tables
 from rococo_eval.attacks.images import BATCH_SIZE, IMAGE_SIZE, LAM, make_mix_table
-from rococo_eval.catalog import IMAGE_ATTACK_METHODS, SEEDS, image_attack_name, parse_image_attack
-from rococo_eval.data.manifest import (ADVERSARIAL_ROWS, ANNOTATIONS, IMAGES, MANIFEST, read_benchmark, write_json, write_manifest,
+from rococo_eval.catalog import IMAGE_ATTACK_METHODS, SEEDS, image_attack_name, parse_image_attack, select_names
+from rococo_eval.io.atomic import write_json
+from rococo_eval.data.manifest import (ADVERSARIAL_ROWS, ANNOTATIONS, IMAGES, MANIFEST, read_benchmark, write_manifest,
                        write_mix_tables)
 from rococo_eval.data.source import ImageFolderError, RococoSource
 
@@ -232,7 +233,7 @@ def make_benchmark(data, out_dir, *, image_root=None, strategies: Iterable[str] 
             input, or no image left to attack.
         ImageFolderError: an image is missing (the message names it and the image root); nothing is written.
     """
-    strategies = _check_strategies(strategies)
+    strategies = select_names(strategies, STRATEGIES, STRATEGY_GROUPS)
     text = [name for name in TEXT_STRATEGIES if name in strategies]
     methods = [name for name in IMAGE_ATTACK_METHODS if name in strategies]
     seeds = _check_seeds(seeds) if methods else []
@@ -268,17 +269,6 @@ def make_benchmark(data, out_dir, *, image_root=None, strategies: Iterable[str] 
         raise
     logger.info("wrote the benchmark of %d images (%s) to %s", source.num_images, ", ".join(configs), out)
     return out
-
-
-def _check_strategies(strategies) -> list[str]:
-    names = [strategies] if isinstance(strategies, str) else list(strategies)
-    if not names:
-        raise ValueError(f"`strategies` is empty: choose from {STRATEGIES}")
-    for name in names:
-        if name not in STRATEGIES and name not in STRATEGY_GROUPS:
-            raise ValueError(f"`strategies` must be among {STRATEGIES} or {tuple(STRATEGY_GROUPS)}, got {name!r}")
-    chosen = {member for name in names for member in STRATEGY_GROUPS.get(name, (name,))}
-    return [name for name in STRATEGIES if name in chosen]
 
 
 def _check_seeds(seeds) -> list[int]:
@@ -369,21 +359,21 @@ def _write_benchmark_files(folder: Path, image_set: ImageTextSet, plan: _Plan, t
         images_dir.mkdir(parents=True)
         for name, i in zip(files, plan.kept):
             (images_dir / name).write_bytes(image_set.image_bytes[i])
-    write_json(folder, ANNOTATIONS.format(name="clean"),
-               [{"image": name, "caption": list(caps)} for name, caps in zip(files, plan.captions)])
+    write_json([{"image": name, "caption": list(caps)} for name, caps in zip(files, plan.captions)],
+               folder / ANNOTATIONS.format(name="clean"), compact=True)
     offsets = [0]
     for caps in plan.captions:
         offsets.append(offsets[-1] + len(caps))
     for name in text:
         per_image = plan.adversarial[name]
-        write_json(folder, ANNOTATIONS.format(name=name),
-                   [{"image": image, "caption": list(caps) + [attack.caption for _, attack in chosen]}
-                    for image, caps, chosen in zip(files, plan.captions, per_image)])
-        write_json(folder, ADVERSARIAL_ROWS.format(name=name),
-                   [{"source_caption_index": offsets[n] + k,
+        write_json([{"image": image, "caption": list(caps) + [attack.caption for _, attack in chosen]}
+                    for image, caps, chosen in zip(files, plan.captions, per_image)],
+                   folder / ANNOTATIONS.format(name=name), compact=True)
+        write_json([{"source_caption_index": offsets[n] + k,
                      "candidates": [{"word": w, "position": int(p), "influence": float(s)}
                                     for w, p, s in attack.candidates]}
-                    for n, chosen in enumerate(per_image) for k, attack in chosen])
+                    for n, chosen in enumerate(per_image) for k, attack in chosen],
+                   folder / ADVERSARIAL_ROWS.format(name=name), compact=True)
     write_mix_tables(folder, {attack: make_mix_table(*parse_image_attack(attack), len(files))
                               for attack in image_attacks})
     write_manifest(folder, text_attacks=text, image_attacks=image_attacks, adversarial_per_image=plan.per_image,

@@ -17,7 +17,8 @@ The manifest names the image folder relative to ``FOLDER`` when it lies inside i
 Example:
     >>> import json, tempfile
     >>> folder = Path(tempfile.mkdtemp())
-    >>> write_json(folder, ANNOTATIONS.format(name="clean"), [{"image": "a.jpg", "caption": ["a dog"]}])
+    >>> from rococo_eval.io.atomic import write_json
+    >>> _ = write_json([{"image": "a.jpg", "caption": ["a dog"]}], folder / ANNOTATIONS.format(name="clean"), compact=True)
     >>> path = write_manifest(folder, text_attacks=[], image_attacks=["mix_seed1"], adversarial_per_image=None,
     ...                       images_dir=None, details={})
     >>> benchmark = read_benchmark(folder)
@@ -151,14 +152,6 @@ def read_benchmark(folder) -> Benchmark:
         files=dict(manifest["files"]),
         details=manifest["details"],
     )
-
-
-def write_json(folder, relative: str, value) -> None:
-    """Write ``value`` as JSON to ``folder/relative`` (atomically, folders created)."""
-    path = Path(folder) / relative
-    path.parent.mkdir(parents=True, exist_ok=True)
-    data = json.dumps(value, ensure_ascii=False, indent=None, separators=(",", ":")).encode("utf-8")
-    write_atomic(path, lambda handle: handle.write(data))
 
 
 def write_mix_tables(folder, tables: dict[str, MixTable]) -> None:

@@ -14,10 +14,13 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import uuid
 from pathlib import Path
 from typing import BinaryIO, Callable
+
+import numpy as np
 
 logger = logging.getLogger(__name__)
 
@@ -64,6 +67,41 @@ def write_atomic(path: str | os.PathLike, write: Callable[[BinaryIO], object]) -
         raise
     logger.debug("wrote %s", path)
     return path
+
+
+def write_json(value, path: str | os.PathLike, *, compact: bool = False) -> Path:
+    """Write ``value`` as JSON at ``path``, atomically: NaN and infinities become ``null``, numpy values plain Python.
+
+    Reports are indented and ASCII (``compact=False``); a generated benchmark's data files are ``compact``: no
+    spaces, non-ASCII characters kept as they are.
+
+    Example:
+        >>> import tempfile
+        >>> path = write_json({"r": {"recall@1": np.float32(0.5), "asr": float("nan"), "ci": (1, 2)}},
+        ...                   Path(tempfile.mkdtemp()) / "results.json")
+        >>> json.loads(path.read_text())
+        {'r': {'recall@1': 0.5, 'asr': None, 'ci': [1, 2]}}
+    """
+    if compact:
+        text = json.dumps(_jsonable(value), ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    else:
+        text = json.dumps(_jsonable(value), indent=2, allow_nan=False) + "\n"
+    data = text.encode("utf-8")
+    return write_atomic(path, lambda handle: handle.write(data))
+
+
+def _jsonable(value):
+    if isinstance(value, dict):
+        return {str(key): _jsonable(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple, np.ndarray)):
+        return [_jsonable(item) for item in (value.tolist() if isinstance(value, np.ndarray) else value)]
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, Path):
+        return str(value)
+    return value
 
 
 def open_cache_folder(folder: Path, manifest: dict, holds: str) -> None:

@@ -16,18 +16,20 @@ Example:
 
 from __future__ import annotations
 
-import json
 import logging
 import math
+import platform
 import re
 from pathlib import Path
 
 import numpy as np
 
-from rococo_eval.reporting.analysis import DEFAULT_MIN_COUNT, most_damaging
+from rococo_eval import __version__
+from rococo_eval.reporting.analysis import (DEFAULT_MIN_COUNT, analyse, flipped_csv, most_damaging, split_per_query,
+                                           write_per_query_parquet)
 from rococo_eval.data.annotations import OFFICIAL_COMMIT, OFFICIAL_REPOSITORY
 from rococo_eval.attacks.replacements import highlight
-from rococo_eval.io.atomic import write_atomic
+from rococo_eval.io.atomic import write_atomic, write_json
 from rococo_eval.catalog import (CLEAN, DIRECTIONS, IMAGE_ATTACK_METHODS, TEXT_ATTACKS, TEXT_TO_IMAGE,
                                  parse_image_attack)
 
@@ -47,6 +49,7 @@ def _log_source(line: int, clean_line=None) -> str:
     return f"{_OFFICIAL_LOG}, line {line}{clean} ({_OFFICIAL_CODE})"
 
 
+REPORT_FLIPPED = 50  # flipped queries per gallery in report.json (all of them are in flipped.csv)
 _NOTE = ("[a, b]: 95% bootstrap confidence interval; (a–b): lowest and highest over the seeds; "
          "all numbers in percent")
 
@@ -73,6 +76,57 @@ REFERENCE_RESULTS: list[dict] = [
      "clean_recall@1": 66.1, "recall@1": 37.6,
      "source": "Park et al., RoCOCO, arXiv:2304.10727v5, abstract"},
 ]
+
+
+def write_report(results: dict, out: Path, meta: dict, layouts=None, source=None) -> dict[str, Path]:
+    """Write ``report.json``, ``report.md`` and ``recall.png`` into ``out``: the one report of ``rococo-eval run``,
+    ``rococo-eval score`` and the Space.
+
+    ``report.json`` holds ``meta`` (this package's version, Python's, and what the caller records: the model, or
+    the score files of :func:`rococo_eval.scoring.plan.report_meta`), ``results`` (the metric's scalar outputs by
+    gallery key), ``summary`` (:func:`summary_rows`) and, with per-query arrays, ``analysis``.
+
+    Results that carry the metric's per-query arrays (``per_query=True``) and have a layout in ``layouts``
+    also get the failure analysis (:func:`rococo_eval.reporting.analysis.analyse`, with captions and partners from
+    ``source``): ``per_query.parquet`` (every query's ranks and top-1 item), ``flipped.csv`` (every flipped
+    query), ``words.png`` (by-word chart, text attacks), its tables in ``report.md`` and, with the
+    :data:`REPORT_FLIPPED` largest margins per gallery, in ``report.json``'s ``analysis``.
+
+    Returns:
+        the paths written, by kind (``json``, ``markdown``, ``chart``, and ``per_query``, ``flipped``,
+        ``words`` with the analysis).
+    """
+    split = {key: split_per_query(result) for key, result in results.items()}
+    results = {key: scalars for key, (scalars, _) in split.items()}
+    per_query = {key: arrays for key, (_, arrays) in split.items() if arrays and key in (layouts or {})}
+    rows = summary_rows(results)
+    meta = {"rococo_eval": __version__, "python": platform.python_version(), **meta}
+    paths, document = {}, {"meta": meta, "results": results, "summary": rows}
+    analysis = analyse(per_query, layouts, source) if per_query else None
+    if analysis is not None:
+        paths["per_query"] = write_per_query_parquet(per_query, layouts, out / "per_query.parquet")
+        every_flip = [row for gallery in analysis["galleries"].values() for row in gallery["flipped_queries"]]
+        text = flipped_csv(every_flip).encode("utf-8")
+        paths["flipped"] = write_atomic(out / "flipped.csv", lambda handle: handle.write(text))
+        shortened = {key: {**gallery, "flipped_queries": gallery["flipped_queries"][:REPORT_FLIPPED]}
+                     for key, gallery in analysis["galleries"].items()}
+        document["analysis"] = {**analysis, "galleries": shortened, "per_query_file": paths["per_query"].name,
+                                "flipped_file": paths["flipped"].name}
+    paths["json"] = write_json(document, out / "report.json")
+    title = f"# RoCOCO report: {meta['model']}\n\n" if "model" in meta else "# RoCOCO report\n\n"
+    markdown = title + to_markdown(rows) + "\n"
+    if analysis is not None:
+        markdown += "\n" + analysis_markdown(analysis) + "\n"
+    paths["markdown"] = write_atomic(out / "report.md", lambda handle: handle.write(markdown.encode("utf-8")))
+    try:
+        paths["chart"] = plot_recall(rows, out / "recall.png")
+        if analysis is not None and analysis["by_word"]:
+            paths["words"] = plot_word_rates(analysis, out / "words.png")
+    except ImportError:
+        logger.warning("matplotlib is not installed: no recall.png (pip install matplotlib)")
+    return paths
+
+
 
 
 def summary_rows(results: dict[str, dict]) -> list[dict]:
@@ -162,20 +216,6 @@ def to_text_table(rows) -> str:
 
     lines = [line(headers), "  ".join("-" * w for w in widths)] + [line(values) for values in cells]
     return "\n".join(lines + ([_NOTE] if _has_intervals(rows) else []))
-
-
-def write_json(results: dict, path) -> Path:
-    """Write ``results`` as JSON, atomically: NaN and infinities become ``null``, numpy values plain Python.
-
-    Example:
-        >>> import tempfile
-        >>> path = write_json({"r": {"recall@1": np.float32(0.5), "asr": float("nan"), "ci": (1, 2)}},
-        ...                   Path(tempfile.mkdtemp()) / "results.json")
-        >>> json.loads(path.read_text())
-        {'r': {'recall@1': 0.5, 'asr': None, 'ci': [1, 2]}}
-    """
-    text = json.dumps(_jsonable(results), indent=2, allow_nan=False) + "\n"
-    return write_atomic(path, lambda handle: handle.write(text.encode("utf-8")))
 
 
 def plot_recall(rows, path) -> Path:
@@ -449,18 +489,3 @@ def _error_bars(rows):
 def _short_label(row: dict) -> str:
     label = row["attack"] + (" (mean)" if "seeds" in row else "")
     return label if row.get("direction") in DIRECTIONS else f"{label}\n{row.get('direction', '')}"
-
-
-def _jsonable(value):
-    if isinstance(value, dict):
-        return {str(key): _jsonable(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple, np.ndarray)):
-        return [_jsonable(item) for item in (value.tolist() if isinstance(value, np.ndarray) else value)]
-    if isinstance(value, np.generic):
-        value = value.item()
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, Path):
-        return str(value)
-    return value
-

@@ -1,0 +1,301 @@
+"""Score files to results, in one path: plan every file's gallery, then score them all.
+
+``rococo-eval score`` and the Space both take score files (``.npy``, ``.npz``, ``.safetensors``) and what their
+user said of each file's layout, and both go through here:
+
+1. :func:`plan_score_files` reads each file's header, completes its layout (:func:`rococo_eval.detection
+   .choose_layout`: attack, direction and order from what was given, the file name, the shape and, for the
+   order of an attacked image-to-text gallery, the scores), and refuses what cannot be scored exactly: every
+   file's problem is listed in one :class:`PlanError`, before any file is scored.
+2. :func:`score_planned` scores each planned file with the metric, at the cut-offs its gallery allows, with the
+   per-query arrays the failure analysis reads.
+3. :func:`report_meta` is what the report (:func:`rococo_eval.reporting.report.write_report`) records of the files
+   and of the :class:`ScoringOptions`.
+
+``rococo-eval run --save-scores`` writes files this path reads back to the same bits (the one block rule of
+:func:`rococo_recall.embedding_score_blocks`).
+
+Example:
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> import numpy as np
+    >>> folder = Path(tempfile.mkdtemp())
+    >>> scores = np.array([[1, 0], [1, 0], [0, 1]], dtype=np.float32)  # 3 captions (2 of image 0), 2 images
+    >>> np.save(folder / "clean_text_to_image.npy", scores)
+    >>> [planned] = plan_score_files([ScoreRequest(folder / "clean_text_to_image.npy")], [2, 1])
+    >>> planned.key, planned.layout.num_gallery, planned.cutoffs
+    ('clean/text_to_image', 2, (1,))
+    >>> score_planned([planned])["clean/text_to_image"]["recall@1"]
+    100.0
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Optional, Sequence
+
+from rococo_recall import TIE_POLICIES
+
+from rococo_eval.catalog import ATTACKS, IMAGE_ATTACKS, TEXT_ATTACKS, gallery_key
+from rococo_eval.detection import CUSTOM, LayoutChoice, choose_layout
+from rococo_eval.io import scorefiles
+from rococo_eval.layout import ADVERSARIAL_PER_IMAGE, GalleryLayout, gallery_layout, recall_cutoffs
+
+logger = logging.getLogger(__name__)
+
+
+
+class PlanError(ValueError):
+    """Score files that cannot be scored: ``problems`` holds one line per problem, each naming its file."""
+
+    def __init__(self, problems: Sequence[str]):
+        self.problems = list(problems)
+        super().__init__("\n".join(self.problems))
+
+
+@dataclass(frozen=True)
+class ScoringOptions:
+    """How score files are ranked, checked once for every path that scores them.
+
+    Attributes:
+        ties: the metric's tie policy, ``"pessimistic"`` (its default) or ``"optimistic"``.
+        bootstrap: resamples for 95% confidence intervals (0: none), at most ``max_bootstrap`` when it is set.
+        max_bootstrap: the most resamples a caller allows (the Space caps the work of one request).
+
+    Example:
+        >>> ScoringOptions(bootstrap=-1)
+        Traceback (most recent call last):
+        ...
+        ValueError: `bootstrap` must be a non-negative int, got -1
+    """
+
+    ties: str = TIE_POLICIES[0]
+    bootstrap: int = 0
+    max_bootstrap: Optional[int] = None
+
+    def __post_init__(self):
+        if self.ties not in TIE_POLICIES:
+            raise ValueError(f"`ties` must be one of {', '.join(TIE_POLICIES)}, got {self.ties!r}")
+        if not isinstance(self.bootstrap, int) or isinstance(self.bootstrap, bool) or self.bootstrap < 0:
+            raise ValueError(f"`bootstrap` must be a non-negative int, got {self.bootstrap!r}")
+        if self.max_bootstrap is not None and self.bootstrap > self.max_bootstrap:
+            raise ValueError(f"`bootstrap` must be an int from 0 to {self.max_bootstrap}, got {self.bootstrap!r}")
+
+    @property
+    def is_default(self) -> bool:
+        """Whether these are the metric's defaults (pessimistic ties, no bootstrap)."""
+        return self.ties == TIE_POLICIES[0] and self.bootstrap == 0
+
+
+@dataclass(frozen=True)
+class ScoreRequest:
+    """One score file and what its user said of its layout (``""``: detect it).
+
+    Attributes:
+        path: the file.
+        name: how messages and the report name it (default: ``path`` as given; the Space: the upload's name).
+        attack, direction, order: the layout given, each part optional.
+    """
+
+    path: Path
+    name: str = ""
+    attack: str = ""
+    direction: str = ""
+    order: str = ""
+
+    def __post_init__(self):
+        object.__setattr__(self, "path", Path(self.path))
+        object.__setattr__(self, "name", self.name or str(self.path))
+
+
+@dataclass(frozen=True)
+class PlannedFile:
+    """A score file with its gallery settled: what :func:`score_planned` needs, checked.
+
+    Attributes:
+        key: the gallery's key (:func:`rococo_eval.catalog.gallery_key`); a custom layout's attack is the file's
+            stem.
+        request: the file and what was given of its layout.
+        info: the file's header (shape, dtype, array name).
+        choice: the layout, and how it was decided (its ``note``).
+        layout: the standard gallery's layout; None for a custom layout.
+        inputs: the metric's ``references`` and ``adversarial``.
+        cutoffs: the Recall@K cut-offs the gallery allows.
+    """
+
+    key: str
+    request: ScoreRequest
+    info: scorefiles.ScoreFileInfo
+    choice: LayoutChoice
+    layout: Optional[GalleryLayout]
+    inputs: dict = field(repr=False)
+    cutoffs: tuple
+
+    @property
+    def is_standard(self) -> bool:
+        return self.layout is not None
+
+
+def ask_order_by_spec(choice: LayoutChoice, request: ScoreRequest) -> str:
+    """How ``rococo-eval score`` asks for an order the file does not show: as an ``ATTACK:DIRECTION:ORDER`` spec."""
+    path = request.path
+    return (f"give it as ATTACK:DIRECTION:ORDER=PATH, here {choice.attack}:{choice.direction}:official={path} or "
+            f"{choice.attack}:{choice.direction}:dataset={path}")
+
+
+def attacks_of(source) -> tuple[str, ...]:
+    """The attacks a score file may name: a generated benchmark's own (its image attacks may have other seeds than
+    RoCOCO's), else RoCOCO's.
+
+    Example:
+        >>> attacks_of(None) == ATTACKS
+        True
+    """
+    return (tuple(getattr(source, "text_attacks", TEXT_ATTACKS))
+            + tuple(getattr(source, "image_attacks", IMAGE_ATTACKS)))
+
+
+def adversarial_per_image_of(source) -> int:
+    """The adversarial captions per image of the galleries a source's text attacks make: a generated benchmark's
+    own (``RococoSource(benchmark=...)``), else RoCOCO's 5.
+
+    Example:
+        >>> adversarial_per_image_of(None)
+        5
+    """
+    benchmark = getattr(source, "benchmark", None)
+    if benchmark is None or benchmark.adversarial_per_image is None:
+        return ADVERSARIAL_PER_IMAGE
+    return benchmark.adversarial_per_image
+
+
+def plan_score_files(requests: Sequence[ScoreRequest], captions_per_image, *,
+                     adversarial_per_image: int = ADVERSARIAL_PER_IMAGE, attacks=ATTACKS, custom: bool = False,
+                     references=None, adversarial=None,
+                     ask_order: Callable[[LayoutChoice, ScoreRequest], str] = ask_order_by_spec) -> list[PlannedFile]:
+    """Settle every file's gallery before any is scored; raise one :class:`PlanError` listing every problem.
+
+    Args:
+        requests: the files, each with what was given of its layout.
+        captions_per_image: the image-text set's captions per image (RoCOCO's, or a generated benchmark's); None
+            when no annotations are at hand (then only custom layouts can be planned).
+        adversarial_per_image: the set's adversarial captions per image in a text attack (:func:`adversarial_per_image_of`).
+        attacks: the attacks a file may name (:func:`attacks_of`).
+        custom: whether custom layouts are allowed: their references (and adversarial items) come from the score
+            file (an ``.npz`` or ``.safetensors`` with ``references`` / ``adversarial`` arrays) or from the
+            ``references`` / ``adversarial`` files. ``rococo-eval score`` refuses them (a RoCOCO report has no
+            place for them); the Space scores them.
+        ask_order: what to tell the user when the order of an attacked image-to-text gallery is neither given nor
+            clear from the scores (the command asks for a spec, the Space for a cell of its table).
+
+    Returns:
+        one :class:`PlannedFile` per request, in request order.
+    """
+    plans, problems = [], []
+    for request in requests:
+        try:
+            plans.append(_plan_one(request, captions_per_image, adversarial_per_image, attacks, custom, references,
+                                   adversarial, ask_order))
+        except ValueError as error:
+            problems.append(_with_name(request.name, error))
+    first = {}
+    for planned in plans:
+        if planned.key in first:
+            problems.append(f"{planned.request.name}: gallery {planned.key} was already given by "
+                            f"{first[planned.key].request.name}")
+        first.setdefault(planned.key, planned)
+    if problems:
+        raise PlanError(problems)
+    for planned in plans:
+        request, choice = planned.request, planned.choice
+        decided = choice.order_decision.order if choice.order_decision else ""
+        given = any((request.attack, request.direction, request.order))
+        read_off_the_file = not given or decided not in ("", request.order)  # or the scores dispute the given order
+        (logger.warning if read_off_the_file else logger.info)("%s: %s", request.name, choice.note)
+    return plans
+
+
+def score_planned(plans: Sequence[PlannedFile], options: ScoringOptions = ScoringOptions()) -> dict[str, dict]:
+    """Score each planned file with the metric: ``{key: outputs}``, per-query arrays included.
+
+    A file whose scores the metric refuses (a NaN, references out of range) is named in one :class:`PlanError`
+    with every other such file.
+    """
+    from rococo_recall import rococo_recall  # the metric (with numpy only): loaded where a gallery is scored
+
+    results, problems = {}, []
+    for planned in plans:
+        started = time.perf_counter()
+        try:
+            scores = scorefiles.read_scores(planned.request.path, planned.info.key)
+            results[planned.key] = rococo_recall(scores, **planned.inputs, k=planned.cutoffs, ties=options.ties,
+                                                 bootstrap=options.bootstrap, per_query=True)
+        except ValueError as error:
+            problems.append(_with_name(planned.request.name, error))
+            continue
+        logger.info("scored %s %s as %s in %.2f s", planned.request.name, planned.info.shape, planned.key,
+                    time.perf_counter() - started)
+    if problems:
+        raise PlanError(problems)
+    return results
+
+
+def report_meta(plans: Sequence[PlannedFile], options: ScoringOptions = ScoringOptions()) -> dict:
+    """What a report records of the files scored (and of ``options``, when they are not the defaults).
+
+    Example:
+        >>> report_meta([], ScoringOptions(ties="optimistic"))
+        {'files': {}, 'settings': {'ties': 'optimistic', 'bootstrap': 0}}
+    """
+    meta = {"files": {planned.key: {"path": planned.request.name, "order": planned.choice.order,
+                                    "note": planned.choice.note} for planned in plans}}
+    if not options.is_default:
+        meta["settings"] = {"ties": options.ties, "bootstrap": options.bootstrap}
+    return meta
+
+
+def _plan_one(request, captions_per_image, adversarial_per_image, attacks, custom, references, adversarial,
+              ask_order) -> PlannedFile:
+    info = scorefiles.read_header(request.path)
+    attack = request.attack or (CUSTOM if info.layout_keys and custom else "")
+    choice = choose_layout(info.shape, captions_per_image, request.path.name, attack, request.direction,
+                           request.order, scores=functools.partial(scorefiles.read_scores, request.path, info.key),
+                           adversarial_per_image=adversarial_per_image, attacks=attacks)
+    if choice.attack == CUSTOM and not custom:
+        raise ValueError("custom layouts have no place in a RoCOCO report; score them with rococo_recall directly")
+    if not choice.order:
+        raise ValueError(f"{choice.note}; {ask_order(choice, request)}")
+    if choice.attack != CUSTOM:
+        layout = _standard_layout(choice.attack, choice.direction, choice.order, tuple(captions_per_image),
+                                  adversarial_per_image)
+        key = gallery_key(choice.attack, choice.direction)
+        return PlannedFile(key, request, info, choice, layout,
+                           {"references": layout.references, "adversarial": layout.adversarial},
+                           recall_cutoffs(layout.num_gallery, key))
+    inside = scorefiles.read_layout_arrays(request.path)
+    if "references" not in inside and references is None:
+        raise ValueError("a custom layout needs references: upload a references file, or put a `references` "
+                         "array in an .npz or .safetensors score file")
+    inputs = {"references": inside["references"] if "references" in inside else scorefiles.read_references(references),
+              "adversarial": inside.get("adversarial")}
+    if inputs["adversarial"] is None and adversarial is not None:
+        inputs["adversarial"] = scorefiles.read_adversarial(adversarial)
+    key = gallery_key(re.sub(r"[/\s]+", "_", Path(request.name).stem), choice.direction)
+    return PlannedFile(key, request, info, choice, None, inputs, recall_cutoffs(info.shape[1], key))
+
+
+@functools.lru_cache(maxsize=8)
+def _standard_layout(attack, direction, order, captions_per_image, adversarial_per_image=ADVERSARIAL_PER_IMAGE):
+    """Layouts are read-only and shared by all requests; each is built for its own attack (and checked)."""
+    return gallery_layout(attack, direction, list(captions_per_image), order,
+                          adversarial_per_image=adversarial_per_image)
+
+
+def _with_name(name: str, error: Exception) -> str:
+    text = str(error)
+    return text if text.startswith(f"{name}:") else f"{name}: {text}"

@@ -151,6 +151,8 @@ def test_image_attacks_by_hand():
     assert [(r["group"], r["flipped"]) for r in renamed] == [("patch", 1), ("seed 7", 1)]  # any seed of a benchmark
     with pytest.raises(ValueError, match="keys must be image attacks named METHOD_seedN .* got 'rand_voca'"):
         analysis.image_attack_vulnerability({"rand_voca": per_query["mix_seed1"]}, {"rand_voca": layout})
+    with pytest.raises(ValueError, match="got 'mix_seed07'"):  # one grammar: the catalogue's (no leading zeros)
+        analysis.image_attack_vulnerability({"mix_seed07": per_query["mix_seed1"]}, {"mix_seed07": layout})
 
 
 def test_per_query_export_and_errors(tmp_path):

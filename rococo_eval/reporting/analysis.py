@@ -41,14 +41,13 @@ import csv
 import io
 import logging
 import math
-import re
 from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
 
 from rococo_eval.attacks.replacements import find_replacements
-from rococo_eval.catalog import IMAGE_ATTACK_METHODS, IMAGE_TO_TEXT, TEXT_TO_IMAGE
+from rococo_eval.catalog import IMAGE_ATTACK_METHODS, IMAGE_TO_TEXT, TEXT_TO_IMAGE, is_image_attack, parse_image_attack
 from rococo_eval.layout import GalleryLayout
 
 logger = logging.getLogger(__name__)
@@ -61,7 +60,6 @@ FLIPPED_COLUMNS = ("attack", "direction", "query", "margin", "winner_score", "co
                    "winner_row", "correct_column", "correct_row", "image", "query_caption", "correct_caption",
                    "winner_caption", "winner_source_caption", "replaced", "replacement", "winner_image",
                    "partner_image", "own_image")
-_IMAGE_ATTACK = re.compile(r"(?P<method>{})_seed(?P<seed>\d+)".format("|".join(IMAGE_ATTACK_METHODS)))
 PER_QUERY_COLUMNS = ("gallery", "query", "rank", "clean_rank", "top1_adversarial", "top_column", "top_row",
                      "top_score", "best_correct_column", "best_correct_row", "best_correct_score")
 
@@ -117,7 +115,7 @@ def vulnerability(per_query_by_gallery: dict, layouts: dict, source=None) -> dic
         layout, attack = layouts[key], key.partition("/")[0]
         if layout.num_adversarial and layout.direction == IMAGE_TO_TEXT and source is not None:
             by_word[attack] = word_vulnerability(per_query, layout, attack, source)
-        if layout.direction == TEXT_TO_IMAGE and _IMAGE_ATTACK.fullmatch(attack):
+        if layout.direction == TEXT_TO_IMAGE and is_image_attack(attack):
             image_attacks[attack] = per_query
     return {"by_word": by_word, "image_attacks": image_attack_vulnerability(
         image_attacks, {attack: layouts[f"{attack}/{TEXT_TO_IMAGE}"] for attack in image_attacks})}
@@ -278,14 +276,14 @@ def image_attack_vulnerability(per_query_by_attack: dict, layouts: dict) -> list
         ...  for row in image_attack_vulnerability({"mix_seed1": per_query}, {"mix_seed1": layout})]
         [('mix', 1, 50.0, 1), ('seed 1', 1, 50.0, 1)]
     """
-    parsed = {attack: _IMAGE_ATTACK.fullmatch(attack) for attack in per_query_by_attack}
+    parsed = {attack: parse_image_attack(attack) for attack in per_query_by_attack}
     unknown = [attack for attack, match in parsed.items() if match is None]
     if unknown:
         raise ValueError(f"`per_query_by_attack` keys must be image attacks named METHOD_seedN with METHOD one of "
                          f"{IMAGE_ATTACK_METHODS}, got {unknown[0]!r}")
-    seeds = sorted({int(match["seed"]) for match in parsed.values()})
-    groups = [(method, lambda attack, m=method: parsed[attack]["method"] == m) for method in IMAGE_ATTACK_METHODS]
-    groups += [(f"seed {seed}", lambda attack, s=seed: int(parsed[attack]["seed"]) == s) for seed in seeds]
+    seeds = sorted({seed for _, seed in parsed.values()})
+    groups = [(method, lambda attack, m=method: parsed[attack][0] == m) for method in IMAGE_ATTACK_METHODS]
+    groups += [(f"seed {seed}", lambda attack, s=seed: parsed[attack][1] == s) for seed in seeds]
     rows = []
     for name, member in groups:
         attacks = [attack for attack in per_query_by_attack if member(attack)]
@@ -517,7 +515,7 @@ class _GalleryItems:
         row.update(winner_image=winner_image, own_image=winner_image == image)
         if self.source is not None:
             row["query_caption"] = self.ground_truth[query]
-            if _IMAGE_ATTACK.fullmatch(self.attack):
+            if is_image_attack(self.attack):
                 row["partner_image"] = int(self.source.alteration(winner_image, self.attack)[0])
         return row
 

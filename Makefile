@@ -45,6 +45,7 @@ $(WORDNET):
 
 test: $(VENV)/.installed-test $(CHROMIUM) $(WORDNET) test-numpy1
 	$(BIN)/python -m pytest -q
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir build/site  # the docs (mkdocs.yml)
 
 # evaluate copies rococo_recall.py alone into whatever environment loads it, NumPy 1.x included (no
 # np.bitwise_count there). The metric's tests also run in such an environment: NumPy 1.26, no torch.

@@ -1,13 +1,72 @@
 """rococo-eval: the RoCOCO robustness benchmark for image-text matching, on Hugging Face tools.
 
-The package holds the pieces under the top-level faces (``rococo_recall.py``, ``rococo_dataset.py``,
-``app.py`` and the ``rococo-eval`` command), one module per idea, each importing only the ones below it:
-gallery layouts (``layout``) and their detection (``layout_detection``); downloads and checksums
-(``download``) and the pinned annotation files (``annotations``); the dataset's names (``configs``), its
-data source (``source``), export (``export``) and what users call on it (``dataset``); image attacks
-(``images``) and caption changes (``captions``); atomic file writing (``files``); score files
-(``scorefiles``) and reports (``report``); models (``models``) and their embeddings (``embeddings``); the
-Space's logic (``space``) and the command (``cli``). The README draws the module graph.
+The package holds the pieces under the top-level faces (``rococo_recall.py``, ``rococo_dataset.py``, ``app.py``
+and the ``rococo-eval`` command), in layers that each import only from the layers below them (checked by the
+import-linter contracts in ``pyproject.toml``), bottom to top:
+
+- :mod:`~rococo_eval.catalog`, :mod:`~rococo_eval.layout`, :mod:`~rococo_eval.detection`: what a gallery is (the
+  attack names in one grammar, gallery layouts, and a layout read back from a score matrix);
+- :mod:`rococo_eval.io`: atomic files, downloads, score files read and saved;
+- :mod:`rococo_eval.models`: model adapters (open_clip, transformers, BLIP/BLIP-2) and the embedding cache;
+- :mod:`rococo_eval.attacks`: image alterations, caption attacks, Embedding-Influence, the lexicon;
+- :mod:`rococo_eval.data`: the annotation files, the data source, the dataset's configs and export, benchmark
+  folders;
+- :mod:`rococo_eval.scoring`: a model's galleries, two-stage re-ranking, and the one planner of score files;
+- :mod:`rococo_eval.reporting`: the failure analysis and the report (one schema);
+- :mod:`rococo_eval.cli` and :mod:`rococo_eval.space`: the command and the Space's logic.
+
+The names in ``__all__`` are the public API, imported from here on first use (so that ``import rococo_eval``
+stays cheap and loads no model library).
+
+Example:
+    >>> import rococo_eval
+    >>> rococo_eval.gallery_layout("rand_voca", "image_to_text", [5, 6], order="official").num_gallery
+    21
 """
 
+import importlib
+
 __version__ = "0.1.0"
+
+# public name -> the module that defines it
+_PUBLIC = {
+    "ATTACKS": "rococo_eval.catalog",
+    "IMAGE_ATTACKS": "rococo_eval.catalog",
+    "TEXT_ATTACKS": "rococo_eval.catalog",
+    "attack_direction": "rococo_eval.catalog",
+    "gallery_key": "rococo_eval.catalog",
+    "GalleryLayout": "rococo_eval.layout",
+    "gallery_layout": "rococo_eval.layout",
+    "choose_layout": "rococo_eval.detection",
+    "read_scores": "rococo_eval.io.scorefiles",
+    "RococoSource": "rococo_eval.data.source",
+    "load_queries_and_gallery": "rococo_eval.data.dataset",
+    "metric_inputs_for": "rococo_eval.data.dataset",
+    "export_dataset": "rococo_eval.data.export",
+    "make_benchmark": "rococo_eval.data.benchmark",
+    "load_model": "rococo_eval.models.adapters",
+    "EmbeddingCache": "rococo_eval.models.cache",
+    "attack_captions": "rococo_eval.attacks.captions",
+    "score_model": "rococo_eval.scoring.galleries",
+    "Reranker": "rococo_eval.scoring.rerank",
+    "ScoreRequest": "rococo_eval.scoring.plan",
+    "plan_score_files": "rococo_eval.scoring.plan",
+    "score_planned": "rococo_eval.scoring.plan",
+    "analyse": "rococo_eval.reporting.analysis",
+    "summary_rows": "rococo_eval.reporting.report",
+    "write_report": "rococo_eval.reporting.report",
+}
+__all__ = ["__version__", *_PUBLIC]
+
+
+def __getattr__(name):
+    """The public API (PEP 562): each name is imported from its module when first asked for."""
+    if name not in _PUBLIC:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(_PUBLIC[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_PUBLIC))

@@ -353,7 +353,8 @@ def test_clear_scores_show_their_order(tmp_path):
             assert row[1:4] == ["danger", "image_to_text", order] and decided in row[4]
             answer = client.predict([handle_file(path)], api_name="/evaluate")
             assert saved_results(answer)["results"] == {"danger/image_to_text": expected}
-            assert saved_results(answer)["layouts"]["danger/image_to_text"]["order_decision"]["order"] == order
+            saved_file = saved_results(answer)["meta"]["files"]["danger/image_to_text"]
+            assert saved_file["order"] == order and decided in saved_file["note"]
             assert decided in answer[0]
     finally:
         demo.close()

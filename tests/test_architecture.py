@@ -46,3 +46,20 @@ def test_a_cycle_inside_a_layer_breaks_the_acyclic_contract(tmp_path):
     result = lint_imports(tmp_path)
     assert result.returncode == 1
     assert "no import cycles among the modules of a layer BROKEN" in result.stdout
+
+
+def test_the_public_api_is_exported_from_the_package():
+    code = ("import sys, rococo_eval\n"
+            "heavy = [name for name in ('torch', 'transformers', 'open_clip', 'gradio') if name in sys.modules]\n"
+            "assert not heavy, heavy\n"
+            "for name in rococo_eval.__all__:\n"
+            "    value = getattr(rococo_eval, name)\n"
+            "    module = rococo_eval._PUBLIC.get(name)\n"
+            "    assert module is None or getattr(value, '__module__', module) == module, (name, value)\n"
+            "print(len(rococo_eval.__all__))\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert result.returncode == 0, result.stderr
+    assert int(result.stdout) >= 20
+    import rococo_eval
+
+    assert "__version__" in rococo_eval.__all__ and rococo_eval.score_planned.__name__ == "score_planned"

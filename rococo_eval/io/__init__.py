@@ -1,1 +1,1 @@
-"""io"""
+"""Files: written atomically, downloaded and verified, and score matrices read and saved."""

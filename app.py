@@ -23,18 +23,29 @@ from types import SimpleNamespace
 import gradio as gr
 import pandas as pd
 
-from rococo_eval.reporting import report
-from rococo_eval.io import scorefiles
-from rococo_eval.reporting.analysis import DEFAULT_MIN_COUNT
-from rococo_eval.data.annotations import OFFICIAL_COMMIT, OFFICIAL_REPOSITORY, PAPER_URL
 from rococo_eval.catalog import CLEAN, DIRECTIONS, IMAGE_ATTACK_METHODS, TEXT_ATTACKS
-from rococo_eval.layout import describe_orders, gallery_shape
+from rococo_eval.data.annotations import OFFICIAL_COMMIT, OFFICIAL_REPOSITORY, PAPER_URL
 from rococo_eval.detection import CUSTOM
+from rococo_eval.io import scorefiles
 from rococo_eval.io.atomic import write_atomic
+from rococo_eval.layout import describe_orders, gallery_shape
+from rococo_eval.reporting import report
+from rococo_eval.reporting.analysis import DEFAULT_MIN_COUNT
 from rococo_eval.scoring.plan import adversarial_per_image_of, attacks_of
-from rococo_eval.space import (ALL_GALLERIES, IMAGE_ATTACK_HEADERS, LAYOUT_HEADERS, MAX_BOOTSTRAP, WORD_HEADERS,
-                               compare_rows, detect_layouts, evaluate_files, explore, flipped_view, source_and_problem,
-                               write_outputs)
+from rococo_eval.space import (
+    ALL_GALLERIES,
+    IMAGE_ATTACK_HEADERS,
+    LAYOUT_HEADERS,
+    MAX_BOOTSTRAP,
+    WORD_HEADERS,
+    compare_rows,
+    detect_layouts,
+    evaluate_files,
+    explore,
+    flipped_view,
+    source_and_problem,
+    write_outputs,
+)
 from rococo_recall import TIE_POLICIES
 
 logger = logging.getLogger("rococo_app")

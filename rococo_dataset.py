@@ -46,8 +46,8 @@ import datasets
 from rococo_eval import __version__
 from rococo_eval.data.annotations import OFFICIAL_REPOSITORY
 from rococo_eval.data.configs import CONFIGS, config_features, config_splits
-from rococo_eval.io.download import COCO_IMAGE_BASE_URL, MAX_DEFAULT_IMAGE_WORKERS
 from rococo_eval.data.export import DATASET_CITATION, export_dataset, push_to_hub, source_for_configs, table_rows
+from rococo_eval.io.download import COCO_IMAGE_BASE_URL, MAX_DEFAULT_IMAGE_WORKERS
 
 _DESCRIPTION = """\
 RoCOCO (Park et al., arXiv:2304.10727) adds slightly altered captions (one word replaced) or images (mixed

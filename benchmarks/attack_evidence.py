@@ -30,8 +30,8 @@ import numpy as np
 
 from rococo_eval.attacks import lexicon
 from rococo_eval.attacks.captions import DEFAULT_TEXT_ENCODER, TEXT_STRATEGIES, CaptionAttack, attack_captions
-from rococo_eval.attacks.replacements import find_replacements, tokens
 from rococo_eval.attacks.influence import DEFAULT_VARIANT, VARIANTS, embed_texts, influence_scores, load_text_encoder
+from rococo_eval.attacks.replacements import find_replacements, tokens
 from rococo_eval.data.source import RococoSource
 
 

@@ -40,7 +40,6 @@ sys.path.insert(0, str(ROOT))
 from rococo_eval.data.annotations import read_annotation_file  # noqa: E402
 from rococo_eval.layout import image_to_text_layout, text_to_image_layout  # noqa: E402
 
-
 METHODS = ("floor", "metric", "metric_per_query", "metric_numpy", "metric_numpy_per_query", "argsort", "torchmetrics")
 
 

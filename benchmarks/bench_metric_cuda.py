@@ -24,8 +24,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import rococo_recall  # noqa: E402
 from bench_metric import official_layout, read_captions_per_image  # noqa: E402
+
+import rococo_recall  # noqa: E402
 
 
 def model_like_scores(layout, dtype, seed=0):

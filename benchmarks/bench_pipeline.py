@@ -399,9 +399,9 @@ def _time_the_model() -> dict:
 
 def embed(task) -> dict:
     """Embed the originals (and with ``captions`` the ground-truth captions) through the cache."""
+    from rococo_eval.models.adapters import load_model
     from rococo_eval.models.cache import EmbeddingCache
     from rococo_eval.scoring.galleries import ground_truth_captions, original_images
-    from rococo_eval.models.adapters import load_model
 
     source = _source(task)
     model = load_model(f"hf:{task['model']}", device="cpu")

@@ -25,8 +25,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from rococo_eval.data.annotations import read_annotation_file  # noqa: E402
-from rococo_eval.layout import image_to_text_layout  # noqa: E402
 from rococo_eval.detection import decide_order  # noqa: E402
+from rococo_eval.layout import image_to_text_layout  # noqa: E402
 
 
 class DrawnScores:

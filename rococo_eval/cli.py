@@ -24,11 +24,11 @@ import warnings
 from pathlib import Path
 
 from rococo_eval import __version__
-from rococo_eval.io.download import DEFAULT_IMAGE_WORKERS, MAX_DEFAULT_IMAGE_WORKERS, default_cache_dir
-from rococo_eval.models.cache import DEFAULT_BATCH_SIZE
 from rococo_eval.catalog import ATTACKS, CLEAN, DIRECTIONS, IMAGE_ATTACKS, SEEDS, TEXT_ATTACKS
-from rococo_eval.layout import ORDERS, describe_orders
 from rococo_eval.detection import CUSTOM
+from rococo_eval.io.download import DEFAULT_IMAGE_WORKERS, MAX_DEFAULT_IMAGE_WORKERS, default_cache_dir
+from rococo_eval.layout import ORDERS, describe_orders
+from rococo_eval.models.cache import DEFAULT_BATCH_SIZE
 
 logger = logging.getLogger("rococo_eval")
 
@@ -162,11 +162,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def run_command(args) -> Path:
     """``rococo-eval run``: embed, score, report. Returns the report folder."""
-    from rococo_eval.data.source import RococoSource, fetch_images
-    from rococo_eval.models.cache import EmbeddingCache
     from rococo_eval.catalog import galleries
-    from rococo_eval.scoring.galleries import score_model
+    from rococo_eval.data.source import RococoSource, fetch_images
     from rococo_eval.models.adapters import load_model, parse_model_name
+    from rococo_eval.models.cache import EmbeddingCache
+    from rococo_eval.scoring.galleries import score_model
 
     benchmark = (RococoSource(args.annotations_dir, images_dir=args.images_dir, benchmark=args.benchmark)
                  if args.benchmark else None)
@@ -218,8 +218,14 @@ def score_command(args) -> Path:
     a file that cannot be placed stops the command before the work.
     """
     from rococo_eval.data.source import RococoSource
-    from rococo_eval.scoring.plan import (PlanError, ScoreRequest, adversarial_per_image_of, plan_score_files,
-                                          report_meta, score_planned)
+    from rococo_eval.scoring.plan import (
+        PlanError,
+        ScoreRequest,
+        adversarial_per_image_of,
+        plan_score_files,
+        report_meta,
+        score_planned,
+    )
 
     out = writable_folder(args.out)
     source = RococoSource(args.annotations_dir, benchmark=args.benchmark)

@@ -55,7 +55,14 @@ from pathlib import Path
 import numpy as np
 
 from rococo_eval.catalog import ATTACKS, CLEAN, DIRECTIONS, IMAGE_TO_TEXT, TEXT_TO_IMAGE, attack_direction
-from rococo_eval.layout import ADVERSARIAL_PER_IMAGE, ORDERS, describe_orders, gallery_shape, image_to_text_layout, matching_galleries
+from rococo_eval.layout import (
+    ADVERSARIAL_PER_IMAGE,
+    ORDERS,
+    describe_orders,
+    gallery_shape,
+    image_to_text_layout,
+    matching_galleries,
+)
 
 CUSTOM = "custom"
 ORDER_SAMPLE_ROWS = 512

@@ -46,8 +46,15 @@ from typing import Sequence
 
 import numpy as np
 
-from rococo_eval.catalog import (ATTACKS, CLEAN, DIRECTIONS, IMAGE_TO_TEXT, TEXT_TO_IMAGE, attack_direction,
-                                 check_direction)
+from rococo_eval.catalog import (
+    ATTACKS,
+    CLEAN,
+    DIRECTIONS,
+    IMAGE_TO_TEXT,
+    TEXT_TO_IMAGE,
+    attack_direction,
+    check_direction,
+)
 
 ORDERS = ("official", "dataset")
 ADVERSARIAL_PER_IMAGE = 5  # RoCOCO's text attacks: 5 adversarial captions per image

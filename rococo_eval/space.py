@@ -18,15 +18,14 @@ from pathlib import Path
 
 import pandas as pd
 
-from rococo_recall import DEFAULT_K
-
-from rococo_eval.reporting import analysis, report
-from rococo_eval.io import scorefiles
 from rococo_eval.attacks.replacements import find_replacements, highlight
 from rococo_eval.catalog import ATTACKS, IMAGE_ATTACKS, TEXT_ATTACKS, gallery_key
-from rococo_eval.layout import ADVERSARIAL_PER_IMAGE, caption_offsets
 from rococo_eval.detection import CUSTOM, choose_layout
-from rococo_eval.scoring.plan import (ScoreRequest, ScoringOptions, plan_score_files, report_meta, score_planned)
+from rococo_eval.io import scorefiles
+from rococo_eval.layout import ADVERSARIAL_PER_IMAGE, caption_offsets
+from rococo_eval.reporting import analysis, report
+from rococo_eval.scoring.plan import ScoreRequest, ScoringOptions, plan_score_files, report_meta, score_planned
+from rococo_recall import DEFAULT_K
 
 logger = logging.getLogger(__name__)
 

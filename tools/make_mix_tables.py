@@ -32,9 +32,9 @@ from pathlib import Path
 
 import numpy as np
 
-from rococo_eval.data.annotations import NUM_IMAGES, OFFICIAL_COMMIT, OFFICIAL_REPOSITORY
 from rococo_eval.attacks.images import BATCH_SIZE, IMAGE_SIZE, LAM
 from rococo_eval.catalog import IMAGE_ATTACK_METHODS, SEEDS
+from rococo_eval.data.annotations import NUM_IMAGES, OFFICIAL_COMMIT, OFFICIAL_REPOSITORY
 
 DEFAULT_OUT = Path(__file__).resolve().parents[1] / "rococo_eval" / "data" / "mix_tables.npz"
 NOTE = (

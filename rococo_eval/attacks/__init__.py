@@ -1,1 +1,3 @@
-"""RoCOCO's attacks for any image-text set: altered images, and captions with one word replaced (chosen by Embedding-Influence)."""
+"""RoCOCO's attacks for any image-text set: altered images, and captions with one word replaced (chosen by Embedding-
+Influence).
+"""

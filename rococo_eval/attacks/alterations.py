@@ -22,8 +22,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 from PIL import Image
 
-from rococo_eval.io.download import decode_image
 from rococo_eval.attacks.images import alter_image, encode_jpeg, resize
+from rococo_eval.io.download import decode_image
 
 logger = logging.getLogger(__name__)
 

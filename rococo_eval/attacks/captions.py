@@ -50,8 +50,8 @@ from typing import Optional, Sequence, Union
 import numpy as np
 
 from rococo_eval.attacks import lexicon
-from rococo_eval.attacks.replacements import find_replacements, tokens
 from rococo_eval.attacks.influence import DEFAULT_VARIANT, influence_scores, load_text_encoder
+from rococo_eval.attacks.replacements import find_replacements, tokens
 from rococo_eval.catalog import TEXT_ATTACKS, select_names
 
 logger = logging.getLogger(__name__)

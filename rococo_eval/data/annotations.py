@@ -31,8 +31,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
-from rococo_eval.io.download import DownloadError, VerificationError, default_cache_dir, download_file, join_url, sha256_of
 from rococo_eval.catalog import CLEAN, TEXT_ATTACKS
+from rococo_eval.io.download import (
+    DownloadError,
+    VerificationError,
+    default_cache_dir,
+    download_file,
+    join_url,
+    sha256_of,
+)
 from rococo_eval.layout import ADVERSARIAL_PER_IMAGE
 
 logger = logging.getLogger(__name__)

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import datasets
 
+from rococo_eval.catalog import CLEAN, TEXT_ATTACKS, gallery_direction
 from rococo_eval.data.annotations import resolve_annotations_dir
 from rococo_eval.data.configs import dataset_splits
-from rococo_eval.catalog import CLEAN, TEXT_ATTACKS, gallery_direction
 from rococo_eval.data.source import RococoSource
 
 

@@ -37,10 +37,10 @@ from pathlib import Path
 
 import numpy as np
 
-from rococo_eval.io.download import sha256_of
-from rococo_eval.io.atomic import write_atomic
 from rococo_eval.attacks.images import MixTable
 from rococo_eval.catalog import CLEAN, TEXT_ATTACKS, parse_image_attack
+from rococo_eval.io.atomic import write_atomic
+from rococo_eval.io.download import sha256_of
 
 MANIFEST = "benchmark/manifest.json"
 FORMAT = "rococo-eval benchmark 1"

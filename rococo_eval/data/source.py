@@ -27,7 +27,10 @@ from pathlib import Path, PurePosixPath
 
 from PIL import Image
 
+from rococo_eval.attacks.images import alter_image, encode_jpeg, load_mix_table
+from rococo_eval.catalog import CLEAN, IMAGE_ATTACKS, TEXT_ATTACKS, gallery_direction
 from rococo_eval.data.annotations import OFFICIAL_COMMIT, AnnotationError, read_annotation_file
+from rococo_eval.data.manifest import read_benchmark
 from rococo_eval.io.download import (
     DEFAULT_DOWNLOAD_WORKERS,
     CorruptImageError,
@@ -36,10 +39,7 @@ from rococo_eval.io.download import (
     download_coco_images,
     read_image_file,
 )
-from rococo_eval.attacks.images import alter_image, encode_jpeg, load_mix_table
-from rococo_eval.catalog import CLEAN, IMAGE_ATTACKS, TEXT_ATTACKS, gallery_direction
 from rococo_eval.layout import GalleryLayout, caption_offsets, gallery_layout
-from rococo_eval.data.manifest import read_benchmark
 
 logger = logging.getLogger(__name__)
 

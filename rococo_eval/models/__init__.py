@@ -1,1 +1,3 @@
-"""Image-text models behind one interface (open_clip, transformers, BLIP and BLIP-2), and their embeddings cached on disk."""
+"""Image-text models behind one interface (open_clip, transformers, BLIP and BLIP-2), and their embeddings cached on
+disk.
+"""

@@ -171,7 +171,9 @@ def load_model(name: str, device: Optional[str] = None, precision: str = "fp32")
         raise ValueError(f"`precision` must be one of {PRECISIONS}, got {precision!r}")
     if parsed.library == "open_clip":
         return OpenClipModel(name, parsed, device, precision)
-    from rococo_eval.models import blip as rerank_models  # BLIP and BLIP-2 retrieval checkpoints, scored in two stages (rococo_eval.scoring.rerank)
+    from rococo_eval.models import (
+        blip as rerank_models,  # BLIP and BLIP-2 retrieval checkpoints, scored in two stages (rococo_eval.scoring.rerank)
+    )
 
     _import("torch")
     transformers = _import("transformers")

@@ -25,13 +25,18 @@ from pathlib import Path
 import numpy as np
 
 from rococo_eval import __version__
-from rococo_eval.reporting.analysis import (DEFAULT_MIN_COUNT, analyse, flipped_csv, most_damaging, split_per_query,
-                                           write_per_query_parquet)
-from rococo_eval.data.annotations import OFFICIAL_COMMIT, OFFICIAL_REPOSITORY
 from rococo_eval.attacks.replacements import highlight
+from rococo_eval.catalog import CLEAN, DIRECTIONS, IMAGE_ATTACK_METHODS, TEXT_ATTACKS, TEXT_TO_IMAGE, parse_image_attack
+from rococo_eval.data.annotations import OFFICIAL_COMMIT, OFFICIAL_REPOSITORY
 from rococo_eval.io.atomic import write_atomic, write_json
-from rococo_eval.catalog import (CLEAN, DIRECTIONS, IMAGE_ATTACK_METHODS, TEXT_ATTACKS, TEXT_TO_IMAGE,
-                                 parse_image_attack)
+from rococo_eval.reporting.analysis import (
+    DEFAULT_MIN_COUNT,
+    analyse,
+    flipped_csv,
+    most_damaging,
+    split_per_query,
+    write_per_query_parquet,
+)
 
 logger = logging.getLogger(__name__)
 

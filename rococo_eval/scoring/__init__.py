@@ -1,1 +1,3 @@
-"""Scoring: a model's galleries from its embeddings, two-stage re-ranking, and the one path from score files to results."""
+"""Scoring: a model's galleries from its embeddings, two-stage re-ranking, and the one path from score files to
+results.
+"""

@@ -113,8 +113,8 @@ def score_model(model, source, attacks: Sequence[str], cache: EmbeddingCache, re
             results[key] = score_gallery(layout, vectors[query_key], vectors[original_key], vectors.get(attack),
                                          k=k, per_query=True)
         else:
-            from rococo_eval.scoring.rerank import Side, block_metric
             from rococo_eval.io.savedscores import ScoreMatrixWriter, score_file_name
+            from rococo_eval.scoring.rerank import Side, block_metric
 
             sides = {name: Side(item_sets[name].name, item_sets[name].fingerprint, item_sets[name].items,
                                 vectors[name]) for name in [query_key] + pool_keys}

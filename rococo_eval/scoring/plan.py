@@ -39,12 +39,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
-from rococo_recall import TIE_POLICIES
-
 from rococo_eval.catalog import ATTACKS, IMAGE_ATTACKS, TEXT_ATTACKS, gallery_key
 from rococo_eval.detection import CUSTOM, LayoutChoice, choose_layout
 from rococo_eval.io import scorefiles
 from rococo_eval.layout import ADVERSARIAL_PER_IMAGE, GalleryLayout, gallery_layout, recall_cutoffs
+from rococo_recall import TIE_POLICIES
 
 logger = logging.getLogger(__name__)
 
@@ -184,7 +183,8 @@ def plan_score_files(requests: Sequence[ScoreRequest], captions_per_image, *,
         requests: the files, each with what was given of its layout.
         captions_per_image: the image-text set's captions per image (RoCOCO's, or a generated benchmark's); None
             when no annotations are at hand (then only custom layouts can be planned).
-        adversarial_per_image: the set's adversarial captions per image in a text attack (:func:`adversarial_per_image_of`).
+        adversarial_per_image: the set's adversarial captions per image in a text attack
+            (:func:`adversarial_per_image_of`).
         attacks: the attacks a file may name (:func:`attacks_of`).
         custom: whether custom layouts are allowed: their references (and adversarial items) come from the score
             file (an ``.npz`` or ``.safetensors`` with ``references`` / ``adversarial`` arrays) or from the

@@ -51,8 +51,8 @@ from typing import Iterator, Sequence
 import numpy as np
 from tqdm.auto import tqdm
 
-from rococo_eval.io.atomic import open_cache_folder, write_atomic
 from rococo_eval.catalog import IMAGE_TO_TEXT
+from rococo_eval.io.atomic import open_cache_folder, write_atomic
 from rococo_eval.layout import gallery_vectors
 
 logger = logging.getLogger(__name__)

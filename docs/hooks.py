@@ -30,6 +30,12 @@ BASE_CALL = {"predictions": [[0.9, 0.1, 0.5], [0.2, 0.8, 0.1]], "references": [0
 REFERENCE_SECTION = "API reference"  # the nav section the layer pages are appended to
 MARKER = re.compile(r"^<!-- generated: ([a-z-]+) -->$", re.MULTILINE)
 HELP_COLUMNS = "100"
+# A subpackage's own docstring, without a heading, at the top of its layer's page.
+PACKAGE_DOCSTRING = """::: {}
+    options:
+      members: false
+      show_root_heading: false
+      show_root_toc_entry: false"""
 
 log = logging.getLogger("mkdocs.hooks.rococo")
 
@@ -258,7 +264,8 @@ def check_layer_order(markdown: str) -> str:
 def layer_page(layer: list[str], number: int, count: int) -> str:
     """The API reference page of one layer: a ``:::`` block per module."""
     below = "nothing of the package" if number == 1 else "only the layers below it"
-    blocks = "\n\n".join(f"::: {module}" for name in layer for module in modules_of(name))
+    packages = [PACKAGE_DOCSTRING.format(name) for name in layer if modules_of(name) != [name]]
+    blocks = "\n\n".join(packages + [f"::: {module}" for name in layer for module in modules_of(name)])
     return (f"# {layer_title(layer)}\n\nLayer {number} of {count} from the bottom: it imports {below} "
             f"([the architecture](../architecture.md)).\n\n{blocks}\n")
 

@@ -151,7 +151,7 @@ def attack_captions(captions: Sequence[str], image_of: Sequence[int], strategies
         >>> attack_captions(["A dog."], [0], ["dog_swap"])
         Traceback (most recent call last):
         ...
-        ValueError: `strategies` must be some of ('same_concept', 'diff_concept', 'rand_voca', 'danger'), got 'dog_swap'
+        ValueError: `strategies` must be among ('same_concept', 'diff_concept', 'rand_voca', 'danger'), got 'dog_swap'
         >>> attack_captions(["", "red and blue"], [0, 1], ["danger"])["danger"]
         [Skipped(reason='empty caption'), Skipped(reason='no candidate word')]
     """

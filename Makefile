@@ -18,7 +18,7 @@ $(BIN)/python:
 $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install --quiet "torch==2.13.0"
 	$(BIN)/pip install --quiet -e ".[test]"
-	# open_clip without its torchvision: PyPI's torchvision cannot load beside the CPU torch (see README).
+	# open_clip without its torchvision: PyPI's torchvision cannot load beside the CPU torch (docs/cli.md).
 	$(BIN)/pip install --quiet --no-deps "open_clip_torch==3.3.0"
 	touch $@
 
@@ -44,24 +44,33 @@ $(WORDNET):
 	$(SUDO) DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wordnet-base >/dev/null
 
 test: $(VENV)/.installed-test $(CHROMIUM) $(WORDNET) test-numpy1
-	$(BIN)/python -m pytest -q
+	ROCOCO_REQUIRE_PY39=1 $(BIN)/python -m pytest -q
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir build/site  # the docs (mkdocs.yml)
 
-# evaluate copies rococo_recall.py alone into whatever environment loads it, NumPy 1.x included (no
-# np.bitwise_count there). The metric's tests also run in such an environment: NumPy 1.26, no torch.
+# evaluate copies rococo_recall.py alone into whatever environment loads it, as old as Python 3.9 with NumPy 1.24 (no
+# np.bitwise_count there). The metric's tests also run in such an environment: Python 3.9, NumPy 1.24, no torch.
+# pyproject's filterwarnings names pandas 3's Pandas4Warning, and pandas 3 needs Python 3.11: -o drops it here.
+PY39 ?= $(firstword $(wildcard /root/.pyenv/versions/3.9.18/bin/python) $(shell command -v python3.9 2>/dev/null))
 NUMPY1_VENV := .venv-numpy1
-METRIC_TESTS := rococo_recall.py tests/test_metric.py tests/test_metric_wrapper.py tests/test_distributed.py
+METRIC_TESTS := rococo_recall.py tests/test_metric.py tests/test_metric_wrapper.py tests/test_distributed.py \
+	tests/metric/test_metric_standalone.py
 $(NUMPY1_VENV)/.installed: Makefile
-	$(PYTHON) -m venv $(NUMPY1_VENV)
+	@[ -n "$(PY39)" ] && "$(PY39)" -c 'import sys; assert sys.version_info[:2] == (3, 9)' 2>/dev/null || { \
+		echo "test-numpy1 needs Python 3.9 (PY39='$(PY39)' is not one): install it (pyenv install 3.9.18, or" \
+			"python3.9 on PATH) or pass PY39=/path/to/python3.9"; exit 1; }
+	rm -rf $(NUMPY1_VENV)
+	$(PY39) -m venv $(NUMPY1_VENV)
 	$(NUMPY1_VENV)/bin/pip install --quiet --upgrade pip
-	# pyarrow 25 and newer import only with NumPy 2.
-	$(NUMPY1_VENV)/bin/pip install --quiet "numpy==1.26.4" "pyarrow<25" "evaluate==0.4.6" datasets pillow requests \
+	# pyarrow 25 and newer import only with NumPy 2 (Python 3.9 gets pyarrow 21 at most anyway).
+	$(NUMPY1_VENV)/bin/pip install --quiet "numpy==1.24.4" "pyarrow<25" "evaluate==0.4.6" datasets pillow requests \
 		tqdm pyyaml "pytest>=8" "hypothesis>=6.100" ml_dtypes
 	touch $@
 
 test-numpy1: $(NUMPY1_VENV)/.installed
-	$(NUMPY1_VENV)/bin/python -c 'import numpy; assert not hasattr(numpy, "bitwise_count"), numpy.__version__'
-	PYTHONPATH=. $(NUMPY1_VENV)/bin/python -m pytest -q $(METRIC_TESTS) -k "not torch"  # no torch there
+	$(NUMPY1_VENV)/bin/python -c 'import sys, numpy; assert sys.version_info[:2] == (3, 9) and \
+		numpy.__version__.startswith("1.24.") and not hasattr(numpy, "bitwise_count"), (sys.version, numpy.__version__)'
+	PYTHONPATH=. $(NUMPY1_VENV)/bin/python -m pytest -q -o 'filterwarnings=ignore::DeprecationWarning:evaluate.*' \
+		$(METRIC_TESTS) -k "not torch"  # no torch there
 
 test-fast: $(VENV)/.installed-test $(CHROMIUM) $(WORDNET)
 	$(BIN)/python -m pytest -q -m "not slow"

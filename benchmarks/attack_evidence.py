@@ -1,4 +1,4 @@
-"""Evidence for the caption attacks (README, "Making RoCOCO attacks for your data" -> "Evidence").
+"""Evidence for the caption attacks (docs/attacks.md, "Evidence").
 
 On the ground-truth captions of the official COCO test file ($ROCOCO_ANNOTATIONS_DIR), compared with the
 official attack files:

@@ -12,7 +12,7 @@ it. This script feeds it, ``--runs`` seeds per case:
   and constant scores.
 
 Only the entries ``decide_order`` reads are drawn, so a run costs milliseconds instead of a 1 GB matrix.
-The README's and ``layout_detection``'s figures come from ``--runs 200``.
+The figures of ``rococo_eval.detection`` and docs/performance.md come from ``--runs 200``.
 """
 
 import argparse

@@ -17,7 +17,7 @@ and the score compares ``E(" ".join(t))`` with ``E(" ".join(t'))``:
   the words exactly as ``cosine`` does).
 
 A variant is ``"<removal|masking>-<cosine|l2>"``; :data:`DEFAULT_VARIANT` is the one that agreed best with the
-official files (README, "Evidence"). Scores are rounded to 6 decimals, so float noise between batch sizes does
+official files (docs/attacks.md, "Evidence"). Scores are rounded to 6 decimals, so float noise between batch sizes does
 not reorder words (ties go to the earlier word).
 
 Encoders: ``sentence:NAME_OR_PATH`` (a sentence-transformers folder, mean pooling as its ``1_Pooling`` says;

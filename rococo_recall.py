@@ -14,6 +14,11 @@ results. The environment variable ``ROCOCO_RECALL_KERNEL=numpy`` keeps to NumPy,
 unset, the kernel ranks matrices of 2**22 scores and more where numba is installed (see ``_kernel``).
 """
 
+# One file, by choice: evaluate 0.4.6 copies helpers beside it (local folder or Space: get_imports and
+# _download_additional_modules in evaluate/loading.py) only for unindented `from .helper import x` lines, and such an
+# import fails where this file is the top-level module `rococo_recall` (the py-modules install, rococo_eval, the
+# tests): "attempted relative import with no known parent package". An indented fallback import is not copied.
+
 import logging
 import os
 import sys
@@ -23,6 +28,18 @@ from dataclasses import dataclass, fields
 import numpy as np
 
 logger = logging.getLogger(__name__)
+
+__all__ = [
+    "CITATION",
+    "DEFAULT_K",
+    "TIE_POLICIES",
+    "QueryRanks",
+    "RankAccumulator",
+    "embedding_score_blocks",
+    "rococo_recall",
+    "score_block_rows",
+    "summarize",
+]
 
 CITATION = """\
 @inproceedings{park2024rococo,
@@ -86,79 +103,33 @@ Examples:
     (100.0, 50.0, 50.0, 50.0)
 """
 
+
+# --- Public API: rococo_recall, RankAccumulator, the per-query results and their summary, scores of embeddings
+
 TIE_POLICIES = ("pessimistic", "optimistic")
 DEFAULT_K = (1, 5, 10)
-# Block sizes in bytes of scores, counted at 4 bytes a score whatever the dtype (`chunk_size` sets the rows instead).
-# 2.5 MB: a block of score rows is ranked while it is in the CPU's cache (see _rank_block). On the benchmark machine
-# blocks of 1.25 MB took 1.3-1.5x as long (per-block overhead), of 10 MB up to 1.4x (out of cache); 5 MB, within
-# noise, would need twice the cache for the same number of threads.
-_RANK_BLOCK_BYTES = 5 << 19
-# 32 MB: scores made from embeddings by one matrix product, then ranked in blocks of _RANK_BLOCK_BYTES by the
-# threads. Products of 2.5 MB made scoring RoCOCO from embeddings 1.7-3.9x slower; products of 128 MB, no faster.
-_SCORE_BLOCK_BYTES = 1 << 25
-# 16 MB on a GPU, where a block is made and ranked at once: few kernel launches, and the block's temporaries
-# stay under 10% of a RoCOCO-size matrix (benchmarks/bench_metric_cuda.py).
-_GPU_BLOCK_BYTES = 1 << 24
-_MAX_BLOCK_ROWS = 4096  # so that a narrow gallery still gives several blocks for the threads to share
-# Threads that rank blocks at once: one per core, at most 8. Each keeps a block and its temporaries (about 3 MB)
-# in cache, so that 8 fill a typical 20-32 MB shared cache (the benchmark machine has 2 cores: not tuned beyond).
-_NUM_THREADS = max(1, min(8, os.cpu_count() or 1))
-# Up to 8 runs of consecutive gallery items of one kind (RoCOCO's text-to-image and dataset orders have 2), a
-# maximum per run finds the best adversarial and clean scores in one pass. Each run costs a little per row: on
-# RoCOCO-size blocks (13-65 rows) two plain passes were cheaper from 12-28 runs on.
-_MAX_RUNS = 8
-# With per_query, a row's top-1 item is found among the items above its best correct one, read one by one, while
-# they are at most _MIN_CANDIDATES or 1/_CANDIDATE_SHARE of the gallery; beyond, a row maximum and a packed
-# comparison (two passes over the row) cost less (measured on the benchmark's layouts: 64/256 beat 16/1024,
-# 256/64 and 1024/16 by 2-25%).
-_MIN_CANDIDATES = 64
-_CANDIDATE_SHARE = 256
-# $ROCOCO_RECALL_KERNEL picks how NumPy score rows are ranked: "numba" compiles one pass per row
-# (_rank_block_compiled, with numba: `pip install rococo-eval[fast]`), "numpy" keeps to NumPy (_rank_block). Unset:
-# numba where it is installed, for large matrices (below). Both give identical results; read at every call.
-_KERNEL_VARIABLE = "ROCOCO_RECALL_KERNEL"
-_KERNELS = ("numba", "numpy")
-# The compiled kernel, once per dtype it ranks in (None: numba is not installed); see _kernel.
-_COMPILED_KERNELS = {}
-# Unset, the kernel is loaded for a matrix of at least 2**22 scores (16 MB of float32), which NumPy ranks in a few
-# ms: importing numba and loading the kernel from its cache took 0.6-0.8 s per process on the benchmark machine,
-# compiling it 1-2 s a dtype once per machine. Once loaded for a dtype, it ranks every matrix of that dtype.
-_KERNEL_MIN_SCORES = 1 << 22
-# The compiled kernel looks for a row's top-1 item in pieces of this many items, skipping a piece at a vectorised
-# check when nothing in it reaches the best item found so far (the few items above the truth are read one by one).
-_KERNEL_PIECE = 256
 
 
-@dataclass(frozen=True)
-class QueryRanks:
-    """Per-query results of one block of rows: the only thing kept of the scores (see ``per_query``).
+def rococo_recall(predictions=None, references=None, adversarial=None, k=DEFAULT_K, ties="pessimistic",
+                  per_query=False, bootstrap=0, seed=0, chunk_size=None, query_embeddings=None,
+                  gallery_embeddings=None):
+    """Compute RoCOCO Recall from a score matrix or from embeddings (see the module's argument description).
 
-    ``rank`` and ``clean_rank``: wrong items above the best correct one, on the whole and on the clean gallery;
-    ``top1_adversarial``: whether the top-1 item is adversarial; ``top_index`` and ``top_score``: the top-1 item's
-    column and score; ``best_correct_index`` and ``best_correct_score``: those of the best correct item (these
-    four are None where they were not asked for: ``RankAccumulator(top_items=False)``).
+    Example:
+        >>> out = rococo_recall([[0.9, 0.1, 0.95], [0.2, 0.8, 0.1]], references=[0, 1], adversarial=[2], k=(1, 2))
+        >>> out["recall@2"], out["r_mean"], out["num_adversarial"]
+        (100.0, 75.0, 1)
     """
-
-    rank: np.ndarray
-    clean_rank: np.ndarray
-    top1_adversarial: np.ndarray
-    top_index: np.ndarray
-    top_score: np.ndarray
-    best_correct_index: np.ndarray
-    best_correct_score: np.ndarray
-
-    @classmethod
-    def concatenate(cls, blocks):
-        """The results of ``blocks`` (:class:`QueryRanks` of consecutive queries), one after the other.
-
-        Example:
-            >>> block = QueryRanks(np.array([3]), np.array([1]), np.array([True]), np.array([7]), np.array([0.9]),
-            ...                    np.array([0]), np.array([0.5]))
-            >>> QueryRanks.concatenate([block, block]).top_index.tolist()
-            [7, 7]
-        """
-        return cls(*(None if getattr(blocks[0], field.name) is None
-                     else np.concatenate([getattr(block, field.name) for block in blocks]) for field in fields(cls)))
+    accumulator = RankAccumulator(adversarial=adversarial, ties=ties, chunk_size=chunk_size, top_items=per_query)
+    if predictions is not None:
+        if query_embeddings is not None or gallery_embeddings is not None:
+            raise ValueError("give either `predictions` or `query_embeddings` and `gallery_embeddings`, not both")
+        accumulator.update(predictions, references)
+    elif query_embeddings is not None and gallery_embeddings is not None:
+        accumulator.update_embeddings(query_embeddings, gallery_embeddings, references)
+    else:
+        raise ValueError("`predictions` is required (or both `query_embeddings` and `gallery_embeddings`)")
+    return accumulator.compute(k=k, per_query=per_query, bootstrap=bootstrap, seed=seed)
 
 
 class RankAccumulator:
@@ -241,75 +212,41 @@ class RankAccumulator:
         self.num_queries += sum(len(block.rank) for block in blocks)
 
 
-def rococo_recall(predictions=None, references=None, adversarial=None, k=DEFAULT_K, ties="pessimistic",
-                  per_query=False, bootstrap=0, seed=0, chunk_size=None, query_embeddings=None,
-                  gallery_embeddings=None):
-    """Compute RoCOCO Recall from a score matrix or from embeddings (see the module's argument description).
+@dataclass(frozen=True)
+class QueryRanks:
+    """Per-query results of one block of rows: the only thing kept of the scores (see ``per_query``).
 
-    Example:
-        >>> out = rococo_recall([[0.9, 0.1, 0.95], [0.2, 0.8, 0.1]], references=[0, 1], adversarial=[2], k=(1, 2))
-        >>> out["recall@2"], out["r_mean"], out["num_adversarial"]
-        (100.0, 75.0, 1)
+    ``rank`` and ``clean_rank``: wrong items above the best correct one, on the whole and on the clean gallery;
+    ``top1_adversarial``: whether the top-1 item is adversarial; ``top_index`` and ``top_score``: the top-1 item's
+    column and score; ``best_correct_index`` and ``best_correct_score``: those of the best correct item (these
+    four are None where they were not asked for: ``RankAccumulator(top_items=False)``).
     """
-    accumulator = RankAccumulator(adversarial=adversarial, ties=ties, chunk_size=chunk_size, top_items=per_query)
-    if predictions is not None:
-        if query_embeddings is not None or gallery_embeddings is not None:
-            raise ValueError("give either `predictions` or `query_embeddings` and `gallery_embeddings`, not both")
-        accumulator.update(predictions, references)
-    elif query_embeddings is not None and gallery_embeddings is not None:
-        accumulator.update_embeddings(query_embeddings, gallery_embeddings, references)
-    else:
-        raise ValueError("`predictions` is required (or both `query_embeddings` and `gallery_embeddings`)")
-    return accumulator.compute(k=k, per_query=per_query, bootstrap=bootstrap, seed=seed)
+
+    rank: np.ndarray
+    clean_rank: np.ndarray
+    top1_adversarial: np.ndarray
+    top_index: np.ndarray
+    top_score: np.ndarray
+    best_correct_index: np.ndarray
+    best_correct_score: np.ndarray
+
+    @classmethod
+    def concatenate(cls, blocks):
+        """The results of ``blocks`` (:class:`QueryRanks` of consecutive queries), one after the other.
+
+        Example:
+            >>> block = QueryRanks(np.array([3]), np.array([1]), np.array([True]), np.array([7]), np.array([0.9]),
+            ...                    np.array([0]), np.array([0.5]))
+            >>> QueryRanks.concatenate([block, block]).top_index.tolist()
+            [7, 7]
+        """
+        return cls(*(None if getattr(blocks[0], field.name) is None
+                     else np.concatenate([getattr(block, field.name) for block in blocks]) for field in fields(cls)))
 
 
-def embedding_score_blocks(query_embeddings, gallery_embeddings, chunk_size=None):
-    """Yield ``(first row, scores)``: the score matrix of embeddings, block by block, as the metric makes it.
-
-    The one block rule of a dual encoder's scores. A block's scores are ``queries[rows] @ gallery.T`` for
-    :func:`score_block_rows` rows at a time (or ``chunk_size``); BLAS rounds a dot product by the shape of the
-    product it is part of, so scores made in other blocks may differ in their last bit. Whoever writes a model's
-    score matrix from embeddings (``rococo-eval run --save-scores``) makes it here, so that the file holds the
-    bits :func:`rococo_recall` ranks from the embeddings.
-
-    Example:
-        >>> queries = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]], dtype=np.float32)
-        >>> [(start, block.tolist()) for start, block in embedding_score_blocks(queries, queries[:2], chunk_size=2)]
-        [(0, [[1.0, 0.0], [0.0, 1.0]]), (2, [[1.0, 1.0]])]
-    """
-    queries, gallery = _embedding_matrices(query_embeddings, gallery_embeddings)
-    if chunk_size is not None and (not _is_integer(chunk_size) or chunk_size < 1):
-        raise ValueError(f"`chunk_size` must be a positive int, got {chunk_size!r}")
-    return _embedding_score_blocks(queries, gallery, chunk_size)
-
-
-def score_block_rows(num_gallery, on_gpu=False):
-    """Query rows per block of scores made from embeddings: about 32 MB of scores (16 MB on a GPU), 1 to 4096.
-
-    Example:
-        >>> score_block_rows(50010), score_block_rows(10), score_block_rows(50010, on_gpu=True)
-        (167, 4096, 83)
-    """
-    return _rows_per_block(num_gallery, _GPU_BLOCK_BYTES if on_gpu else _SCORE_BLOCK_BYTES)
-
-
-def _embedding_matrices(query_embeddings, gallery_embeddings):
-    """Both embedding matrices, checked: finite, of one width."""
-    queries = _as_matrix(query_embeddings, name="query_embeddings", check_finite=True)
-    gallery = _as_matrix(gallery_embeddings, name="gallery_embeddings", check_finite=True)
-    if queries.shape[1] != gallery.shape[1]:
-        raise ValueError(
-            f"`query_embeddings` and `gallery_embeddings` must have the same width, got "
-            f"{queries.shape[1]} and {gallery.shape[1]}"
-        )
-    return queries, gallery
-
-
-def _embedding_score_blocks(queries, gallery, chunk_size):
-    """:func:`embedding_score_blocks` on checked matrices (NumPy or torch)."""
-    rows = chunk_size or score_block_rows(gallery.shape[0], _is_torch(queries) and queries.device.type != "cpu")
-    for start in range(0, queries.shape[0], rows):
-        yield start, queries[start:start + rows] @ gallery.T
+# The per-query outputs (the fields of QueryRanks) and their dtypes.
+_RANK_FIELDS = (("rank", "int64"), ("clean_rank", "int64"), ("top1_adversarial", "bool"), ("top_index", "int64"),
+                ("top_score", "float64"), ("best_correct_index", "int64"), ("best_correct_score", "float64"))
 
 
 def summarize(ranks, num_gallery, num_adversarial, k=DEFAULT_K, per_query=False, bootstrap=0, seed=0):
@@ -369,8 +306,344 @@ def _percentages(names, counts, num_queries, ks):
     return out
 
 
+def embedding_score_blocks(query_embeddings, gallery_embeddings, chunk_size=None):
+    """Yield ``(first row, scores)``: the score matrix of embeddings, block by block, as the metric makes it.
+
+    The one block rule of a dual encoder's scores. A block's scores are ``queries[rows] @ gallery.T`` for
+    :func:`score_block_rows` rows at a time (or ``chunk_size``); BLAS rounds a dot product by the shape of the
+    product it is part of, so scores made in other blocks may differ in their last bit. Whoever writes a model's
+    score matrix from embeddings (``rococo-eval run --save-scores``) makes it here, so that the file holds the
+    bits :func:`rococo_recall` ranks from the embeddings.
+
+    Example:
+        >>> queries = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]], dtype=np.float32)
+        >>> [(start, block.tolist()) for start, block in embedding_score_blocks(queries, queries[:2], chunk_size=2)]
+        [(0, [[1.0, 0.0], [0.0, 1.0]]), (2, [[1.0, 1.0]])]
+    """
+    queries, gallery = _embedding_matrices(query_embeddings, gallery_embeddings)
+    if chunk_size is not None and (not _is_integer(chunk_size) or chunk_size < 1):
+        raise ValueError(f"`chunk_size` must be a positive int, got {chunk_size!r}")
+    return _embedding_score_blocks(queries, gallery, chunk_size)
+
+
+def score_block_rows(num_gallery, on_gpu=False):
+    """Query rows per block of scores made from embeddings: about 32 MB of scores (16 MB on a GPU), 1 to 4096.
+
+    Example:
+        >>> score_block_rows(50010), score_block_rows(10), score_block_rows(50010, on_gpu=True)
+        (167, 4096, 83)
+    """
+    return _rows_per_block(num_gallery, _GPU_BLOCK_BYTES if on_gpu else _SCORE_BLOCK_BYTES)
+
+
+def _embedding_score_blocks(queries, gallery, chunk_size):
+    """:func:`embedding_score_blocks` on checked matrices (NumPy or torch)."""
+    rows = chunk_size or score_block_rows(gallery.shape[0], _is_torch(queries) and queries.device.type != "cpu")
+    for start in range(0, queries.shape[0], rows):
+        yield start, queries[start:start + rows] @ gallery.T
+
+
+# --- Validation: every check of the arguments, before anything is kept (errors name the argument)
+
+_NUMPY_FLOATS = (np.float16, np.float32, np.float64, np.longdouble)
+_EXACT_IN_FLOAT64 = 2**53
+
+
+def _as_matrix(values, name="predictions", check_finite=False):
+    """``values`` as a 2-D matrix of a dtype the ranking compares exactly, or a ``ValueError`` naming ``name``.
+
+    Kept as given: NumPy float16/32/64 and long double; torch float16, bfloat16, float32 and float64.
+    Converted exactly: integers and booleans to float64 (integers beyond 2**53 are refused: float64 cannot
+    tell them apart), other floats of at most 16 bits (``ml_dtypes.bfloat16``, float8, torch's float8) to
+    float32. Anything else is refused.
+    """
+    if _is_torch(values):
+        matrix = _torch_matrix(values.detach(), name)
+    else:
+        if isinstance(values, np.ma.MaskedArray):
+            raise ValueError(f"`{name}` is a masked array: its mask would be ignored; fill the masked scores "
+                             "first, e.g. with a score below every real one")
+        try:
+            matrix = np.asarray(values)
+        except (ValueError, TypeError) as error:
+            raise ValueError(f"`{name}` must be a 2-D matrix (queries x gallery) of numbers: {error}") from None
+        matrix = _numpy_matrix(matrix, name)
+    if matrix.ndim != 2 or matrix.shape[0] == 0 or matrix.shape[1] == 0:
+        raise ValueError(f"`{name}` must be a non-empty 2-D matrix (queries x gallery), "
+                         f"got shape {tuple(matrix.shape)}")
+    if check_finite:
+        finite = matrix.isfinite() if _is_torch(matrix) else np.isfinite(matrix)
+        if not bool(finite.all()):
+            row, col = (int(i) for i in (~finite).nonzero()[0]) if _is_torch(matrix) else np.argwhere(~finite)[0]
+            raise ValueError(f"`{name}` must be finite: {name}[{row}][{col}] is {float(matrix[row, col])}")
+    return matrix
+
+
+def _numpy_matrix(matrix, name):
+    if matrix.dtype.type in _NUMPY_FLOATS:
+        return matrix
+    if matrix.dtype.kind in "iub":
+        if matrix.dtype.itemsize == 8 and matrix.size and int(np.abs(matrix).max()) > _EXACT_IN_FLOAT64:
+            raise ValueError(f"`{name}` holds integers beyond 2**53, which float64 cannot compare exactly: "
+                             "rescale them or pass floats")
+        return matrix.astype(np.float64)
+    if matrix.dtype.kind in "fV" and matrix.dtype.names is None and matrix.dtype.itemsize <= 2:
+        try:  # a float format of at most 16 bits from ml_dtypes (bfloat16, float8_*): float32 holds it exactly
+            converted = matrix.astype(np.float32)
+        except (TypeError, ValueError):
+            converted = None
+        if converted is not None and np.array_equal(converted.astype(matrix.dtype).view(np.uint8),
+                                                    matrix.view(np.uint8)):
+            return converted
+    raise ValueError(f"`{name}` must hold real numbers (float16, bfloat16, float32, float64, long double, ints), "
+                     f"got dtype {matrix.dtype}")
+
+
+def _torch_matrix(tensor, name):
+    import torch
+
+    if tensor.dtype in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
+        return tensor
+    if tensor.is_floating_point() and tensor.element_size() <= 2:  # float8 formats: float32 holds them exactly
+        return tensor.float()
+    if tensor.dtype == torch.bool or not (tensor.is_floating_point() or tensor.is_complex()):
+        if tensor.element_size() == 8 and tensor.numel() and int(tensor.abs().max()) > _EXACT_IN_FLOAT64:
+            raise ValueError(f"`{name}` holds integers beyond 2**53, which float64 cannot compare exactly: "
+                             "rescale them or pass floats")
+        return tensor.double()
+    raise ValueError(f"`{name}` must hold real numbers (float16, bfloat16, float32, float64, ints), "
+                     f"got dtype {tensor.dtype}")
+
+
+def _embedding_matrices(query_embeddings, gallery_embeddings):
+    """Both embedding matrices, checked: finite, of one width."""
+    queries = _as_matrix(query_embeddings, name="query_embeddings", check_finite=True)
+    gallery = _as_matrix(gallery_embeddings, name="gallery_embeddings", check_finite=True)
+    if queries.shape[1] != gallery.shape[1]:
+        raise ValueError(
+            f"`query_embeddings` and `gallery_embeddings` must have the same width, got "
+            f"{queries.shape[1]} and {gallery.shape[1]}"
+        )
+    return queries, gallery
+
+
+def _adversarial_mask(adversarial, num_gallery):
+    """The boolean mask of the adversarial gallery items, from a mask or from indices.
+
+    An integer array with one entry per gallery item holding only 0s and 1s could be either, so it is refused.
+    """
+    if adversarial is None:
+        return np.zeros(num_gallery, dtype=bool)
+    values = adversarial.detach().cpu().numpy() if _is_torch(adversarial) else np.asarray(adversarial)
+    if values.ndim != 1:
+        raise ValueError(f"`adversarial` must be a 1-D mask or list of indices, got shape {values.shape}")
+    if values.dtype == bool:
+        if len(values) != num_gallery:
+            raise ValueError(
+                f"`adversarial` mask must have one entry per gallery item ({num_gallery}), got {len(values)}"
+            )
+        return values.copy()
+    if len(values) and values.dtype.kind not in "iu":
+        raise ValueError(f"`adversarial` must be a boolean mask or a list of ints, got dtype {values.dtype}")
+    if len(values) == num_gallery and num_gallery > 1 and np.isin(values, (0, 1)).all():
+        raise ValueError(
+            f"`adversarial` has one int per gallery item ({num_gallery}), all 0 or 1: it reads as a mask and as "
+            "indices. Pass a boolean mask (e.g. np.asarray(adversarial, dtype=bool)) or the adversarial indices "
+            "(e.g. np.flatnonzero(adversarial))"
+        )
+    bad = values[(values < 0) | (values >= num_gallery)]
+    if len(bad):
+        raise ValueError(f"`adversarial` index {int(bad[0])} is out of range for a gallery of {num_gallery}")
+    unique, counts = np.unique(values, return_counts=True)
+    if (counts > 1).any():  # an index list never repeats; a 0/1 int mask does (items 0 and 1 would be marked)
+        raise ValueError(
+            f"`adversarial` index {int(unique[counts > 1][0])} is given {int(counts.max())} times: pass a boolean "
+            "mask (e.g. np.asarray(adversarial, dtype=bool)) or each adversarial index once"
+        )
+    mask = np.zeros(num_gallery, dtype=bool)
+    mask[values.astype(np.int64)] = True
+    return mask
+
+
+def _reference_table(references, num_queries, num_gallery, adversarial):
+    """Pad the references into a (queries x max refs) table; padding repeats a query's first reference."""
+    if references is None:
+        raise ValueError("`references` is required: the correct gallery indices of each query")
+    if _is_torch(references):
+        references = references.detach().cpu().numpy()
+    if isinstance(references, np.ndarray) and references.ndim in (1, 2) and references.dtype.kind in "iu":
+        if len(references) != num_queries:
+            raise ValueError(f"`references` must have one entry per query ({num_queries}), got {len(references)}")
+        table = references.reshape(len(references), -1).astype(np.int64)
+        if table.shape[1] == 0:
+            raise ValueError(f"`references` must hold at least one gallery index per query, got shape "
+                             f"{references.shape}")
+        if (table < 0).any():
+            row = int(np.argwhere(table < 0)[0][0])
+            raise ValueError(f"`references[{row}]` holds a negative index: {references[row]!r}")
+    else:
+        table = _ragged_table(list(references), num_queries)
+    if len(table) != num_queries:
+        raise ValueError(f"`references` must have one entry per query ({num_queries}), got {len(table)}")
+    full_rows = (table >= 0).sum(axis=1) == num_gallery
+    if num_gallery > 1 and full_rows.any() and np.isin(table[full_rows], (0, 1)).all():
+        row = int(np.flatnonzero(full_rows)[0])
+        raise ValueError(
+            f"`references[{row}]` has one int per gallery item ({num_gallery}), all 0 or 1: it reads as a relevance "
+            "mask, but `references` takes the correct gallery indices of each query "
+            "(e.g. [np.flatnonzero(row).tolist() for row in relevance])"
+        )
+    table.sort(axis=1)
+    padding = table < 0
+    valid = ~padding
+    valid[:, 1:] &= table[:, 1:] != table[:, :-1]
+    if (table >= num_gallery).any():
+        row, col = np.argwhere(table >= num_gallery)[0]
+        raise ValueError(f"`references[{row}]` holds {table[row, col]}, out of range for a gallery of {num_gallery}")
+    first = table[np.arange(len(table)), padding.sum(axis=1)]
+    table = np.where(valid, table, first[:, None])
+    hits_adversarial = adversarial[table] & valid
+    if hits_adversarial.any():
+        row, col = np.argwhere(hits_adversarial)[0]
+        raise ValueError(
+            f"`references[{row}]` points at gallery item {table[row, col]}, which `adversarial` marks as adversarial"
+        )
+    return table, valid
+
+
+def _ragged_table(references, num_queries):
+    """Pad a list of ints and lists of ints into a (queries x max refs) table, padding with -1."""
+    if len(references) != num_queries:
+        raise ValueError(f"`references` must have one entry per query ({num_queries}), got {len(references)}")
+    rows = [(r,) if _is_integer(r) else r for r in references]
+    try:
+        lengths = np.fromiter(map(len, rows), dtype=np.int64, count=len(rows))
+    except TypeError:
+        row = next(i for i, r in enumerate(rows) if not hasattr(r, "__len__"))
+        raise ValueError(f"`references[{row}]` must be an int or a list of ints, got {references[row]!r}") from None
+    if (lengths == 0).any():
+        row = int(np.flatnonzero(lengths == 0)[0])
+        raise ValueError(f"`references[{row}]` is empty: every query needs at least one correct item")
+    flat = np.array([value for r in rows for value in r])
+    row_of = np.repeat(np.arange(len(rows)), lengths)
+    if flat.dtype.kind not in "iu":
+        row = next(i for i, r in enumerate(rows) if not all(_is_integer(v) for v in r))
+        raise ValueError(f"`references[{row}]` must be an int or a list of ints, got {references[row]!r}")
+    if (flat < 0).any():
+        row = int(row_of[np.flatnonzero(flat < 0)[0]])
+        raise ValueError(f"`references[{row}]` holds a negative index: {references[row]!r}")
+    table = np.full((len(rows), int(lengths.max())), -1, dtype=np.int64)
+    table[row_of, np.arange(len(flat)) - np.repeat(np.cumsum(lengths) - lengths, lengths)] = flat
+    return table
+
+
+def _check_k(k, num_gallery):
+    ks = (k,) if _is_integer(k) else tuple(k)
+    if not ks:
+        raise ValueError("`k` must name at least one cut-off")
+    for kk in ks:
+        if not _is_integer(kk) or not 1 <= kk <= num_gallery:
+            raise ValueError(f"`k` values must be ints from 1 to the gallery size {num_gallery}, got {kk!r}")
+    return tuple(int(kk) for kk in ks)
+
+
+def _check_bootstrap(bootstrap):
+    if not _is_integer(bootstrap) or bootstrap < 0:
+        raise ValueError(f"`bootstrap` must be a non-negative int, got {bootstrap!r}")
+
+
+def _check_query_index(query_index, num_queries, earlier):
+    """``query_index`` as int64, checked: one non-negative int per query of a batch, none seen ``earlier``."""
+    values = query_index.detach().cpu().numpy() if _is_torch(query_index) else np.asarray(query_index)
+    if values.shape != (num_queries,):
+        raise ValueError(f"`query_index` must hold one int per query ({num_queries}), got shape {values.shape}")
+    if values.dtype.kind not in "iu":
+        raise ValueError(f"`query_index` must hold ints, got dtype {values.dtype}")
+    if (values < 0).any():
+        raise ValueError(f"`query_index` must be non-negative, got {int(values[values < 0][0])}")
+    unique, counts = np.unique(values, return_counts=True)
+    repeated = unique[counts > 1].tolist() + [index for index in unique.tolist() if index in earlier]
+    if repeated:
+        raise _repeated_query(min(repeated))
+    return values.astype(np.int64)
+
+
+def _repeated_query(index):
+    """The error for a query numbered ``index`` twice."""
+    return ValueError(
+        f"`query_index` {index} was given twice: add every query once (a sampler that pads its shards to equal "
+        "length, as DistributedSampler does, repeats queries; shard without padding instead, e.g. "
+        "range(rank, num_queries, world_size))"
+    )
+
+
+@dataclass(frozen=True)
+class _Origin:
+    """Where a block of score rows came from, so that a non-finite score is named as the user gave it.
+
+    ``source`` is ``"predictions"`` or ``"embeddings"``; ``queries_before`` is the number of queries added
+    by earlier calls; ``block_start`` is the row of the argument the block starts at.
+    """
+
+    source: str
+    queries_before: int
+    block_start: int = 0
+
+    def error(self, values, row):
+        """The ``ValueError`` for ``values``, the scores of the block's row ``row``, one of them non-finite.
+
+        The row is named as a row of the argument the user passed, and, after earlier batches, also as a
+        query among all the queries added.
+        """
+        col = int(np.flatnonzero(~np.isfinite(values))[0])
+        row = self.block_start + row
+        among = f" (query {self.queries_before + row} of all added)" if self.queries_before else ""
+        if self.source == "predictions":
+            return ValueError(f"`predictions` must be finite: predictions[{row}][{col}] is {values[col]}{among}")
+        return ValueError(
+            f"the scores of `query_embeddings` and `gallery_embeddings` must be finite: the dot product of "
+            f"query_embeddings[{row}] and gallery_embeddings[{col}] is {values[col]}{among}, although both are "
+            "finite (it overflows their dtype: normalise the embeddings or pass them in float64)"
+        )
+
+
+def _is_integer(value):
+    """Whether ``value`` is an int or a NumPy integer, not a bool."""
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+
+def _is_torch(value):
+    return type(value).__module__.startswith("torch")
+
+
+# --- The NumPy ranker: per-query ranks by counting, block by block of score rows, in threads
+
+# Block sizes in bytes of scores, counted at 4 bytes a score whatever the dtype (`chunk_size` sets the rows instead).
+# 2.5 MB: a block of score rows is ranked while it is in the CPU's cache (see _rank_block). On the benchmark machine
+# blocks of 1.25 MB took 1.3-1.5x as long (per-block overhead), of 10 MB up to 1.4x (out of cache); 5 MB, within
+# noise, would need twice the cache for the same number of threads.
+_RANK_BLOCK_BYTES = 5 << 19
+# 32 MB: scores made from embeddings by one matrix product, then ranked in blocks of _RANK_BLOCK_BYTES by the
+# threads. Products of 2.5 MB made scoring RoCOCO from embeddings 1.7-3.9x slower; products of 128 MB, no faster.
+_SCORE_BLOCK_BYTES = 1 << 25
+_MAX_BLOCK_ROWS = 4096  # so that a narrow gallery still gives several blocks for the threads to share
+# Threads that rank blocks at once: one per core, at most 8. Each keeps a block and its temporaries (about 3 MB)
+# in cache, so that 8 fill a typical 20-32 MB shared cache (the benchmark machine has 2 cores: not tuned beyond).
+_NUM_THREADS = max(1, min(8, os.cpu_count() or 1))
+# Up to 8 runs of consecutive gallery items of one kind (RoCOCO's text-to-image and dataset orders have 2), a
+# maximum per run finds the best adversarial and clean scores in one pass. Each run costs a little per row: on
+# RoCOCO-size blocks (13-65 rows) two plain passes were cheaper from 12-28 runs on.
+_MAX_RUNS = 8
+# With per_query, a row's top-1 item is found among the items above its best correct one, read one by one, while
+# they are at most _MIN_CANDIDATES or 1/_CANDIDATE_SHARE of the gallery; beyond, a row maximum and a packed
+# comparison (two passes over the row) cost less (measured on the benchmark's layouts: 64/256 beat 16/1024,
+# 256/64 and 1024/16 by 2-25%).
+_MIN_CANDIDATES = 64
+_CANDIDATE_SHARE = 256
+
+
 def _rank_rows(scores, refs, valid, adversarial, ties, chunk_size, origin, top_items=True):
-    """Per-query results of the score rows ``scores`` by counting, as ``tests/reference_metric.py`` gets them by sorting.
+    """Per-query results of the rows of ``scores`` by counting, as ``tests/reference_metric.py`` gets them by sorting.
 
     A query's rank is the number of wrong items that score above its best correct item (pessimistic: or as high),
     its clean rank the same count without the adversarial items. Its top-1 item is the highest-scoring one; among
@@ -435,6 +708,257 @@ def _rank_rows(scores, refs, valid, adversarial, ties, chunk_size, origin, top_i
     top_index[row], top_score[row] = column, value
     return QueryRanks(rank, clean_rank, adversarial[top_index], top_index, top_score, best_index,
                       best.astype(np.float64))
+
+
+def _numpy_compute_dtype(dtype):
+    """The dtype a NumPy score matrix is compared in: its own, or float32 for float16 (exact either way)."""
+    return np.dtype(np.float32) if dtype == np.float16 else dtype
+
+
+def _rows_per_block(num_gallery, block_bytes):
+    """How many query rows make a block of about ``block_bytes`` of scores (4 bytes each), 1 to _MAX_BLOCK_ROWS."""
+    return max(1, min(_MAX_BLOCK_ROWS, block_bytes // (4 * num_gallery)))
+
+
+@dataclass(frozen=True)
+class _GalleryColumns:
+    """The gallery's columns in the forms :func:`_rank_block` reads, made once per call of :func:`_rank_rows`.
+
+    ``adversarial`` is the boolean mask; ``adversarial_words`` the mask packed by :meth:`pack` (padding bits clean).
+    ``adversarial_runs`` and ``clean_runs`` are the ``(start, stop)`` column ranges of the runs of consecutive
+    items of each kind when there are at most :data:`_MAX_RUNS` runs in all, else empty.
+    ``wrong_keys`` and ``correct_keys`` order the items of equal score for :func:`_top_items`: each column's key as
+    a wrong or as a correct item is its kind's place in the tie order (``ties``: pessimistic, adversarial items
+    first, then clean wrong ones, then correct ones; optimistic, the reverse), then its column reversed (the
+    lowest column has the largest key).
+    """
+
+    adversarial: np.ndarray
+    adversarial_words: np.ndarray
+    adversarial_runs: tuple
+    clean_runs: tuple
+    wrong_keys: np.ndarray
+    correct_keys: np.ndarray
+
+    @classmethod
+    def of(cls, adversarial, pessimistic):
+        """The columns of the gallery whose adversarial mask is ``adversarial``, for the tie policy."""
+        num_gallery = len(adversarial)
+        padded = np.zeros(-(-num_gallery // 64) * 64, dtype=bool)
+        padded[:num_gallery] = adversarial
+        bounds = np.flatnonzero(np.diff(adversarial.astype(np.int8), prepend=~adversarial[:1])).tolist()
+        runs = list(zip(bounds, bounds[1:] + [num_gallery])) if len(bounds) <= _MAX_RUNS else []
+        reversed_columns = np.arange(num_gallery - 1, -1, -1)
+        adversarial_kind, correct_kind = (2, 0) if pessimistic else (0, 2)  # of 3 kinds; 2 comes first
+        return cls(adversarial, np.packbits(padded, bitorder="little").view(np.uint64),
+                   tuple(run for run in runs if adversarial[run[0]]),
+                   tuple(run for run in runs if not adversarial[run[0]]),
+                   np.where(adversarial, adversarial_kind, 1) * num_gallery + reversed_columns,
+                   correct_kind * num_gallery + reversed_columns)
+
+    @property
+    def num_gallery(self):
+        """The number of gallery items."""
+        return len(self.adversarial)
+
+    def scratch(self, rows):
+        """A buffer for :meth:`pack` of up to ``rows`` rows (one per thread: the comparison is written there)."""
+        return np.zeros((rows, 64 * len(self.adversarial_words)), dtype=bool)
+
+    def pack(self, compare, block, threshold, scratch):
+        """``compare(block, threshold[:, None])`` (a NumPy comparison), packed 64 items to a uint64 word per row.
+
+        Item ``j`` is bit ``j % 8`` of byte ``j // 8`` of the row's bytes.
+        """
+        bits = scratch[:len(block)]
+        compare(block, threshold[:, None], out=bits[:, :self.num_gallery])
+        return np.packbits(bits, axis=1, bitorder="little").view(np.uint64)
+
+    def adversarial_beats_clean(self, block, or_equal, scratch):
+        """Whether each row's best adversarial score is above its best clean score (``or_equal``: or equal to it).
+
+        With few runs of items of one kind (RoCOCO's text-to-image and dataset orders: one adversarial run), one
+        pass of maxima over the runs gives the two best scores. With many (the interleaved official
+        image-to-text order: one run per image), a maximum per run costs more than two passes: the row maximum,
+        then a packed comparison that shows which kinds reach it (or equal: an adversarial item reaches it;
+        above: no clean item does).
+        """
+        if self.adversarial_runs:
+            best_adversarial = _max_over_runs(block, self.adversarial_runs)
+            best_clean = _max_over_runs(block, self.clean_runs)
+            return best_adversarial >= best_clean if or_equal else best_adversarial > best_clean
+        at_top = self.pack(np.greater_equal, block, block.max(axis=1), scratch)
+        if or_equal:
+            return (at_top & self.adversarial_words).any(axis=1)
+        return ~(at_top & ~self.adversarial_words).any(axis=1)
+
+
+def _max_over_runs(block, runs):
+    """Each row's maximum over the ``(start, stop)`` column ranges ``runs`` of ``block``."""
+    (start, stop), *others = runs
+    best = block[:, start:stop].max(axis=1)
+    for start, stop in others:
+        np.maximum(best, block[:, start:stop].max(axis=1), out=best)
+    return best
+
+
+def _map_in_threads(make_function, items):
+    """``[function(item) for item in items]``, shared among up to :data:`_NUM_THREADS` threads (NumPy and the
+    compiled kernel free the GIL).
+
+    Each thread calls ``make_function()`` once for its own ``function`` (and scratch buffers), then takes items
+    ``t, t + n, t + 2n, ...`` (thread ``t`` of ``n``): one task per thread, since handing out a task per item costs
+    more than ranking a small block.
+
+    Example:
+        >>> _map_in_threads(lambda: lambda item: item * item, range(5))
+        [0, 1, 4, 9, 16]
+    """
+    threads = min(_NUM_THREADS, len(items))
+    if threads <= 1:
+        function = make_function()
+        return [function(item) for item in items]
+
+    def run(first):
+        function = make_function()
+        return [function(item) for item in items[first::threads]]
+
+    with ThreadPoolExecutor(threads) as pool:
+        strides = list(pool.map(run, range(threads)))
+    return [strides[index % threads][index // threads] for index in range(len(items))]
+
+
+def _rank_block(block, start, best, tied_refs, refs, gallery, pessimistic, scratch, top_items):
+    """One block of score rows (queries ``start``, ``start + 1``, ...) reduced to counts and candidate items.
+
+    ``best`` is each row's best correct score, ``tied_refs`` the number of its correct items that share it
+    (pessimistic; else 0), ``refs`` the rows' reference table. The block is read from memory once, then passed
+    over twice while it is in cache: a row sum (non-finite when a score is), and a comparison with ``best``, packed
+    to bits, whose counts give both ranks. Returns each row's sum, rank and clean rank; then, without
+    ``top_items``, whether its top-1 item is adversarial (:meth:`_GalleryColumns.adversarial_beats_clean`, where
+    both an adversarial and a clean wrong item beat the best correct one) and no candidates; with ``top_items``,
+    nothing for that (it follows from the top-1 item) and ``(query, column, score)`` of the items that can be a
+    row's top-1 item, a row's items together: the items above ``best`` where they are few (the usual case with a
+    usable model); where they are many, a row maximum and a packed comparison (two more passes over those rows)
+    find the items at the maximum; where those are many too (a constant row), :func:`_top_items` picks the top-1
+    item at once. At most :data:`_MIN_CANDIDATES` or 1/:data:`_CANDIDATE_SHARE` of the gallery are kept a row.
+    """
+    row_sums = np.einsum("ij->i", block)
+    above = gallery.pack(np.greater_equal if pessimistic else np.greater, block, best, scratch)  # set: item above
+    above_count = _count_bits(above)
+    rank = above_count - tied_refs
+    adversarial_above = _count_bits(above & gallery.adversarial_words)
+    clean_rank = rank - adversarial_above
+    if not top_items:
+        # Top-1: adversarial when the best adversarial score is above the best clean one (pessimistic: or equal).
+        # The truth is clean, so with no adversarial item above it, no; with adversarial items above it and no clean
+        # wrong one, yes (the truth is the best clean item); with items of both kinds above it, compare the two.
+        top1 = adversarial_above > 0
+        if (top1 & (clean_rank > 0)).any():
+            top1 &= (clean_rank == 0) | gallery.adversarial_beats_clean(block, pessimistic, scratch)
+        nothing = np.zeros(0, dtype=np.int64)
+        return [row_sums, rank, clean_rank, top1, nothing, nothing, nothing.astype(block.dtype)]
+    limit = max(_MIN_CANDIDATES, gallery.num_gallery // _CANDIDATE_SHARE)
+    many = np.flatnonzero(above_count > limit)
+    picked = []
+    if len(many):  # rows with many items above: keep the items at the row maximum instead
+        rows = block[many]
+        above[many] = at_top = gallery.pack(np.greater_equal, rows, rows.max(axis=1), scratch)
+        tied = np.flatnonzero(_count_bits(at_top) > limit)
+        if len(tied):  # so many items at the maximum (a constant row): pick the top-1 item now
+            above[many[tied]] = 0
+            row, column = _set_bits(at_top[tied])
+            row = many[tied[row]]
+            picked.append(_top_items(row, column, block[row, column], refs, gallery))
+    row, column = _set_bits(above)
+    row, column, value = (np.concatenate(values) for values in zip((row, column, block[row, column]), *picked))
+    return [row_sums, rank, clean_rank, np.zeros(len(block), dtype=bool), row + start, column, value]
+
+
+if hasattr(np, "bitwise_count"):  # NumPy >= 2.0
+
+    def _count_bits(words):
+        """The number of set bits in each row of the uint64 matrix ``words``, as int64."""
+        return np.sum(np.bitwise_count(words), axis=1, dtype=np.int64)
+
+else:  # pragma: no cover - NumPy 1.x (evaluate supports it): a byte table gives the same counts
+
+    def _count_bits(words):
+        """The number of set bits in each row of the uint64 matrix ``words``, as int64."""
+        return _count_bits_by_table(words)
+
+
+_BITS_IN_BYTE = np.array([bin(byte).count("1") for byte in range(256)], dtype=np.uint8)
+
+
+def _count_bits_by_table(words):
+    """:func:`_count_bits` for NumPy 1.x, one byte-table lookup per byte.
+
+    Example:
+        >>> _count_bits_by_table(np.array([[1, 3], [2**64 - 1, 0]], dtype=np.uint64)).tolist()
+        [3, 64]
+    """
+    return np.sum(_BITS_IN_BYTE[words.view(np.uint8)], axis=1, dtype=np.int64)
+
+
+def _set_bits(words):
+    """``(row, column)`` of every set bit of ``words`` (rows of bits packed by :meth:`_GalleryColumns.pack`), row by
+    row and columns ascending. The cost grows with the words that hold a set bit, not with the rows' length.
+
+    Example:
+        >>> words = np.packbits(np.eye(2, 128, k=70, dtype=bool), axis=1, bitorder="little").view(np.uint64)
+        >>> [values.tolist() for values in _set_bits(words)]
+        [[0, 1], [70, 71]]
+    """
+    flat = np.flatnonzero(words != 0)  # (NumPy finds the set entries of a boolean array fastest)
+    bits = np.unpackbits(words.reshape(-1)[flat].view(np.uint8), bitorder="little")  # 64 per word, in item order
+    word, bit = np.divmod(np.flatnonzero(bits.view(bool)), 64)
+    row, word = np.divmod(flat[word], words.shape[1])
+    return row, word * 64 + bit
+
+
+def _top_items(row, column, value, refs, gallery):
+    """Each row's top-1 item among its candidate items: ``(row, column, score)``, one per row that has candidates.
+
+    ``row``, ``column`` and ``value`` give the candidates, in any order of rows but with a row's candidates
+    together; ``refs`` is the reference table (indexed by ``row``). The top-1 item is the highest-scoring one;
+    among items with exactly that score, the one of the largest key (see :class:`_GalleryColumns`). A row whose
+    scores are not finite may get none.
+    """
+    if not len(row):
+        return row, column, value
+    first = np.empty(len(row), dtype=bool)  # the first candidate of each row
+    first[0] = True
+    np.not_equal(row[1:], row[:-1], out=first[1:])
+    starts = np.flatnonzero(first)
+    row_top = np.maximum.reduceat(value, starts)
+    at_top = np.flatnonzero(value == row_top[np.cumsum(first) - 1])
+    if len(at_top) == len(starts):  # one item at each row's top (no tie)
+        return row[starts], column[at_top], row_top
+    row, column, value = row[at_top], column[at_top], value[at_top]
+    correct = (refs[row] == column[:, None]).any(axis=1)
+    key = np.where(correct, gallery.correct_keys[column], gallery.wrong_keys[column])
+    starts = np.flatnonzero(np.diff(row, prepend=-1))
+    top_key = np.maximum.reduceat(key, starts)
+    return row[starts], gallery.num_gallery - 1 - top_key % gallery.num_gallery, value[starts]
+
+
+# --- The numba kernel: the same results in one compiled pass per row, where numba is installed
+
+# $ROCOCO_RECALL_KERNEL picks how NumPy score rows are ranked: "numba" compiles one pass per row
+# (_rank_block_compiled, with numba: `pip install rococo-eval[fast]`), "numpy" keeps to NumPy (_rank_block). Unset:
+# numba where it is installed, for large matrices (below). Both give identical results; read at every call.
+_KERNEL_VARIABLE = "ROCOCO_RECALL_KERNEL"
+_KERNELS = ("numba", "numpy")
+# The compiled kernel, once per dtype it ranks in (None: numba is not installed); see _kernel.
+_COMPILED_KERNELS = {}
+# Unset, the kernel is loaded for a matrix of at least 2**22 scores (16 MB of float32), which NumPy ranks in a few
+# ms: importing numba and loading the kernel from its cache took 0.6-0.8 s per process on the benchmark machine,
+# compiling it 1-2 s a dtype once per machine. Once loaded for a dtype, it ranks every matrix of that dtype.
+_KERNEL_MIN_SCORES = 1 << 22
+# The compiled kernel looks for a row's top-1 item in pieces of this many items, skipping a piece at a vectorised
+# check when nothing in it reaches the best item found so far (the few items above the truth are read one by one).
+_KERNEL_PIECE = 256
 
 
 def _kernel(dtype, num_queries, num_gallery):
@@ -607,201 +1131,11 @@ def _rank_block_compiled(block, best, tied_refs, best_index, refs, adversarial, 
         top_score[row] = top_value
 
 
-def _rank_block(block, start, best, tied_refs, refs, gallery, pessimistic, scratch, top_items):
-    """One block of score rows (queries ``start``, ``start + 1``, ...) reduced to counts and candidate items.
+# --- The torch path: the same results on the tensor's own device
 
-    ``best`` is each row's best correct score, ``tied_refs`` the number of its correct items that share it
-    (pessimistic; else 0), ``refs`` the rows' reference table. The block is read from memory once, then passed
-    over twice while it is in cache: a row sum (non-finite when a score is), and a comparison with ``best``, packed
-    to bits, whose counts give both ranks. Returns each row's sum, rank and clean rank; then, without
-    ``top_items``, whether its top-1 item is adversarial (:meth:`_GalleryColumns.adversarial_beats_clean`, where
-    both an adversarial and a clean wrong item beat the best correct one) and no candidates; with ``top_items``,
-    nothing for that (it follows from the top-1 item) and ``(query, column, score)`` of the items that can be a
-    row's top-1 item, a row's items together: the items above ``best`` where they are few (the usual case with a
-    usable model); where they are many, a row maximum and a packed comparison (two more passes over those rows)
-    find the items at the maximum; where those are many too (a constant row), :func:`_top_items` picks the top-1
-    item at once. At most :data:`_MIN_CANDIDATES` or 1/:data:`_CANDIDATE_SHARE` of the gallery are kept a row.
-    """
-    row_sums = np.einsum("ij->i", block)
-    above = gallery.pack(np.greater_equal if pessimistic else np.greater, block, best, scratch)  # set: item above
-    above_count = _count_bits(above)
-    rank = above_count - tied_refs
-    adversarial_above = _count_bits(above & gallery.adversarial_words)
-    clean_rank = rank - adversarial_above
-    if not top_items:
-        # Top-1: adversarial when the best adversarial score is above the best clean one (pessimistic: or equal).
-        # The truth is clean, so with no adversarial item above it, no; with adversarial items above it and no clean
-        # wrong one, yes (the truth is the best clean item); with items of both kinds above it, compare the two.
-        top1 = adversarial_above > 0
-        if (top1 & (clean_rank > 0)).any():
-            top1 &= (clean_rank == 0) | gallery.adversarial_beats_clean(block, pessimistic, scratch)
-        nothing = np.zeros(0, dtype=np.int64)
-        return [row_sums, rank, clean_rank, top1, nothing, nothing, nothing.astype(block.dtype)]
-    limit = max(_MIN_CANDIDATES, gallery.num_gallery // _CANDIDATE_SHARE)
-    many = np.flatnonzero(above_count > limit)
-    picked = []
-    if len(many):  # rows with many items above: keep the items at the row maximum instead
-        rows = block[many]
-        above[many] = at_top = gallery.pack(np.greater_equal, rows, rows.max(axis=1), scratch)
-        tied = np.flatnonzero(_count_bits(at_top) > limit)
-        if len(tied):  # so many items at the maximum (a constant row): pick the top-1 item now
-            above[many[tied]] = 0
-            row, column = _set_bits(at_top[tied])
-            row = many[tied[row]]
-            picked.append(_top_items(row, column, block[row, column], refs, gallery))
-    row, column = _set_bits(above)
-    row, column, value = (np.concatenate(values) for values in zip((row, column, block[row, column]), *picked))
-    return [row_sums, rank, clean_rank, np.zeros(len(block), dtype=bool), row + start, column, value]
-
-
-def _top_items(row, column, value, refs, gallery):
-    """Each row's top-1 item among its candidate items: ``(row, column, score)``, one per row that has candidates.
-
-    ``row``, ``column`` and ``value`` give the candidates, in any order of rows but with a row's candidates
-    together; ``refs`` is the reference table (indexed by ``row``). The top-1 item is the highest-scoring one;
-    among items with exactly that score, the one of the largest key (see :class:`_GalleryColumns`). A row whose
-    scores are not finite may get none.
-    """
-    if not len(row):
-        return row, column, value
-    first = np.empty(len(row), dtype=bool)  # the first candidate of each row
-    first[0] = True
-    np.not_equal(row[1:], row[:-1], out=first[1:])
-    starts = np.flatnonzero(first)
-    row_top = np.maximum.reduceat(value, starts)
-    at_top = np.flatnonzero(value == row_top[np.cumsum(first) - 1])
-    if len(at_top) == len(starts):  # one item at each row's top (no tie)
-        return row[starts], column[at_top], row_top
-    row, column, value = row[at_top], column[at_top], value[at_top]
-    correct = (refs[row] == column[:, None]).any(axis=1)
-    key = np.where(correct, gallery.correct_keys[column], gallery.wrong_keys[column])
-    starts = np.flatnonzero(np.diff(row, prepend=-1))
-    top_key = np.maximum.reduceat(key, starts)
-    return row[starts], gallery.num_gallery - 1 - top_key % gallery.num_gallery, value[starts]
-
-
-def _set_bits(words):
-    """``(row, column)`` of every set bit of ``words`` (rows of bits packed by :meth:`_GalleryColumns.pack`), row by
-    row and columns ascending. The cost grows with the words that hold a set bit, not with the rows' length.
-
-    Example:
-        >>> words = np.packbits(np.eye(2, 128, k=70, dtype=bool), axis=1, bitorder="little").view(np.uint64)
-        >>> [values.tolist() for values in _set_bits(words)]
-        [[0, 1], [70, 71]]
-    """
-    flat = np.flatnonzero(words != 0)  # (NumPy finds the set entries of a boolean array fastest)
-    bits = np.unpackbits(words.reshape(-1)[flat].view(np.uint8), bitorder="little")  # 64 per word, in item order
-    word, bit = np.divmod(np.flatnonzero(bits.view(bool)), 64)
-    row, word = np.divmod(flat[word], words.shape[1])
-    return row, word * 64 + bit
-
-
-@dataclass(frozen=True)
-class _GalleryColumns:
-    """The gallery's columns in the forms :func:`_rank_block` reads, made once per call of :func:`_rank_rows`.
-
-    ``adversarial`` is the boolean mask; ``adversarial_words`` the mask packed by :meth:`pack` (padding bits clean).
-    ``adversarial_runs`` and ``clean_runs`` are the ``(start, stop)`` column ranges of the runs of consecutive
-    items of each kind when there are at most :data:`_MAX_RUNS` runs in all, else empty.
-    ``wrong_keys`` and ``correct_keys`` order the items of equal score for :func:`_top_items`: each column's key as
-    a wrong or as a correct item is its kind's place in the tie order (``ties``: pessimistic, adversarial items
-    first, then clean wrong ones, then correct ones; optimistic, the reverse), then its column reversed (the
-    lowest column has the largest key).
-    """
-
-    adversarial: np.ndarray
-    adversarial_words: np.ndarray
-    adversarial_runs: tuple
-    clean_runs: tuple
-    wrong_keys: np.ndarray
-    correct_keys: np.ndarray
-
-    @classmethod
-    def of(cls, adversarial, pessimistic):
-        """The columns of the gallery whose adversarial mask is ``adversarial``, for the tie policy."""
-        num_gallery = len(adversarial)
-        padded = np.zeros(-(-num_gallery // 64) * 64, dtype=bool)
-        padded[:num_gallery] = adversarial
-        bounds = np.flatnonzero(np.diff(adversarial.astype(np.int8), prepend=~adversarial[:1])).tolist()
-        runs = list(zip(bounds, bounds[1:] + [num_gallery])) if len(bounds) <= _MAX_RUNS else []
-        reversed_columns = np.arange(num_gallery - 1, -1, -1)
-        adversarial_kind, correct_kind = (2, 0) if pessimistic else (0, 2)  # of 3 kinds; 2 comes first
-        return cls(adversarial, np.packbits(padded, bitorder="little").view(np.uint64),
-                   tuple(run for run in runs if adversarial[run[0]]),
-                   tuple(run for run in runs if not adversarial[run[0]]),
-                   np.where(adversarial, adversarial_kind, 1) * num_gallery + reversed_columns,
-                   correct_kind * num_gallery + reversed_columns)
-
-    @property
-    def num_gallery(self):
-        """The number of gallery items."""
-        return len(self.adversarial)
-
-    def scratch(self, rows):
-        """A buffer for :meth:`pack` of up to ``rows`` rows (one per thread: the comparison is written there)."""
-        return np.zeros((rows, 64 * len(self.adversarial_words)), dtype=bool)
-
-    def pack(self, compare, block, threshold, scratch):
-        """``compare(block, threshold[:, None])`` (a NumPy comparison), packed 64 items to a uint64 word per row.
-
-        Item ``j`` is bit ``j % 8`` of byte ``j // 8`` of the row's bytes.
-        """
-        bits = scratch[:len(block)]
-        compare(block, threshold[:, None], out=bits[:, :self.num_gallery])
-        return np.packbits(bits, axis=1, bitorder="little").view(np.uint64)
-
-    def adversarial_beats_clean(self, block, or_equal, scratch):
-        """Whether each row's best adversarial score is above its best clean score (``or_equal``: or equal to it).
-
-        With few runs of items of one kind (RoCOCO's text-to-image and dataset orders: one adversarial run), one
-        pass of maxima over the runs gives the two best scores. With many (the interleaved official
-        image-to-text order: one run per image), a maximum per run costs more than two passes: the row maximum,
-        then a packed comparison that shows which kinds reach it (or equal: an adversarial item reaches it;
-        above: no clean item does).
-        """
-        if self.adversarial_runs:
-            best_adversarial = _max_over_runs(block, self.adversarial_runs)
-            best_clean = _max_over_runs(block, self.clean_runs)
-            return best_adversarial >= best_clean if or_equal else best_adversarial > best_clean
-        at_top = self.pack(np.greater_equal, block, block.max(axis=1), scratch)
-        if or_equal:
-            return (at_top & self.adversarial_words).any(axis=1)
-        return ~(at_top & ~self.adversarial_words).any(axis=1)
-
-
-def _max_over_runs(block, runs):
-    """Each row's maximum over the ``(start, stop)`` column ranges ``runs`` of ``block``."""
-    (start, stop), *others = runs
-    best = block[:, start:stop].max(axis=1)
-    for start, stop in others:
-        np.maximum(best, block[:, start:stop].max(axis=1), out=best)
-    return best
-
-
-def _map_in_threads(make_function, items):
-    """``[function(item) for item in items]``, shared among up to :data:`_NUM_THREADS` threads (NumPy and the
-    compiled kernel free the GIL).
-
-    Each thread calls ``make_function()`` once for its own ``function`` (and scratch buffers), then takes items
-    ``t, t + n, t + 2n, ...`` (thread ``t`` of ``n``): one task per thread, since handing out a task per item costs
-    more than ranking a small block.
-
-    Example:
-        >>> _map_in_threads(lambda: lambda item: item * item, range(5))
-        [0, 1, 4, 9, 16]
-    """
-    threads = min(_NUM_THREADS, len(items))
-    if threads <= 1:
-        function = make_function()
-        return [function(item) for item in items]
-
-    def run(first):
-        function = make_function()
-        return [function(item) for item in items[first::threads]]
-
-    with ThreadPoolExecutor(threads) as pool:
-        strides = list(pool.map(run, range(threads)))
-    return [strides[index % threads][index // threads] for index in range(len(items))]
+# 16 MB of scores on a GPU (counted as _rows_per_block counts them), where a block is made and ranked at once: few
+# kernel launches, and the block's temporaries stay under 10% of a RoCOCO-size matrix (benchmarks/bench_metric_cuda.py).
+_GPU_BLOCK_BYTES = 1 << 24
 
 
 def _rank_rows_torch(scores, refs, valid, adversarial, ties, chunk_size, origin):
@@ -846,320 +1180,7 @@ def _rank_rows_torch(scores, refs, valid, adversarial, ties, chunk_size, origin)
     return QueryRanks(*(column.astype(dtype) for column, (_, dtype) in zip(columns, _RANK_FIELDS)))
 
 
-@dataclass(frozen=True)
-class _Origin:
-    """Where a block of score rows came from, so that a non-finite score is named as the user gave it.
-
-    ``source`` is ``"predictions"`` or ``"embeddings"``; ``queries_before`` is the number of queries added
-    by earlier calls; ``block_start`` is the row of the argument the block starts at.
-    """
-
-    source: str
-    queries_before: int
-    block_start: int = 0
-
-    def error(self, values, row):
-        """The ``ValueError`` for ``values``, the scores of the block's row ``row``, one of them non-finite.
-
-        The row is named as a row of the argument the user passed, and, after earlier batches, also as a
-        query among all the queries added.
-        """
-        col = int(np.flatnonzero(~np.isfinite(values))[0])
-        row = self.block_start + row
-        among = f" (query {self.queries_before + row} of all added)" if self.queries_before else ""
-        if self.source == "predictions":
-            return ValueError(f"`predictions` must be finite: predictions[{row}][{col}] is {values[col]}{among}")
-        return ValueError(
-            f"the scores of `query_embeddings` and `gallery_embeddings` must be finite: the dot product of "
-            f"query_embeddings[{row}] and gallery_embeddings[{col}] is {values[col]}{among}, although both are "
-            "finite (it overflows their dtype: normalise the embeddings or pass them in float64)"
-        )
-
-
-if hasattr(np, "bitwise_count"):  # NumPy >= 2.0
-
-    def _count_bits(words):
-        """The number of set bits in each row of the uint64 matrix ``words``, as int64."""
-        return np.sum(np.bitwise_count(words), axis=1, dtype=np.int64)
-
-else:  # pragma: no cover - NumPy 1.x (evaluate supports it): a byte table gives the same counts
-
-    def _count_bits(words):
-        """The number of set bits in each row of the uint64 matrix ``words``, as int64."""
-        return _count_bits_by_table(words)
-
-
-_BITS_IN_BYTE = np.array([bin(byte).count("1") for byte in range(256)], dtype=np.uint8)
-
-
-def _count_bits_by_table(words):
-    """:func:`_count_bits` for NumPy 1.x, one byte-table lookup per byte.
-
-    Example:
-        >>> _count_bits_by_table(np.array([[1, 3], [2**64 - 1, 0]], dtype=np.uint64)).tolist()
-        [3, 64]
-    """
-    return np.sum(_BITS_IN_BYTE[words.view(np.uint8)], axis=1, dtype=np.int64)
-
-
-def _numpy_compute_dtype(dtype):
-    """The dtype a NumPy score matrix is compared in: its own, or float32 for float16 (exact either way)."""
-    return np.dtype(np.float32) if dtype == np.float16 else dtype
-
-
-_NUMPY_FLOATS = (np.float16, np.float32, np.float64, np.longdouble)
-_EXACT_IN_FLOAT64 = 2**53
-
-
-def _as_matrix(values, name="predictions", check_finite=False):
-    """``values`` as a 2-D matrix of a dtype the ranking compares exactly, or a ``ValueError`` naming ``name``.
-
-    Kept as given: NumPy float16/32/64 and long double; torch float16, bfloat16, float32 and float64.
-    Converted exactly: integers and booleans to float64 (integers beyond 2**53 are refused: float64 cannot
-    tell them apart), other floats of at most 16 bits (``ml_dtypes.bfloat16``, float8, torch's float8) to
-    float32. Anything else is refused.
-    """
-    if _is_torch(values):
-        matrix = _torch_matrix(values.detach(), name)
-    else:
-        if isinstance(values, np.ma.MaskedArray):
-            raise ValueError(f"`{name}` is a masked array: its mask would be ignored; fill the masked scores "
-                             "first, e.g. with a score below every real one")
-        try:
-            matrix = np.asarray(values)
-        except (ValueError, TypeError) as error:
-            raise ValueError(f"`{name}` must be a 2-D matrix (queries x gallery) of numbers: {error}") from None
-        matrix = _numpy_matrix(matrix, name)
-    if matrix.ndim != 2 or matrix.shape[0] == 0 or matrix.shape[1] == 0:
-        raise ValueError(f"`{name}` must be a non-empty 2-D matrix (queries x gallery), got shape {tuple(matrix.shape)}")
-    if check_finite:
-        finite = matrix.isfinite() if _is_torch(matrix) else np.isfinite(matrix)
-        if not bool(finite.all()):
-            row, col = (int(i) for i in (~finite).nonzero()[0]) if _is_torch(matrix) else np.argwhere(~finite)[0]
-            raise ValueError(f"`{name}` must be finite: {name}[{row}][{col}] is {float(matrix[row, col])}")
-    return matrix
-
-
-def _numpy_matrix(matrix, name):
-    if matrix.dtype.type in _NUMPY_FLOATS:
-        return matrix
-    if matrix.dtype.kind in "iub":
-        if matrix.dtype.itemsize == 8 and matrix.size and int(np.abs(matrix).max()) > _EXACT_IN_FLOAT64:
-            raise ValueError(f"`{name}` holds integers beyond 2**53, which float64 cannot compare exactly: "
-                             "rescale them or pass floats")
-        return matrix.astype(np.float64)
-    if matrix.dtype.kind in "fV" and matrix.dtype.names is None and matrix.dtype.itemsize <= 2:
-        try:  # a float format of at most 16 bits from ml_dtypes (bfloat16, float8_*): float32 holds it exactly
-            converted = matrix.astype(np.float32)
-        except (TypeError, ValueError):
-            converted = None
-        if converted is not None and np.array_equal(converted.astype(matrix.dtype).view(np.uint8),
-                                                    matrix.view(np.uint8)):
-            return converted
-    raise ValueError(f"`{name}` must hold real numbers (float16, bfloat16, float32, float64, long double, ints), "
-                     f"got dtype {matrix.dtype}")
-
-
-def _torch_matrix(tensor, name):
-    import torch
-
-    if tensor.dtype in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
-        return tensor
-    if tensor.is_floating_point() and tensor.element_size() <= 2:  # float8 formats: float32 holds them exactly
-        return tensor.float()
-    if tensor.dtype == torch.bool or not (tensor.is_floating_point() or tensor.is_complex()):
-        if tensor.element_size() == 8 and tensor.numel() and int(tensor.abs().max()) > _EXACT_IN_FLOAT64:
-            raise ValueError(f"`{name}` holds integers beyond 2**53, which float64 cannot compare exactly: "
-                             "rescale them or pass floats")
-        return tensor.double()
-    raise ValueError(f"`{name}` must hold real numbers (float16, bfloat16, float32, float64, ints), "
-                     f"got dtype {tensor.dtype}")
-
-
-def _adversarial_mask(adversarial, num_gallery):
-    """The boolean mask of the adversarial gallery items, from a mask or from indices.
-
-    An integer array with one entry per gallery item holding only 0s and 1s could be either, so it is refused.
-    """
-    if adversarial is None:
-        return np.zeros(num_gallery, dtype=bool)
-    values = adversarial.detach().cpu().numpy() if _is_torch(adversarial) else np.asarray(adversarial)
-    if values.ndim != 1:
-        raise ValueError(f"`adversarial` must be a 1-D mask or list of indices, got shape {values.shape}")
-    if values.dtype == bool:
-        if len(values) != num_gallery:
-            raise ValueError(
-                f"`adversarial` mask must have one entry per gallery item ({num_gallery}), got {len(values)}"
-            )
-        return values.copy()
-    if len(values) and values.dtype.kind not in "iu":
-        raise ValueError(f"`adversarial` must be a boolean mask or a list of ints, got dtype {values.dtype}")
-    if len(values) == num_gallery and num_gallery > 1 and np.isin(values, (0, 1)).all():
-        raise ValueError(
-            f"`adversarial` has one int per gallery item ({num_gallery}), all 0 or 1: it reads as a mask and as "
-            "indices. Pass a boolean mask (e.g. np.asarray(adversarial, dtype=bool)) or the adversarial indices "
-            "(e.g. np.flatnonzero(adversarial))"
-        )
-    bad = values[(values < 0) | (values >= num_gallery)]
-    if len(bad):
-        raise ValueError(f"`adversarial` index {int(bad[0])} is out of range for a gallery of {num_gallery}")
-    unique, counts = np.unique(values, return_counts=True)
-    if (counts > 1).any():  # an index list never repeats; a 0/1 int mask does (items 0 and 1 would be marked)
-        raise ValueError(
-            f"`adversarial` index {int(unique[counts > 1][0])} is given {int(counts.max())} times: pass a boolean "
-            "mask (e.g. np.asarray(adversarial, dtype=bool)) or each adversarial index once"
-        )
-    mask = np.zeros(num_gallery, dtype=bool)
-    mask[values.astype(np.int64)] = True
-    return mask
-
-
-def _reference_table(references, num_queries, num_gallery, adversarial):
-    """Pad the references into a (queries x max refs) table; padding repeats a query's first reference."""
-    if references is None:
-        raise ValueError("`references` is required: the correct gallery indices of each query")
-    if _is_torch(references):
-        references = references.detach().cpu().numpy()
-    if isinstance(references, np.ndarray) and references.ndim in (1, 2) and references.dtype.kind in "iu":
-        if len(references) != num_queries:
-            raise ValueError(f"`references` must have one entry per query ({num_queries}), got {len(references)}")
-        table = references.reshape(len(references), -1).astype(np.int64)
-        if table.shape[1] == 0:
-            raise ValueError(f"`references` must hold at least one gallery index per query, got shape "
-                             f"{references.shape}")
-        if (table < 0).any():
-            row = int(np.argwhere(table < 0)[0][0])
-            raise ValueError(f"`references[{row}]` holds a negative index: {references[row]!r}")
-    else:
-        table = _ragged_table(list(references), num_queries)
-    if len(table) != num_queries:
-        raise ValueError(f"`references` must have one entry per query ({num_queries}), got {len(table)}")
-    full_rows = (table >= 0).sum(axis=1) == num_gallery
-    if num_gallery > 1 and full_rows.any() and np.isin(table[full_rows], (0, 1)).all():
-        row = int(np.flatnonzero(full_rows)[0])
-        raise ValueError(
-            f"`references[{row}]` has one int per gallery item ({num_gallery}), all 0 or 1: it reads as a relevance "
-            "mask, but `references` takes the correct gallery indices of each query "
-            "(e.g. [np.flatnonzero(row).tolist() for row in relevance])"
-        )
-    table.sort(axis=1)
-    padding = table < 0
-    valid = ~padding
-    valid[:, 1:] &= table[:, 1:] != table[:, :-1]
-    if (table >= num_gallery).any():
-        row, col = np.argwhere(table >= num_gallery)[0]
-        raise ValueError(f"`references[{row}]` holds {table[row, col]}, out of range for a gallery of {num_gallery}")
-    first = table[np.arange(len(table)), padding.sum(axis=1)]
-    table = np.where(valid, table, first[:, None])
-    hits_adversarial = adversarial[table] & valid
-    if hits_adversarial.any():
-        row, col = np.argwhere(hits_adversarial)[0]
-        raise ValueError(
-            f"`references[{row}]` points at gallery item {table[row, col]}, which `adversarial` marks as adversarial"
-        )
-    return table, valid
-
-
-def _ragged_table(references, num_queries):
-    """Pad a list of ints and lists of ints into a (queries x max refs) table, padding with -1."""
-    if len(references) != num_queries:
-        raise ValueError(f"`references` must have one entry per query ({num_queries}), got {len(references)}")
-    rows = [(r,) if _is_integer(r) else r for r in references]
-    try:
-        lengths = np.fromiter(map(len, rows), dtype=np.int64, count=len(rows))
-    except TypeError:
-        row = next(i for i, r in enumerate(rows) if not hasattr(r, "__len__"))
-        raise ValueError(f"`references[{row}]` must be an int or a list of ints, got {references[row]!r}") from None
-    if (lengths == 0).any():
-        row = int(np.flatnonzero(lengths == 0)[0])
-        raise ValueError(f"`references[{row}]` is empty: every query needs at least one correct item")
-    flat = np.array([value for r in rows for value in r])
-    row_of = np.repeat(np.arange(len(rows)), lengths)
-    if flat.dtype.kind not in "iu":
-        row = next(i for i, r in enumerate(rows) if not all(_is_integer(v) for v in r))
-        raise ValueError(f"`references[{row}]` must be an int or a list of ints, got {references[row]!r}")
-    if (flat < 0).any():
-        row = int(row_of[np.flatnonzero(flat < 0)[0]])
-        raise ValueError(f"`references[{row}]` holds a negative index: {references[row]!r}")
-    table = np.full((len(rows), int(lengths.max())), -1, dtype=np.int64)
-    table[row_of, np.arange(len(flat)) - np.repeat(np.cumsum(lengths) - lengths, lengths)] = flat
-    return table
-
-
-def _check_bootstrap(bootstrap):
-    if not _is_integer(bootstrap) or bootstrap < 0:
-        raise ValueError(f"`bootstrap` must be a non-negative int, got {bootstrap!r}")
-
-
-def _check_k(k, num_gallery):
-    ks = (k,) if _is_integer(k) else tuple(k)
-    if not ks:
-        raise ValueError("`k` must name at least one cut-off")
-    for kk in ks:
-        if not _is_integer(kk) or not 1 <= kk <= num_gallery:
-            raise ValueError(f"`k` values must be ints from 1 to the gallery size {num_gallery}, got {kk!r}")
-    return tuple(int(kk) for kk in ks)
-
-
-def _rows_per_block(num_gallery, block_bytes):
-    """How many query rows make a block of about ``block_bytes`` of scores (4 bytes each), 1 to _MAX_BLOCK_ROWS."""
-    return max(1, min(_MAX_BLOCK_ROWS, block_bytes // (4 * num_gallery)))
-
-
-def _is_integer(value):
-    """Whether ``value`` is an int or a NumPy integer, not a bool."""
-    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
-
-
-def _is_torch(value):
-    return type(value).__module__.startswith("torch")
-
-
-_COMPUTE_ARGUMENTS = ("k", "per_query", "bootstrap", "seed")
-# The per-query outputs (the fields of QueryRanks) and their dtypes.
-_RANK_FIELDS = (("rank", "int64"), ("clean_rank", "int64"), ("top1_adversarial", "bool"), ("top_index", "int64"),
-                ("top_score", "float64"), ("best_correct_index", "int64"), ("best_correct_score", "float64"))
-
-def _shard_features():
-    """What one process hands to process 0, as one Arrow row under evaluate's column names: the per-query results
-    of its queries, their `query_index` (null when the batches gave none) and the gallery they were ranked on."""
-    import datasets
-
-    return datasets.Features({
-        "predictions": {name: datasets.Sequence(datasets.Value(dtype)) for name, dtype in _RANK_FIELDS},
-        "references": {
-            "query_index": datasets.Sequence(datasets.Value("int64")),
-            "num_gallery": datasets.Value("int64"),
-            "num_adversarial": datasets.Value("int64"),
-            "adversarial_crc32": datasets.Value("int64"),
-            "ties": datasets.Value("string"),
-        },
-    })
-
-
-def _check_query_index(query_index, num_queries, earlier):
-    """``query_index`` as int64, checked: one non-negative int per query of a batch, none seen ``earlier``."""
-    values = query_index.detach().cpu().numpy() if _is_torch(query_index) else np.asarray(query_index)
-    if values.shape != (num_queries,):
-        raise ValueError(f"`query_index` must hold one int per query ({num_queries}), got shape {values.shape}")
-    if values.dtype.kind not in "iu":
-        raise ValueError(f"`query_index` must hold ints, got dtype {values.dtype}")
-    if (values < 0).any():
-        raise ValueError(f"`query_index` must be non-negative, got {int(values[values < 0][0])}")
-    unique, counts = np.unique(values, return_counts=True)
-    repeated = unique[counts > 1].tolist() + [index for index in unique.tolist() if index in earlier]
-    if repeated:
-        raise _repeated_query(min(repeated))
-    return values.astype(np.int64)
-
-
-def _repeated_query(index):
-    """The error for a query numbered ``index`` twice."""
-    return ValueError(
-        f"`query_index` {index} was given twice: add every query once (a sampler that pads its shards to equal "
-        "length, as DistributedSampler does, repeats queries; shard without padding instead, e.g. "
-        "range(rank, num_queries, world_size))"
-    )
+# --- Distributed evaluation: each process's per-query results, merged on process 0
 
 
 def _shard(accumulator, query_index):
@@ -1177,6 +1198,23 @@ def _shard(accumulator, query_index):
             "ties": accumulator.ties,
         },
     }
+
+
+def _shard_features():
+    """What one process hands to process 0, as one Arrow row under evaluate's column names: the per-query results
+    of its queries, their `query_index` (null when the batches gave none) and the gallery they were ranked on."""
+    import datasets
+
+    return datasets.Features({
+        "predictions": {name: datasets.Sequence(datasets.Value(dtype)) for name, dtype in _RANK_FIELDS},
+        "references": {
+            "query_index": datasets.Sequence(datasets.Value("int64")),
+            "num_gallery": datasets.Value("int64"),
+            "num_adversarial": datasets.Value("int64"),
+            "adversarial_crc32": datasets.Value("int64"),
+            "ties": datasets.Value("string"),
+        },
+    })
 
 
 def _merge_shards(shards):
@@ -1229,6 +1267,11 @@ def _torch_distributed_group():
     if not dist.is_available() or not dist.is_initialized():
         return None
     return dist.get_rank(), dist.get_world_size()
+
+
+# --- The evaluate class: defined when evaluate loads this file, or on first use
+
+_COMPUTE_ARGUMENTS = ("k", "per_query", "bootstrap", "seed")
 
 
 def _metric_class():
@@ -1407,6 +1450,7 @@ def __getattr__(name):
 
 if "evaluate" in sys.modules:  # `evaluate.load` is importing this file: it looks for the class among its names
     RococoRecall = _metric_class()
+
 
 # The metric class's example (in its docstring) runs with the module's doctests, whether or not the class is defined.
 __test__ = {"RococoRecall": _KWARGS_DESCRIPTION}

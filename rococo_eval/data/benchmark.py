@@ -2,11 +2,12 @@
 
 :func:`make_benchmark` (``rococo-eval attack``) takes a captioned image set, attacks its captions (the four
 text strategies of :mod:`rococo_eval.attacks.captions`, Embedding-Influence word choice) and its images (``mix``
-and ``patch`` with :mod:`rococo_eval.attacks.images`, partners drawn by :func:`rococo_eval.attacks.images.make_mix_table`), and
-writes one folder:
+and ``patch`` with :mod:`rococo_eval.attacks.images`, partners drawn by
+:func:`rococo_eval.attacks.images.make_mix_table`), and writes one folder:
 
-- the Parquet export of :mod:`rococo_eval.data.export` (``README.md`` with ``configs:``, ``data/``), with the same
-  columns as RoCOCO's plus ``candidates`` on caption rows: the word-choice evidence of each adversarial caption;
+- the Parquet export of :mod:`rococo_eval.data.export` (``README.md`` with ``configs:``, its text
+  ``templates/benchmark_card.md``; ``data/``), with the same columns as RoCOCO's plus ``candidates`` on caption
+  rows: the word-choice evidence of each adversarial caption;
 - the benchmark's own files (:mod:`rococo_eval.data.manifest`): annotation files in the official JSON format, the
   partner tables, a manifest with the sha256 of each. ``RococoSource(benchmark=FOLDER)`` reads them, so the
   export's rows, ``metric_inputs_for(..., benchmark=FOLDER)``, ``rococo-eval run/score --benchmark FOLDER`` and
@@ -64,7 +65,7 @@ from PIL import Image
 from rococo_eval import __version__
 from rococo_eval.attacks.captions import DEFAULT_TEXT_ENCODER, TEXT_STRATEGIES, CaptionAttack, attack_captions
 from rococo_eval.data.configs import CAPTIONS_CONFIG, IMAGES_CONFIG, config_splits
-from rococo_eval.data.export import configs_yaml, move_into_place, table_num_rows, write_tables
+from rococo_eval.data.export import configs_yaml, fill_template, move_into_place, table_num_rows, write_tables
 from rococo_eval.attacks.images import BATCH_SIZE, IMAGE_SIZE, LAM, make_mix_table
 from rococo_eval.catalog import IMAGE_ATTACK_METHODS, SEEDS, image_attack_name, parse_image_attack, select_names
 from rococo_eval.io.atomic import write_json
@@ -382,6 +383,8 @@ def _write_benchmark_files(folder: Path, image_set: ImageTextSet, plan: _Plan, t
 
 def _card(splits, source: RococoSource, files: dict, plan: _Plan, text, image_attacks, strategies, seed, seeds,
           encoder, description: str) -> str:
+    """The README.md of a benchmark: ``templates/benchmark_card.md`` filled with its YAML header, the config table,
+    how it was made (the plan's counts, dropped images, the attack settings) and the sha256 of its own files."""
     header = {"pretty_name": f"RoCOCO-style attacks of {PurePosixPath(description).name}",
               "task_categories": ["image-to-text", "text-to-image"],
               "tags": ["image-text-retrieval", "robustness", "adversarial", "rococo"]}
@@ -395,7 +398,7 @@ def _card(splits, source: RococoSource, files: dict, plan: _Plan, text, image_at
     more = f"\n- ... and {len(drops) - _SHOWN_DROPS} more (all in `{MANIFEST}`)" if len(drops) > _SHOWN_DROPS else ""
     hashes = "\n".join(f"| `{path}` | `{digest}` |" for path, digest in sorted(files.items()))
     example = next(iter(splits))
-    return _CARD.format(
+    return fill_template("benchmark_card.md", dict(
         front=front, configs=configs_yaml(splits), rows=rows, description=description, version=__version__,
         strategies=", ".join(f"`{s}`" for s in strategies), images=details["images"],
         images_in=details["images_in"], captions_in=details["captions_in"], empty=details["empty_captions"],
@@ -407,77 +410,4 @@ def _card(splits, source: RococoSource, files: dict, plan: _Plan, text, image_at
         hashes=hashes, manifest=MANIFEST, example=example,
         text_note=("Text attacks: " + ", ".join(f"`{t}`" for t in text)) if text else "No text attack",
         image_note=("Image attacks: " + ", ".join(f"`{a}`" for a in image_attacks)) if image_attacks
-        else "No image attack")
-
-
-_CARD = """\
----
-{front}configs:
-{configs}---
-
-# RoCOCO-style attacks of `{description}`
-
-Made by rococo-eval {version} (`rococo-eval attack`) with the strategies {strategies}, following RoCOCO
-([Park et al., arXiv:2304.10727](https://arxiv.org/abs/2304.10727)): altered captions or images are added to the
-retrieval gallery, the queries stay clean, and Recall@K measures whether a model still ranks the true item first.
-{text_note}. {image_note}.
-
-## Configs
-
-| config | splits (rows) |
-|---|---|
-{rows}
-
-```python
-from datasets import load_dataset
-adversarial = load_dataset("<this folder or repository>", "{example}", split="adversarial")
-```
-
-## How it was made
-
-- Input: {images_in} images with {captions_in} captions; {empty} empty caption(s) skipped. The benchmark holds
-  {images} images.
-- Adversarial captions per image: {per_image}. Each image's adversarial captions come from its first captions
-  that every text strategy can attack; {without} caption(s) had no candidate word and were kept as ground truth
-  only. Images with too few attackable captions (or no caption) are dropped: {dropped}.
-{drop_list}
-- No adversarial caption equals its source or another ground-truth caption of its image: generated captions
-  that did were replaced by the next choice ({collisions}).
-- Word choice: the replaced word is the candidate with the lowest Embedding-Influence score under the text encoder
-  `{encoder}` (see rococo-eval's README, "Making RoCOCO attacks for your data"); text seed {seed}.
-- Images: `mix` (every pixel {lam} * image + the rest from a partner) and `patch` (a CutMix box from the
-  partner), {size} x {size}, as RoCOCO's script; partners are drawn within shuffled batches of {batch} and
-  boxes as CutMix draws them (`rococo_eval.attacks.images.make_mix_table`), seeds {seeds}.
-
-## Fields
-
-The same as RoCOCO's export (`image_index`, `caption`, `is_adversarial`, `source_caption_index`,
-`replacements` with `original`/`replacement`/`position`; images: `image_index`, `file_name`, `image`,
-`is_adversarial`, `partner_index`, `box`), plus on caption rows:
-
-- `candidates` (list, None on original rows): the evidence of the word choice of an adversarial caption: each
-  candidate word of its source caption (`word`, `position` as a token index of the source, `influence`: its
-  Embedding-Influence score under `{encoder}`; the replaced word is the one chosen from them).
-
-## Scoring a model
-
-```python
-from rococo_eval.data.dataset import load_queries_and_gallery, metric_inputs_for
-from rococo_recall import rococo_recall
-
-queries, gallery = load_queries_and_gallery("<this folder>", "{example}")
-scores = my_model.score(queries, gallery)     # (queries, gallery), higher = more similar
-result = rococo_recall(scores, **metric_inputs_for("{example}", order="dataset", benchmark="<this folder>"))
-```
-
-or `rococo-eval run --model ... --benchmark <this folder>` and `rococo-eval score --benchmark <this folder> ...`.
-
-## Files
-
-`{manifest}` lists the benchmark's own files, which `rococo_eval.data.source.RococoSource(benchmark=...)` reads
-(each checked against its sha256):
-
-| file | sha256 |
-|---|---|
-{hashes}
-"""
+        else "No image attack"))

@@ -2,7 +2,8 @@
 
 This module owns the dataset's rows (:func:`table_rows`, which the ``datasets`` builder in
 ``rococo_dataset.py`` yields too), the source a build reads them from (:func:`source_for_configs`), the Parquet
-files, the dataset card and the upload.
+files, the dataset card (its text is ``templates/dataset_card.md``, filled by :func:`fill_template`) and the
+upload.
 
 The folder works with ``datasets.load_dataset(folder, config, split=...)`` on every ``datasets`` version
 (no loading script) and uploads as it is::
@@ -12,8 +13,9 @@ The folder works with ``datasets.load_dataset(folder, config, split=...)`` on ev
     OUT/data/images_original-0000k-of-00005.parquet     shared by the image-attack configs and ``images``
     OUT/data/<attack>_adversarial-....parquet
 
-Rows are written in order by :func:`table_rows`, with the ``datasets`` features stored in the Parquet schema (images as JPEG bytes). The folder is built next to ``OUT`` and renamed into place when
-complete, so an interrupted export leaves no partial folder.
+Rows are written in order by :func:`table_rows`, with the ``datasets`` features stored in the Parquet schema
+(images as JPEG bytes). The folder is built next to ``OUT`` and renamed into place when complete, so an
+interrupted export leaves no partial folder.
 
 Example:
     >>> card_configs = configs_yaml({"rand_voca": {"original": ["data/a.parquet"], "adversarial": ["data/b.parquet"]}})
@@ -38,7 +40,9 @@ import re
 import shutil
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
+from importlib.resources import files
 from pathlib import Path
+from string import Template
 from typing import Callable, Iterable, Iterator
 
 import numpy as np
@@ -64,8 +68,8 @@ from rococo_eval.data.configs import (
     table_features,
     tables_of,
 )
-from rococo_eval.io.download import (COCO_IMAGE_BASE_URL, COCO_TERMS_URL, DEFAULT_DOWNLOAD_WORKERS, DEFAULT_IMAGE_WORKERS,
-                       default_cache_dir)
+from rococo_eval.io.download import (COCO_IMAGE_BASE_URL, COCO_TERMS_URL, DEFAULT_DOWNLOAD_WORKERS,
+                                     DEFAULT_IMAGE_WORKERS, default_cache_dir)
 from rococo_eval.attacks.images import BATCH_SIZE, IMAGE_SIZE, LAM, load_mix_table
 from rococo_eval.catalog import IMAGE_ATTACKS, SEEDS, TEXT_ATTACKS
 from rococo_eval.data.source import RococoSource, fetch_images
@@ -85,15 +89,36 @@ CAPTION_ROW_GROUP_ROWS = 5000
 _ROWS_IN_FLIGHT_PER_WORKER = 16
 _REPO_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*")
 
-DATASET_CITATION = ROCOCO_CITATION + """\
-@inproceedings{lin2014coco,
-  title     = {Microsoft {COCO}: Common Objects in Context},
-  author    = {Lin, Tsung-Yi and Maire, Michael and Belongie, Serge and Hays, James and Perona, Pietro and
-               Ramanan, Deva and Doll{\\'a}r, Piotr and Zitnick, C. Lawrence},
-  booktitle = {ECCV},
-  year      = {2014},
-}
-"""
+# the card templates (Markdown and BibTeX with `$name` placeholders), shipped as package data
+_TEMPLATES = files("rococo_eval.data").joinpath("templates")
+
+
+def fill_template(name: str, values: dict[str, object]) -> str:
+    """The template ``rococo_eval/data/templates/<name>`` with its ``$name`` placeholders replaced by ``values``.
+
+    The templates are the texts of the dataset cards (``dataset_card.md`` for an export, ``benchmark_card.md``
+    for a generated benchmark) and the COCO citation; the code computes the values.
+
+    Raises:
+        ValueError: ``values`` lacks a placeholder of the template, or names one the template does not have.
+
+    Example:
+        >>> fill_template("coco_citation.bib", {}).splitlines()[0]
+        '@inproceedings{lin2014coco,'
+        >>> fill_template("coco_citation.bib", {"year": 2014})
+        Traceback (most recent call last):
+        ...
+        ValueError: `values` must name the placeholders of templates/coco_citation.bib: missing [], extra ['year']
+    """
+    template = Template(_TEMPLATES.joinpath(name).read_text(encoding="utf-8"))
+    placeholders = set(template.get_identifiers())
+    if placeholders != set(values):
+        raise ValueError(f"`values` must name the placeholders of templates/{name}: missing "
+                         f"{sorted(placeholders - set(values))}, extra {sorted(set(values) - placeholders)}")
+    return template.substitute(values)
+
+
+DATASET_CITATION = ROCOCO_CITATION + fill_template("coco_citation.bib", {})
 
 
 def export_dataset(out_dir, configs: Iterable[str] | str | None = None, *, annotations_dir=None, images_dir=None,
@@ -204,7 +229,8 @@ def _select_configs(configs, include_queries: bool) -> list[str]:
     if not names:
         raise ValueError("`configs` is empty: name at least one config, or pass None for all")
     for name in names:
-        if name not in CONFIGS:  # RoCOCO's configs only (other seeds are a generated benchmark's: rococo_eval.data.benchmark)
+        # RoCOCO's configs only (other seeds are a generated benchmark's: rococo_eval.data.benchmark)
+        if name not in CONFIGS:
             raise ValueError(f"`config` must be one of {CONFIGS}, got {name!r}")
     if include_queries:
         names += [query_config(name) for name in names]
@@ -358,7 +384,8 @@ def configs_yaml(splits: dict[str, dict[str, list[str]]]) -> str:
 
 
 def _dataset_card(splits: dict[str, dict[str, list[str]]], source: RococoSource) -> str:
-    """The README.md of an export: YAML header (licence, ``configs:``) and the card text."""
+    """The README.md of an export: ``templates/dataset_card.md`` filled with its YAML header (licence,
+    ``configs:``), the config table, the pinned sources and the numbers of :func:`_card_numbers`."""
     header = {
         "pretty_name": "RoCOCO",
         "language": ["en"],
@@ -376,11 +403,11 @@ def _dataset_card(splits: dict[str, dict[str, list[str]]], source: RococoSource)
         f"{int((load_mix_table('mix', seed).partner == np.arange(source.num_images)).sum())} (seed {seed})"
         for seed in SEEDS)
     example = next((c for c in splits if c in TEXT_ATTACKS), next(iter(splits)))
-    return _CARD.format(front=front, configs=configs_yaml(splits), rows=rows, version=__version__,
-                        repository=OFFICIAL_REPOSITORY, commit=OFFICIAL_COMMIT, hashes=hashes,
-                        coco=COCO_IMAGE_BASE_URL, self_partners=self_partners, example=example,
-                        citation=DATASET_CITATION, paper=PAPER_URL, coco_terms=COCO_TERMS_URL,
-                        **_card_numbers(splits, source))
+    return fill_template("dataset_card.md", dict(
+        front=front, configs=configs_yaml(splits), rows=rows, version=__version__, repository=OFFICIAL_REPOSITORY,
+        commit=OFFICIAL_COMMIT, hashes=hashes, coco=COCO_IMAGE_BASE_URL, self_partners=self_partners,
+        example=example, citation=DATASET_CITATION, paper=PAPER_URL, coco_terms=COCO_TERMS_URL,
+        **_card_numbers(splits, source)))
 
 
 def _card_numbers(splits: dict[str, dict[str, list[str]]], source: RococoSource) -> dict[str, str]:
@@ -483,123 +510,3 @@ def push_to_hub(folder, repo_id: str, *, token: str | None = None, private: bool
                              commit_message=commit_message, allow_patterns=["README.md", "data/*.parquet"])
     logger.info("uploaded %s to %s", folder, info.commit_url)
     return info.commit_url
-
-
-_CARD = """\
----
-{front}configs:
-{configs}---
-
-# RoCOCO: a robustness benchmark of MS-COCO for image-text matching
-
-RoCOCO ([Park et al., arXiv:2304.10727]({paper}), ECCV 2024 Workshop on Synthetic
-Data for Computer Vision) stress-tests image-text matching models (CLIP, BLIP, VSE infinity, ...). It adds
-*slightly altered* items to the retrieval gallery of the MS-COCO 5K test split (Karpathy split, COCO val2014
-images) and measures whether the model still ranks a true item first; the queries stay clean.
-
-- **Text attacks** (scored image-to-text): each ground-truth caption gets an altered copy with one word
-  replaced: `same_concept` (a word of the same category: man -> lady), `diff_concept` (a visual word of
-  another category: man -> scissors), `rand_voca` (a random word: man -> war), `danger` ("weapon",
-  "criminal", "minefield", "commiting crime").
-- **Image attacks** (scored text-to-image): each test image gets an altered copy made with a partner test
-  image: `mix` (every pixel {lam} * image + {partner_weight} * partner) or `patch` (a box of at most
-  {patch_side} x {patch_side} pixels taken from the partner, CutMix-like), for the paper's seeds {seeds}.
-
-Exported by rococo-eval {version} (`python rococo_dataset.py export`).
-
-## Configs
-
-| config | splits (rows) | what |
-|---|---|---|
-{rows}
-
-```python
-from datasets import load_dataset
-adversarial = load_dataset("<this repository or folder>", "{example}", split="adversarial")
-```
-
-Original rows are stored once and shared: every text-attack config's `original` split is the `test` split of
-`captions`, every image-attack config's `original` split is the `test` split of `images`.
-
-## Fields
-
-Captions (text-attack configs and `captions`):
-- `image_index` (int32): the test image, 0..{last_image}, in the order of the official files.
-- `caption` (string).
-- `is_adversarial` (bool).
-- `source_caption_index` (int32, None on original rows): the ground-truth caption it was made from, as a row
-  of the `original` split.{adversarial_rows}
-- `replacements` (list, None on original rows): how the caption differs from its source, on lower-cased word
-  tokens: `original` (the replaced word, "" for an insertion), `replacement`, `position` (token index in the
-  source). Usually one item; more where the attack replaced several occurrences of the word or the attack
-  file re-tokenised the caption ("dryin g" -> "drying"). Derived by comparing the two captions; the official
-  files do not record it.
-
-Images (image-attack configs and `images`):
-- `image_index` (int32), `file_name` (string, the COCO file name, kept by the altered copy as the official
-  script keeps it), `is_adversarial` (bool).
-- `image` (Image): original rows hold the COCO file's bytes unchanged; altered rows the {size} x {size} JPEG the
-  official script saves.
-- `partner_index` (int32, None on original rows): the test image mixed in.
-- `box` (list of 4 int32, `patch` only): `[row0, row1, col0, col1]`, the region of the {size} x {size} image taken
-  from the partner.
-
-## Scoring a model
-
-Score the queries (in row order) against the gallery: the config's `original` split followed by its
-`adversarial` split. The package `rococo-eval` gives the metric's other inputs in that order:
-
-```python
-import numpy as np
-from rococo_eval.data.dataset import load_queries_and_gallery, metric_inputs_for
-from rococo_recall import rococo_recall      # or evaluate.load("<org>/rococo_recall")
-
-queries, gallery = load_queries_and_gallery("<this repository or folder>", "{example}")
-scores = my_model.score(queries, gallery)     # (queries, gallery) array, higher = more similar
-result = rococo_recall(scores, **metric_inputs_for("{example}", order="dataset"))
-result["recall@1"], result["clean_recall@1"], result["false_rate"]
-```
-
-Image-to-text queries are the {num_images} images of `images`; text-to-image queries the {num_captions} captions of
-`captions`. A query's correct items are its own ground-truth captions (image-to-text) or its own original
-image (text-to-image); adversarial items never count as correct. `metric_inputs_for(..., order="official")` gives
-the same for the official `itm_eval` order (for each image its captions then its {adversarial_ones};
-the {num_images} images then their {num_images} altered copies).
-
-## Sources
-
-- Annotation files: {repository} at commit `{commit}` (`annotations/`), each checked by sha256 before use:
-
-| file | sha256 |
-|---|---|
-{hashes}
-
-- Images: the {num_images} COCO val2014 test images, fetched one by one from COCO's image server ({coco}),
-  resumable and verified (byte count and a full decode), or read from a local COCO folder.
-- Altered images: a port of the official `mix_images.py` in NumPy and PIL: bicubic resize to {size} x {size},
-  float32 mix (lam {lam}) or patch, `torchvision.utils.save_image`'s rounding, JPEG with PIL's defaults
-  (quality 75). The partner and box of every image come from a table published with rococo-eval
-  (`rococo_eval/data/mix_tables.npz`), so every machine makes the same images. The table replays the
-  official script's random stream as PyTorch 2.13 draws it (`torch.manual_seed`, the DataLoader's worker base
-  seed, `RandomSampler`'s permutation, one `torch.randperm` per batch of {batch}, NumPy's box centres). PyTorch
-  before 1.9 consumed the stream differently in `RandomSampler`, so the official script run there pairs other
-  images. Some images are their own partner, so their altered copy is the resized original:
-  {self_partners}.
-
-Quirks of the official files are kept as they are: `danger` has 3 adversarial captions identical to their
-source; adversarial captions contain duplicates; `same_concept`, `diff_concept` and `rand_voca` captions are
-lower-cased and tokenised, without a final period.
-
-## Licences
-
-- RoCOCO annotation files: MIT ({repository}). The captions are MS-COCO captions (COCO annotations:
-  CC BY 4.0) and altered versions of them.
-- Images: COCO images, under the COCO terms of use ({coco_terms}): the images belong to
-  their owners on Flickr and their use must abide by the Flickr Terms of Use. The altered images are derived
-  from them and follow the same terms.
-
-## Citation
-
-```bibtex
-{citation}```
-"""

@@ -19,6 +19,17 @@ candidates with an image-text matching (ITM) head that reads the image and the c
   encoder's output for a batch of images, then the ITM logit of class 1 (``itm_head(...)[:, 1]``, BLIP; the mean
   over the query tokens, BLIP-2) for (image, caption) pairs.
 
+ITM with the image side computed once: in every layer with cross-attention, a caption's tokens attend to the
+image's tokens, projected to keys and values; that projection is the same for every caption the image is paired
+with, and it is most of a pair's work (BLIP-base: 577 image tokens against 35 caption tokens). :meth:`match`
+therefore runs the text encoder (BLIP) or the Q-Former (BLIP-2) layer by layer with the loaded weights, projects
+each image of a call once per layer and gathers the keys and values of each pair by index, attends with
+``torch.nn.functional.scaled_dot_product_attention``, and masks padding as ``transformers`` does (BLIP: its
+additive ``finfo.min`` mask; BLIP-2: its boolean mask). :class:`ImageFeatures` keeps the keys and values of a call's
+last image for the next call, so pairs sorted by image (as :class:`~rococo_eval.scoring.rerank.Reranker` sends
+them) project each image once per group of pairs. Scores equal ``transformers``' own forward within rounding
+(``tests/models/test_blip_itm.py``); ``reuse_image_keys_values = False`` runs that forward instead.
+
 Captions go through BLIP's ``pre_caption`` (lower case, ``.!"()*#:;~`` to spaces, at most 30 words for BLIP as
 the retrieval dataset does, LAVIS's default of 50 for BLIP-2), then the tokenizer with
 ``padding="max_length", max_length=35``. For BLIP's ITM pass the first token is replaced by ``[ENC]``
@@ -96,10 +107,93 @@ def load_reranking_model(name: str, path: str, base):
     return (Blip2Reranker if blip2 else BlipReranker)(name, base, model, tokenizer, processor)
 
 
+class ImageFeatures:
+    """The vision encoder's output for a group of images (``hidden``: images x tokens x width), as
+    :meth:`BlipReranker.image_features` gives it to :meth:`~BlipReranker.match`.
+
+    It also holds the cross-attention keys and values of one image: the image of highest position in the last
+    :meth:`~BlipReranker.match` call, whose pairs may go on in the next call when pairs come sorted by image.
+    Holding them is an optimisation only: any order of pairs gives the same scores.
+    """
+
+    def __init__(self, hidden):
+        self.hidden = hidden
+        self.held_position: int | None = None
+        self.held: dict[int, tuple] = {}  # layer number -> (keys, values) of the held image, (heads, tokens, head)
+
+    def __len__(self):
+        return len(self.hidden)
+
+
+class _ImageKeysValues:
+    """The cross-attention keys and values of the images of one :meth:`~BlipReranker.match` call, layer by layer:
+    each image projected once per layer (not at all for the image that ``features`` holds), gathered per pair by
+    index; on leaving, the call's last image is held in ``features`` for the next call."""
+
+    def __init__(self, features: ImageFeatures, positions, dtype):
+        import torch
+
+        self.features = features
+        self.images, self.pairs = torch.unique(positions, return_inverse=True)  # sorted images; image of each pair
+        reused = self.images == features.held_position if features.held_position is not None else None
+        self.reused_at = int(reused.nonzero()[0, 0]) if reused is not None and bool(reused.any()) else None
+        fresh = self.images if self.reused_at is None else self.images[~reused]
+        self.fresh = features.hidden[fresh].to(dtype) if len(fresh) else None
+        self.held: dict[int, tuple] = {}
+
+    def __call__(self, layer: int, attention):
+        """Keys and values (pairs x heads x image tokens x head size) of layer ``layer``'s cross-attention
+        ``attention`` (with ``key``, ``value`` and the head size as ``attention_head_size``)."""
+        projected = [None if self.fresh is None else _heads(projection(self.fresh), attention.attention_head_size)
+                     for projection in (attention.key, attention.value)]
+        if self.reused_at is not None:
+            projected = [self._with_held(states, held) for states, held in zip(projected, self.features.held[layer])]
+        keys, values = projected
+        self.held[layer] = (keys[-1].clone(), values[-1].clone())
+        return keys[self.pairs], values[self.pairs]
+
+    def _with_held(self, states, held):
+        """The held image's keys or values put in its place among the projected images' ``states``."""
+        import torch
+
+        held = held[None]
+        return held if states is None else torch.cat([states[:self.reused_at], held, states[self.reused_at:]])
+
+    def hold(self) -> None:
+        """Leave the keys and values of this call's last image in ``features``, for the next call."""
+        self.features.held_position, self.features.held = int(self.images[-1]), self.held
+
+
+def _heads(states, head_size: int):
+    """(batch, tokens, width) as (batch, heads, tokens, head size), as ``transformers``' attention views it."""
+    return states.view(*states.shape[:-1], -1, head_size).transpose(1, 2)
+
+
+def _attend(attention, rows, keys, values, mask=None, scale=None):
+    """The context of ``attention``'s query of ``rows`` (batch x tokens x width) against ``keys`` and ``values``
+    (batch x heads x tokens x head size), by ``scaled_dot_product_attention``; batch x tokens x width."""
+    from torch.nn import functional
+
+    queries = _heads(attention.query(rows), attention.attention_head_size)
+    context = functional.scaled_dot_product_attention(queries, keys, values, attn_mask=mask, scale=scale)
+    return context.transpose(1, 2).flatten(2)
+
+
+def _self_keys_values(attention, states):
+    return (_heads(attention.key(states), attention.attention_head_size),
+            _heads(attention.value(states), attention.attention_head_size))
+
+
 class _Reranker:
-    """What the BLIP and BLIP-2 adapters share: tokenizing, image preprocessing, the fingerprint, batching."""
+    """What the BLIP and BLIP-2 adapters share: tokenizing, image preprocessing, the fingerprint, batching.
+
+    Attributes:
+        reuse_image_keys_values: :meth:`match` projects each image's tokens to cross-attention keys and values
+            once for all of its pairs (the default); ``False`` runs ``transformers``' own forward for every pair.
+    """
 
     max_words = BLIP_MAX_WORDS
+    reuse_image_keys_values = True
 
     def __init__(self, name: str, base, model, tokenizer, processor):
         self.base = base
@@ -153,10 +247,15 @@ class _Reranker:
         pixels = self.torch.from_numpy(batch).to(device=self.device, dtype=self.base.dtype)
         return self.model.vision_model(pixel_values=pixels).last_hidden_state
 
-    def image_features(self, images):
-        """The vision encoder's output for ``images`` (a tensor on the model's device), for :meth:`match`."""
+    def image_features(self, images) -> ImageFeatures:
+        """The vision encoder's output for ``images`` (on the model's device), for :meth:`match`."""
         with self.torch.inference_mode():
-            return self._vision(np.stack([self.preprocess_image(image) for image in images]))
+            return ImageFeatures(self._vision(np.stack([self.preprocess_image(image) for image in images])))
+
+    def _pairs(self, features, image_positions):
+        """``features`` as :class:`ImageFeatures`, and the image positions of the pairs as a tensor beside them."""
+        features = features if isinstance(features, ImageFeatures) else ImageFeatures(features)
+        return features, self.torch.as_tensor(np.asarray(image_positions), device=features.hidden.device)
 
     def _on_device(self, vectors: np.ndarray):
         return self.torch.from_numpy(np.ascontiguousarray(vectors, dtype=np.float32)).to(self.device)
@@ -196,18 +295,49 @@ class BlipReranker(_Reranker):
             return self.base._finish(self.model.text_proj(hidden[:, 0, :]))
 
     def match(self, features, image_positions, tokens: np.ndarray) -> np.ndarray:
-        """ITM logits of class 1, float32: pair ``i`` is image ``features[image_positions[i]]`` with the text of
-        ``tokens[i]`` (rows of :meth:`tokenize`)."""
+        """ITM logits of class 1, float32: pair ``i`` is image ``features[image_positions[i]]`` (an
+        :class:`ImageFeatures` or the vision encoder's output) with the text of ``tokens[i]`` (rows of
+        :meth:`tokenize`)."""
         ids, mask = self._tokens(tokens)
         if self.enc_token_id is not None:
             ids[:, 0] = self.enc_token_id
-        torch = self.torch
-        with torch.inference_mode():
-            image = features[torch.as_tensor(np.asarray(image_positions), device=features.device)]
-            image_mask = torch.ones(image.shape[:-1], dtype=torch.long, device=image.device)
-            hidden = self.model.text_encoder(input_ids=ids, attention_mask=mask, encoder_hidden_states=image,
-                                             encoder_attention_mask=image_mask).last_hidden_state
-            return self.model.itm_head(hidden[:, 0, :])[:, 1].float().cpu().numpy()
+        features, positions = self._pairs(features, image_positions)
+        with self.torch.inference_mode():
+            if self.reuse_image_keys_values:
+                first = self._first_token(_ImageKeysValues(features, positions, features.hidden.dtype), ids, mask)
+            else:
+                first = self._first_token_plain(features.hidden[positions], ids, mask)
+            return self.model.itm_head(first)[:, 1].float().cpu().numpy()
+
+    def _first_token_plain(self, image, ids, mask):
+        """The text encoder's output at the first token, cross-attending to ``image`` (pairs x tokens x width):
+        ``transformers``' own forward."""
+        image_mask = self.torch.ones(image.shape[:-1], dtype=self.torch.long, device=image.device)
+        return self.model.text_encoder(input_ids=ids, attention_mask=mask, encoder_hidden_states=image,
+                                       encoder_attention_mask=image_mask).last_hidden_state[:, 0, :]
+
+    def _first_token(self, image: _ImageKeysValues, ids, mask):
+        """What :meth:`_first_token_plain` gives, layer by layer with the image's keys and values computed once.
+
+        Each layer of ``transformers``' ``BlipTextLayer`` (in eval mode: no dropout): self-attention over the
+        caption, padding masked with ``finfo.min`` added to the scores as ``transformers`` adds it; dense, residual
+        and LayerNorm; the same with cross-attention to the image; the feed-forward block. The last layer computes
+        only the first token, the one the ITM head reads.
+        """
+        encoder = self.model.text_encoder
+        states = encoder.embeddings(input_ids=ids)
+        padding = (1.0 - mask[:, None, None, :].to(states.dtype)) * self.torch.finfo(states.dtype).min
+        layers = encoder.encoder.layer
+        for number, layer in enumerate(layers):
+            rows = states[:, :1] if number == len(layers) - 1 else states
+            rows = layer.attention.output(_attend(layer.attention.self, rows,
+                                                  *_self_keys_values(layer.attention.self, states), mask=padding),
+                                          rows)
+            cross = layer.crossattention.self
+            rows = layer.crossattention.output(_attend(cross, rows, *image(number, cross)), rows)
+            states = layer.output(layer.intermediate(rows), rows)
+        image.hold()
+        return states[:, 0, :]
 
 
 class Blip2Reranker(_Reranker):
@@ -264,18 +394,61 @@ class Blip2Reranker(_Reranker):
             return scores.cpu().numpy()
 
     def match(self, features, image_positions, tokens: np.ndarray) -> np.ndarray:
-        """ITM logits of class 1 averaged over the query tokens, float32, one per (image, text) pair (texts as
-        rows of :meth:`tokenize`)."""
+        """ITM logits of class 1 averaged over the query tokens, float32, one per (image, text) pair: pair ``i`` is
+        image ``features[image_positions[i]]`` (an :class:`ImageFeatures` or the vision encoder's output) with the
+        text of ``tokens[i]`` (rows of :meth:`tokenize`)."""
         ids, mask = self._tokens(tokens)
+        features, positions = self._pairs(features, image_positions)
         torch = self.torch
         with torch.inference_mode():
-            image = features[torch.as_tensor(np.asarray(image_positions), device=features.device)]
-            queries, image, image_mask = self._queries(image)
-            query_mask = torch.ones(queries.shape[:-1], dtype=torch.long, device=image.device)
-            output = self.model.qformer(query_embeds=self.model.embeddings(input_ids=ids, query_embeds=queries),
-                                        query_length=self.num_query_tokens,
-                                        attention_mask=torch.cat([query_mask, mask], dim=1),
-                                        encoder_hidden_states=image,
-                                        encoder_attention_mask=image_mask).last_hidden_state
-            logits = self.model.itm_head(output[:, :self.num_query_tokens, :].to(self.model.itm_head.weight.dtype))
+            queries = self.model.query_tokens.expand(len(ids), -1, -1)
+            embeddings = self.model.embeddings(input_ids=ids, query_embeds=queries)
+            mask = torch.cat([torch.ones(queries.shape[:-1], dtype=mask.dtype, device=mask.device), mask], dim=1)
+            if self.reuse_image_keys_values:
+                image = _ImageKeysValues(features, positions, self.model.qformer.layernorm.weight.dtype)
+                output = self._query_outputs(image, embeddings, mask)
+            else:
+                output = self._query_outputs_plain(features.hidden[positions], embeddings, mask)
+            logits = self.model.itm_head(output.to(self.model.itm_head.weight.dtype))
             return logits[:, :, 1].float().mean(dim=1).cpu().numpy()
+
+    def _query_outputs_plain(self, image, embeddings, mask):
+        """The Q-Former's output at the query tokens for the query and text ``embeddings``, cross-attending to
+        ``image`` (pairs x tokens x width): ``transformers``' own forward."""
+        image_mask = self.torch.ones(image.shape[:-1], dtype=self.torch.long, device=image.device)
+        return self.model.qformer(query_embeds=embeddings, query_length=self.num_query_tokens, attention_mask=mask,
+                                  encoder_hidden_states=image.float(), encoder_attention_mask=image_mask
+                                  ).last_hidden_state[:, :self.num_query_tokens, :]
+
+    def _query_outputs(self, image: _ImageKeysValues, embeddings, mask):
+        """What :meth:`_query_outputs_plain` gives, layer by layer with the image's keys and values computed once.
+
+        Each layer of ``transformers``' ``Blip2QFormerLayer`` (in eval mode: no dropout): self-attention over the
+        query and text tokens, padding masked by a boolean mask as ``transformers``' SDPA path masks it; dense,
+        residual and LayerNorm; in the layers that have it, cross-attention of the query tokens to the image; the
+        query tokens' and the text tokens' own feed-forward blocks. The last layer computes only the query tokens,
+        the ones the ITM head reads.
+        """
+        qformer, count = self.model.qformer, self.num_query_tokens
+        states = qformer.layernorm(embeddings.to(qformer.layernorm.weight.dtype))
+        allowed = mask.bool()[:, None, None, :]
+        layers = qformer.encoder.layer
+        for number, layer in enumerate(layers):
+            last = number == len(layers) - 1
+            attention = layer.attention.attention
+            rows = states[:, :count] if last else states
+            rows = layer.attention.output(_attend(attention, rows, *_self_keys_values(attention, states), mask=allowed,
+                                                  scale=attention.scaling), rows)
+            queries = rows[:, :count]
+            if layer.has_cross_attention:
+                cross = layer.crossattention.attention
+                queries = layer.crossattention.output(_attend(cross, queries, *image(number, cross),
+                                                              scale=cross.scaling), queries)
+            queries = layer.output_query(layer.intermediate_query(queries), queries)
+            if last:
+                states = queries
+            else:
+                text = rows[:, count:]
+                states = self.torch.cat([queries, layer.output(layer.intermediate(text), text)], dim=1)
+        image.hold()
+        return states

@@ -158,7 +158,9 @@ class Reranker:
     Args:
         model: has ``name``, ``fingerprint``, ``similarity(image_vectors, text_vectors)``, ``tokenize(texts)``,
             ``image_features(images)`` and ``match(features, image_positions, tokens)`` (see
-            :mod:`rococo_eval.models.blip`).
+            :mod:`rococo_eval.models.blip`). ``match`` gets the pairs sorted by image, an image's pairs in
+            consecutive calls on one ``image_features`` output, so that a model can compute an image's side once
+            for all of them (BLIP's cross-attention keys and values).
         root: the cache folder; pairs go to ``<root>/<model fingerprint>/itm-<images>--<captions>/``.
         k: candidates re-scored per query (``k_test``).
         batch_size: pairs per ITM pass and images per vision pass.

@@ -1,7 +1,9 @@
+"""Fixtures shared by the tests: the official annotation files, a generated COCO folder, tiny real models, a local
+HTTP server. Helpers that are not fixtures live in ``helpers/``."""
+
 import os
 import shutil
 import tempfile
-from pathlib import Path
 from urllib.parse import urlsplit
 
 import numpy as np
@@ -10,10 +12,10 @@ from PIL import Image
 
 from rococo_eval.data.annotations import ANNOTATION_FILES, RAW_BASE_URL, read_annotation_file, resolve_annotations_dir
 from rococo_eval.data.source import RococoSource
-from http_server import Route, Server
-from tiny_models import make_tiny_hf_clip, register_tiny_open_clip, torchvision_stand_in
+from helpers import REPO_ROOT
+from helpers.http_server import Route, Server
+from helpers.tiny_models import make_tiny_hf_clip, register_tiny_open_clip, torchvision_stand_in
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_ANNOTATIONS = REPO_ROOT.parent / "shared" / "rococo-data" / "annotations"
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

@@ -30,7 +30,7 @@ from rococo_eval.scoring.galleries import (
 from rococo_eval.catalog import CLEAN, IMAGE_TO_TEXT, TEXT_TO_IMAGE, attack_direction
 from rococo_eval.layout import gallery_layout
 from rococo_eval.data.source import RococoSource
-from sparse_files import sparse_npy
+from helpers.sparse_files import sparse_npy
 
 
 @pytest.fixture

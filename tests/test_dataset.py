@@ -37,7 +37,7 @@ from rococo_eval.attacks.images import load_mix_table
 from rococo_eval.catalog import TEXT_ATTACKS
 from rococo_eval.layout import caption_offsets, reorder_gallery
 from rococo_eval.data.source import ImageFolderError, RococoSource
-from http_server import Route
+from helpers.http_server import Route
 
 EXPORTED = ["rand_voca", "patch_seed10"]
 DANGER_UNCHANGED = {(1533, 4), (1970, 3), (4752, 3)}  # official quirk: adversarial caption == its source

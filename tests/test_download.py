@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from http_server import Route
+from helpers.http_server import Route
 from rococo_eval import cli, space
 from rococo_eval.io import download
 from rococo_eval.data.annotations import ANNOTATION_FILES, AnnotationError, download_annotations, resolve_annotations_dir

@@ -5,7 +5,7 @@ from rococo_eval.catalog import DIRECTIONS, IMAGE_ATTACKS, TEXT_ATTACKS
 from rococo_eval.layout import image_to_text_layout, matching_galleries
 from rococo_eval.detection import LayoutChoice, OrderDecision, choose_layout, decide_order, detect_layout
 from rococo_eval.io.scorefiles import read_header, read_scores
-from sparse_files import sparse_npy
+from helpers.sparse_files import sparse_npy
 
 TINY = [5, 6, 5]  # 3 images, 16 captions: clean i2t (3, 16), attacked i2t (3, 31), clean t2i (16, 3), attacked (16, 6)
 

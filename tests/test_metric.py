@@ -10,9 +10,9 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 import rococo_recall
-from metric_cases import (BAD_INPUTS, PER_QUERY_KEYS, assert_per_query_equal, assert_same, embedding_case,
+from helpers.metric_cases import (BAD_INPUTS, PER_QUERY_KEYS, assert_per_query_equal, assert_same, embedding_case,
                           expected_outputs, random_case)
-from reference_metric import official_itm_eval
+from helpers.reference_metric import official_itm_eval
 from rococo_eval.layout import image_to_text_layout, text_to_image_layout
 from rococo_recall import RankAccumulator, rococo_recall as compute
 

@@ -17,8 +17,8 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 import rococo_recall
-from metric_cases import PER_QUERY_DTYPES, embedding_case, random_case
-from reference_metric import sorted_per_query
+from helpers.metric_cases import PER_QUERY_DTYPES, embedding_case, random_case
+from helpers.reference_metric import sorted_per_query
 from rococo_eval.layout import image_to_text_layout, text_to_image_layout
 from rococo_recall import RankAccumulator, rococo_recall as compute
 

@@ -24,7 +24,7 @@ from rococo_eval.layout import gallery_layout
 from rococo_eval.scoring.rerank import FILL, PairStore, Reranker, Side
 from rococo_eval.models.blip import pre_caption
 from rococo_eval.io.savedscores import score_file_name
-from reference_metric import official_itm_eval
+from helpers.reference_metric import official_itm_eval
 
 WORDS = ["a", "an", "the", "man", "woman", "dog", "cat", "on", "in", "of", "with", "riding", "sitting", "table",
          "street", "red", "blue", "two", "is", "and", "bus", "kite", "pizza", "horse", "beach"]

@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from reference_metric import sorted_per_query
+from helpers.reference_metric import sorted_per_query
 
 
 def random_case(rng, num_queries, num_gallery, num_adversarial, max_refs=3, levels=None):

@@ -49,7 +49,7 @@ test: $(VENV)/.installed-test $(CHROMIUM) $(WORDNET) test-numpy1
 # evaluate copies rococo_recall.py alone into whatever environment loads it, NumPy 1.x included (no
 # np.bitwise_count there). The metric's tests also run in such an environment: NumPy 1.26, no torch.
 NUMPY1_VENV := .venv-numpy1
-METRIC_TESTS := rococo_recall.py tests/test_metric.py tests/test_metric_wrapper.py tests/test_distributed.py
+METRIC_TESTS := rococo_recall.py tests/metric/test_metric.py tests/metric/test_metric_wrapper.py tests/metric/test_distributed.py
 $(NUMPY1_VENV)/.installed: Makefile
 	$(PYTHON) -m venv $(NUMPY1_VENV)
 	$(NUMPY1_VENV)/bin/pip install --quiet --upgrade pip

@@ -1,12 +1,12 @@
 import doctest
 import importlib.util
 import io
-from pathlib import Path
 
 import numpy as np
 import pytest
 from PIL import Image
 
+from helpers import REPO_ROOT
 from rococo_eval.attacks import images
 from rococo_eval.attacks.images import (
     alter_image,
@@ -18,11 +18,9 @@ from rococo_eval.attacks.images import (
 )
 from rococo_eval.catalog import IMAGE_ATTACK_METHODS, SEEDS
 
-ROOT = Path(__file__).resolve().parents[1]
-
 
 def _load_tool():
-    spec = importlib.util.spec_from_file_location("make_mix_tables", ROOT / "tools" / "make_mix_tables.py")
+    spec = importlib.util.spec_from_file_location("make_mix_tables", REPO_ROOT / "tools" / "make_mix_tables.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -11,7 +11,9 @@ import pytest
 from PIL import Image
 
 from rococo_eval.data.annotations import ANNOTATION_FILES, RAW_BASE_URL, read_annotation_file, resolve_annotations_dir
+from rococo_eval.data.export import export_dataset
 from rococo_eval.data.source import RococoSource
+from rococo_eval.io import download
 from helpers import REPO_ROOT
 from helpers.http_server import Route, Server
 from helpers.tiny_models import make_tiny_hf_clip, register_tiny_open_clip, torchvision_stand_in
@@ -124,3 +126,48 @@ def server():
     yield running
     running.httpd.shutdown()
     running.httpd.server_close()
+
+
+@pytest.fixture
+def quick_retries(monkeypatch):
+    """Retries of a download after 0.01 s instead of the real backoff (modules that download use it for all
+    their tests: ``pytestmark = pytest.mark.usefixtures("quick_retries")``)."""
+    monkeypatch.setattr(download, "_RETRY_DELAY_SECONDS", 0.01)
+
+
+@pytest.fixture
+def real_retry_delays(monkeypatch):
+    """The real backoff, so that a download that retried what cannot succeed would take minutes, not seconds."""
+    monkeypatch.setattr(download, "_RETRY_DELAY_SECONDS", 0.5)
+
+
+@pytest.fixture(scope="module")
+def hf_cache(tmp_path_factory):
+    """A ``datasets`` cache folder for the ``load_dataset`` calls of one test module."""
+    return str(tmp_path_factory.mktemp("hf-cache"))
+
+
+@pytest.fixture(scope="session")
+def export_folder(tmp_path_factory, annotations_dir, coco_root):
+    """One export of a text and an image config (with their query configs), shared by several test modules."""
+    out = tmp_path_factory.mktemp("export") / "rococo"
+    return export_dataset(out, ["rand_voca", "patch_seed10"], annotations_dir=annotations_dir, images_dir=coco_root,
+                          workers=2)
+
+
+@pytest.fixture
+def annotations_copy(annotations_dir, tmp_path):
+    """A copy of the official annotation files that a test may damage."""
+    folder = tmp_path / "annotations"
+    folder.mkdir()
+    for spec in ANNOTATION_FILES.values():
+        shutil.copy(annotations_dir / spec.file_name, folder / spec.file_name)
+    return folder
+
+
+@pytest.fixture
+def coco_copy(coco_root, tmp_path):
+    """A copy of the generated COCO folder that a test may damage."""
+    copy = tmp_path / "coco"
+    shutil.copytree(coco_root, copy)
+    return copy

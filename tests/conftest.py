@@ -1,6 +1,7 @@
 """Fixtures shared by the tests: the official annotation files, a generated COCO folder, tiny real models, a local
 HTTP server. Helpers that are not fixtures live in ``helpers/``."""
 
+import collections
 import os
 import shutil
 import tempfile
@@ -10,6 +11,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+import rococo_eval.data.source
 from rococo_eval.data.annotations import ANNOTATION_FILES, RAW_BASE_URL, read_annotation_file, resolve_annotations_dir
 from rococo_eval.data.export import export_dataset
 from rococo_eval.data.source import RococoSource
@@ -171,3 +173,17 @@ def coco_copy(coco_root, tmp_path):
     copy = tmp_path / "coco"
     shutil.copytree(coco_root, copy)
     return copy
+
+
+@pytest.fixture
+def reads(monkeypatch):
+    """Count the COCO files the source reads, through the function it reads them with."""
+    counts = collections.Counter()
+    read = rococo_eval.data.source.read_image_file
+
+    def counted(path):
+        counts[str(path)] += 1
+        return read(path)
+
+    monkeypatch.setattr(rococo_eval.data.source, "read_image_file", counted)
+    return counts

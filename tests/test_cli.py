@@ -1,6 +1,6 @@
 """The ``rococo-eval`` command end to end, on the real annotation files and a generated COCO-like folder.
 
-Models are real architectures with random weights (see ``test_models.py``). The reports are checked against
+Models are real architectures with random weights (see ``helpers/tiny_models.py``). The reports are checked against
 the metric applied to score matrices computed here, directly, from the embeddings the run used, with the
 gallery in the dataset's order (a layout the command does not use).
 """
@@ -333,53 +333,23 @@ def test_python_dash_m_shows_the_subcommands():
     assert "run" in done.stdout and "score" in done.stdout
 
 
-class Lengths:
-    """A stand-in model for the cache: a caption's embedding is (length, 1); it records each batch."""
+@pytest.mark.slow
+def test_run_logs_its_progress_reads_each_original_twice_and_quiet_silences_the_libraries(
+        hf_name, coco_root, tmp_path, reads, caplog, capsys):
+    args = ["run", "--model", hf_name, "--attacks", "mix_seed1", "--images-dir", str(coco_root), "--cache-dir",
+            str(tmp_path / "cache"), "--device", "cpu", "--workers", "2", "--batch-size", "500"]
+    assert main(args + ["--out", str(tmp_path / "first")]) == 0
+    assert len(reads) == 5000 and set(reads.values()) == {2}  # once for the originals, once for the altered images
+    notes = [record.getMessage() for record in caplog.records if record.name.startswith("rococo_eval")]
+    for line in ("images/original: 5000 images embedded in", "captions/ground_truth: 25010 texts embedded in",
+                 "mix_seed1: 5000 altered images made in", "images/mix_seed1: 5000 images embedded in"):
+        assert any(note.startswith(line) and "/s" in note for note in notes), line
 
-    name, fingerprint = "lengths", "f" * 64
-
-    def __init__(self):
-        self.batches = []
-
-    def encode_texts(self, texts):
-        self.batches.append(len(texts))
-        return np.array([[len(text), 1.0] for text in texts], dtype=np.float32)
-
-
-def test_cache_resumes_with_another_batch_size_and_drops_broken_shards(tmp_path):
-    texts = ground_truth_captions_of(["a" * n for n in range(10)])
-    folder = EmbeddingCache(tmp_path).folder(Lengths(), texts)
-    model = Lengths()
-    model.encode_texts = interrupt_after(model.encode_texts, calls=2)
-    with pytest.raises(KeyboardInterrupt):
-        EmbeddingCache(tmp_path, batch_size=3).embeddings(model, texts)
-    assert sorted(path.name for path in folder.glob("rows-*")) == ["rows-000000-000003.npy", "rows-000003-000006.npy"]
-    (folder / "rows-000003-000006.npy").write_bytes(b"torn")
-    model = Lengths()
-    vectors = EmbeddingCache(tmp_path, batch_size=4).embeddings(model, texts)
-    assert vectors[:, 0].tolist() == list(range(10)) and model.batches == [4, 3]
-    assert sorted(path.name for path in folder.iterdir()) == ["embeddings.npy", "manifest.json"]
-
-
-def test_cache_keys_on_content(tmp_path):
-    model, cache = Lengths(), EmbeddingCache(tmp_path)
-    cache.embeddings(model, ground_truth_captions_of(["a", "bb"]))
-    assert cache.embeddings(model, ground_truth_captions_of(["a", "bbb"]))[:, 0].tolist() == [1.0, 3.0]
-    assert model.batches == [2, 2]
-    cache.embeddings(model, ground_truth_captions_of(["a", "bb"]))
-    assert model.batches == [2, 2]
-
-
-def ground_truth_captions_of(captions):
-    return ground_truth_captions(types.SimpleNamespace(ground_truth_captions=lambda: captions))
-
-
-def interrupt_after(encode, calls):
-    count = iter(range(calls + 1))
-
-    def interrupted(batch):
-        if next(count) == calls:
-            raise KeyboardInterrupt
-        return encode(batch)
-
-    return interrupted
+    capsys.readouterr()
+    command = [sys.executable, "-m", "rococo_eval", *args]
+    loud = subprocess.run(command + ["--out", str(tmp_path / "loud")], capture_output=True, text=True)
+    quiet = subprocess.run(command + ["--out", str(tmp_path / "quiet"), "-q"], capture_output=True, text=True)
+    assert loud.returncode == quiet.returncode == 0, loud.stderr + quiet.stderr
+    assert "rococo-eval: images/original: 5000 embeddings from the cache" in loud.stderr
+    assert "Loading weights" in loud.stderr  # transformers' progress bar
+    assert quiet.stderr == "" and "mix_seed1" in quiet.stdout

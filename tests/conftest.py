@@ -2,22 +2,27 @@
 HTTP server. Helpers that are not fixtures live in ``helpers/``."""
 
 import collections
+import csv
+import json
 import os
 import shutil
 import tempfile
 from urllib.parse import urlsplit
 
+import datasets
 import numpy as np
 import pytest
 from PIL import Image
 
 import rococo_eval.data.source
+from rococo_eval.data.benchmark import make_benchmark
 from rococo_eval.data.annotations import ANNOTATION_FILES, RAW_BASE_URL, read_annotation_file, resolve_annotations_dir
 from rococo_eval.data.export import export_dataset
 from rococo_eval.data.source import RococoSource
 from rococo_eval.io import download
 from helpers import REPO_ROOT
 from helpers.http_server import Route, Server
+from helpers.image_text_set import captions_of
 from helpers.tiny_models import make_tiny_hf_clip, register_tiny_open_clip, torchvision_stand_in
 
 SHARED_ANNOTATIONS = REPO_ROOT.parent / "shared" / "rococo-data" / "annotations"
@@ -187,3 +192,38 @@ def reads(monkeypatch):
 
     monkeypatch.setattr(rococo_eval.data.source, "read_image_file", counted)
     return counts
+
+
+@pytest.fixture(scope="session")
+def image_set(tmp_path_factory):
+    """The image-text set of ``helpers/image_text_set.py`` in every input format: Karpathy JSON, CSV, JSONL (images
+    under ``root``), a dataset folder."""
+    root = tmp_path_factory.mktemp("image_set")
+    (root / "images").mkdir()
+    records, rows = [], []
+    for i in range(12):
+        pixels = np.random.default_rng(i).integers(0, 256, (40 + i, 56, 3), dtype=np.uint8)
+        Image.fromarray(pixels).save(root / "images" / f"{i:03d}.png")
+        records.append({"image": f"images/{i:03d}.png", "caption": captions_of(i)})
+        rows += [{"image": f"images/{i:03d}.png", "caption": caption} for caption in captions_of(i)]
+    (root / "set.json").write_text(json.dumps(records))
+    with open(root / "set.csv", "w", newline="") as handle:
+        writer = csv.DictWriter(handle, ["image", "caption"])
+        writer.writeheader()
+        writer.writerows(rows)
+    (root / "set.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    hf = datasets.Dataset.from_dict({"picture": [str(root / r["image"]) for r in records],
+                                     "sentences": [r["caption"] for r in records]},
+                                    features=datasets.Features({"picture": datasets.Image(),
+                                                                "sentences": [datasets.Value("string")]}))
+    (root / "hf").mkdir()
+    hf.to_parquet(str(root / "hf" / "train.parquet"))
+    return root
+
+
+@pytest.fixture(scope="session")
+def benchmark(image_set, tmp_path_factory):
+    """Every strategy, RoCOCO's seed 1 and another seed, from the Karpathy JSON, through the API."""
+    out = tmp_path_factory.mktemp("benchmarks") / "bench"
+    return make_benchmark(image_set / "set.json", out, seeds=[1, 7], cache_dir=tmp_path_factory.mktemp("cache"))
+

@@ -10,6 +10,7 @@ import json
 import math
 import subprocess
 import sys
+import time
 import types
 from pathlib import Path
 
@@ -28,8 +29,11 @@ from rococo_eval.scoring.galleries import (
     original_images,
 )
 from rococo_eval.catalog import CLEAN, IMAGE_TO_TEXT, TEXT_TO_IMAGE, attack_direction
+from rococo_eval.data.benchmark import make_benchmark
+from rococo_eval.data.dataset import metric_inputs_for
 from rococo_eval.layout import gallery_layout
 from rococo_eval.data.source import RococoSource
+from helpers.http_server import UNREACHABLE
 from helpers.sparse_files import sparse_npy
 
 
@@ -353,3 +357,66 @@ def test_run_logs_its_progress_reads_each_original_twice_and_quiet_silences_the_
     assert "rococo-eval: images/original: 5000 embeddings from the cache" in loud.stderr
     assert "Loading weights" in loud.stderr  # transformers' progress bar
     assert quiet.stderr == "" and "mix_seed1" in quiet.stdout
+
+
+@pytest.mark.parametrize("kind", UNREACHABLE)
+def test_run_download_images_stops_at_once(annotations_dir, tmp_path, real_retry_delays, monkeypatch, capsys, kind):
+    make_url, reason = UNREACHABLE[kind]
+    monkeypatch.setenv("ROCOCO_IMAGE_BASE_URL", make_url())
+    cache = tmp_path / "cache"
+    started = time.monotonic()
+    status = main(["run", "--model", "hf:openai/clip-vit-base-patch32", "--attacks", "rand_voca",
+                       "--download-images", "--cache-dir", str(cache), "--annotations-dir", str(annotations_dir),
+                       "--out", str(tmp_path / "report"), "--quiet"])
+    assert time.monotonic() - started < 20
+    assert status == 1
+    error = capsys.readouterr().err
+    assert reason in error and "--images-dir" in error and repr(str(cache / "coco")) in error
+    assert not (cache / "coco").exists()
+
+
+def test_run_evaluates_a_model_on_the_benchmark(benchmark, hf_name, tmp_path, capsys):
+    assert main(["run", "--model", hf_name, "--benchmark", str(benchmark), "--attacks", "rand_voca,mix_seed7",
+                 "--out", str(tmp_path / "report"), "--cache-dir", str(tmp_path / "cache"), "--device", "cpu",
+                 "--workers", "1", "-q"]) == 0
+    report = json.loads((tmp_path / "report" / "report.json").read_text())["results"]
+    assert report["rand_voca/image_to_text"]["num_gallery"] == 59 + 48
+    assert report["mix_seed7/text_to_image"]["num_queries"] == 59
+    capsys.readouterr()
+
+
+def test_run_scores_galleries_smaller_than_ten_at_the_cutoffs_they_allow(image_set, hf_name, tmp_path, caplog,
+                                                                         capsys):
+    """`run`, `score` and the Space score a gallery of fewer than ten items at the cut-offs it allows."""
+    from rococo_eval.space import attacks_of, evaluate_files
+
+    records = json.loads((image_set / "set.json").read_text())[5:11]  # six images, all captions attackable
+    (tmp_path / "six.json").write_text(json.dumps(records))
+    bench = make_benchmark(tmp_path / "six.json", tmp_path / "bench", strategies=["rand_voca", "mix"], seeds=[1],
+                           image_root=image_set, cache_dir=tmp_path / "encodings")
+    assert main(["run", "--model", hf_name, "--benchmark", str(bench), "--attacks", "rand_voca,mix_seed1",
+                 "--out", str(tmp_path / "report"), "--cache-dir", str(tmp_path / "cache"), "--device", "cpu",
+                 "--workers", "1"]) == 0
+    report = json.loads((tmp_path / "report" / "report.json").read_text())["results"]
+    clean = report["clean/text_to_image"]  # six images: R@10 is not defined
+    assert clean["num_gallery"] == 6 and "recall@5" in clean and "recall@10" not in clean
+    assert clean["r_mean"] == pytest.approx((clean["recall@1"] + clean["recall@5"]) / 2)
+    assert "recall@10" in report["mix_seed1/text_to_image"]  # twelve images
+    assert "recall@10" in report["rand_voca/image_to_text"]
+    warnings = [record.getMessage() for record in caplog.records if record.levelname == "WARNING"]
+    assert "clean/text_to_image has 6 items: Recall@K for K in 1, 5 only (its r_mean is their mean)" in warnings
+
+    scores = np.random.default_rng(0).standard_normal((30, 6)).astype(np.float32)  # clean text-to-image
+    np.save(tmp_path / "clean_text_to_image.npy", scores)
+    assert main(["score", "--benchmark", str(bench), "--out", str(tmp_path / "scored"), "-q",
+                 str(tmp_path / "clean_text_to_image.npy")]) == 0
+    scored = json.loads((tmp_path / "scored" / "report.json").read_text())["results"]["clean/text_to_image"]
+    expected = rococo_recall.rococo_recall(scores, **metric_inputs_for("clean", "text_to_image", benchmark=bench),
+                                           k=(1, 5))
+    assert {name: scored[name] for name in expected} == expected and "recall@10" not in scored
+    source = RococoSource(benchmark=bench)
+    space = evaluate_files([str(tmp_path / "clean_text_to_image.npy")], source=source,
+                           captions_per_image=source.captions_per_image, attacks=attacks_of(source))
+    assert space.results["clean/text_to_image"]["recall@5"] == expected["recall@5"]
+    assert "recall@10" not in space.results["clean/text_to_image"]
+    assert "Scored at R@1 and R@5 only: the gallery has 6 items." in space.message

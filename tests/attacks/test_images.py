@@ -9,10 +9,12 @@ from PIL import Image
 from helpers import REPO_ROOT
 from rococo_eval.attacks import images
 from rococo_eval.attacks.images import (
+    BATCH_SIZE,
     alter_image,
     alter_pixels,
     encode_jpeg,
     load_mix_table,
+    make_mix_table,
     preprocess,
     to_uint8,
 )
@@ -254,3 +256,14 @@ def test_jpeg_is_deterministic_and_default_quality():
     assert data == reference.getvalue()
     decoded = Image.open(io.BytesIO(data))
     assert (decoded.format, decoded.size, decoded.mode) == ("JPEG", (384, 384), "RGB")
+
+
+def test_mix_tables_follow_the_official_structure():
+    table = make_mix_table("patch", 100, 5000)
+    official = load_mix_table("patch", 100)
+    # the boxes are the official NumPy draws, batch by batch
+    assert np.array_equal(table.box[table.order[::BATCH_SIZE]], official.box[official.order[::BATCH_SIZE]])
+    for start in range(0, 5000, BATCH_SIZE):  # partners are drawn within batches of 64
+        batch = table.order[start:start + BATCH_SIZE]
+        assert sorted(table.partner[batch]) == sorted(batch)
+    assert np.array_equal(make_mix_table("mix", 100, 5000).partner, table.partner)

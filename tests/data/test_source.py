@@ -5,6 +5,8 @@ Images come from the generated COCO-like folder of ``conftest.py`` (5,000 tiny J
 """
 
 import io
+import json
+import shutil
 
 import numpy as np
 import pytest
@@ -13,7 +15,9 @@ from PIL import Image
 from rococo_eval.attacks.images import load_mix_table
 from rococo_eval.catalog import TEXT_ATTACKS
 from rococo_eval.data.annotations import AnnotationError
+from rococo_eval.data.dataset import metric_inputs_for
 from rococo_eval.data.export import table_rows
+from rococo_eval.data.manifest import ANNOTATIONS, MANIFEST, BenchmarkError
 from rococo_eval.data.source import ImageFolderError, RococoSource
 from rococo_dataset import RococoDataset
 
@@ -177,3 +181,43 @@ def test_image_folder_laid_out_differently(annotations_dir, coco_root, where, hi
     with pytest.raises(ImageFolderError) as caught:
         RococoSource(annotations_dir, images_dir=where(coco_root))
     assert hint.format(root=coco_root) in str(caught.value)
+
+
+def test_rococo_source_reads_the_folder_and_checks_it(benchmark, tmp_path):
+    source = RococoSource(benchmark=benchmark)
+    assert source.text_attacks == ("same_concept", "diff_concept", "rand_voca", "danger")
+    assert source.image_attacks == ("mix_seed1", "mix_seed7", "patch_seed1", "patch_seed7")
+    assert source.gallery("danger", order="official").num_gallery == 59 + 48
+    assert source.alteration(0, "patch_seed7")[1] is not None
+    with pytest.raises(ValueError, match="mix_seed10"):
+        source.gallery("mix_seed10")
+    copy = tmp_path / "copy"
+    import shutil
+    shutil.copytree(benchmark, copy)
+    path = copy / ANNOTATIONS.format(name="danger")
+    path.write_text(path.read_text().replace("criminal", "thief"))
+    with pytest.raises(BenchmarkError, match="changed since its manifest was written"):
+        RococoSource(benchmark=copy).adversarial_captions("danger")
+    with pytest.raises(ValueError, match="not both"):
+        RococoSource(annotations_dir=tmp_path, benchmark=benchmark)
+
+
+def test_a_benchmark_without_its_images_still_gives_its_galleries(benchmark, tmp_path):
+    copy = tmp_path / "bench"
+    shutil.copytree(benchmark, copy)
+    manifest = json.loads((copy / MANIFEST).read_text())
+    manifest["images_dir"] = str(tmp_path / "images-elsewhere")  # recorded on another machine
+    (copy / MANIFEST).write_text(json.dumps(manifest))
+    source = RococoSource(benchmark=copy)
+    assert source.images_dir is None
+    inputs = metric_inputs_for("mix_seed7", "text_to_image", benchmark=copy)
+    expected = source.gallery("mix_seed7", "text_to_image").metric_inputs()
+    assert inputs.keys() == expected.keys()
+    assert all(np.array_equal(np.asarray(inputs[key], dtype=object), np.asarray(expected[key], dtype=object))
+               for key in inputs)
+
+
+def test_a_benchmark_whose_images_moved_says_where_to_point(benchmark, tmp_path):
+    with pytest.raises(ImageFolderError, match=f"lacks 12 of the 12 images of the benchmark '{benchmark}', for "
+                                               "example 'images/000.png': pass the folder"):
+        RococoSource(benchmark=benchmark, images_dir=tmp_path)

@@ -23,7 +23,8 @@ from rococo_eval.io import download
 from helpers import REPO_ROOT
 from helpers.http_server import Route, Server
 from helpers.image_text_set import captions_of
-from helpers.tiny_models import make_tiny_hf_clip, register_tiny_open_clip, torchvision_stand_in
+from helpers.tiny_coco import TinyCocoSource
+from helpers.tiny_models import make_tiny_blip, make_tiny_hf_clip, register_tiny_open_clip, torchvision_stand_in
 
 SHARED_ANNOTATIONS = REPO_ROOT.parent / "shared" / "rococo-data" / "annotations"
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
@@ -227,3 +228,33 @@ def benchmark(image_set, tmp_path_factory):
     out = tmp_path_factory.mktemp("benchmarks") / "bench"
     return make_benchmark(image_set / "set.json", out, seeds=[1, 7], cache_dir=tmp_path_factory.mktemp("cache"))
 
+
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """Tiny models run best on one thread: on a busy machine torch's second thread waits on the first (a small
+    matrix product took 12 ms with two threads and 0.05 ms with one, measured here with other work running).
+    Modules of re-ranking models use it for all their tests (``pytest.mark.usefixtures("one_torch_thread")``)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def blip_name(tmp_path_factory):
+    """A tiny random BLIP retrieval model saved with its tokenizer and processor: ``hf:PATH``."""
+    return make_tiny_blip(tmp_path_factory.mktemp("blip"))
+
+
+@pytest.fixture(scope="module")
+def blip2_name(tmp_path_factory):
+    """A tiny random BLIP-2 retrieval model saved with its tokenizer and processor: ``hf:PATH``."""
+    return make_tiny_blip(tmp_path_factory.mktemp("blip2"), blip2=True)
+
+
+@pytest.fixture(scope="module")
+def tiny_source(tmp_path_factory):
+    """:class:`helpers.tiny_coco.TinyCocoSource` of 12 images."""
+    return TinyCocoSource(tmp_path_factory.mktemp("tiny-coco"))

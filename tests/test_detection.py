@@ -1,3 +1,6 @@
+"""rococo_eval.detection: the gallery a score matrix belongs to, from its shape and file name; a layout given in
+part, completed and checked; the order of an attacked image-to-text gallery, decided from the scores or not at all."""
+
 import numpy as np
 import pytest
 

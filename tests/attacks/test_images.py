@@ -1,3 +1,6 @@
+"""rococo_eval.attacks.images: the official mix tables (partners and patch boxes) replayed from torch's streams, and
+the altered pixels and JPEG bytes of mix and patch, bit for bit as the official mix_images.py makes them."""
+
 import doctest
 import importlib.util
 import io

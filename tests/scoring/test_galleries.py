@@ -8,7 +8,7 @@ import pytest
 
 from helpers.metric_cases import assert_same_results
 from rococo_eval.catalog import IMAGE_TO_TEXT
-from rococo_eval.layout import gallery_layout, gallery_vectors, recall_cutoffs
+from rococo_eval.layout import gallery_layout, gallery_vectors
 from rococo_eval.models.adapters import load_model
 from rococo_eval.models.cache import EmbeddingCache
 from rococo_eval.scoring.galleries import _embedding_blocks, score_gallery, score_model
@@ -64,14 +64,6 @@ def test_the_gallery_is_built_in_one_copy(embeddings):
         tracemalloc.stop()
     assert start == 0 and block.shape == (20, layout.num_gallery)
     assert gallery_bytes == 8_192_000 and peak < gallery_bytes + 3 * 2**20
-
-
-def test_cutoffs_follow_the_gallery_size(caplog):
-    with caplog.at_level("WARNING", logger="rococo_eval"):  # the command line may have set it higher
-        assert recall_cutoffs(10) == (1, 5, 10) and not caplog.records
-        assert recall_cutoffs(9, "clean/text_to_image") == (1, 5)
-        assert recall_cutoffs(1) == (1,)
-    assert "clean/text_to_image has 9 items: Recall@K for K in 1, 5 only" in caplog.text
 
 
 @pytest.mark.usefixtures("one_torch_thread")

@@ -238,3 +238,37 @@ def interrupt_after(encode, calls):
         return encode(batch)
 
     return interrupted
+
+
+@pytest.mark.parametrize("make, problem", [
+    (lambda root: EmbeddingCache(root, batch_size=0), "`batch_size` must be a positive int, got 0"),
+    (lambda root: EmbeddingCache(root, batch_size=2.0), "`batch_size` must be a positive int, got 2.0"),
+    (lambda root: EmbeddingCache(root, workers=-1), "`workers` must be a non-negative int, got -1"),
+    (lambda root: ItemSet("captions/demo", "audio", ["a"]), "`kind` must be one of ('text', 'image'), got 'audio'"),
+    (lambda root: ItemSet("images/demo", "image", []), "`fingerprint` is required for image item sets"),
+])
+def test_bad_arguments_are_refused_by_name(tmp_path, make, problem):
+    with pytest.raises(ValueError) as caught:
+        make(tmp_path)
+    assert str(caught.value) == problem
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("vectors, problem", [
+    (np.zeros((2, 2)), "model 'broken' returned shape (2, 2) for a batch of 3"),
+    (np.zeros(3), "model 'broken' returned shape (3,) for a batch of 3"),
+    (np.full((3, 2), np.nan), "model 'broken' returned non-finite embeddings"),
+])
+def test_a_models_wrong_output_is_refused_and_nothing_is_cached(tmp_path, vectors, problem):
+    class Broken:
+        name, fingerprint = "broken", "b" * 64
+
+        def encode_texts(self, texts):
+            return vectors
+
+    cache, items = EmbeddingCache(tmp_path, batch_size=3), ItemSet("captions/demo", "text", ["a", "b", "c", "d"])
+    with pytest.raises(ValueError) as caught:
+        cache.embeddings(Broken(), items)
+    assert str(caught.value) == problem
+    assert not cache.is_complete(Broken(), items)
+    assert [path.name for path in cache.folder(Broken(), items).iterdir()] == ["manifest.json"]

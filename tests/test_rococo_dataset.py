@@ -130,7 +130,8 @@ def test_export_without_images_stops_at_once_when_the_image_server_is_unreachabl
     cache = tmp_path / "cache"
     started = time.monotonic()
     with pytest.raises(SystemExit) as caught:
-        rococo_dataset.main(["export", "--out", str(tmp_path / "x"), "--configs", "mix_seed1", "--cache-dir", str(cache)])
+        rococo_dataset.main(["export", "--out", str(tmp_path / "x"), "--configs", "mix_seed1",
+                             "--cache-dir", str(cache)])
     assert time.monotonic() - started < 20  # a loose guard: retrying 5,000 images one by one takes about 30 minutes
     error = capsys.readouterr().err
     assert caught.value.code == 1 and error.startswith(f"error: could not fetch '{url}val2014/COCO_val2014_")

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from helpers.http_server import UNREACHABLE, Route
-from rococo_eval.data.annotations import ANNOTATION_FILES, AnnotationError, download_annotations, resolve_annotations_dir
+from rococo_eval.data.annotations import (ANNOTATION_FILES, AnnotationError, download_annotations,
+                                          resolve_annotations_dir)
 from rococo_eval.io.download import ServerUnreachableError, VerificationError
 
 pytestmark = pytest.mark.usefixtures("quick_retries")

@@ -47,7 +47,8 @@ def test_the_manifest_lists_every_file_but_itself_and_the_images_with_its_sha256
 def test_the_image_folder_is_kept_relative_when_inside_the_benchmark(tmp_path):
     write_benchmark(tmp_path / "inside", images_dir=tmp_path / "inside" / IMAGES)
     write_benchmark(tmp_path / "outside", images_dir=tmp_path / "coco")
-    stored = {name: json.loads((tmp_path / name / MANIFEST).read_text())["images_dir"] for name in ("inside", "outside")}
+    stored = {name: json.loads((tmp_path / name / MANIFEST).read_text())["images_dir"]
+              for name in ("inside", "outside")}
     assert stored == {"inside": IMAGES, "outside": str(tmp_path / "coco")}
     assert read_benchmark(tmp_path / "inside").images_dir == tmp_path / "inside" / IMAGES
     assert read_benchmark(tmp_path / "outside").images_dir == tmp_path / "coco"

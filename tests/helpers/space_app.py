@@ -34,7 +34,8 @@ class TinySource:
 
     def adversarial_sources(self, attack):
         offsets = np.cumsum([0] + self.captions_per_image)
-        return [int(offsets[i]) + j for i in range(len(self.captions_per_image)) for j in range(self.adversarial_per_image)]
+        return [int(offsets[i]) + j for i in range(len(self.captions_per_image))
+                for j in range(self.adversarial_per_image)]
 
     def original_image(self, index):
         return Image.new("RGB", (48, 32), (8 * index % 256, 90, 160))

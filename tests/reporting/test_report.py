@@ -14,7 +14,8 @@ from PIL import Image
 from rococo_eval.reporting import report
 from rococo_eval.layout import gallery_layout
 from rococo_eval.catalog import gallery_key
-from rococo_eval.reporting.report import REFERENCE_RESULTS, format_rows, plot_recall, summary_rows, to_markdown, to_text_table, write_json
+from rococo_eval.reporting.report import (REFERENCE_RESULTS, format_rows, plot_recall, summary_rows, to_markdown,
+                                          to_text_table, write_json)
 from rococo_recall import rococo_recall
 
 CAPTIONS = [5, 6, 5, 5, 5, 6, 5, 5, 5, 5, 5, 5]

@@ -15,8 +15,8 @@ import pytest
 from PIL import Image
 
 import rococo_eval.data.source
-from rococo_eval.data.benchmark import make_benchmark
 from rococo_eval.data.annotations import ANNOTATION_FILES, RAW_BASE_URL, read_annotation_file, resolve_annotations_dir
+from rococo_eval.data.benchmark import make_benchmark
 from rococo_eval.data.export import export_dataset
 from rococo_eval.data.source import RococoSource
 from rococo_eval.io import download

@@ -1,5 +1,6 @@
 """rococo_eval.data.source: RoCOCO's captions, images and galleries as the annotation files give them, the altered
-images by the official protocol, and the errors that say what is missing or misplaced.
+images by the official protocol, a generated benchmark read in place of RoCOCO's files, and the errors that say
+what is missing or misplaced.
 
 Images come from the generated COCO-like folder of ``conftest.py`` (5,000 tiny JPEGs named as the test split).
 """

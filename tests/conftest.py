@@ -1,19 +1,31 @@
+"""Fixtures shared by the tests: the official annotation files, a generated COCO folder, tiny real models, a local
+HTTP server. Helpers that are not fixtures live in ``helpers/``."""
+
+import collections
+import csv
+import json
 import os
 import shutil
 import tempfile
-from pathlib import Path
 from urllib.parse import urlsplit
 
+import datasets
 import numpy as np
 import pytest
 from PIL import Image
 
+import rococo_eval.data.source
 from rococo_eval.data.annotations import ANNOTATION_FILES, RAW_BASE_URL, read_annotation_file, resolve_annotations_dir
+from rococo_eval.data.benchmark import make_benchmark
+from rococo_eval.data.export import export_dataset
 from rococo_eval.data.source import RococoSource
-from http_server import Route, Server
-from tiny_models import make_tiny_hf_clip, register_tiny_open_clip, torchvision_stand_in
+from rococo_eval.io import download
+from helpers import REPO_ROOT
+from helpers.http_server import Route, Server
+from helpers.image_text_set import captions_of
+from helpers.tiny_coco import TinyCocoSource
+from helpers.tiny_models import make_tiny_blip, make_tiny_hf_clip, register_tiny_open_clip, torchvision_stand_in
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_ANNOTATIONS = REPO_ROOT.parent / "shared" / "rococo-data" / "annotations"
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -122,3 +134,127 @@ def server():
     yield running
     running.httpd.shutdown()
     running.httpd.server_close()
+
+
+@pytest.fixture
+def quick_retries(monkeypatch):
+    """Retries of a download after 0.01 s instead of the real backoff (modules that download use it for all
+    their tests: ``pytestmark = pytest.mark.usefixtures("quick_retries")``)."""
+    monkeypatch.setattr(download, "_RETRY_DELAY_SECONDS", 0.01)
+
+
+@pytest.fixture
+def real_retry_delays(monkeypatch):
+    """The real backoff, so that a download that retried what cannot succeed would take minutes, not seconds."""
+    monkeypatch.setattr(download, "_RETRY_DELAY_SECONDS", 0.5)
+
+
+@pytest.fixture(scope="module")
+def hf_cache(tmp_path_factory):
+    """A ``datasets`` cache folder for the ``load_dataset`` calls of one test module."""
+    return str(tmp_path_factory.mktemp("hf-cache"))
+
+
+@pytest.fixture(scope="session")
+def export_folder(tmp_path_factory, annotations_dir, coco_root):
+    """One export of a text and an image config (with their query configs), shared by several test modules."""
+    out = tmp_path_factory.mktemp("export") / "rococo"
+    return export_dataset(out, ["rand_voca", "patch_seed10"], annotations_dir=annotations_dir, images_dir=coco_root,
+                          workers=2)
+
+
+@pytest.fixture
+def annotations_copy(annotations_dir, tmp_path):
+    """A copy of the official annotation files that a test may damage."""
+    folder = tmp_path / "annotations"
+    folder.mkdir()
+    for spec in ANNOTATION_FILES.values():
+        shutil.copy(annotations_dir / spec.file_name, folder / spec.file_name)
+    return folder
+
+
+@pytest.fixture
+def coco_copy(coco_root, tmp_path):
+    """A copy of the generated COCO folder that a test may damage."""
+    copy = tmp_path / "coco"
+    shutil.copytree(coco_root, copy)
+    return copy
+
+
+@pytest.fixture
+def reads(monkeypatch):
+    """Count the COCO files the source reads, through the function it reads them with."""
+    counts = collections.Counter()
+    read = rococo_eval.data.source.read_image_file
+
+    def counted(path):
+        counts[str(path)] += 1
+        return read(path)
+
+    monkeypatch.setattr(rococo_eval.data.source, "read_image_file", counted)
+    return counts
+
+
+@pytest.fixture(scope="session")
+def image_set(tmp_path_factory):
+    """The image-text set of ``helpers/image_text_set.py`` in every input format: Karpathy JSON, CSV, JSONL (images
+    under ``root``), a dataset folder."""
+    root = tmp_path_factory.mktemp("image_set")
+    (root / "images").mkdir()
+    records, rows = [], []
+    for i in range(12):
+        pixels = np.random.default_rng(i).integers(0, 256, (40 + i, 56, 3), dtype=np.uint8)
+        Image.fromarray(pixels).save(root / "images" / f"{i:03d}.png")
+        records.append({"image": f"images/{i:03d}.png", "caption": captions_of(i)})
+        rows += [{"image": f"images/{i:03d}.png", "caption": caption} for caption in captions_of(i)]
+    (root / "set.json").write_text(json.dumps(records))
+    with open(root / "set.csv", "w", newline="") as handle:
+        writer = csv.DictWriter(handle, ["image", "caption"])
+        writer.writeheader()
+        writer.writerows(rows)
+    (root / "set.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    hf = datasets.Dataset.from_dict({"picture": [str(root / r["image"]) for r in records],
+                                     "sentences": [r["caption"] for r in records]},
+                                    features=datasets.Features({"picture": datasets.Image(),
+                                                                "sentences": [datasets.Value("string")]}))
+    (root / "hf").mkdir()
+    hf.to_parquet(str(root / "hf" / "train.parquet"))
+    return root
+
+
+@pytest.fixture(scope="session")
+def benchmark(image_set, tmp_path_factory):
+    """Every strategy, RoCOCO's seed 1 and another seed, from the Karpathy JSON, through the API."""
+    out = tmp_path_factory.mktemp("benchmarks") / "bench"
+    return make_benchmark(image_set / "set.json", out, seeds=[1, 7], cache_dir=tmp_path_factory.mktemp("cache"))
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """Tiny models run best on one thread: on a busy machine torch's second thread waits on the first (a small
+    matrix product took 12 ms with two threads and 0.05 ms with one, measured here with other work running).
+    Modules of re-ranking models use it for all their tests (``pytest.mark.usefixtures("one_torch_thread")``)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def blip_name(tmp_path_factory):
+    """A tiny random BLIP retrieval model saved with its tokenizer and processor: ``hf:PATH``."""
+    return make_tiny_blip(tmp_path_factory.mktemp("blip"))
+
+
+@pytest.fixture(scope="module")
+def blip2_name(tmp_path_factory):
+    """A tiny random BLIP-2 retrieval model saved with its tokenizer and processor: ``hf:PATH``."""
+    return make_tiny_blip(tmp_path_factory.mktemp("blip2"), blip2=True)
+
+
+@pytest.fixture(scope="module")
+def tiny_source(tmp_path_factory):
+    """:class:`helpers.tiny_coco.TinyCocoSource` of 12 images."""
+    return TinyCocoSource(tmp_path_factory.mktemp("tiny-coco"))

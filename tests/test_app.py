@@ -2,7 +2,6 @@
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -18,61 +17,17 @@ from gradio_client.exceptions import AppError
 from PIL import Image
 
 import app
+from helpers import REPO_ROOT
+from helpers.space_app import CAPTIONS, DECIDING_CAPTIONS, TinySource, clear_scores, free_port, serve
 from rococo_eval import space
-from rococo_eval.scoring import plan
 from rococo_eval.catalog import IMAGE_ATTACKS
 from rococo_eval.layout import gallery_layout
 from rococo_eval.io.atomic import write_json
 from rococo_eval.reporting.report import REFERENCE_RESULTS
 from rococo_recall import rococo_recall
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-CAPTIONS = [5] * 13 + [6] + [5] * 15 + [6]  # 30 images, 152 captions
 SHAPES = {"clean/image_to_text": (30, 152), "attacked/image_to_text": (30, 302),
           "clean/text_to_image": (152, 30), "attacked/text_to_image": (152, 60)}
-
-
-class TinySource:
-    """A RoCOCO-like source of 30 images: the caption "A dog ..." whose "dog" each text attack replaces."""
-
-    WORDS = {"same_concept": "cat", "diff_concept": "car", "rand_voca": "war", "danger": "weapon"}
-    adversarial_per_image = 5
-
-    def __init__(self, captions_per_image, images=True):
-        self.captions_per_image = list(captions_per_image)
-        self.image_files = [f"val2014/COCO_val2014_{i:012d}.jpg" for i in range(len(captions_per_image))]
-        self.images_dir = Path("tiny-coco") if images else None
-
-    def ground_truth_captions(self):
-        return [f"A dog number {i} in scene {j}." for i, n in enumerate(self.captions_per_image) for j in range(n)]
-
-    def adversarial_captions(self, attack):
-        return [f"a {self.WORDS[attack]} number {i} in scene {j}"
-                for i in range(len(self.captions_per_image)) for j in range(self.adversarial_per_image)]
-
-    def adversarial_sources(self, attack):
-        offsets = np.cumsum([0] + self.captions_per_image)
-        return [int(offsets[i]) + j for i in range(len(self.captions_per_image)) for j in range(self.adversarial_per_image)]
-
-    def original_image(self, index):
-        return Image.new("RGB", (48, 32), (8 * index % 256, 90, 160))
-
-    def altered_image(self, index, attack):
-        return Image.new("RGB", (40, 40), (200, 8 * index % 256, 20 * IMAGE_ATTACKS.index(attack)))
-
-    def alteration(self, index, attack):
-        return (index + 1 + IMAGE_ATTACKS.index(attack)) % len(self.captions_per_image), None
-
-
-def free_port():
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def serve(demo):
-    _, url, _ = demo.launch(server_name="127.0.0.1", server_port=free_port(), prevent_thread_lock=True, quiet=True)
-    return url
 
 
 @pytest.fixture(scope="module")
@@ -100,21 +55,6 @@ def planted(shape, references, adversarial=None, seed=0, dtype=np.float32):
 def layout_scores(attack, direction, seed, order="official", dtype=np.float32, captions=CAPTIONS):
     layout = gallery_layout(attack, direction, captions, order)
     return layout, planted((layout.num_queries, layout.num_gallery), layout.references, layout.adversarial, seed, dtype)
-
-
-DECIDING_CAPTIONS = [5] * 40 + [6] + [5] * 39  # 80 images: enough queries for the scores to show the order
-
-
-def clear_scores(attack, order, seed=0, captions=DECIDING_CAPTIONS):
-    """An attacked image-to-text gallery scored by a model with clear signal: every correct caption +4, the
-    image's own adversarial captions +3, over unit noise; its order shows in the scores."""
-    layout = gallery_layout(attack, "image_to_text", captions, order)
-    scores = np.random.default_rng(seed).standard_normal((layout.num_queries, layout.num_gallery))
-    adversarial = np.flatnonzero(layout.adversarial)
-    for query, references in enumerate(layout.references):
-        scores[query, list(references)] += 4.0
-        scores[query, adversarial[5 * query:5 * query + 5]] += 3.0
-    return layout, scores.astype(np.float32)
 
 
 def rows(*cells):
@@ -360,12 +300,6 @@ def test_clear_scores_show_their_order(tmp_path):
         demo.close()
 
 
-def test_standard_layouts_are_built_for_the_attack_itself():
-    assert plan._standard_layout("danger", "image_to_text", "dataset", tuple(CAPTIONS)).num_gallery == 302
-    with pytest.raises(ValueError, match="attack 'mix_seed1' is scored text_to_image, not image_to_text"):
-        plan._standard_layout("mix_seed1", "image_to_text", "official", tuple(CAPTIONS))
-
-
 def test_evaluate_refuses_bad_requests(client, tmp_path, monkeypatch):
     path = _save(tmp_path, "clean.npy", np.zeros((30, 152), np.float32))
     with pytest.raises(AppError, match="upload at least one score file"):
@@ -470,16 +404,6 @@ def test_flipped_queries_after_an_evaluation(url, tmp_path):
     with pytest.raises(AppError, match="`gallery` must be one of all, rand_voca/image_to_text, "
                                        "mix_seed10/text_to_image, got 'danger/image_to_text'"):
         client.predict("danger/image_to_text", 1, 20, api_name="/flipped")
-
-
-def test_explore_the_real_captions(annotations_dir):
-    """Image 1533's danger caption 4 is its source caption unchanged: a real quirk, shown as such."""
-    from rococo_eval.data.source import RococoSource
-
-    captions, images, note = app.explore(RococoSource(annotations_dir), 1533)
-    danger = [row.split("</td>")[5] for row in captions.split("<tr>")[2:]]
-    assert danger[4] == "<td>a close up ofa dog looking out of a window<br><small>same as the ground truth</small>"
-    assert "<mark>weapon</mark>" in danger[0] and images == [] and "ROCOCO_IMAGES_DIR" in note
 
 
 def test_explore_without_images(tmp_path):
@@ -652,3 +576,27 @@ def test_concurrent_evaluations_are_isolated_and_memory_stays_bounded(real_app, 
           f"+{(peak - baseline) / 2**20:.0f} MB, after +{growth / 2**20:.1f} MB")
     assert growth < RSS_GROWTH_BOUND
     assert peak - baseline < RSS_PEAK_BOUND
+
+
+def test_the_space_scores_image_attacks_of_other_seeds(benchmark, tmp_path):
+    """A generated benchmark's mix_seed7 (not a RoCOCO seed): the page's handlers detect it from the file name and
+    score it, as `rococo-eval score --benchmark` does."""
+    from app import Handlers, _layout_help
+    from rococo_eval.scoring.plan import attacks_of
+    from rococo_eval.space import source_and_problem
+
+    source, _ = source_and_problem(benchmark=benchmark)
+    layout = source.gallery("mix_seed7")
+    scores = np.zeros((layout.num_queries, layout.num_gallery), dtype=np.float32)
+    for query, correct in enumerate(layout.references):
+        scores[query, list(correct)] = 1.0
+    path = tmp_path / "mix_seed7_text_to_image.npy"
+    np.save(path, scores)
+    handlers = Handlers(source, source.captions_per_image, tmp_path / "out")
+    [row] = handlers.detect([str(path)])
+    assert row[:3] == [path.name, "mix_seed7", "text_to_image"], row
+    message, *_ = handlers.evaluate([str(path)])
+    assert "mix_seed7" in message
+    evaluation_rows = handlers.evaluate([str(path)])[4]
+    assert [(row["attack"], row["recall@1"]) for row in evaluation_rows] == [("mix_seed7", 100.0)]
+    assert "mix_seed1/7, patch_seed1/7, or custom" in _layout_help(attacks_of(source))  # the page's help says so

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import app
-from test_app import DECIDING_CAPTIONS, TinySource, clear_scores, serve
+from helpers.space_app import DECIDING_CAPTIONS, TinySource, clear_scores, serve
 from rococo_recall import rococo_recall
 
 CHROMIUM = Path("/usr/bin/chromium")

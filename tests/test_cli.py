@@ -1,6 +1,6 @@
 """The ``rococo-eval`` command end to end, on the real annotation files and a generated COCO-like folder.
 
-Models are real architectures with random weights (see ``test_models.py``). The reports are checked against
+Models are real architectures with random weights (see ``helpers/tiny_models.py``). The reports are checked against
 the metric applied to score matrices computed here, directly, from the embeddings the run used, with the
 gallery in the dataset's order (a layout the command does not use).
 """
@@ -10,6 +10,7 @@ import json
 import math
 import subprocess
 import sys
+import time
 import types
 from pathlib import Path
 
@@ -28,9 +29,12 @@ from rococo_eval.scoring.galleries import (
     original_images,
 )
 from rococo_eval.catalog import CLEAN, IMAGE_TO_TEXT, TEXT_TO_IMAGE, attack_direction
+from rococo_eval.data.benchmark import make_benchmark
+from rococo_eval.data.dataset import metric_inputs_for
 from rococo_eval.layout import gallery_layout
 from rococo_eval.data.source import RococoSource
-from sparse_files import sparse_npy
+from helpers.http_server import UNREACHABLE
+from helpers.sparse_files import sparse_npy
 
 
 @pytest.fixture
@@ -333,53 +337,87 @@ def test_python_dash_m_shows_the_subcommands():
     assert "run" in done.stdout and "score" in done.stdout
 
 
-class Lengths:
-    """A stand-in model for the cache: a caption's embedding is (length, 1); it records each batch."""
+@pytest.mark.slow
+def test_run_logs_its_progress_reads_each_original_twice_and_quiet_silences_the_libraries(
+        hf_name, coco_root, tmp_path, reads, caplog, capsys):
+    args = ["run", "--model", hf_name, "--attacks", "mix_seed1", "--images-dir", str(coco_root), "--cache-dir",
+            str(tmp_path / "cache"), "--device", "cpu", "--workers", "2", "--batch-size", "500"]
+    assert main(args + ["--out", str(tmp_path / "first")]) == 0
+    assert len(reads) == 5000 and set(reads.values()) == {2}  # once for the originals, once for the altered images
+    notes = [record.getMessage() for record in caplog.records if record.name.startswith("rococo_eval")]
+    for line in ("images/original: 5000 images embedded in", "captions/ground_truth: 25010 texts embedded in",
+                 "mix_seed1: 5000 altered images made in", "images/mix_seed1: 5000 images embedded in"):
+        assert any(note.startswith(line) and "/s" in note for note in notes), line
 
-    name, fingerprint = "lengths", "f" * 64
-
-    def __init__(self):
-        self.batches = []
-
-    def encode_texts(self, texts):
-        self.batches.append(len(texts))
-        return np.array([[len(text), 1.0] for text in texts], dtype=np.float32)
-
-
-def test_cache_resumes_with_another_batch_size_and_drops_broken_shards(tmp_path):
-    texts = ground_truth_captions_of(["a" * n for n in range(10)])
-    folder = EmbeddingCache(tmp_path).folder(Lengths(), texts)
-    model = Lengths()
-    model.encode_texts = interrupt_after(model.encode_texts, calls=2)
-    with pytest.raises(KeyboardInterrupt):
-        EmbeddingCache(tmp_path, batch_size=3).embeddings(model, texts)
-    assert sorted(path.name for path in folder.glob("rows-*")) == ["rows-000000-000003.npy", "rows-000003-000006.npy"]
-    (folder / "rows-000003-000006.npy").write_bytes(b"torn")
-    model = Lengths()
-    vectors = EmbeddingCache(tmp_path, batch_size=4).embeddings(model, texts)
-    assert vectors[:, 0].tolist() == list(range(10)) and model.batches == [4, 3]
-    assert sorted(path.name for path in folder.iterdir()) == ["embeddings.npy", "manifest.json"]
+    capsys.readouterr()
+    command = [sys.executable, "-m", "rococo_eval", *args]
+    loud = subprocess.run(command + ["--out", str(tmp_path / "loud")], capture_output=True, text=True)
+    quiet = subprocess.run(command + ["--out", str(tmp_path / "quiet"), "-q"], capture_output=True, text=True)
+    assert loud.returncode == quiet.returncode == 0, loud.stderr + quiet.stderr
+    assert "rococo-eval: images/original: 5000 embeddings from the cache" in loud.stderr
+    assert "Loading weights" in loud.stderr  # transformers' progress bar
+    assert quiet.stderr == "" and "mix_seed1" in quiet.stdout
 
 
-def test_cache_keys_on_content(tmp_path):
-    model, cache = Lengths(), EmbeddingCache(tmp_path)
-    cache.embeddings(model, ground_truth_captions_of(["a", "bb"]))
-    assert cache.embeddings(model, ground_truth_captions_of(["a", "bbb"]))[:, 0].tolist() == [1.0, 3.0]
-    assert model.batches == [2, 2]
-    cache.embeddings(model, ground_truth_captions_of(["a", "bb"]))
-    assert model.batches == [2, 2]
+@pytest.mark.parametrize("kind", UNREACHABLE)
+def test_run_download_images_stops_at_once(annotations_dir, tmp_path, real_retry_delays, monkeypatch, capsys, kind):
+    make_url, reason = UNREACHABLE[kind]
+    monkeypatch.setenv("ROCOCO_IMAGE_BASE_URL", make_url())
+    cache = tmp_path / "cache"
+    started = time.monotonic()
+    status = main(["run", "--model", "hf:openai/clip-vit-base-patch32", "--attacks", "rand_voca",
+                       "--download-images", "--cache-dir", str(cache), "--annotations-dir", str(annotations_dir),
+                       "--out", str(tmp_path / "report"), "--quiet"])
+    assert time.monotonic() - started < 20
+    assert status == 1
+    error = capsys.readouterr().err
+    assert reason in error and "--images-dir" in error and repr(str(cache / "coco")) in error
+    assert not (cache / "coco").exists()
 
 
-def ground_truth_captions_of(captions):
-    return ground_truth_captions(types.SimpleNamespace(ground_truth_captions=lambda: captions))
+def test_run_evaluates_a_model_on_the_benchmark(benchmark, hf_name, tmp_path, capsys):
+    assert main(["run", "--model", hf_name, "--benchmark", str(benchmark), "--attacks", "rand_voca,mix_seed7",
+                 "--out", str(tmp_path / "report"), "--cache-dir", str(tmp_path / "cache"), "--device", "cpu",
+                 "--workers", "1", "-q"]) == 0
+    report = json.loads((tmp_path / "report" / "report.json").read_text())["results"]
+    assert report["rand_voca/image_to_text"]["num_gallery"] == 59 + 48
+    assert report["mix_seed7/text_to_image"]["num_queries"] == 59
+    capsys.readouterr()
 
 
-def interrupt_after(encode, calls):
-    count = iter(range(calls + 1))
+def test_run_scores_galleries_smaller_than_ten_at_the_cutoffs_they_allow(image_set, hf_name, tmp_path, caplog,
+                                                                         capsys):
+    """`run`, `score` and the Space score a gallery of fewer than ten items at the cut-offs it allows."""
+    from rococo_eval.scoring.plan import attacks_of
+    from rococo_eval.space import evaluate_files
 
-    def interrupted(batch):
-        if next(count) == calls:
-            raise KeyboardInterrupt
-        return encode(batch)
+    records = json.loads((image_set / "set.json").read_text())[5:11]  # six images, all captions attackable
+    (tmp_path / "six.json").write_text(json.dumps(records))
+    bench = make_benchmark(tmp_path / "six.json", tmp_path / "bench", strategies=["rand_voca", "mix"], seeds=[1],
+                           image_root=image_set, cache_dir=tmp_path / "encodings")
+    assert main(["run", "--model", hf_name, "--benchmark", str(bench), "--attacks", "rand_voca,mix_seed1",
+                 "--out", str(tmp_path / "report"), "--cache-dir", str(tmp_path / "cache"), "--device", "cpu",
+                 "--workers", "1"]) == 0
+    report = json.loads((tmp_path / "report" / "report.json").read_text())["results"]
+    clean = report["clean/text_to_image"]  # six images: R@10 is not defined
+    assert clean["num_gallery"] == 6 and "recall@5" in clean and "recall@10" not in clean
+    assert clean["r_mean"] == pytest.approx((clean["recall@1"] + clean["recall@5"]) / 2)
+    assert "recall@10" in report["mix_seed1/text_to_image"]  # twelve images
+    assert "recall@10" in report["rand_voca/image_to_text"]
+    warnings = [record.getMessage() for record in caplog.records if record.levelname == "WARNING"]
+    assert "clean/text_to_image has 6 items: Recall@K for K in 1, 5 only (its r_mean is their mean)" in warnings
 
-    return interrupted
+    scores = np.random.default_rng(0).standard_normal((30, 6)).astype(np.float32)  # clean text-to-image
+    np.save(tmp_path / "clean_text_to_image.npy", scores)
+    assert main(["score", "--benchmark", str(bench), "--out", str(tmp_path / "scored"), "-q",
+                 str(tmp_path / "clean_text_to_image.npy")]) == 0
+    scored = json.loads((tmp_path / "scored" / "report.json").read_text())["results"]["clean/text_to_image"]
+    expected = rococo_recall.rococo_recall(scores, **metric_inputs_for("clean", "text_to_image", benchmark=bench),
+                                           k=(1, 5))
+    assert {name: scored[name] for name in expected} == expected and "recall@10" not in scored
+    source = RococoSource(benchmark=bench)
+    space = evaluate_files([str(tmp_path / "clean_text_to_image.npy")], source=source,
+                           captions_per_image=source.captions_per_image, attacks=attacks_of(source))
+    assert space.results["clean/text_to_image"]["recall@5"] == expected["recall@5"]
+    assert "recall@10" not in space.results["clean/text_to_image"]
+    assert "Scored at R@1 and R@5 only: the gallery has 6 items." in space.message

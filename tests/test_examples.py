@@ -4,7 +4,7 @@ import json
 import subprocess
 import sys
 
-from conftest import REPO_ROOT
+from helpers import REPO_ROOT
 
 
 def test_quickstart_prints_the_metric_outputs():

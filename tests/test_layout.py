@@ -1,8 +1,12 @@
+"""rococo_eval.layout: the gallery layouts of RoCOCO and of other sets in both orders, scored as a brute-force count;
+the order required where the two differ; the gallery gathered from its pool; the cut-offs a gallery allows."""
+
 import numpy as np
 import pytest
 
 from rococo_eval.catalog import ATTACKS, CLEAN, DIRECTIONS, TEXT_ATTACKS, attack_direction
-from rococo_eval.layout import ORDERS, gallery_layout, gallery_shape, image_to_text_layout, matching_galleries, text_to_image_layout
+from rococo_eval.layout import (ORDERS, gallery_layout, gallery_shape, image_to_text_layout, matching_galleries,
+                                recall_cutoffs, text_to_image_layout)
 from rococo_recall import rococo_recall
 
 TINY = [5, 6, 5]
@@ -164,3 +168,11 @@ def test_only_attacked_image_to_text_galleries_depend_on_the_order(captions):
                     and official.adversarial.tolist() == dataset.adversarial.tolist())
             assert (official.num_queries, official.num_gallery) == (dataset.num_queries, dataset.num_gallery)
             assert same == (attack == CLEAN or direction == "text_to_image"), (attack, direction)
+
+
+def test_cutoffs_follow_the_gallery_size(caplog):
+    with caplog.at_level("WARNING", logger="rococo_eval"):  # the command line may have set it higher
+        assert recall_cutoffs(10) == (1, 5, 10) and not caplog.records
+        assert recall_cutoffs(9, "clean/text_to_image") == (1, 5)
+        assert recall_cutoffs(1) == (1,)
+    assert "clean/text_to_image has 9 items: Recall@K for K in 1, 5 only" in caplog.text

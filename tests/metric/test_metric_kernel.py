@@ -7,7 +7,6 @@ reference, so that both paths cannot drift together.
 
 import sys
 import zlib
-from pathlib import Path
 
 import evaluate
 import numba  # installed by the test extra: a missing one fails here instead of skipping the kernel
@@ -17,12 +16,13 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 import rococo_recall
-from metric_cases import PER_QUERY_DTYPES, embedding_case, random_case
-from reference_metric import sorted_per_query
+from helpers import REPO_ROOT
+from helpers.metric_cases import PER_QUERY_DTYPES, embedding_case, random_case
+from helpers.reference_metric import sorted_per_query
 from rococo_eval.layout import image_to_text_layout, text_to_image_layout
 from rococo_recall import RankAccumulator, rococo_recall as compute
 
-METRIC_PATH = str(Path(__file__).resolve().parents[1] / "rococo_recall.py")
+METRIC_PATH = str(REPO_ROOT / "rococo_recall.py")
 VARIABLE = "ROCOCO_RECALL_KERNEL"
 # each value of the variable, and a function that only its path calls
 PATHS = {"numba": "_rank_rows_compiled", "numpy": "_rank_block"}

@@ -1,28 +1,31 @@
+"""rococo_eval.attacks.images: the official mix tables (partners and patch boxes) replayed from torch's streams, and
+the altered pixels and JPEG bytes of mix and patch, bit for bit as the official mix_images.py makes them."""
+
 import doctest
 import importlib.util
 import io
-from pathlib import Path
 
 import numpy as np
 import pytest
 from PIL import Image
 
+from helpers import REPO_ROOT
 from rococo_eval.attacks import images
 from rococo_eval.attacks.images import (
+    BATCH_SIZE,
     alter_image,
     alter_pixels,
     encode_jpeg,
     load_mix_table,
+    make_mix_table,
     preprocess,
     to_uint8,
 )
 from rococo_eval.catalog import IMAGE_ATTACK_METHODS, SEEDS
 
-ROOT = Path(__file__).resolve().parents[1]
-
 
 def _load_tool():
-    spec = importlib.util.spec_from_file_location("make_mix_tables", ROOT / "tools" / "make_mix_tables.py")
+    spec = importlib.util.spec_from_file_location("make_mix_tables", REPO_ROOT / "tools" / "make_mix_tables.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -256,3 +259,14 @@ def test_jpeg_is_deterministic_and_default_quality():
     assert data == reference.getvalue()
     decoded = Image.open(io.BytesIO(data))
     assert (decoded.format, decoded.size, decoded.mode) == ("JPEG", (384, 384), "RGB")
+
+
+def test_mix_tables_follow_the_official_structure():
+    table = make_mix_table("patch", 100, 5000)
+    official = load_mix_table("patch", 100)
+    # the boxes are the official NumPy draws, batch by batch
+    assert np.array_equal(table.box[table.order[::BATCH_SIZE]], official.box[official.order[::BATCH_SIZE]])
+    for start in range(0, 5000, BATCH_SIZE):  # partners are drawn within batches of 64
+        batch = table.order[start:start + BATCH_SIZE]
+        assert sorted(table.partner[batch]) == sorted(batch)
+    assert np.array_equal(make_mix_table("mix", 100, 5000).partner, table.partner)

@@ -1,7 +1,6 @@
 """The RoCOCO Recall metric against slow references, on random, tied, streamed and official inputs."""
 
 import zlib
-from pathlib import Path
 
 import evaluate
 import numpy as np
@@ -10,13 +9,13 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 import rococo_recall
-from metric_cases import (BAD_INPUTS, PER_QUERY_KEYS, assert_per_query_equal, assert_same, embedding_case,
+from helpers import REPO_ROOT
+from helpers.metric_cases import (BAD_INPUTS, PER_QUERY_KEYS, assert_per_query_equal, assert_same, embedding_case,
                           expected_outputs, random_case)
-from reference_metric import official_itm_eval
+from helpers.reference_metric import official_itm_eval
 from rococo_eval.layout import image_to_text_layout, text_to_image_layout
 from rococo_recall import RankAccumulator, rococo_recall as compute
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 METRIC_PATH = str(REPO_ROOT / "rococo_recall.py")
 
 

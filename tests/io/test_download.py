@@ -1,12 +1,11 @@
-"""Tests of rococo_eval.io.download (and of the annotation download built on it) against a real HTTP server on
-127.0.0.1 that can misbehave on demand."""
+"""rococo_eval.io.download: files and COCO images fetched from a real HTTP server on 127.0.0.1 that can misbehave on
+demand (dropped connections, corrupt bodies, 5xx, no server at all), resumed, verified and retried."""
 
 from __future__ import annotations
 
 import doctest
 import hashlib
 import io
-import socket
 import time
 from pathlib import Path
 
@@ -14,10 +13,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from http_server import Route
-from rococo_eval import cli, space
+from helpers.http_server import UNREACHABLE, Route
 from rococo_eval.io import download
-from rococo_eval.data.annotations import ANNOTATION_FILES, AnnotationError, download_annotations, resolve_annotations_dir
 from rococo_eval.io.download import (
     CorruptImageError,
     DownloadError,
@@ -28,17 +25,6 @@ from rococo_eval.io.download import (
     download_file,
     verify_image_file,
 )
-
-
-
-@pytest.fixture
-def ANNOTATIONS_DIR(annotations_dir):
-    return str(annotations_dir)
-
-
-@pytest.fixture(autouse=True)
-def quick_retries(monkeypatch):
-    monkeypatch.setattr(download, "_RETRY_DELAY_SECONDS", 0.01)
 
 
 def _data(size: int, seed: int = 0) -> bytes:
@@ -61,6 +47,7 @@ def _jpeg(seed: int, side: int = 24) -> bytes:
 
 
 DATA = _data(300_000)
+pytestmark = pytest.mark.usefixtures("quick_retries")
 
 
 def test_plain_download_checks_sha256(server, tmp_path):
@@ -203,54 +190,6 @@ def test_default_cache_dir(monkeypatch, tmp_path):
     assert default_cache_dir() == Path.home() / ".cache" / "rococo-eval"
 
 
-@pytest.fixture
-def annotation_server(server, ANNOTATIONS_DIR):
-    for spec in ANNOTATION_FILES.values():
-        server.routes[f"/mirror/{spec.file_name}"] = Route((Path(ANNOTATIONS_DIR) / spec.file_name).read_bytes())
-    return server
-
-
-def test_download_annotations_from_base_url(annotation_server, tmp_path):
-    folder = download_annotations(["clean", "danger"], cache_dir=tmp_path, base_url=annotation_server.url + "mirror")
-    assert folder == tmp_path / "annotations"
-    assert sorted(p.name for p in folder.iterdir()) == ["coco_karpathy_test.json", "danger.json"]
-    assert len(annotation_server.requests) == 2
-    download_annotations("danger", cache_dir=tmp_path, base_url=annotation_server.url + "mirror")
-    assert len(annotation_server.requests) == 2
-
-
-def test_resolve_annotations_dir_downloads_from_env_mirror(annotation_server, tmp_path, monkeypatch):
-    monkeypatch.delenv("ROCOCO_ANNOTATIONS_DIR", raising=False)
-    monkeypatch.setenv("ROCOCO_ANNOTATIONS_BASE_URL", annotation_server.url + "mirror/")
-    monkeypatch.setenv("ROCOCO_CACHE_DIR", str(tmp_path))
-    folder = resolve_annotations_dir()
-    assert folder == tmp_path / "annotations"
-    assert sorted(p.name for p in folder.iterdir()) == sorted(s.file_name for s in ANNOTATION_FILES.values())
-    assert resolve_annotations_dir(folder) == folder
-
-
-def test_download_annotations_from_local_mirror(tmp_path, ANNOTATIONS_DIR):
-    folder = download_annotations(["rand_voca"], cache_dir=tmp_path, base_url=ANNOTATIONS_DIR)
-    assert (folder / "rand_voca.json").read_bytes() == (Path(ANNOTATIONS_DIR) / "rand_voca.json").read_bytes()
-
-
-def test_download_annotations_rejects_a_wrong_file(annotation_server, tmp_path):
-    annotation_server.routes["/mirror/danger.json"] = annotation_server.routes["/mirror/rand_voca.json"]
-    with pytest.raises(VerificationError, match=ANNOTATION_FILES["danger"].sha256) as caught:
-        download_annotations(["danger"], cache_dir=tmp_path, base_url=annotation_server.url + "mirror")
-    assert "set $ROCOCO_ANNOTATIONS_DIR to a folder holding the official files" in str(caught.value)
-    assert not (tmp_path / "annotations" / "danger.json").exists()
-
-
-def test_download_annotations_rejects_unknown_names(tmp_path):
-    with pytest.raises(ValueError, match="`name` must be one of"):
-        download_annotations(["clean", "typo"], cache_dir=tmp_path)
-
-
-def test_annotation_error_is_a_value_error():
-    assert issubclass(AnnotationError, ValueError)
-
-
 IMAGE_NAMES = [f"val2014/COCO_val2014_{index:012d}.jpg" for index in range(12)]
 
 
@@ -316,23 +255,7 @@ def test_coco_images_bad_arguments(tmp_path, kwargs, match):
         download_coco_images(dest_root=tmp_path, base_url=tmp_path.as_uri(), **kwargs)
 
 
-def _refused_url() -> str:
-    """The URL of a port on 127.0.0.1 with nothing listening: every connection is refused."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    return f"http://127.0.0.1:{port}/"
-
-
-UNREACHABLE = {"refused": (_refused_url, "(Connection refused)"),
-               "no-such-host": (lambda: "http://nonexistent.invalid/", "cannot connect to nonexistent.invalid (")}
 MANY_IMAGES = [f"val2014/COCO_val2014_{index:012d}.jpg" for index in range(400)]
-
-
-@pytest.fixture
-def real_retry_delays(monkeypatch):
-    """The real backoff, so that a download that retried what cannot succeed would take minutes, not seconds."""
-    monkeypatch.setattr(download, "_RETRY_DELAY_SECONDS", 0.5)
 
 
 @pytest.mark.parametrize("kind", UNREACHABLE)
@@ -349,53 +272,6 @@ def test_unreachable_image_server_stops_the_batch_at_once(tmp_path, real_retry_d
     assert "--images-dir" in message and "`images_dir`" in message
     assert "HTTPConnectionPool" not in message and "Max retries" not in message
     assert not (tmp_path / "cache").exists()  # no folder, no .part file: nothing half-written
-
-
-@pytest.mark.parametrize("kind", UNREACHABLE)
-def test_unreachable_annotation_source_fails_at_once_and_says_it_once(tmp_path, real_retry_delays, kind):
-    make_url, reason = UNREACHABLE[kind]
-    base = make_url()
-    started = time.monotonic()
-    with pytest.raises(ServerUnreachableError) as caught:
-        download_annotations(["clean", "danger"], cache_dir=tmp_path, base_url=base)
-    assert time.monotonic() - started < 20
-    message = str(caught.value)
-    url = base + "coco_karpathy_test.json"
-    host = url.split("/")[2]
-    assert message.startswith(f"could not fetch {url!r}: cannot connect to {host} (")
-    assert message.count(host) == 2 and message.count(reason) == 1  # the URL and the reason, once each
-    assert message.endswith("set $ROCOCO_ANNOTATIONS_DIR to a folder holding the official files, or "
-                            "$ROCOCO_ANNOTATIONS_BASE_URL to a mirror of them.")
-    assert list(tmp_path.iterdir()) == []
-
-
-def test_space_without_annotations_fails_at_once(tmp_path, real_retry_delays, monkeypatch):
-    for name in ("ROCOCO_ANNOTATIONS_DIR", "ROCOCO_IMAGES_DIR"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("ROCOCO_ANNOTATIONS_BASE_URL", _refused_url())
-    monkeypatch.setenv("ROCOCO_CACHE_DIR", str(tmp_path))
-    started = time.monotonic()
-    source, problem = space.source_and_problem()
-    assert time.monotonic() - started < 20
-    assert source is None
-    assert "(Connection refused)" in problem and "$ROCOCO_ANNOTATIONS_DIR" in problem
-    assert list(tmp_path.iterdir()) == []
-
-
-@pytest.mark.parametrize("kind", UNREACHABLE)
-def test_run_download_images_stops_at_once(annotations_dir, tmp_path, real_retry_delays, monkeypatch, capsys, kind):
-    make_url, reason = UNREACHABLE[kind]
-    monkeypatch.setenv("ROCOCO_IMAGE_BASE_URL", make_url())
-    cache = tmp_path / "cache"
-    started = time.monotonic()
-    status = cli.main(["run", "--model", "hf:openai/clip-vit-base-patch32", "--attacks", "rand_voca",
-                       "--download-images", "--cache-dir", str(cache), "--annotations-dir", str(annotations_dir),
-                       "--out", str(tmp_path / "report"), "--quiet"])
-    assert time.monotonic() - started < 20
-    assert status == 1
-    error = capsys.readouterr().err
-    assert reason in error and "--images-dir" in error and repr(str(cache / "coco")) in error
-    assert not (cache / "coco").exists()
 
 
 def test_an_answering_server_is_retried_through_5xx_timeouts_and_resets(image_server, tmp_path):

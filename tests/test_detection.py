@@ -1,3 +1,6 @@
+"""rococo_eval.detection: the gallery a score matrix belongs to, from its shape and file name; a layout given in
+part, completed and checked; the order of an attacked image-to-text gallery, decided from the scores or not at all."""
+
 import numpy as np
 import pytest
 
@@ -5,7 +8,7 @@ from rococo_eval.catalog import DIRECTIONS, IMAGE_ATTACKS, TEXT_ATTACKS
 from rococo_eval.layout import image_to_text_layout, matching_galleries
 from rococo_eval.detection import LayoutChoice, OrderDecision, choose_layout, decide_order, detect_layout
 from rococo_eval.io.scorefiles import read_header, read_scores
-from sparse_files import sparse_npy
+from helpers.sparse_files import sparse_npy
 
 TINY = [5, 6, 5]  # 3 images, 16 captions: clean i2t (3, 16), attacked i2t (3, 31), clean t2i (16, 3), attacked (16, 6)
 

@@ -1,7 +1,9 @@
-"""A real HTTP server on 127.0.0.1 for download tests: Range requests, dropped connections, corrupt bodies."""
+"""A real HTTP server on 127.0.0.1 for download tests: Range requests, dropped connections, corrupt bodies; and
+servers that cannot be reached (a refused port, a host that does not resolve)."""
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from dataclasses import dataclass, field
@@ -107,3 +109,16 @@ def _handler(server: Server):
             pass
 
     return Handler
+
+
+def refused_url() -> str:
+    """The URL of a port on 127.0.0.1 with nothing listening: every connection is refused."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    return f"http://127.0.0.1:{port}/"
+
+
+# servers that cannot be reached, each with the reason a connection to it gives
+UNREACHABLE = {"refused": (refused_url, "(Connection refused)"),
+               "no-such-host": (lambda: "http://nonexistent.invalid/", "cannot connect to nonexistent.invalid (")}

@@ -8,9 +8,10 @@ import evaluate
 import numpy as np
 import pytest
 
+from helpers import REPO_ROOT
 from rococo_recall import rococo_recall
 
-METRIC_PATH = str(Path(__file__).resolve().parents[1] / "rococo_recall.py")
+METRIC_PATH = str(REPO_ROOT / "rococo_recall.py")
 K = (1, 3)
 
 

@@ -1,38 +1,22 @@
-"""The pipeline of ``rococo-eval run``: image preprocessing in the workers, each original decoded once, captions
-tokenized in a thread ahead of the model.
+"""rococo_eval.models.cache: embeddings cached per model and item set, resumable at batch granularity, and the
+pipeline that fills it: image preprocessing in the workers, captions tokenized in a thread ahead of the model.
 
 The embeddings must stay bit-identical to those of the pipeline before it moved (the cache's fingerprints
-keep their meaning), and the altered images byte-identical to ``RococoSource.altered_image_bytes``. The
-functions named ``committed_*`` below are that earlier pipeline, kept here as the reference.
+keep their meaning). The functions named ``committed_*`` below are that earlier pipeline, kept here as the
+reference.
 """
 
-import collections
-import subprocess
-import sys
 import threading
+import types
 
 import numpy as np
 import pytest
 from PIL import Image
 
-import rococo_eval.data.source
-from rococo_eval.attacks.alterations import AlteredImages, alteration_groups
-from rococo_eval.cli import main
+from helpers.photos import photos
+from rococo_eval.models.adapters import load_model
 from rococo_eval.models.cache import EmbeddingCache, ItemSet
-from rococo_eval.models.adapters import ProcessorReplica, load_model
-
-
-def photos():
-    """Images of the sizes and modes COCO has (landscape, portrait, grayscale) and some it has not."""
-    rng = np.random.default_rng(3)
-
-    def photo(width, height):
-        coarse = rng.integers(0, 256, (height // 40 + 2, width // 40 + 2, 3), dtype=np.uint8)
-        smooth = np.asarray(Image.fromarray(coarse).resize((width, height), Image.Resampling.BICUBIC), np.int16)
-        return Image.fromarray(np.clip(smooth + rng.integers(-9, 10, smooth.shape), 0, 255).astype(np.uint8))
-
-    return [photo(640, 480), photo(480, 640), photo(333, 517).convert("L"), photo(300, 200).convert("RGBA"),
-            photo(427, 640).convert("P"), photo(50, 41), photo(640, 427)]
+from rococo_eval.scoring.galleries import ground_truth_captions
 
 
 def committed_hf_embeddings(model, images):
@@ -89,29 +73,6 @@ def test_open_clip_embeddings_are_bit_identical_to_the_committed_pipeline(open_c
         with torch.inference_mode():
             expected.append(model._finish(model.model.encode_image(torch.from_numpy(pixels))))
     assert np.array_equal(vectors, np.concatenate(expected))
-
-
-def test_the_replica_gives_clips_224_pixel_processor_output_bit_for_bit():
-    from transformers.models.clip.image_processing_pil_clip import CLIPImageProcessorPil
-
-    processor = CLIPImageProcessorPil()  # OpenAI CLIP's: shortest edge 224, centre crop 224, bicubic
-    replica = ProcessorReplica.of(processor)
-    for image in photos():
-        image = image.convert("RGB")
-        expected = processor(images=[image], return_tensors="np")["pixel_values"][0]
-        pixels = replica(image)
-        assert pixels.shape == (3, 224, 224) and np.array_equal(pixels, expected)
-
-
-def test_processors_the_replica_does_not_know_are_called_image_by_image(hf_name):
-    from transformers.models.clip.image_processing_pil_clip import CLIPImageProcessorPil
-
-    padded = CLIPImageProcessorPil(do_pad=True, pad_size={"height": 240, "width": 240})
-    assert ProcessorReplica.of(padded) is None
-    model = load_model(hf_name, device="cpu")
-    replicated = [model.preprocess_image(image) for image in photos()]
-    model.fast_preprocessing = None
-    assert all(np.array_equal(model.preprocess_image(image), pixels) for image, pixels in zip(photos(), replicated))
 
 
 def committed_hf_text_embeddings(model, texts):
@@ -227,84 +188,87 @@ def test_models_without_preprocessing_are_given_the_images(tmp_path):
     assert np.array_equal(vectors, MeanColour().encode_images(images))
 
 
-def test_alteration_groups_close_over_partners():
-    partners = [3, 0, 2, 1, 5, 4]
-    groups = alteration_groups(partners)
-    assert groups == [[0, 1, 3], [2], [4, 5]]
-    assert all(partners[index] in group for group in groups for index in group)
+class Lengths:
+    """A stand-in model for the cache: a caption's embedding is (length, 1); it records each batch."""
+
+    name, fingerprint = "lengths", "f" * 64
+
+    def __init__(self):
+        self.batches = []
+
+    def encode_texts(self, texts):
+        self.batches.append(len(texts))
+        return np.array([[len(text), 1.0] for text in texts], dtype=np.float32)
 
 
-@pytest.fixture
-def reads(monkeypatch):
-    """Count the COCO files the source reads, through the function it reads them with."""
-    counts = collections.Counter()
-    read = rococo_eval.data.source.read_image_file
-
-    def counted(path):
-        counts[str(path)] += 1
-        return read(path)
-
-    monkeypatch.setattr(rococo_eval.data.source, "read_image_file", counted)
-    return counts
-
-
-@pytest.mark.parametrize("attack", ["mix_seed1", "patch_seed100"])
-def test_a_groups_altered_images_are_the_sources_bytes_with_each_original_read_once(source, reads, attack):
-    images = AlteredImages(source, attack)
-    group = images._group_of[83]
-    made = images.make_group(group)
-    assert sorted(made) == group and len(reads) == len(group) and set(reads.values()) == {1}
-    for index in group:
-        assert made[index] == source.altered_image_bytes(index, attack)
+def test_cache_resumes_with_another_batch_size_and_drops_broken_shards(tmp_path):
+    texts = ground_truth_captions_of(["a" * n for n in range(10)])
+    folder = EmbeddingCache(tmp_path).folder(Lengths(), texts)
+    model = Lengths()
+    model.encode_texts = interrupt_after(model.encode_texts, calls=2)
+    with pytest.raises(KeyboardInterrupt):
+        EmbeddingCache(tmp_path, batch_size=3).embeddings(model, texts)
+    assert sorted(path.name for path in folder.glob("rows-*")) == ["rows-000000-000003.npy", "rows-000003-000006.npy"]
+    (folder / "rows-000003-000006.npy").write_bytes(b"torn")
+    model = Lengths()
+    vectors = EmbeddingCache(tmp_path, batch_size=4).embeddings(model, texts)
+    assert vectors[:, 0].tolist() == list(range(10)) and model.batches == [4, 3]
+    assert sorted(path.name for path in folder.iterdir()) == ["embeddings.npy", "manifest.json"]
 
 
-def test_stopped_altered_images_are_made_group_by_group_when_read(source, reads):
-    images = AlteredImages(source, "mix_seed10", workers=2)
-    images.stop()  # as the embedding loop does when it ends early (Ctrl-C)
-    group = images._group_of[4999]
-    made = images.jpeg(4999)
-    assert len(reads) == len(group) and set(reads.values()) == {1}  # its group only, not all 5,000
-    assert made == source.altered_image_bytes(4999, "mix_seed10")
+def test_cache_keys_on_content(tmp_path):
+    model, cache = Lengths(), EmbeddingCache(tmp_path)
+    cache.embeddings(model, ground_truth_captions_of(["a", "bb"]))
+    assert cache.embeddings(model, ground_truth_captions_of(["a", "bbb"]))[:, 0].tolist() == [1.0, 3.0]
+    assert model.batches == [2, 2]
+    cache.embeddings(model, ground_truth_captions_of(["a", "bb"]))
+    assert model.batches == [2, 2]
 
 
-def test_images_read_again_are_made_once_per_group(source, reads):
-    images = AlteredImages(source, "mix_seed10", workers=2)
-    images.stop()  # the embedding pass has ended and freed its bytes; the ITM stage reads images again
-    group = images._group_of[4999]
-    again = {index: images.jpeg(index) for index in group}
-    assert len(reads) == len(group) and set(reads.values()) == {1}  # not once per image read
-    assert again[4999] == source.altered_image_bytes(4999, "mix_seed10")
+def ground_truth_captions_of(captions):
+    return ground_truth_captions(types.SimpleNamespace(ground_truth_captions=lambda: captions))
 
 
-@pytest.mark.slow
-def test_altered_images_are_the_sources_bytes_with_each_original_read_once(source, reads):
-    attack = "patch_seed10"
-    images = AlteredImages(source, attack, workers=2)
-    sample = [0, 83, 2500, 4999, images.alterations[0][0]]
-    made = {index: images.jpeg(index) for index in sample}
-    assert len(reads) == source.num_images and set(reads.values()) == {1}
-    for index in sample:
-        assert made[index] == source.altered_image_bytes(index, attack)
-    assert np.array_equal(np.asarray(images[1]), np.asarray(source.altered_image(1, attack)))
+def interrupt_after(encode, calls):
+    count = iter(range(calls + 1))
+
+    def interrupted(batch):
+        if next(count) == calls:
+            raise KeyboardInterrupt
+        return encode(batch)
+
+    return interrupted
 
 
-@pytest.mark.slow
-def test_run_logs_its_progress_reads_each_original_twice_and_quiet_silences_the_libraries(
-        hf_name, coco_root, tmp_path, reads, caplog, capsys):
-    args = ["run", "--model", hf_name, "--attacks", "mix_seed1", "--images-dir", str(coco_root), "--cache-dir",
-            str(tmp_path / "cache"), "--device", "cpu", "--workers", "2", "--batch-size", "500"]
-    assert main(args + ["--out", str(tmp_path / "first")]) == 0
-    assert len(reads) == 5000 and set(reads.values()) == {2}  # once for the originals, once for the altered images
-    notes = [record.getMessage() for record in caplog.records if record.name.startswith("rococo_eval")]
-    for line in ("images/original: 5000 images embedded in", "captions/ground_truth: 25010 texts embedded in",
-                 "mix_seed1: 5000 altered images made in", "images/mix_seed1: 5000 images embedded in"):
-        assert any(note.startswith(line) and "/s" in note for note in notes), line
+@pytest.mark.parametrize("make, problem", [
+    (lambda root: EmbeddingCache(root, batch_size=0), "`batch_size` must be a positive int, got 0"),
+    (lambda root: EmbeddingCache(root, batch_size=2.0), "`batch_size` must be a positive int, got 2.0"),
+    (lambda root: EmbeddingCache(root, workers=-1), "`workers` must be a non-negative int, got -1"),
+    (lambda root: ItemSet("captions/demo", "audio", ["a"]), "`kind` must be one of ('text', 'image'), got 'audio'"),
+    (lambda root: ItemSet("images/demo", "image", []), "`fingerprint` is required for image item sets"),
+])
+def test_bad_arguments_are_refused_by_name(tmp_path, make, problem):
+    with pytest.raises(ValueError) as caught:
+        make(tmp_path)
+    assert str(caught.value) == problem
+    assert list(tmp_path.iterdir()) == []
 
-    capsys.readouterr()
-    command = [sys.executable, "-m", "rococo_eval", *args]
-    loud = subprocess.run(command + ["--out", str(tmp_path / "loud")], capture_output=True, text=True)
-    quiet = subprocess.run(command + ["--out", str(tmp_path / "quiet"), "-q"], capture_output=True, text=True)
-    assert loud.returncode == quiet.returncode == 0, loud.stderr + quiet.stderr
-    assert "rococo-eval: images/original: 5000 embeddings from the cache" in loud.stderr
-    assert "Loading weights" in loud.stderr  # transformers' progress bar
-    assert quiet.stderr == "" and "mix_seed1" in quiet.stdout
+
+@pytest.mark.parametrize("vectors, problem", [
+    (np.zeros((2, 2)), "model 'broken' returned shape (2, 2) for a batch of 3"),
+    (np.zeros(3), "model 'broken' returned shape (3,) for a batch of 3"),
+    (np.full((3, 2), np.nan), "model 'broken' returned non-finite embeddings"),
+])
+def test_a_models_wrong_output_is_refused_and_nothing_is_cached(tmp_path, vectors, problem):
+    class Broken:
+        name, fingerprint = "broken", "b" * 64
+
+        def encode_texts(self, texts):
+            return vectors
+
+    cache, items = EmbeddingCache(tmp_path, batch_size=3), ItemSet("captions/demo", "text", ["a", "b", "c", "d"])
+    with pytest.raises(ValueError) as caught:
+        cache.embeddings(Broken(), items)
+    assert str(caught.value) == problem
+    assert not cache.is_complete(Broken(), items)
+    assert [path.name for path in cache.folder(Broken(), items).iterdir()] == ["manifest.json"]

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from metric_cases import BAD_INPUTS, PER_QUERY_KEYS, assert_per_query_equal, embedding_case, random_case
+from helpers.metric_cases import BAD_INPUTS, PER_QUERY_KEYS, assert_per_query_equal, embedding_case, random_case
 from rococo_recall import rococo_recall as compute
 
 

@@ -1,3 +1,6 @@
+"""rococo_eval.reporting.report: the summary rows and tables of a run, seed means and intervals, the JSON, Markdown and
+chart files, and the reference results with their sources."""
+
 import json
 import math
 import os
@@ -12,7 +15,8 @@ from rococo_eval.reporting import report
 from rococo_eval.layout import gallery_layout
 from rococo_eval.catalog import gallery_key
 from rococo_eval.io.atomic import write_json
-from rococo_eval.reporting.report import REFERENCE_RESULTS, format_rows, plot_recall, summary_rows, to_markdown, to_text_table
+from rococo_eval.reporting.report import (REFERENCE_RESULTS, format_rows, plot_recall, summary_rows, to_markdown,
+                                          to_text_table)
 from rococo_recall import rococo_recall
 
 CAPTIONS = [5, 6, 5, 5, 5, 6, 5, 5, 5, 5, 5, 5]
@@ -30,14 +34,6 @@ def _scores(layout, seed, strength=2.0):
 def _result(attack, direction, seed, **kwargs):
     layout = gallery_layout(attack, direction, CAPTIONS, "official")
     return rococo_recall(_scores(layout, seed), **layout.metric_inputs(), **kwargs)
-
-
-def test_gallery_key():
-    assert gallery_key("mix_seed10", "text_to_image") == "mix_seed10/text_to_image"
-    with pytest.raises(ValueError, match="`attack` and `direction` must be non-empty and free of '/'"):
-        gallery_key("a/b", "image_to_text")
-    with pytest.raises(ValueError, match="free of '/'"):
-        gallery_key("clean", "")
 
 
 def test_summary_rows_order_and_contents():

@@ -1,4 +1,5 @@
-"""Model adapters on real architectures with random weights (see ``tiny_models.py``)."""
+"""rococo_eval.models.adapters: the open_clip and hf adapters on real architectures with random weights (see
+``helpers/tiny_models.py``), their preprocessing (and the replica of CLIP's processor), and the names they accept."""
 
 import sys
 
@@ -6,8 +7,11 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from helpers.photos import photos
 from rococo_eval.models import adapters as models
-from rococo_eval.models.adapters import MissingExtraError, ModelError, clip_preprocess, load_model, parse_model_name
+from rococo_eval.models.adapters import (MissingExtraError, ModelError, ProcessorReplica, clip_preprocess, load_model,
+                                         parse_model_name)
+
 
 def _images():
     rng = np.random.default_rng(0)
@@ -109,3 +113,26 @@ def test_open_clip_that_cannot_import_says_why(monkeypatch):
     monkeypatch.setattr(models, "_import", import_module)
     with pytest.raises(MissingExtraError, match="torchvision::nms.*torchvision was not built for the installed torch"):
         models._import_open_clip()
+
+
+def test_the_replica_gives_clips_224_pixel_processor_output_bit_for_bit():
+    from transformers.models.clip.image_processing_pil_clip import CLIPImageProcessorPil
+
+    processor = CLIPImageProcessorPil()  # OpenAI CLIP's: shortest edge 224, centre crop 224, bicubic
+    replica = ProcessorReplica.of(processor)
+    for image in photos():
+        image = image.convert("RGB")
+        expected = processor(images=[image], return_tensors="np")["pixel_values"][0]
+        pixels = replica(image)
+        assert pixels.shape == (3, 224, 224) and np.array_equal(pixels, expected)
+
+
+def test_processors_the_replica_does_not_know_are_called_image_by_image(hf_name):
+    from transformers.models.clip.image_processing_pil_clip import CLIPImageProcessorPil
+
+    padded = CLIPImageProcessorPil(do_pad=True, pad_size={"height": 240, "width": 240})
+    assert ProcessorReplica.of(padded) is None
+    model = load_model(hf_name, device="cpu")
+    replicated = [model.preprocess_image(image) for image in photos()]
+    model.fast_preprocessing = None
+    assert all(np.array_equal(model.preprocess_image(image), pixels) for image, pixels in zip(photos(), replicated))

@@ -1,12 +1,17 @@
-"""Scoring galleries from embeddings: the gallery built in one copy, the cut-offs a small gallery allows."""
+"""rococo_eval.scoring.galleries: galleries scored from embeddings, the gallery built in one copy, a dual encoder's
+scores saved as the files ``rococo-eval score`` reads."""
 
 import tracemalloc
 
 import numpy as np
 import pytest
 
-from rococo_eval.scoring.galleries import _embedding_blocks, score_gallery
-from rococo_eval.layout import gallery_layout, gallery_vectors, recall_cutoffs
+from helpers.metric_cases import assert_same_results
+from rococo_eval.catalog import IMAGE_TO_TEXT
+from rococo_eval.layout import gallery_layout, gallery_vectors
+from rococo_eval.models.adapters import load_model
+from rococo_eval.models.cache import EmbeddingCache
+from rococo_eval.scoring.galleries import _embedding_blocks, score_gallery, score_model
 from rococo_recall import rococo_recall
 
 CAPTIONS = [5] * 400  # 400 images, 2,000 ground-truth captions
@@ -61,9 +66,25 @@ def test_the_gallery_is_built_in_one_copy(embeddings):
     assert gallery_bytes == 8_192_000 and peak < gallery_bytes + 3 * 2**20
 
 
-def test_cutoffs_follow_the_gallery_size(caplog):
-    with caplog.at_level("WARNING", logger="rococo_eval"):  # the command line may have set it higher
-        assert recall_cutoffs(10) == (1, 5, 10) and not caplog.records
-        assert recall_cutoffs(9, "clean/text_to_image") == (1, 5)
-        assert recall_cutoffs(1) == (1,)
-    assert "clean/text_to_image has 9 items: Recall@K for K in 1, 5 only" in caplog.text
+@pytest.mark.usefixtures("one_torch_thread")
+def test_dual_encoders_save_their_scores_too(hf_name, tiny_source, tmp_path):
+    """``--save-scores`` for a dual encoder: each file is the dot products of the cached embeddings in the official
+    order, and the results are those of the usual embedding path."""
+    from rococo_eval.scoring.galleries import adversarial_captions, ground_truth_captions, original_images
+
+    model = load_model(hf_name, device="cpu")
+    cache = EmbeddingCache(tmp_path / "cache", batch_size=16)
+    usual = score_model(model, tiny_source, ["rand_voca"], cache)
+    (tmp_path / "scores").mkdir()
+    saved = score_model(model, tiny_source, ["rand_voca"], cache, save_scores=tmp_path / "scores")
+    for key, output in usual.items():
+        for name in ("recall@1", "recall@5", "recall@10", "false_rate", "clean_recall@1"):
+            assert saved[key][name] == pytest.approx(output[name]), (key, name)
+    images = cache.embeddings(model, original_images(tiny_source))
+    captions = np.concatenate([cache.embeddings(model, ground_truth_captions(tiny_source)),
+                               cache.embeddings(model, adversarial_captions(tiny_source, "rand_voca"))])
+    layout = tiny_source.gallery("rand_voca", IMAGE_TO_TEXT)
+    scores = np.load(tmp_path / "scores" / "rand_voca_image_to_text_official_order.npy")
+    np.testing.assert_allclose(scores, images @ captions[layout.gallery_rows].T, rtol=1e-6, atol=1e-6)
+    assert_same_results({"rand_voca": rococo_recall(scores, **layout.metric_inputs(), per_query=True)},
+                        {"rand_voca": saved["rand_voca/image_to_text"]})

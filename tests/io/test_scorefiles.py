@@ -1,3 +1,6 @@
+"""rococo_eval.io.scorefiles: score matrices and layout arrays read from .npy, .npz and .safetensors (memory-mapped
+where the format allows, bf16 as float32), never a pickle, and every damaged or oversized file refused by name."""
+
 import json
 import struct
 from pathlib import Path

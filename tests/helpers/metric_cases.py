@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from reference_metric import sorted_per_query
+from helpers.reference_metric import sorted_per_query
 
 
 def random_case(rng, num_queries, num_gallery, num_adversarial, max_refs=3, levels=None):
@@ -100,3 +100,10 @@ BAD_INPUTS = [
     (dict(predictions=np.array([[1 + 1j, 0, 0], [0, 1, 0]])), "`predictions` must hold real numbers .*complex128"),
     (dict(predictions=np.array([[2**60, 2**60 + 1, 0], [0, 1, 0]])), "`predictions` holds integers beyond 2\\*\\*53"),
 ]
+
+
+def assert_same_results(results, expected):
+    assert set(results) == set(expected)
+    for key, output in expected.items():
+        for name, value in output.items():
+            np.testing.assert_array_equal(results[key][name], value, err_msg=f"{key} {name}")

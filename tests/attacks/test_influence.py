@@ -5,7 +5,7 @@ import pytest
 
 from rococo_eval.attacks.influence import (VARIANTS, altered_text, embed_texts, influence_scores,
                                    load_text_encoder)
-from tiny_models import make_tiny_hf_clip
+from helpers.tiny_models import make_tiny_hf_clip
 
 WORDS = "a man riding a horse on a beach next to a dog".split()
 CANDIDATES = [(1,), (4,), (7,), (11,)]

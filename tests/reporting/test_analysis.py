@@ -6,12 +6,12 @@ reference of plain loops over the score rows.
 """
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
+from helpers import REPO_ROOT
 from rococo_eval.reporting import analysis
 from rococo_eval.attacks.replacements import find_replacements
 from rococo_eval.reporting.report import write_report
@@ -348,6 +348,6 @@ def test_writing_the_per_query_file_does_not_import_pandas():
 
     with tempfile.TemporaryDirectory() as folder:
         done = subprocess.run([sys.executable, "-c", code, f"{folder}/per_query.parquet"], capture_output=True,
-                              text=True, check=True, cwd=Path(__file__).resolve().parents[1])
+                              text=True, check=True, cwd=REPO_ROOT)
         assert done.stdout.strip() == "False"
         assert pq.read_table(f"{folder}/per_query.parquet").to_pydict()["rank"] == [0, 2]

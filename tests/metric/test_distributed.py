@@ -7,15 +7,15 @@ results travel through evaluate's cache files (a shared `cache_dir`) or through 
 import multiprocessing
 from concurrent.futures import ProcessPoolExecutor
 from datetime import timedelta
-from pathlib import Path
 
 import evaluate
 import numpy as np
 import pytest
 
+from helpers import REPO_ROOT
 from rococo_recall import rococo_recall
 
-METRIC_PATH = str(Path(__file__).resolve().parents[1] / "rococo_recall.py")
+METRIC_PATH = str(REPO_ROOT / "rococo_recall.py")
 K = (1, 5)
 WAIT_S = 60  # the most a test waits for its two processes; each process gives up after 30 s
 

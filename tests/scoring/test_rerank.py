@@ -1,18 +1,17 @@
 """Two-stage scoring (ITC ranking, ITM re-ranking) of BLIP and BLIP-2 retrieval models.
 
-The models are tiny real ``transformers`` architectures with random weights, built from configs here and loaded
-through ``rococo_eval.models.adapters.load_model("hf:PATH")``. Most tests score a small RoCOCO-shaped benchmark (a few
-images with 5 or 6 captions each, 5 adversarial captions per image, the real gallery layouts) through
-``score_model`` and compare every entry with a direct computation; one test runs ``rococo-eval run`` on the real
+The models are tiny real ``transformers`` architectures with random weights, built from configs in
+``helpers/tiny_models.py`` and loaded through ``rococo_eval.models.adapters.load_model("hf:PATH")``. Most tests
+score a small RoCOCO-shaped benchmark (``helpers/tiny_coco.py``: a few images with 5 or 6 captions each, 5
+adversarial captions per image, the real gallery layouts) through ``score_model`` and compare every entry with a
+direct computation; one test runs ``rococo-eval run`` on the real
 annotation files and reads the saved matrices back with ``rococo-eval score``.
 """
 
 import json
-import string
 
 import numpy as np
 import pytest
-from PIL import Image
 
 import rococo_recall
 from rococo_eval.models import adapters as models
@@ -20,135 +19,13 @@ from rococo_eval.cli import main
 from rococo_eval.models.cache import EmbeddingCache, ItemSet, LazyImages
 from rococo_eval.scoring.galleries import score_model
 from rococo_eval.catalog import CLEAN, IMAGE_TO_TEXT, TEXT_TO_IMAGE
-from rococo_eval.layout import gallery_layout
 from rococo_eval.scoring.rerank import FILL, PairStore, Reranker, Side
 from rococo_eval.models.blip import pre_caption
 from rococo_eval.io.savedscores import score_file_name
-from reference_metric import official_itm_eval
+from helpers.metric_cases import assert_same_results
+from helpers.reference_metric import official_itm_eval
 
-WORDS = ["a", "an", "the", "man", "woman", "dog", "cat", "on", "in", "of", "with", "riding", "sitting", "table",
-         "street", "red", "blue", "two", "is", "and", "bus", "kite", "pizza", "horse", "beach"]
-ATTACKS = ("rand_voca", "danger")
-
-
-def _tokenizer(folder):
-    """A BERT word-piece tokenizer with BLIP's extra token: ``[DEC]`` added as bos (``[ENC]`` follows it)."""
-    import transformers
-
-    tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + WORDS + list(string.ascii_lowercase)
-    (folder / "vocab.txt").write_text("\n".join(tokens) + "\n")
-    tokenizer = transformers.BertTokenizer(str(folder / "vocab.txt"))
-    tokenizer.add_special_tokens({"bos_token": "[DEC]"})
-    return tokenizer
-
-
-def _spread(model):
-    """Random weights large enough that images and captions differ (the default init makes them nearly equal)."""
-    import torch
-
-    with torch.no_grad():
-        for name, parameter in model.named_parameters():
-            if parameter.ndim >= 2 or name == "query_tokens":
-                parameter.normal_(0, 0.3)
-
-
-def make_tiny_blip(folder, blip2=False) -> str:
-    """Save a tiny random BLIP (or BLIP-2) retrieval model with its tokenizer and processor; return its name."""
-    import torch
-    import transformers
-
-    tokenizer = _tokenizer(folder)
-    layers = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2)
-    vision = dict(layers, image_size=32, patch_size=8)
-    if blip2:
-        config = transformers.Blip2Config(
-            vision_config=vision, num_query_tokens=4, image_text_hidden_size=16,
-            qformer_config=dict(layers, vocab_size=len(tokenizer), max_position_embeddings=40, encoder_hidden_size=32,
-                                pad_token_id=0, cross_attention_frequency=1, use_qformer_text_input=True))
-        architecture = transformers.Blip2ForImageTextRetrieval
-    else:
-        config = transformers.BlipConfig(
-            vision_config=vision, image_text_hidden_size=16,
-            text_config=dict(layers, vocab_size=len(tokenizer) + 1, max_position_embeddings=40, pad_token_id=0,
-                             bos_token_id=tokenizer.bos_token_id, sep_token_id=3, encoder_hidden_size=32))
-        architecture = transformers.BlipForImageTextRetrieval
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
-        model = architecture(config)
-        _spread(model)
-    model_dir = folder / ("tiny-blip2" if blip2 else "tiny-blip")
-    model.save_pretrained(model_dir)
-    tokenizer.save_pretrained(model_dir)
-    transformers.BlipImageProcessor(size={"height": 32, "width": 32}).save_pretrained(model_dir)
-    return f"hf:{model_dir}"
-
-
-class TinySource:
-    """A RoCOCO-shaped benchmark of ``num_images`` generated images: 5 captions each (6 for image 1), 5
-    adversarial captions per image in each text attack, galleries laid out as RoCOCO's."""
-
-    def __init__(self, folder, num_images=12, seed=0):
-        rng = np.random.default_rng(seed)
-        self.images_dir = folder
-        self.image_files = [f"val2014/COCO_val2014_{index:012d}.jpg" for index in range(num_images)]
-        (folder / "val2014").mkdir(parents=True, exist_ok=True)
-        for name in self.image_files:
-            pixels = rng.integers(0, 256, (4, 5, 3), dtype=np.uint8)
-            Image.fromarray(pixels).resize((40, 30), Image.Resampling.BILINEAR).save(folder / name, quality=90)
-        self.captions_per_image = [6 if index == 1 else 5 for index in range(num_images)]
-        sentence = lambda: " ".join(rng.choice(WORDS, rng.integers(3, 9))).capitalize() + "."  # noqa: E731
-        self.captions = [sentence() for _ in range(sum(self.captions_per_image))]
-        self.adversarial = {attack: [sentence().lower().rstrip(".") for _ in range(5 * num_images)]
-                            for attack in ATTACKS}
-
-    @property
-    def num_images(self):
-        return len(self.image_files)
-
-    def original_image(self, index):
-        with Image.open(self.images_dir / self.image_files[index]) as image:
-            return image.convert("RGB")
-
-    def altered_image(self, index):
-        """The stand-in altered copy of an image: the image upside down."""
-        return self.original_image(index).transpose(Image.Transpose.FLIP_TOP_BOTTOM)
-
-    def ground_truth_captions(self):
-        return list(self.captions)
-
-    def adversarial_captions(self, attack):
-        return list(self.adversarial[attack])
-
-    def gallery(self, attack, direction=None, order=None):
-        direction = direction or (TEXT_TO_IMAGE if attack.startswith(("mix", "patch")) else IMAGE_TO_TEXT)
-        return gallery_layout(attack, direction, self.captions_per_image, order or "official")
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_torch_thread():
-    """Tiny models run best on one thread: on a busy machine torch's second thread waits on the first (a small
-    matrix product took 12 ms with two threads and 0.05 ms with one, measured here with other work running)."""
-    import torch
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-@pytest.fixture(scope="module")
-def blip_name(tmp_path_factory):
-    return make_tiny_blip(tmp_path_factory.mktemp("blip"))
-
-
-@pytest.fixture(scope="module")
-def blip2_name(tmp_path_factory):
-    return make_tiny_blip(tmp_path_factory.mktemp("blip2"), blip2=True)
-
-
-@pytest.fixture(scope="module")
-def tiny_source(tmp_path_factory):
-    return TinySource(tmp_path_factory.mktemp("tiny-coco"))
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def load(name, precision="fp32"):
@@ -207,32 +84,6 @@ def gallery_items(source, attack, direction):
         return layout, images, [pool[row] for row in layout.gallery_rows]
     pool = images + ([source.altered_image(index) for index in range(source.num_images)] if attack != CLEAN else [])
     return layout, captions, [pool[row] for row in layout.gallery_rows]
-
-
-def committed_blip_text_embeddings(model, texts, blip2):
-    """The BLIP and BLIP-2 adapters' ``encode_texts`` before tokenizing moved to a thread ahead of the model."""
-    import torch
-
-    ids, mask = model._tokens(model.tokenize(texts))
-    with torch.inference_mode():
-        if blip2:
-            output = model.model.qformer(query_embeds=model.model.embeddings(input_ids=ids), query_length=0,
-                                         attention_mask=mask).last_hidden_state
-            return model.base._finish(model.model.text_projection(
-                output[:, 0, :].to(model.model.text_projection.weight.dtype)))
-        hidden = model.model.text_encoder(input_ids=ids, attention_mask=mask).last_hidden_state
-        return model.base._finish(model.model.text_proj(hidden[:, 0, :]))
-
-
-@pytest.mark.parametrize("which", ["blip", "blip2"])
-def test_text_embeddings_through_the_tokenizing_thread_are_the_committed_ones(which, request, tmp_path):
-    model = load(request.getfixturevalue(f"{which}_name"))
-    texts = ["a dog on a sofa", "two horses on a beach at sunset", "a cat", "snow", "an empty street, at night"]
-    cache = EmbeddingCache(tmp_path, batch_size=2, workers=2)
-    vectors = cache.embeddings(model, ItemSet("captions/demo", "text", texts))
-    expected = np.concatenate([committed_blip_text_embeddings(model, texts[start:start + 2], which == "blip2")
-                               for start in range(0, len(texts), 2)])
-    assert vectors.dtype == np.float32 and np.array_equal(vectors, expected)
 
 
 @pytest.mark.parametrize("which", ["blip", "blip2"])
@@ -333,13 +184,6 @@ def test_pair_cache_is_shared_by_the_galleries_and_runs(blip_name, tiny_source, 
     again, scorer = run_galleries(model, tiny_source, tmp_path / "cache", attacks, k=10)
     assert calls["pairs"] == scorer.computed == 0 and scorer.reused == total
     assert_same_results(again, first)
-
-
-def assert_same_results(results, expected):
-    assert set(results) == set(expected)
-    for key, output in expected.items():
-        for name, value in output.items():
-            np.testing.assert_array_equal(results[key][name], value, err_msg=f"{key} {name}")
 
 
 def test_interrupted_run_resumes(blip_name, tiny_source, tmp_path):
@@ -457,29 +301,6 @@ def test_run_then_score_reads_the_saved_matrices_back(blip_name, source, coco_ro
             assert rescored["results"][key][name] == output[name], (key, name)
     note = rescored["meta"]["files"]["rand_voca/image_to_text"]["note"]
     assert "in the official order, as the file name says" in note
-
-
-def test_dual_encoders_save_their_scores_too(hf_name, tiny_source, tmp_path):
-    """``--save-scores`` for a dual encoder: each file is the dot products of the cached embeddings in the official
-    order, and the results are those of the usual embedding path."""
-    from rococo_eval.scoring.galleries import adversarial_captions, ground_truth_captions, original_images
-
-    model = load(hf_name)
-    cache = EmbeddingCache(tmp_path / "cache", batch_size=16)
-    usual = score_model(model, tiny_source, ["rand_voca"], cache)
-    (tmp_path / "scores").mkdir()
-    saved = score_model(model, tiny_source, ["rand_voca"], cache, save_scores=tmp_path / "scores")
-    for key, output in usual.items():
-        for name in ("recall@1", "recall@5", "recall@10", "false_rate", "clean_recall@1"):
-            assert saved[key][name] == pytest.approx(output[name]), (key, name)
-    images = cache.embeddings(model, original_images(tiny_source))
-    captions = np.concatenate([cache.embeddings(model, ground_truth_captions(tiny_source)),
-                               cache.embeddings(model, adversarial_captions(tiny_source, "rand_voca"))])
-    layout = tiny_source.gallery("rand_voca", IMAGE_TO_TEXT)
-    scores = np.load(tmp_path / "scores" / "rand_voca_image_to_text_official_order.npy")
-    np.testing.assert_allclose(scores, images @ captions[layout.gallery_rows].T, rtol=1e-6, atol=1e-6)
-    assert_same_results({"rand_voca": rococo_recall.rococo_recall(scores, **layout.metric_inputs(), per_query=True)},
-                        {"rand_voca": saved["rand_voca/image_to_text"]})
 
 
 def test_pair_store_drops_a_torn_shard_and_refuses_another_models_folder(tmp_path):

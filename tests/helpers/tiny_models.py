@@ -1,4 +1,5 @@
-"""Tiny real model architectures with random weights, for tests (no weights can be downloaded here).
+"""Tiny real model architectures with random weights, for tests (no weights can be downloaded here): open_clip,
+CLIP and BLIP / BLIP-2 (``transformers``), each saved or registered under a name ``load_model`` reads.
 
 open_clip imports torchvision at module level (for transforms the adapters never call). PyPI's torchvision
 cannot load beside the CPU build of torch these tests run on, so where ``import torchvision`` fails,
@@ -10,6 +11,7 @@ import contextlib
 import enum
 import importlib
 import json
+import string
 import sys
 import types
 
@@ -107,4 +109,61 @@ def make_tiny_hf_clip(folder) -> str:
     tokenizer.save_pretrained(model_dir)
     processor = transformers.CLIPImageProcessor(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32})
     processor.save_pretrained(model_dir)
+    return f"hf:{model_dir}"
+
+
+# the vocabulary of the tiny BLIP tokenizer, and the words of helpers.tiny_coco's captions
+WORDS = ["a", "an", "the", "man", "woman", "dog", "cat", "on", "in", "of", "with", "riding", "sitting", "table",
+         "street", "red", "blue", "two", "is", "and", "bus", "kite", "pizza", "horse", "beach"]
+
+
+def _blip_tokenizer(folder):
+    """A BERT word-piece tokenizer with BLIP's extra token: ``[DEC]`` added as bos (``[ENC]`` follows it)."""
+    import transformers
+
+    tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + WORDS + list(string.ascii_lowercase)
+    (folder / "vocab.txt").write_text("\n".join(tokens) + "\n")
+    tokenizer = transformers.BertTokenizer(str(folder / "vocab.txt"))
+    tokenizer.add_special_tokens({"bos_token": "[DEC]"})
+    return tokenizer
+
+
+def _spread(model):
+    """Random weights large enough that images and captions differ (the default init makes them nearly equal)."""
+    import torch
+
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if parameter.ndim >= 2 or name == "query_tokens":
+                parameter.normal_(0, 0.3)
+
+
+def make_tiny_blip(folder, blip2=False) -> str:
+    """Save a tiny random BLIP (or BLIP-2) retrieval model with its tokenizer and processor; return its name."""
+    import torch
+    import transformers
+
+    tokenizer = _blip_tokenizer(folder)
+    layers = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2)
+    vision = dict(layers, image_size=32, patch_size=8)
+    if blip2:
+        config = transformers.Blip2Config(
+            vision_config=vision, num_query_tokens=4, image_text_hidden_size=16,
+            qformer_config=dict(layers, vocab_size=len(tokenizer), max_position_embeddings=40, encoder_hidden_size=32,
+                                pad_token_id=0, cross_attention_frequency=1, use_qformer_text_input=True))
+        architecture = transformers.Blip2ForImageTextRetrieval
+    else:
+        config = transformers.BlipConfig(
+            vision_config=vision, image_text_hidden_size=16,
+            text_config=dict(layers, vocab_size=len(tokenizer) + 1, max_position_embeddings=40, pad_token_id=0,
+                             bos_token_id=tokenizer.bos_token_id, sep_token_id=3, encoder_hidden_size=32))
+        architecture = transformers.BlipForImageTextRetrieval
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model = architecture(config)
+        _spread(model)
+    model_dir = folder / ("tiny-blip2" if blip2 else "tiny-blip")
+    model.save_pretrained(model_dir)
+    tokenizer.save_pretrained(model_dir)
+    transformers.BlipImageProcessor(size={"height": 32, "width": 32}).save_pretrained(model_dir)
     return f"hf:{model_dir}"

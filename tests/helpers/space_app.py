@@ -1,0 +1,72 @@
+"""The Space in tests: a tiny RoCOCO-like source held in memory, scores whose order the Space can read, and the app
+served on a free loopback port."""
+
+import socket
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+from rococo_eval.catalog import IMAGE_ATTACKS
+from rococo_eval.layout import gallery_layout
+
+CAPTIONS = [5] * 13 + [6] + [5] * 15 + [6]  # 30 images, 152 captions
+DECIDING_CAPTIONS = [5] * 40 + [6] + [5] * 39  # 80 images: enough queries for the scores to show the order
+
+
+class TinySource:
+    """A RoCOCO-like source of 30 images: the caption "A dog ..." whose "dog" each text attack replaces."""
+
+    WORDS = {"same_concept": "cat", "diff_concept": "car", "rand_voca": "war", "danger": "weapon"}
+    adversarial_per_image = 5
+
+    def __init__(self, captions_per_image, images=True):
+        self.captions_per_image = list(captions_per_image)
+        self.image_files = [f"val2014/COCO_val2014_{i:012d}.jpg" for i in range(len(captions_per_image))]
+        self.images_dir = Path("tiny-coco") if images else None
+
+    def ground_truth_captions(self):
+        return [f"A dog number {i} in scene {j}." for i, n in enumerate(self.captions_per_image) for j in range(n)]
+
+    def adversarial_captions(self, attack):
+        return [f"a {self.WORDS[attack]} number {i} in scene {j}"
+                for i in range(len(self.captions_per_image)) for j in range(self.adversarial_per_image)]
+
+    def adversarial_sources(self, attack):
+        offsets = np.cumsum([0] + self.captions_per_image)
+        return [int(offsets[i]) + j for i in range(len(self.captions_per_image))
+                for j in range(self.adversarial_per_image)]
+
+    def original_image(self, index):
+        return Image.new("RGB", (48, 32), (8 * index % 256, 90, 160))
+
+    def altered_image(self, index, attack):
+        return Image.new("RGB", (40, 40), (200, 8 * index % 256, 20 * IMAGE_ATTACKS.index(attack)))
+
+    def alteration(self, index, attack):
+        return (index + 1 + IMAGE_ATTACKS.index(attack)) % len(self.captions_per_image), None
+
+
+def free_port():
+    """A TCP port on 127.0.0.1 that nothing listens on now."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def serve(demo):
+    """Launch the gradio app ``demo`` on a free loopback port without blocking; return its URL."""
+    _, url, _ = demo.launch(server_name="127.0.0.1", server_port=free_port(), prevent_thread_lock=True, quiet=True)
+    return url
+
+
+def clear_scores(attack, order, seed=0, captions=DECIDING_CAPTIONS):
+    """An attacked image-to-text gallery scored by a model with clear signal: every correct caption +4, the
+    image's own adversarial captions +3, over unit noise; its order shows in the scores."""
+    layout = gallery_layout(attack, "image_to_text", captions, order)
+    scores = np.random.default_rng(seed).standard_normal((layout.num_queries, layout.num_gallery))
+    adversarial = np.flatnonzero(layout.adversarial)
+    for query, references in enumerate(layout.references):
+        scores[query, list(references)] += 4.0
+        scores[query, adversarial[5 * query:5 * query + 5]] += 3.0
+    return layout, scores.astype(np.float32)

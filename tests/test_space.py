@@ -1,0 +1,66 @@
+"""rococo_eval.space: the functions behind the Space's page, called directly (``test_app.py`` goes through the app's
+API): the source it starts from, the layouts it builds, what it explores and evaluates."""
+
+import time
+
+import numpy as np
+import pytest
+
+from helpers.http_server import refused_url
+from helpers.space_app import CAPTIONS
+from rococo_eval import space
+from rococo_eval.scoring import plan
+from rococo_eval.data.benchmark import make_benchmark
+
+
+def test_space_without_annotations_fails_at_once(tmp_path, real_retry_delays, monkeypatch):
+    for name in ("ROCOCO_ANNOTATIONS_DIR", "ROCOCO_IMAGES_DIR"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("ROCOCO_ANNOTATIONS_BASE_URL", refused_url())
+    monkeypatch.setenv("ROCOCO_CACHE_DIR", str(tmp_path))
+    started = time.monotonic()
+    source, problem = space.source_and_problem()
+    assert time.monotonic() - started < 20
+    assert source is None
+    assert "(Connection refused)" in problem and "$ROCOCO_ANNOTATIONS_DIR" in problem
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_standard_layouts_are_built_for_the_attack_itself():
+    assert plan._standard_layout("danger", "image_to_text", "dataset", tuple(CAPTIONS)).num_gallery == 302
+    with pytest.raises(ValueError, match="attack 'mix_seed1' is scored text_to_image, not image_to_text"):
+        plan._standard_layout("mix_seed1", "image_to_text", "official", tuple(CAPTIONS))
+
+
+def test_explore_the_real_captions(annotations_dir):
+    """Image 1533's danger caption 4 is its source caption unchanged: a real quirk, shown as such."""
+    from rococo_eval.data.source import RococoSource
+
+    captions, images, note = space.explore(RococoSource(annotations_dir), 1533)
+    danger = [row.split("</td>")[5] for row in captions.split("<tr>")[2:]]
+    assert danger[4] == "<td>a close up ofa dog looking out of a window<br><small>same as the ground truth</small>"
+    assert "<mark>weapon</mark>" in danger[0] and images == [] and "ROCOCO_IMAGES_DIR" in note
+
+
+def test_the_space_explores_and_evaluates_the_benchmark(benchmark, image_set, tmp_path):
+    from rococo_eval.scoring.plan import adversarial_per_image_of
+    from rococo_eval.space import evaluate_files, explore, source_and_problem
+
+    source, problem = source_and_problem(benchmark=benchmark)
+    assert problem == ""
+    html, images, note = explore(source, 0)
+    assert "danger" in html and [label for _, label in images] == ["original", "mix_seed1", "mix_seed7",
+                                                                   "patch_seed1", "patch_seed7"]
+    # the Space's layouts follow the benchmark's adversarial captions per image (4 here, RoCOCO's 5 by default)
+    folder = make_benchmark(image_set / "set.json", tmp_path / "five", strategies=["danger"], per_image=5)
+    five, _ = source_and_problem(benchmark=folder)
+    assert adversarial_per_image_of(five) == 5 and adversarial_per_image_of(source) == 4
+    layout = source.gallery("danger", order="official")
+    scores = np.zeros((layout.num_queries, layout.num_gallery), dtype=np.float32)
+    for query, correct in enumerate(layout.references):
+        scores[query, list(correct)] = 1.0
+    np.save(tmp_path / "bench_danger.npy", scores)
+    evaluation = evaluate_files([str(tmp_path / "bench_danger.npy")], [["bench_danger.npy", "", "", "official"]],
+                                captions_per_image=source.captions_per_image, source=source,
+                                adversarial_per_image=adversarial_per_image_of(source))
+    assert evaluation.results["danger/image_to_text"]["recall@1"] == 100.0

@@ -643,7 +643,7 @@ _CANDIDATE_SHARE = 256
 
 
 def _rank_rows(scores, refs, valid, adversarial, ties, chunk_size, origin, top_items=True):
-    """Per-query results of the rows of ``scores`` by counting, as ``tests/reference_metric.py`` gets them by sorting.
+    """Per-query results of the rows of ``scores`` by counting, as ``tests/helpers/reference_metric.py`` gets them by sorting.
 
     A query's rank is the number of wrong items that score above its best correct item (pessimistic: or as high),
     its clean rank the same count without the adversarial items. Its top-1 item is the highest-scoring one; among

@@ -114,6 +114,12 @@ class ImageFeatures:
     It also holds the cross-attention keys and values of one image: the image of highest position in the last
     :meth:`~BlipReranker.match` call, whose pairs may go on in the next call when pairs come sorted by image.
     Holding them is an optimisation only: any order of pairs gives the same scores.
+
+    Example:
+        >>> import torch
+        >>> features = ImageFeatures(torch.zeros(2, 577, 768))
+        >>> len(features), features.held_position
+        (2, None)
     """
 
     def __init__(self, hidden):

@@ -52,8 +52,8 @@ test: $(VENV)/.installed-test $(CHROMIUM) $(WORDNET) test-numpy1
 # pyproject's filterwarnings names pandas 3's Pandas4Warning, and pandas 3 needs Python 3.11: -o drops it here.
 PY39 ?= $(firstword $(wildcard /root/.pyenv/versions/3.9.18/bin/python) $(shell command -v python3.9 2>/dev/null))
 NUMPY1_VENV := .venv-numpy1
-METRIC_TESTS := rococo_recall.py tests/test_metric.py tests/test_metric_wrapper.py tests/test_distributed.py \
-	tests/metric/test_metric_standalone.py
+METRIC_TESTS := rococo_recall.py tests/metric/test_metric.py tests/metric/test_metric_wrapper.py \
+	tests/metric/test_distributed.py tests/metric/test_metric_standalone.py
 $(NUMPY1_VENV)/.installed: Makefile
 	@[ -n "$(PY39)" ] && "$(PY39)" -c 'import sys; assert sys.version_info[:2] == (3, 9)' 2>/dev/null || { \
 		echo "test-numpy1 needs Python 3.9 (PY39='$(PY39)' is not one): install it (pyenv install 3.9.18, or" \

@@ -7,6 +7,8 @@ Two families are supported, named the way the ``rococo-eval`` command takes them
   ``open_clip:hf-hub:ORG/REPO`` and ``open_clip:local-dir:PATH`` use open_clip's own schemas.
 - ``hf:REPO_OR_PATH``: a ``transformers`` dual encoder (CLIP, SigLIP, ...) with ``get_image_features``
   and ``get_text_features``, its tokenizer and image processor, from the Hub or a local folder.
+- ``blip:PATH.pth``: an official BLIP retrieval checkpoint (``model_base_retrieval_coco.pth``), converted to
+  ``transformers`` when loaded (:mod:`rococo_eval.models.blip_official`).
 
 Both need the optional ``models`` extra (torch, open_clip_torch, transformers). Images are preprocessed
 here with PIL and NumPy, exactly as open_clip's evaluation transform does for its ``shortest`` and
@@ -48,6 +50,7 @@ MODEL_FORMS = (
     "open_clip:local-dir:PATH",
     "hf:REPO_OR_PATH (a transformers dual encoder, e.g. hf:openai/clip-vit-base-patch32, or a BLIP/BLIP-2 "
     "retrieval checkpoint, e.g. hf:Salesforce/blip-itm-base-coco)",
+    "blip:PATH.pth (an official BLIP retrieval checkpoint, e.g. blip:model_base_retrieval_coco.pth)",
 )
 PRECISIONS = ("fp32", "fp16", "bf16")
 INSTALL_HINT = "pip install 'rococo-eval[models]'"
@@ -117,7 +120,7 @@ class TokenizingModel(ImageTextModel, Protocol):
 
 @dataclass(frozen=True)
 class ModelName:
-    """A parsed model name: ``library`` is ``"open_clip"`` or ``"hf"``; ``pretrained`` is None for none."""
+    """A parsed model name: ``library`` is ``"open_clip"``, ``"hf"`` or ``"blip"``; ``pretrained`` is None for none."""
 
     library: str
     name: str
@@ -141,8 +144,8 @@ def parse_model_name(text: str) -> ModelName:
         rococo_eval.models.adapters.ModelError: unknown model name 'clip-vit'; accepted forms: ...
     """
     library, sep, rest = str(text).partition(":")
-    if sep and rest and library == "hf":
-        return ModelName("hf", rest, None)
+    if sep and rest and library in ("hf", "blip"):
+        return ModelName(library, rest, None)
     if sep and rest and library == "open_clip":
         if rest.startswith(_OPEN_CLIP_SCHEMAS):
             return ModelName("open_clip", rest, None)
@@ -171,6 +174,8 @@ def load_model(name: str, device: Optional[str] = None, precision: str = "fp32")
         raise ValueError(f"`precision` must be one of {PRECISIONS}, got {precision!r}")
     if parsed.library == "open_clip":
         return OpenClipModel(name, parsed, device, precision)
+    if parsed.library == "blip":
+        return _load_official_blip(name, parsed.name, device, precision)
     from rococo_eval.models import (
         blip as rerank_models,  # BLIP and BLIP-2 retrieval checkpoints, scored in two stages (rococo_eval.scoring.rerank)
     )
@@ -183,6 +188,18 @@ def load_model(name: str, device: Optional[str] = None, precision: str = "fp32")
     except (OSError, ValueError) as error:
         raise ModelError(f"cannot load {name!r} with transformers: {error}") from error
     return HFModel(name, parsed, device, precision)
+
+
+def _load_official_blip(name: str, path: str, device: Optional[str], precision: str):
+    """``blip:PATH.pth``: an official BLIP retrieval checkpoint, converted (:mod:`rococo_eval.models.blip_official`)."""
+    _import("torch")
+    _import("transformers")
+    from rococo_eval.models import blip_official
+
+    try:
+        return blip_official.load_official_checkpoint(name, path, _TorchModel(name, device, precision))
+    except blip_official.CheckpointError as error:
+        raise ModelError(str(error)) from error
 
 
 def clip_preprocess(image: Image.Image, size, mean, std, interpolation: str = "bicubic",

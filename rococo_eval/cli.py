@@ -23,7 +23,7 @@ import tempfile
 import warnings
 from pathlib import Path
 
-from rococo_eval.version import __version__
+from rococo_eval import __version__
 from rococo_eval.catalog import ATTACKS, CLEAN, DIRECTIONS, IMAGE_ATTACKS, SEEDS, TEXT_ATTACKS
 from rococo_eval.detection import CUSTOM
 from rococo_eval.io.download import DEFAULT_IMAGE_WORKERS, MAX_DEFAULT_IMAGE_WORKERS, default_cache_dir

@@ -8,7 +8,7 @@ ifneq ($(wildcard $(SHARED_ANNOTATIONS)),)
 export ROCOCO_ANNOTATIONS_DIR ?= $(SHARED_ANNOTATIONS)
 endif
 
-.PHONY: run test test-fast test-numpy1 bench clean
+.PHONY: run test test-fast test-numpy1 blip-official-env test-blip-official bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -43,8 +43,8 @@ $(WORDNET):
 	$(SUDO) apt-get update -qq
 	$(SUDO) DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wordnet-base >/dev/null
 
-test: $(VENV)/.installed-test $(CHROMIUM) $(WORDNET) test-numpy1
-	ROCOCO_REQUIRE_PY39=1 $(BIN)/python -m pytest -q
+test: $(VENV)/.installed-test $(CHROMIUM) $(WORDNET) test-numpy1 blip-official-env
+	ROCOCO_REQUIRE_PY39=1 ROCOCO_REQUIRE_BLIP_OFFICIAL=1 $(BIN)/python -m pytest -q
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir build/site  # the docs (mkdocs.yml)
 
 # evaluate copies rococo_recall.py alone into whatever environment loads it, as old as Python 3.9 with NumPy 1.24 (no
@@ -72,6 +72,27 @@ test-numpy1: $(NUMPY1_VENV)/.installed
 	PYTHONPATH=. $(NUMPY1_VENV)/bin/python -m pytest -q -o 'filterwarnings=ignore::DeprecationWarning:evaluate.*' \
 		$(METRIC_TESTS) -k "not torch"  # no torch there
 
+# The official BLIP code (../shared/reference/rococo-official) runs in an environment of its own, for the parity test
+# tests/models/test_blip_official.py: its med.py needs transformers 4 (5 removed what it imports). timm and fairscale go
+# in without their dependencies beside the pinned torch (unpinned, they pulled a CUDA torch of several GB); torchvision,
+# which timm imports, cannot load beside that torch, so tests/helpers/stand_ins stands in for it (and pycocoevalcap)
+# in the reference run. Pillow is the project environment's own version: 13.0 resizes portrait images (bicubic) up
+# to 5/255 apart from 12.3, and both sides must read the same pixels.
+BLIP_VENV := .venv-blip-official
+$(BLIP_VENV)/.installed: Makefile $(VENV)/.installed-test
+	rm -rf $(BLIP_VENV)
+	$(PYTHON) -m venv $(BLIP_VENV)
+	$(BLIP_VENV)/bin/pip install --quiet --upgrade pip
+	$(BLIP_VENV)/bin/pip install --quiet "torch==2.13.0" "transformers==4.46.3" "tokenizers==0.20.3" "numpy==2.4.6" \
+		"pyyaml==6.0.4" "pycocotools==2.0.11" "pillow==$$($(BIN)/python -c 'import PIL; print(PIL.__version__)')"
+	$(BLIP_VENV)/bin/pip install --quiet --no-deps "torch==2.13.0" "timm==1.0.31" "fairscale==0.4.13"
+	touch $@
+
+blip-official-env: $(BLIP_VENV)/.installed
+
+test-blip-official: $(VENV)/.installed-test blip-official-env
+	ROCOCO_REQUIRE_BLIP_OFFICIAL=1 $(BIN)/python -m pytest -q tests/models/test_blip_official.py
+
 test-fast: $(VENV)/.installed-test $(CHROMIUM) $(WORDNET)
 	$(BIN)/python -m pytest -q -m "not slow"
 
@@ -80,4 +101,4 @@ bench: $(VENV)/.installed-test
 	nice $(BIN)/python benchmarks/bench_pipeline.py --repeat 3
 
 clean:
-	rm -rf $(VENV) $(NUMPY1_VENV) build *.egg-info
+	rm -rf $(VENV) $(NUMPY1_VENV) $(BLIP_VENV) build *.egg-info

@@ -1,0 +1,377 @@
+"""Parity with the official BLIP evaluation (issue 21): the official code and the project score the same model alike.
+
+The official code (``../shared/reference/rococo-official``, pseulki/rococo at d8ba2a6) runs unchanged in its own
+environment, ``.venv-blip-official`` (the Makefile builds it; ``make test`` requires it:
+ROCOCO_REQUIRE_BLIP_OFFICIAL=1), through ``tests/helpers/blip_official_run.py``: it builds a small model of the
+official ``BLIP_Retrieval`` class (BLIP base's structure: ViT with 16-pixel patches at 384 x 384, BERT with
+cross-attention in every layer, narrower and shallower, every parameter seeded random), saves it as BLIP saves its
+checkpoints, and runs the official ``evaluation()`` and ``itm_eval`` of ``eval_blip_i2t.py`` and ``eval_blip_t2i.py``
+at ``k_test`` below and at the gallery size.
+
+The data is RoCOCO's: the ground-truth and ``rand_voca`` captions of ten real test images (0-8 and 83, which has six
+captions), from the real annotation files; the images are generated JPEGs of COCO-like sizes (one grayscale), and
+their altered copies are the ``mix`` attack of the project's own table, written once as the files both sides read.
+The project reads the same captions and images as a generated benchmark folder (``RococoSource(benchmark=...)``).
+
+The project loads the checkpoint through ``--model blip:PATH.pth`` and through the folder that
+``python -m rococo_eval.models.blip_official`` writes (``--model hf:OUT_DIR``), runs ``rococo-eval run
+--save-scores`` at the same k, and must give:
+
+- the official matrices within :data:`SCORE_TOLERANCE` on every re-ranked entry, the same -100 entries elsewhere;
+- identical R@1, R@5, R@10 and false rates through the official ``itm_eval``;
+- the official test transform's pixels within :data:`PIXEL_TOLERANCE`;
+- the official ``pre_caption`` of every caption of the five annotation files, the official token ids, and ``[ENC]``
+  (BLIP's id, the last of the vocabulary) first in every ITM pass.
+"""
+
+import json
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import PIL
+import pytest
+from PIL import Image, ImageDraw
+
+from rococo_eval.attacks.images import make_mix_table
+from rococo_eval.catalog import CLEAN, TEXT_ATTACKS
+from rococo_eval.cli import main
+from rococo_eval.data.annotations import read_annotation_file
+from rococo_eval.data.manifest import ADVERSARIAL_ROWS, ANNOTATIONS, write_manifest, write_mix_tables
+from rococo_eval.data.source import RococoSource
+from rococo_eval.io.atomic import write_json
+from rococo_eval.io.savedscores import score_file_name
+from rococo_eval.models import blip_official
+from rococo_eval.models.adapters import ModelError, load_model
+from rococo_eval.models.blip import BLIP_MAX_WORDS, pre_caption
+from rococo_eval.scoring.rerank import FILL
+from helpers import REPO_ROOT
+
+REFERENCE = REPO_ROOT.parent / "shared" / "reference" / "rococo-official"
+REFERENCE_ENV = REPO_ROOT / ".venv-blip-official"  # the Makefile's BLIP_VENV
+HELPERS = REPO_ROOT / "tests" / "helpers"
+RUNNER = HELPERS / "blip_official_run.py"
+STAND_INS = HELPERS / "stand_ins"  # torchvision and pycocoevalcap, on the reference run's PYTHONPATH only
+
+IMAGE_INDICES = list(range(9)) + [83]  # test image 83 has six ground-truth captions
+ATTACK, IMAGE_ATTACK = "rand_voca", "mix_seed1"
+SIZES = [(640, 480), (500, 375), (480, 640), (427, 640), (612, 612), (640, 427), (375, 500), (320, 240), (640, 360),
+         (333, 500)]
+GRAYSCALE = 4  # this image is saved as a one-channel JPEG
+SMALL_K, FULL_K = 16, 101  # k_test below both galleries (101 texts, 20 images), and the largest (clipped to each)
+MODEL = {"seed": 0, "image_size": 384, "embed_dim": 32, "queue_size": 64,
+         "vision": {"patch_size": 16, "width": 64, "depth": 2, "heads": 4},
+         "text": {"width": 48, "depth": 2, "heads": 4, "max_positions": 64}}
+# Tolerances, fp32. Scores are ITM logit + ITC (a few units); the two sides compute them with different kernels
+# (the official ViT, BERT and heads against transformers'), so they differ in the last bits.
+SCORE_TOLERANCE = 1e-5  # measured: at most 4.3e-6 (2026-12-01)
+PIXEL_TOLERANCE = 1e-6  # normalised pixels in [-1.8, 2.2]: the same PIL resize, then /255 and normalisation (measured:
+# equal, 0.0)
+
+
+def run_reference(command: str, task: dict, folder: Path) -> subprocess.CompletedProcess:
+    """Run the reference runner in the reference environment (stand-ins first on its path), from ``folder``."""
+    task_path = folder / f"{command}.json"
+    task_path.write_text(json.dumps(task, indent=1))
+    environment = {key: value for key, value in os.environ.items() if key not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    environment.update(PYTHONPATH=str(STAND_INS), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
+                       TOKENIZERS_PARALLELISM="false")
+    result = subprocess.run([str(REFERENCE_ENV / "bin" / "python"), str(RUNNER), command, str(task_path)],
+                            cwd=folder, env=environment, capture_output=True, text=True, timeout=600, check=False)
+    if result.returncode != 0:
+        pytest.fail(f"the reference run ({command}) failed:\n{result.stderr[-6000:]}")
+    return result
+
+
+@pytest.fixture(scope="module")
+def reference_python():
+    python = REFERENCE_ENV / "bin" / "python"
+    if not python.exists():
+        message = f"{python} is missing: `make blip-official-env` builds the official BLIP code's environment"
+        if os.environ.get("ROCOCO_REQUIRE_BLIP_OFFICIAL") == "1":
+            pytest.fail(message)
+        pytest.skip(message)
+    if not (REFERENCE / "eval_blip_i2t.py").is_file():
+        pytest.fail(f"the official code is not at {REFERENCE} (../shared/reference/rococo-official)")
+    return python
+
+
+def _image(rng: np.random.Generator, size: tuple[int, int]) -> Image.Image:
+    """A COCO-sized picture: a smooth colour field, a few shapes, a little noise (random but with structure)."""
+    width, height = size
+    field = Image.fromarray(rng.integers(0, 256, (3, 4, 3), dtype=np.uint8)).resize(size, Image.Resampling.BICUBIC)
+    draw = ImageDraw.Draw(field)
+    for _ in range(6):
+        x0, y0 = int(rng.integers(0, width - 20)), int(rng.integers(0, height - 20))
+        box = (x0, y0, x0 + int(rng.integers(20, width // 2)), y0 + int(rng.integers(20, height // 2)))
+        colour = tuple(int(c) for c in rng.integers(0, 256, 3))
+        (draw.ellipse if rng.random() < 0.5 else draw.rectangle)(box, fill=colour)
+    pixels = np.asarray(field, dtype=np.int16) + rng.integers(-12, 13, (height, width, 3))
+    return Image.fromarray(np.clip(pixels, 0, 255).astype(np.uint8))
+
+
+def _vocabulary(texts: list[str]) -> list[str]:
+    """A BERT vocabulary for these captions: BERT's special tokens, two punctuation marks (others, such as ``-``, are
+    [UNK]), letters as word starts and as word pieces, and the words but one in four (those split into pieces). The
+    words of
+    long captions are all kept, so that every caption fits BLIP's 35 tokens (a truncated caption would tie with its
+    adversarial copy whose changed word falls past token 35)."""
+    words = sorted({word for text in texts for word in re.findall("[a-z]+", text)})
+    kept = {word for text in texts if len(text.split()) > 20 for word in re.findall("[a-z]+", text)}
+    pieces = [chr(c) for c in range(ord("a"), ord("z") + 1)]
+    tokens = (["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ",", "/"] + pieces + ["##" + p for p in pieces]
+              + [word for number, word in enumerate(words) if number % 4 or word in kept])
+    return list(dict.fromkeys(tokens))
+
+
+@pytest.fixture(scope="module")
+def case(tmp_path_factory, annotations_dir, reference_python):
+    """The small RoCOCO set on both sides, the checkpoint, and the official run's outputs."""
+    root = tmp_path_factory.mktemp("blip-official")
+    clean = [read_annotation_file(CLEAN, annotations_dir)[index] for index in IMAGE_INDICES]
+    attacked = [read_annotation_file(ATTACK, annotations_dir)[index] for index in IMAGE_INDICES]
+    images_dir = root / "images"
+    (images_dir / "val2014").mkdir(parents=True)
+    rng = np.random.default_rng(21)
+    for number, (record, size) in enumerate(zip(clean, SIZES)):
+        picture = _image(rng, size)
+        (picture.convert("L") if number == GRAYSCALE else picture).save(images_dir / record["image"], quality=90)
+
+    benchmark = root / "benchmark"  # the same captions and images, as a generated benchmark folder
+    write_json(clean, benchmark / ANNOTATIONS.format(name=CLEAN), compact=True)
+    write_json(attacked, benchmark / ANNOTATIONS.format(name=ATTACK), compact=True)
+    offsets = np.cumsum([0] + [len(record["caption"]) for record in clean])
+    write_json([{"source_caption_index": int(offsets[n] + j), "candidates": []} for n in range(len(clean))
+                for j in range(5)], benchmark / ADVERSARIAL_ROWS.format(name=ATTACK), compact=True)
+    write_mix_tables(benchmark, {IMAGE_ATTACK: make_mix_table("mix", 1, len(clean))})
+    write_manifest(benchmark, text_attacks=[ATTACK], image_attacks=[IMAGE_ATTACK], adversarial_per_image=5,
+                   images_dir=images_dir, details={"made by": __name__})
+    source = RococoSource(benchmark=benchmark)
+    (images_dir / IMAGE_ATTACK).mkdir()
+    for index in range(source.num_images):  # the altered copies, as files for the official dataset
+        altered = source.altered_image_bytes(index, IMAGE_ATTACK)
+        (images_dir / IMAGE_ATTACK / source.file_name(index)).write_bytes(altered)
+
+    ann_root = root / "annotations"  # the official dataset's folder: its file names
+    write_json(clean, ann_root / "coco_karpathy_test.json", compact=True)
+    write_json(attacked, ann_root / f"{ATTACK}.json", compact=True)
+    work = root / "reference"
+    texts = [pre_caption(caption, 30) for record in attacked for caption in record["caption"]]
+    vocabulary = _vocabulary(texts)
+    (work / "bert-base-uncased").mkdir(parents=True)  # what init_tokenizer's from_pretrained('bert-base-uncased') reads
+    (work / "bert-base-uncased" / "vocab.txt").write_text("\n".join(vocabulary) + "\n")
+    checkpoints = root / "checkpoints"
+    checkpoints.mkdir()
+    checkpoint = checkpoints / "model_small_retrieval_coco.pth"
+    (checkpoints / "vocab.txt").write_text("\n".join(vocabulary) + "\n")
+    (checkpoints / "model_small_retrieval_coco.json").write_text(json.dumps(
+        {"vision_num_attention_heads": MODEL["vision"]["heads"], "text_num_attention_heads": MODEL["text"]["heads"],
+         "tokenizer": "vocab.txt"}))
+
+    model = json.loads(json.dumps(MODEL))
+    model["text"]["vocab_size"] = len(vocabulary) + 2  # with [DEC] and [ENC]
+    task = {"reference": str(REFERENCE), "work": str(work), "out": str(work / "out"), "checkpoint": str(checkpoint),
+            "image_root": str(images_dir), "ann_root": str(ann_root), "i2t_file": f"{ATTACK}.json",
+            "t2i_file": "coco_karpathy_test.json", "miximage": IMAGE_ATTACK, "model": model,
+            "k_test": {"i2t": [SMALL_K, len(texts)], "t2i": [SMALL_K, 2 * len(clean)]},
+            "caption_files": [str(Path(annotations_dir) / f"{name}.json") for name in
+                              ("coco_karpathy_test",) + TEXT_ATTACKS]}
+    run_reference("evaluate", task, work)
+    summary = json.loads((work / "out" / "reference.json").read_text())
+    if summary["versions"]["PIL"] != PIL.__version__:  # Pillow 13.0 resizes portrait images up to 5/255 apart from 12.3
+        pytest.fail(f"the reference environment has Pillow {summary['versions']['PIL']}, this one {PIL.__version__}: "
+                    f"both must decode and resize the same pixels; rebuild it (make blip-official-env)")
+    with np.load(work / "out" / "reference.npz") as npz:
+        arrays = {key: npz[key] for key in npz.files}
+    return {"root": root, "task": task, "benchmark": benchmark, "source": source, "checkpoint": checkpoint,
+            "arrays": arrays, "summary": summary, "work": work, "num_texts": len(texts)}
+
+
+
+def _project_run(case, model: str, name: str, k: int) -> dict:
+    """``rococo-eval run`` of ``model`` on the benchmark at ``--rerank-k k``; its saved matrices as the reference
+    runner names them."""
+    folder = case["root"] / "project" / name / f"k{k}"
+    status = main(["run", "--model", model, "--benchmark", str(case["benchmark"]), "--attacks",
+                   f"{ATTACK},{IMAGE_ATTACK}", "--rerank-k", str(k), "--device", "cpu", "--workers", "0",
+                   "--cache-dir", str(case["root"] / "project" / name / "cache"), "--save-scores",
+                   str(folder / "scores"), "--out", str(folder / "report"), "--quiet"])
+    assert status == 0
+    i2t = np.load(folder / "scores" / score_file_name(ATTACK, "image_to_text"))
+    t2i = np.load(folder / "scores" / score_file_name(IMAGE_ATTACK, "text_to_image"))
+    return {f"i2t_k{min(k, i2t.shape[1])}": i2t, f"t2i_k{min(k, t2i.shape[1])}": t2i}
+
+
+@pytest.fixture(scope="module")
+def converted(case):
+    """The folder users load: ``python -m rococo_eval.models.blip_official PATH.pth OUT_DIR``."""
+    out = case["root"] / "converted"
+    assert blip_official.main([str(case["checkpoint"]), str(out)]) == 0
+    return out
+
+
+@pytest.fixture(scope="module")
+def project(case, converted):
+    """The project's matrices at both k, through ``blip:PATH.pth`` and through the converted folder."""
+    runs = {}
+    for name, model in (("blip", f"blip:{case['checkpoint']}"), ("hf", f"hf:{converted}")):
+        runs[name] = {}
+        for k in (SMALL_K, FULL_K):
+            runs[name].update(_project_run(case, model, name, k))
+    return runs
+
+
+@pytest.fixture(scope="module")
+def official_itm_eval_of_project(case, project):
+    """The official ``itm_eval`` (both scripts) of every project matrix, run in the reference environment."""
+    matrices = case["root"] / "project" / "matrices.npz"
+    np.savez(matrices, **{f"{key}@{name}": matrix for name, run in project.items() for key, matrix in run.items()})
+    task = dict(case["task"], matrices=str(matrices), itm_eval_out=str(case["root"] / "project" / "itm_eval.json"))
+    run_reference("itm-eval", task, case["work"])
+    return json.loads(Path(task["itm_eval_out"]).read_text())
+
+
+def _reranked(matrix: np.ndarray) -> np.ndarray:
+    return matrix != FILL
+
+
+def test_score_matrices_equal_the_official_ones(case, project):
+    """Every entry the official evaluation re-ranked is within SCORE_TOLERANCE; every other entry is -100 on both
+    sides (the same top-k candidates), in both directions at both k."""
+    reference = case["arrays"]
+    for name, run in project.items():
+        assert sorted(run) == sorted(key for key in reference if key[-1].isdigit())
+        for key, matrix in run.items():
+            official = reference[key]
+            assert matrix.shape == official.shape and matrix.dtype == np.float32
+            np.testing.assert_array_equal(_reranked(matrix), _reranked(official), err_msg=f"{name} {key}")
+            k = int(key.split("_k")[1])
+            assert (_reranked(official).sum(axis=1) == k).all()
+            np.testing.assert_allclose(matrix, official, rtol=0, atol=SCORE_TOLERANCE, err_msg=f"{name} {key}")
+
+
+def test_official_itm_eval_of_the_project_matrices_is_identical(case, official_itm_eval_of_project):
+    reference = case["summary"]["itm_eval"]
+    assert len(official_itm_eval_of_project) == 8
+    for key, result in official_itm_eval_of_project.items():
+        direction, k = key.split("@")[0].split("_k")
+        assert result == reference[direction][k], key
+
+
+def test_the_converted_folder_scores_as_blip_path(project):
+    for key, matrix in project["blip"].items():
+        np.testing.assert_array_equal(matrix, project["hf"][key], err_msg=key)
+
+
+def test_the_matrices_have_no_near_ties_among_reranked_entries(case):
+    """Each row's re-ranked scores are more than 2 x SCORE_TOLERANCE apart: both sides then rank them alike, so
+    identical itm_eval results are implied by the scores, not a matter of how argsort breaks ties."""
+    for key, matrix in case["arrays"].items():
+        if key[-1].isdigit():
+            for row in matrix:
+                values = np.sort(row[row != FILL])
+                assert np.diff(values).min() > 2 * SCORE_TOLERANCE, key
+
+
+@pytest.fixture(scope="module")
+def project_models(case, converted):
+    return {"blip": load_model(f"blip:{case['checkpoint']}", device="cpu"),
+            "hf": load_model(f"hf:{converted}", device="cpu")}
+
+
+def test_image_preprocessing_is_the_official_transform(case, project_models):
+    """The official evaluations' pixels (every test image, then every altered copy, as the text-to-image dataset
+    yields them), against the project's preprocessing of the same files: one of them grayscale, four portrait."""
+    source, pixels = case["source"], case["arrays"]["t2i_pixels"]
+    np.testing.assert_array_equal(case["arrays"]["i2t_pixels"], pixels[:source.num_images])
+    images = [source.original_image(index) for index in range(source.num_images)]
+    images += [source.altered_image(index, IMAGE_ATTACK) for index in range(source.num_images)]
+    assert images[GRAYSCALE].mode == "L" and pixels.shape == (len(images), 3, 384, 384)
+    for model in project_models.values():
+        mine = np.stack([model.preprocess_image(image) for image in images])
+        assert mine.dtype == np.float32
+        np.testing.assert_allclose(mine, pixels, rtol=0, atol=PIXEL_TOLERANCE)
+
+
+def test_pre_caption_is_the_official_one_on_every_real_caption(case, annotations_dir):
+    official = case["summary"]["pre_caption"]  # blip/data/utils.py pre_caption(caption, 30) of each caption
+    assert len(official) > 120_000
+    assert [caption for caption, cleaned in official.items() if pre_caption(caption, BLIP_MAX_WORDS) != cleaned] == []
+    assert any(len(caption.split()) > BLIP_MAX_WORDS for caption in official)  # the truncation is exercised
+    records = read_annotation_file(ATTACK, annotations_dir)
+    texts = [official[caption] for index in IMAGE_INDICES for caption in records[index]["caption"]]
+    assert case["summary"]["texts"]["i2t"] == texts
+
+
+def test_token_ids_and_the_enc_token_are_the_official_ones(case, project_models):
+    """The token ids of every caption, and the ITM passes' ids: the official code replaces the first token by
+    ``[ENC]`` (BLIP's last token id) in every pair it scores."""
+    summary, arrays = case["summary"], case["arrays"]
+    captions = [caption for record in case["source"].benchmark.records(ATTACK) for caption in record["caption"]]
+    ground_truth = case["source"].ground_truth_captions()
+    assert summary["enc_token_id"] == summary["tokenizer_size"] - 1 == summary["bos_token_id"] + 1
+    for model in project_models.values():
+        assert model.enc_token_id == summary["enc_token_id"]
+        ids = model.tokenize(captions)[:, 0]
+        np.testing.assert_array_equal(ids, arrays["i2t_text_ids"])
+        itm = ids.copy()
+        itm[:, 0] = model.enc_token_id
+        per_image = arrays["i2t_itm_ids"].reshape(case["source"].num_images, len(captions), -1)  # k = all texts
+        for rows in per_image:
+            np.testing.assert_array_equal(np.unique(rows, axis=0), np.unique(itm, axis=0))
+        ground_truth_itm = model.tokenize(ground_truth)[:, 0]
+        ground_truth_itm[:, 0] = model.enc_token_id
+        per_caption = arrays["t2i_itm_ids"].reshape(len(ground_truth), 2 * case["source"].num_images, -1)
+        np.testing.assert_array_equal(per_caption, np.repeat(ground_truth_itm[:, None], per_caption.shape[1], axis=1))
+
+
+def test_the_converted_folder_holds_the_checkpoint(case, converted, project_models):
+    import torch
+
+    state = torch.load(case["checkpoint"], weights_only=True)["model"]
+    model = project_models["hf"].model
+    converted_state = model.state_dict()
+    for key, value in state.items():
+        name = blip_official.official_to_transformers_key(key)
+        if name is not None:
+            torch.testing.assert_close(converted_state[name], value, rtol=0, atol=0, msg=key)
+    assert json.loads((converted / "config.json").read_text())["architectures"] == ["BlipForImageTextRetrieval"]
+    assert project_models["hf"].fingerprint == project_models["blip"].fingerprint
+
+
+@pytest.mark.parametrize("content", ["not a torch file", "no model key", "not BLIP"])
+def test_a_file_that_is_no_blip_retrieval_checkpoint_is_refused(tmp_path, content):
+    import torch
+
+    path = tmp_path / "model.pth"
+    if content == "not a torch file":
+        path.write_bytes(b"GIF89a not a checkpoint")
+    elif content == "no model key":
+        torch.save({"state_dict": {"fc.weight": torch.zeros(2, 2)}}, path)
+    else:
+        torch.save({"model": {"fc.weight": torch.zeros(2, 2)}}, path)
+    name = f"blip:{path}"
+    with pytest.raises(ModelError, match=re.escape(f"`model` {name!r} is not a BLIP retrieval checkpoint")):
+        load_model(name, device="cpu")
+
+
+def test_the_command_names_the_bad_checkpoint(case, tmp_path, capsys):
+    missing = tmp_path / "model_base_retrieval_coco.pth"
+    status = main(["run", "--model", f"blip:{missing}", "--benchmark", str(case["benchmark"]), "--out",
+                   str(tmp_path / "report"), "--cache-dir", str(tmp_path / "cache"), "--quiet"])
+    assert status == 1
+    assert f"rococo-eval: error: `model` 'blip:{missing}': no such file" in capsys.readouterr().err
+
+
+def test_settings_beside_the_checkpoint_are_checked(case, tmp_path):
+    checkpoint = tmp_path / "model.pth"
+    checkpoint.write_bytes(case["checkpoint"].read_bytes())
+    (tmp_path / "model.json").write_text(json.dumps({"num_heads": 4}))
+    with pytest.raises(ModelError, match="must be a JSON object with any of vision_num_attention_heads, "):
+        load_model(f"blip:{checkpoint}", device="cpu")
+    (tmp_path / "vocab.txt").write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\n")
+    (tmp_path / "model.json").write_text(json.dumps({"tokenizer": "vocab.txt"}))  # relative to the JSON file
+    with pytest.raises(ModelError, match=r"vocab.txt' with \[DEC\] and \[ENC\] has 7 tokens, the checkpoint's text "):
+        load_model(f"blip:{checkpoint}", device="cpu")

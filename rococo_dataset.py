@@ -43,7 +43,7 @@ from typing import Optional
 
 import datasets
 
-from rococo_eval import __version__
+from rococo_eval.version import __version__
 from rococo_eval.data.annotations import OFFICIAL_REPOSITORY
 from rococo_eval.data.configs import CONFIGS, config_features, config_splits
 from rococo_eval.data.export import DATASET_CITATION, export_dataset, push_to_hub, source_for_configs, table_rows

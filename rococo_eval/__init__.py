@@ -26,7 +26,7 @@ Example:
 
 import importlib
 
-__version__ = "0.1.0"
+from rococo_eval.version import __version__
 
 # public name -> the module that defines it
 _PUBLIC = {

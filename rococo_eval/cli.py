@@ -23,7 +23,7 @@ import tempfile
 import warnings
 from pathlib import Path
 
-from rococo_eval import __version__
+from rococo_eval.version import __version__
 from rococo_eval.catalog import ATTACKS, CLEAN, DIRECTIONS, IMAGE_ATTACKS, SEEDS, TEXT_ATTACKS
 from rococo_eval.detection import CUSTOM
 from rococo_eval.io.download import DEFAULT_IMAGE_WORKERS, MAX_DEFAULT_IMAGE_WORKERS, default_cache_dir
@@ -80,8 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
                                           "attack, and write the report.")
     run.add_argument("--model", required=True,
                      help="open_clip:ARCH/PRETRAINED (e.g. open_clip:ViT-B-32/openai; 'none' = random weights), "
-                          "open_clip:hf-hub:ORG/REPO, open_clip:local-dir:PATH, hf:REPO_OR_PATH, or blip:PATH.pth "
-                          "(an official BLIP retrieval checkpoint)")
+                          "open_clip:hf-hub:ORG/REPO, open_clip:local-dir:PATH, or hf:REPO_OR_PATH")
     run.add_argument("--attacks", default="all",
                      help="comma-separated attacks, or 'all', 'text', 'image' (default all): "
                           + ", ".join(ATTACKS))

@@ -7,7 +7,6 @@ Each request carries its own data: nothing a user uploads or gets back is kept b
 from __future__ import annotations
 
 import base64
-import functools
 import html
 import io
 import logging
@@ -20,11 +19,16 @@ import pandas as pd
 
 from rococo_eval.attacks.replacements import find_replacements, highlight
 from rococo_eval.catalog import ATTACKS, IMAGE_ATTACKS, TEXT_ATTACKS, gallery_key
-from rococo_eval.detection import CUSTOM, choose_layout
-from rococo_eval.io import scorefiles
 from rococo_eval.layout import ADVERSARIAL_PER_IMAGE, caption_offsets
 from rococo_eval.reporting import analysis, report
-from rococo_eval.scoring.plan import ScoreRequest, ScoringOptions, plan_score_files, report_meta, score_planned
+from rococo_eval.scoring.plan import (
+    ScoreRequest,
+    ScoringOptions,
+    detect_file_layout,
+    plan_score_files,
+    report_meta,
+    score_planned,
+)
 from rococo_recall import DEFAULT_K
 
 logger = logging.getLogger(__name__)
@@ -68,7 +72,8 @@ class Evaluation:
         layouts: the layouts of the standard galleries scored, by key.
         rows: the summary rows the page shows, each with its ``file``.
         message: what the page says of the evaluation.
-        failures: the failure analysis (None when no standard gallery was scored).
+        failures: what the page's failure analysis reads (None when no standard gallery was scored).
+        analysis: the report's failure analysis (:func:`rococo_eval.reporting.analysis.analyse`), made once.
     """
 
     results: dict
@@ -77,6 +82,7 @@ class Evaluation:
     rows: list
     message: str
     failures: Failures | None = None
+    analysis: dict | None = None
 
 
 @dataclass
@@ -126,11 +132,8 @@ def detect_layouts(paths, captions_per_image, adversarial_per_image=ADVERSARIAL_
     for path in paths or []:
         name = Path(path).name
         try:
-            info = scorefiles.read_header(path)
-            attack = CUSTOM if info.layout_keys else ""
-            choice = choose_layout(info.shape, captions_per_image, name, attack=attack,
-                                   scores=functools.partial(scorefiles.read_scores, path, info.key),
-                                   adversarial_per_image=adversarial_per_image, attacks=attacks)
+            _, choice = detect_file_layout(ScoreRequest(path, name), captions_per_image, custom=True,
+                                           adversarial_per_image=adversarial_per_image, attacks=attacks)
             rows.append([name, choice.attack, choice.direction, choice.order, choice.note])
         except ValueError as error:
             rows.append([name, "", "", "", str(error)])
@@ -161,7 +164,7 @@ def evaluate_files(paths, layouts=None, references=None, adversarial=None, *, ca
                 for path, name in zip(paths, names)]
     plans = plan_score_files(requests, captions_per_image, adversarial_per_image=adversarial_per_image,
                              attacks=attacks, custom=True, references=references, adversarial=adversarial,
-                             ask_order=_ask_order_in_table)
+                             ask_order=_ask_order_in_table, read_off_level=logging.INFO)
     scored = score_planned(plans, options)
     results, per_query = {}, {}
     for key, result in scored.items():
@@ -175,10 +178,11 @@ def evaluate_files(paths, layouts=None, references=None, adversarial=None, *, ca
     lines = [f"- `{planned.request.name}` ({planned.info.shape[0]} x {planned.info.shape[1]}, {planned.info.dtype}):"
              f" {planned.choice.note}" + _cutoffs_note(planned.cutoffs, planned.info.shape[1]) for planned in plans]
     message = f"Scored {len(results)} file(s), ties {ties}, bootstrap {bootstrap}:\n" + "\n".join(lines)
-    failures = None
+    failures = found = None
     if per_query:
-        failures = Failures(per_query, standard, **analysis.vulnerability(per_query, standard, source))
-    return Evaluation(results, report_meta(plans, options), standard, rows, message, failures)
+        found = analysis.analyse(per_query, standard, source)
+        failures = Failures(per_query, standard, found["by_word"], found["image_attacks"])
+    return Evaluation(results, report_meta(plans, options), standard, rows, message, failures, found)
 
 
 def _ask_order_in_table(choice, request) -> str:
@@ -203,7 +207,8 @@ def write_outputs(evaluation: Evaluation, folder: Path, source=None) -> tuple[Pa
     ``rococo-eval score`` writes for the same files (:func:`rococo_eval.reporting.report.write_report`)."""
     per_query = evaluation.failures.per_query if evaluation.failures is not None else {}
     results = {key: {**result, **per_query.get(key, {})} for key, result in evaluation.results.items()}
-    paths = report.write_report(results, folder, evaluation.meta, layouts=evaluation.layouts, source=source)
+    paths = report.write_report(results, folder, evaluation.meta, layouts=evaluation.layouts, source=source,
+                                analysis=evaluation.analysis)
     return paths["json"], paths["chart"]
 
 

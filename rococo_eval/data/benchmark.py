@@ -62,7 +62,7 @@ from typing import Iterable
 import yaml
 from PIL import Image
 
-from rococo_eval import __version__
+from rococo_eval.version import __version__
 from rococo_eval.attacks.captions import DEFAULT_TEXT_ENCODER, TEXT_STRATEGIES, CaptionAttack, attack_captions
 from rococo_eval.data.configs import CAPTIONS_CONFIG, IMAGES_CONFIG, config_splits
 from rococo_eval.data.export import configs_yaml, fill_template, move_into_place, table_num_rows, write_tables

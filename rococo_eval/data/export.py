@@ -53,7 +53,7 @@ from tqdm import tqdm
 
 from rococo_recall import CITATION as ROCOCO_CITATION
 
-from rococo_eval import __version__
+from rococo_eval.version import __version__
 from rococo_eval.data.annotations import ANNOTATION_FILES, OFFICIAL_COMMIT, OFFICIAL_REPOSITORY, PAPER_URL
 from rococo_eval.attacks.replacements import find_replacements
 from rococo_eval.data.configs import (

@@ -45,7 +45,7 @@ import urllib3
 from PIL import Image
 from tqdm import tqdm
 
-from rococo_eval import __version__
+from rococo_eval.version import __version__
 
 logger = logging.getLogger(__name__)
 

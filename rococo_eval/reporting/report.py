@@ -1,7 +1,7 @@
 """Reports of RoCOCO results: summary rows, tables, a JSON file and a chart, shared by the Space and the CLI.
 
-Results are the metric's outputs keyed by :func:`~rococo_eval.catalog.gallery_key` (``"rand_voca/image_to_text"``). A *row* is
-a flat dict of one gallery's numbers (percentages as the metric gives them) with its ``attack`` and
+Results are the metric's outputs keyed by :func:`~rococo_eval.catalog.gallery_key` (``"rand_voca/image_to_text"``).
+A *row* is a flat dict of one gallery's numbers (percentages as the metric gives them) with its ``attack`` and
 ``direction``; :func:`summary_rows` adds, for each image attack method, the mean over its seeds (the paper's, or a
 generated benchmark's).
 
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rococo_eval import __version__
+from rococo_eval.version import __version__
 from rococo_eval.attacks.replacements import highlight
 from rococo_eval.catalog import CLEAN, DIRECTIONS, IMAGE_ATTACK_METHODS, TEXT_ATTACKS, TEXT_TO_IMAGE, parse_image_attack
 from rococo_eval.data.annotations import OFFICIAL_COMMIT, OFFICIAL_REPOSITORY
@@ -83,7 +83,7 @@ REFERENCE_RESULTS: list[dict] = [
 ]
 
 
-def write_report(results: dict, out: Path, meta: dict, layouts=None, source=None) -> dict[str, Path]:
+def write_report(results: dict, out: Path, meta: dict, layouts=None, source=None, analysis=None) -> dict[str, Path]:
     """Write ``report.json``, ``report.md`` and ``recall.png`` into ``out``: the one report of ``rococo-eval run``,
     ``rococo-eval score`` and the Space.
 
@@ -97,6 +97,9 @@ def write_report(results: dict, out: Path, meta: dict, layouts=None, source=None
     query), ``words.png`` (by-word chart, text attacks), its tables in ``report.md`` and, with the
     :data:`REPORT_FLIPPED` largest margins per gallery, in ``report.json``'s ``analysis``.
 
+    ``analysis``: :func:`~rococo_eval.reporting.analysis.analyse` of these results when the caller made it
+    already (the Space shows it too); None: made here.
+
     Returns:
         the paths written, by kind (``json``, ``markdown``, ``chart``, and ``per_query``, ``flipped``,
         ``words`` with the analysis).
@@ -107,7 +110,8 @@ def write_report(results: dict, out: Path, meta: dict, layouts=None, source=None
     rows = summary_rows(results)
     meta = {"rococo_eval": __version__, "python": platform.python_version(), **meta}
     paths, document = {}, {"meta": meta, "results": results, "summary": rows}
-    analysis = analyse(per_query, layouts, source) if per_query else None
+    if analysis is None and per_query:
+        analysis = analyse(per_query, layouts, source)
     if analysis is not None:
         paths["per_query"] = write_per_query_parquet(per_query, layouts, out / "per_query.parquet")
         every_flip = [row for gallery in analysis["galleries"].values() for row in gallery["flipped_queries"]]

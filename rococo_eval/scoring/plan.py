@@ -48,7 +48,6 @@ from rococo_recall import TIE_POLICIES
 logger = logging.getLogger(__name__)
 
 
-
 class PlanError(ValueError):
     """Score files that cannot be scored: ``problems`` holds one line per problem, each naming its file."""
 
@@ -176,7 +175,8 @@ def adversarial_per_image_of(source) -> int:
 def plan_score_files(requests: Sequence[ScoreRequest], captions_per_image, *,
                      adversarial_per_image: int = ADVERSARIAL_PER_IMAGE, attacks=ATTACKS, custom: bool = False,
                      references=None, adversarial=None,
-                     ask_order: Callable[[LayoutChoice, ScoreRequest], str] = ask_order_by_spec) -> list[PlannedFile]:
+                     ask_order: Callable[[LayoutChoice, ScoreRequest], str] = ask_order_by_spec,
+                     read_off_level: int = logging.WARNING) -> list[PlannedFile]:
     """Settle every file's gallery before any is scored; raise one :class:`PlanError` listing every problem.
 
     Args:
@@ -192,6 +192,8 @@ def plan_score_files(requests: Sequence[ScoreRequest], captions_per_image, *,
             place for them); the Space scores them.
         ask_order: what to tell the user when the order of an attacked image-to-text gallery is neither given nor
             clear from the scores (the command asks for a spec, the Space for a cell of its table).
+        read_off_level: the log level of a note on a layout read off the file rather than given (the command warns;
+            the Space, where detection is the usual path, shows the notes on the page instead).
 
     Returns:
         one :class:`PlannedFile` per request, in request order.
@@ -216,7 +218,7 @@ def plan_score_files(requests: Sequence[ScoreRequest], captions_per_image, *,
         decided = choice.order_decision.order if choice.order_decision else ""
         given = any((request.attack, request.direction, request.order))
         read_off_the_file = not given or decided not in ("", request.order)  # or the scores dispute the given order
-        (logger.warning if read_off_the_file else logger.info)("%s: %s", request.name, choice.note)
+        logger.log(read_off_level if read_off_the_file else logging.INFO, "%s: %s", request.name, choice.note)
     return plans
 
 
@@ -259,13 +261,23 @@ def report_meta(plans: Sequence[PlannedFile], options: ScoringOptions = ScoringO
     return meta
 
 
-def _plan_one(request, captions_per_image, adversarial_per_image, attacks, custom, references, adversarial,
-              ask_order) -> PlannedFile:
+def detect_file_layout(request: ScoreRequest, captions_per_image, *, adversarial_per_image: int = ADVERSARIAL_PER_IMAGE,
+                       attacks=ATTACKS, custom: bool = False) -> tuple[scorefiles.ScoreFileInfo, LayoutChoice]:
+    """A score file's header and its layout, completed from what was given (the first step of
+    :func:`plan_score_files`, and what the Space's Detect button shows): a file that carries its own layout arrays
+    is a custom layout when ``custom`` layouts are allowed."""
     info = scorefiles.read_header(request.path)
     attack = request.attack or (CUSTOM if info.layout_keys and custom else "")
     choice = choose_layout(info.shape, captions_per_image, request.path.name, attack, request.direction,
                            request.order, scores=functools.partial(scorefiles.read_scores, request.path, info.key),
                            adversarial_per_image=adversarial_per_image, attacks=attacks)
+    return info, choice
+
+
+def _plan_one(request, captions_per_image, adversarial_per_image, attacks, custom, references, adversarial,
+              ask_order) -> PlannedFile:
+    info, choice = detect_file_layout(request, captions_per_image, adversarial_per_image=adversarial_per_image,
+                                      attacks=attacks, custom=custom)
     if choice.attack == CUSTOM and not custom:
         raise ValueError("custom layouts have no place in a RoCOCO report; score them with rococo_recall directly")
     if not choice.order:
@@ -274,8 +286,7 @@ def _plan_one(request, captions_per_image, adversarial_per_image, attacks, custo
         layout = _standard_layout(choice.attack, choice.direction, choice.order, tuple(captions_per_image),
                                   adversarial_per_image)
         key = gallery_key(choice.attack, choice.direction)
-        return PlannedFile(key, request, info, choice, layout,
-                           {"references": layout.references, "adversarial": layout.adversarial},
+        return PlannedFile(key, request, info, choice, layout, layout.metric_inputs(),
                            recall_cutoffs(layout.num_gallery, key))
     inside = scorefiles.read_layout_arrays(request.path)
     if "references" not in inside and references is None:
@@ -297,5 +308,15 @@ def _standard_layout(attack, direction, order, captions_per_image, adversarial_p
 
 
 def _with_name(name: str, error: Exception) -> str:
+    """``error``'s message, starting with the file's ``name`` once (score file errors start with its base name).
+
+    Example:
+        >>> _with_name("runs/a.npy", ValueError("a.npy: cannot read the file"))
+        'runs/a.npy: cannot read the file'
+    """
     text = str(error)
-    return text if text.startswith(f"{name}:") else f"{name}: {text}"
+    for prefix in (f"{name}:", f"{Path(name).name}:"):
+        if text.startswith(prefix):
+            text = text[len(prefix):].lstrip()
+            break
+    return f"{name}: {text}"

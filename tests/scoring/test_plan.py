@@ -1,0 +1,102 @@
+"""rococo_eval.scoring.plan: score files planned (layouts, orders, refusals) and scored, for the command and the Space."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pytest
+
+from rococo_eval.cli import main
+from rococo_eval.layout import gallery_layout
+from rococo_eval.scoring.plan import (PlanError, ScoreRequest, ScoringOptions, detect_file_layout, plan_score_files,
+                                      report_meta, score_planned)
+
+CAPTIONS = [5, 6, 5, 5]  # 4 images, 21 captions
+
+
+def _saved(folder, name, attack, direction, order=None, seed=0):
+    layout = gallery_layout(attack, direction, CAPTIONS, order)
+    scores = np.random.default_rng(seed).standard_normal((layout.num_queries, layout.num_gallery)).astype(np.float32)
+    for query, correct in enumerate(layout.references):
+        scores[query, list(correct)] += 3.0
+    np.save(folder / name, scores)
+    return folder / name, layout
+
+
+@pytest.mark.parametrize("options, message", [
+    (dict(ties="random"), "`ties` must be one of pessimistic, optimistic, got 'random'"),
+    (dict(bootstrap=-1), "`bootstrap` must be a non-negative int, got -1"),
+    (dict(bootstrap=True), "`bootstrap` must be a non-negative int, got True"),
+    (dict(bootstrap=1001, max_bootstrap=1000), "`bootstrap` must be an int from 0 to 1000, got 1001"),
+])
+def test_scoring_options_name_the_argument_and_value(options, message):
+    with pytest.raises(ValueError) as raised:
+        ScoringOptions(**options)
+    assert str(raised.value) == message
+
+
+def test_a_planned_file_scores_as_the_metric_on_its_layout(tmp_path):
+    path, layout = _saved(tmp_path, "rand_voca_image_to_text_official_order.npy", "rand_voca", "image_to_text",
+                          "official")
+    [planned] = plan_score_files([ScoreRequest(path, "r.npy")], CAPTIONS)
+    assert (planned.key, planned.choice.order, planned.cutoffs) == ("rand_voca/image_to_text", "official", (1, 5, 10))
+    from rococo_recall import rococo_recall
+
+    expected = rococo_recall(np.load(path), **layout.metric_inputs(), ties="optimistic", bootstrap=4, per_query=True)
+    result = score_planned([planned], ScoringOptions("optimistic", 4))["rand_voca/image_to_text"]
+    assert result["recall@1"] == expected["recall@1"] and result["recall@1_ci"] == expected["recall@1_ci"]
+    assert np.array_equal(result["rank"], expected["rank"])
+    meta = report_meta([planned], ScoringOptions("optimistic", 4))
+    assert meta == {"files": {"rand_voca/image_to_text": {"path": "r.npy", "order": "official",
+                                                          "note": planned.choice.note}},
+                    "settings": {"ties": "optimistic", "bootstrap": 4}}
+    assert "settings" not in report_meta([planned])  # the defaults are not recorded: the command's report as before
+
+
+def test_every_problem_is_listed_before_any_file_is_scored(tmp_path):
+    good, _ = _saved(tmp_path, "clean_text_to_image.npy", "clean", "text_to_image")
+    np.save(tmp_path / "odd.npy", np.zeros((3, 3), np.float32))
+    again = tmp_path / "again.npy"
+    again.write_bytes(good.read_bytes())
+    unclear, _ = _saved(tmp_path, "danger.npy", "danger", "image_to_text", "official")
+    requests = [ScoreRequest(good), ScoreRequest(tmp_path / "odd.npy", "odd.npy"), ScoreRequest(again, "again.npy"),
+                ScoreRequest(unclear, "danger.npy", order="")]
+    with pytest.raises(PlanError) as raised:
+        plan_score_files(requests, CAPTIONS, ask_order=lambda choice, request: f"ask for {request.name}'s order")
+    problems = raised.value.problems
+    assert problems[0].startswith("odd.npy: shape (3, 3) fits no RoCOCO layout")
+    assert problems[1].startswith("danger.npy: ") and problems[1].endswith("; ask for danger.npy's order")
+    assert problems[2] == f"again.npy: gallery clean/text_to_image was already given by {good}"
+    assert str(raised.value) == "\n".join(problems)
+
+
+def test_custom_layouts_only_where_allowed(tmp_path):
+    np.savez(tmp_path / "mine.npz", scores=np.eye(3, dtype=np.float32), references=np.arange(3))
+    request = ScoreRequest(tmp_path / "mine.npz", "mine.npz")
+    _, choice = detect_file_layout(request, CAPTIONS, custom=True)
+    assert choice.attack == "custom"
+    [planned] = plan_score_files([request], CAPTIONS, custom=True)
+    assert planned.key == "mine/custom" and not planned.is_standard
+    assert score_planned([planned])["mine/custom"]["recall@1"] == 100.0
+    with pytest.raises(PlanError, match="mine.npz: custom layouts have no place in a RoCOCO report"):
+        plan_score_files([ScoreRequest(tmp_path / "mine.npz", "mine.npz", attack="custom")], CAPTIONS)
+
+
+def test_a_layout_read_off_the_file_is_a_warning_for_the_command_and_a_note_for_the_space(tmp_path, caplog):
+    path, _ = _saved(tmp_path, "clean_text_to_image.npy", "clean", "text_to_image")
+    with caplog.at_level(logging.INFO, logger="rococo_eval.scoring.plan"):
+        plan_score_files([ScoreRequest(path)], CAPTIONS)
+        plan_score_files([ScoreRequest(path)], CAPTIONS, read_off_level=logging.INFO)
+        plan_score_files([ScoreRequest(path, attack="clean", direction="text_to_image")], CAPTIONS)
+    notes = [(record.levelno, record.getMessage()) for record in caplog.records if "gallery" in record.getMessage()]
+    assert [level for level, _ in notes] == [logging.WARNING, logging.INFO, logging.INFO]
+
+
+def test_the_command_names_a_file_once_in_its_errors(tmp_path, capsys):
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "broken.npy").write_bytes(b"not a numpy file")
+    assert main(["score", str(tmp_path / "sub" / "broken.npy"), "--out", str(tmp_path / "out"), "-q"]) == 1
+    error = capsys.readouterr().err
+    assert f"rococo-eval: error: {tmp_path / 'sub' / 'broken.npy'}: " in error
+    assert "broken.npy: broken.npy" not in error

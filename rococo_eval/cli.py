@@ -80,7 +80,8 @@ def build_parser() -> argparse.ArgumentParser:
                                           "attack, and write the report.")
     run.add_argument("--model", required=True,
                      help="open_clip:ARCH/PRETRAINED (e.g. open_clip:ViT-B-32/openai; 'none' = random weights), "
-                          "open_clip:hf-hub:ORG/REPO, open_clip:local-dir:PATH, or hf:REPO_OR_PATH")
+                          "open_clip:hf-hub:ORG/REPO, open_clip:local-dir:PATH, hf:REPO_OR_PATH, or blip:PATH.pth "
+                          "(an official BLIP retrieval checkpoint)")
     run.add_argument("--attacks", default="all",
                      help="comma-separated attacks, or 'all', 'text', 'image' (default all): "
                           + ", ".join(ATTACKS))

@@ -27,6 +27,9 @@ from helpers.tiny_coco import TinyCocoSource
 from helpers.tiny_models import make_tiny_blip, make_tiny_hf_clip, register_tiny_open_clip, torchvision_stand_in
 
 SHARED_ANNOTATIONS = REPO_ROOT.parent / "shared" / "rococo-data" / "annotations"
+# Stand-in torchvision and pycocoevalcap packages for the official BLIP code's environment only: never collected here
+# (collecting would put them on this process's path, where `import torchvision` would find them).
+collect_ignore = ["helpers/stand_ins"]
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 _annotation_mirror: dict = {}

@@ -5,7 +5,8 @@ yet timm imports it, and so do the official ``blip/data`` modules that ``eval_bl
 import. Nothing of torchvision runs in the reference evaluation: the official ``vit.py`` uses only timm's layers, and
 the official test transform is applied as its definition (``tests/helpers/blip_official_run.py``). So this package
 has the names those imports ask for, and each of them raises if it is ever used; the one exception is
-``datasets.utils.download_url``, which keeps torchvision's behaviour for a file that is already there.
+``datasets.utils.download_url``, which keeps torchvision's behaviour for a file that is already there. It is on the
+reference run's ``PYTHONPATH`` only; pytest does not collect it (``tests/conftest.py``'s ``collect_ignore``).
 """
 
 __version__ = "0.0+stand-in"

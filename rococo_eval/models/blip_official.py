@@ -230,10 +230,18 @@ def blip_config(state: dict, settings: dict | None = None, bos_token_id=None, pa
 
 
 def blip_tokenizer(name_or_path: str = DEFAULT_TOKENIZER):
-    """BLIP's tokenizer: ``BertTokenizer`` with ``[DEC]`` (bos), then ``[ENC]`` added, as ``init_tokenizer`` does.
+    r"""BLIP's tokenizer: ``BertTokenizer`` with ``[DEC]`` (bos), then ``[ENC]`` added, as ``init_tokenizer`` does.
 
     Args:
         name_or_path: a BERT ``vocab.txt``, a tokenizer folder, or a Hub id.
+
+    Example:
+        >>> import tempfile
+        >>> vocab = Path(tempfile.mkdtemp()) / "vocab.txt"
+        >>> _ = vocab.write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\na\ndog\n")
+        >>> tokenizer = blip_tokenizer(str(vocab))
+        >>> tokenizer.convert_tokens_to_ids(["[DEC]", "[ENC]"]), tokenizer.bos_token, len(tokenizer)
+        ([7, 8], '[DEC]', 9)
     """
     import transformers
 

@@ -23,12 +23,13 @@ import tempfile
 import warnings
 from pathlib import Path
 
-from rococo_eval.version import __version__
-from rococo_eval.catalog import ATTACKS, CLEAN, DIRECTIONS, IMAGE_ATTACKS, SEEDS, TEXT_ATTACKS
+from rococo_eval.catalog import ATTACKS, CLEAN, DIRECTIONS, IMAGE_ATTACKS, SEEDS, TEXT_ATTACKS, select_names
 from rococo_eval.detection import CUSTOM
 from rococo_eval.io.download import DEFAULT_IMAGE_WORKERS, MAX_DEFAULT_IMAGE_WORKERS, default_cache_dir
 from rococo_eval.layout import ORDERS, describe_orders
 from rococo_eval.models.cache import DEFAULT_BATCH_SIZE
+from rococo_eval.scoring.rerank import DEFAULT_CANDIDATES
+from rococo_eval.version import __version__
 
 logger = logging.getLogger("rococo_eval")
 
@@ -97,9 +98,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="threads that read, alter and preprocess images ahead of the model, plus one tokenizing the "
                           f"captions (0: none; default: CPUs, at most {MAX_DEFAULT_IMAGE_WORKERS})")
     run.add_argument("--device", help="torch device (default: cuda when available, else cpu)")
-    run.add_argument("--rerank-k", type=_positive_int, default=256,
+    run.add_argument("--rerank-k", type=_positive_int, default=DEFAULT_CANDIDATES,
                      help="for BLIP/BLIP-2 retrieval models: candidates per query re-scored by the ITM head "
-                          "(k_test; default 256, as the official evaluation)")
+                          f"(k_test; default {DEFAULT_CANDIDATES}, as the official evaluation)")
     run.add_argument("--save-scores", metavar="DIR",
                      help="also write each gallery's score matrix (float32 .npy, official order, named for "
                           "`rococo-eval score DIR/*.npy`) into DIR")
@@ -237,7 +238,7 @@ def score_command(args) -> Path:
         requests.append(ScoreRequest(path, attack=attack, direction=direction, order=order))
     try:
         plans = plan_score_files(requests, source.captions_per_image, attacks=attacks,
-                                 adversarial_per_image=adversarial_per_image_of(source))
+                                 adversarial_per_image=adversarial_per_image_of(source), ask_order=_ask_order_by_spec)
         results = score_planned(plans)
     except PlanError as error:
         raise CommandError(str(error)) from None
@@ -277,12 +278,11 @@ def parse_attacks(text: str, text_attacks=TEXT_ATTACKS, image_attacks=IMAGE_ATTA
     """
     attacks = tuple(text_attacks) + tuple(image_attacks)
     groups = {"all": attacks, "text": tuple(text_attacks), "image": tuple(image_attacks)}
-    chosen = []
-    for name in (part.strip() for part in text.split(",")):
-        if name not in groups and name not in attacks:
-            raise CommandError(f"unknown attack {name!r}; choose from " + ", ".join(list(groups) + list(attacks)))
-        chosen.extend(groups.get(name, (name,)))
-    return tuple(attack for attack in attacks if attack in chosen)
+    names = [part.strip() for part in text.split(",")]
+    unknown = [name for name in names if name not in groups and name not in attacks]
+    if unknown:
+        raise CommandError(f"unknown attack {unknown[0]!r}; choose from " + ", ".join(list(groups) + list(attacks)))
+    return select_names(names, attacks, groups, argument="attacks")
 
 
 def split_file_argument(argument: str) -> tuple[str, Path]:
@@ -349,6 +349,13 @@ def writable_folder(path) -> Path:
         raise CommandError(f"cannot write the report to --out folder {str(folder)!r}: "
                            f"{error.strerror or error}") from None
     return folder
+
+
+def _ask_order_by_spec(choice, request) -> str:
+    """How ``score`` asks for an order the file does not show: as an ``ATTACK:DIRECTION:ORDER`` spec."""
+    path = request.path
+    return (f"give it as ATTACK:DIRECTION:ORDER=PATH, here {choice.attack}:{choice.direction}:official={path} or "
+            f"{choice.attack}:{choice.direction}:dataset={path}")
 
 
 def _report(results: dict, out: Path, meta: dict, quiet: bool, layouts: dict, source) -> None:

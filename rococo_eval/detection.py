@@ -3,7 +3,7 @@
 This module owns the rules that fill in what the user left blank of a layout and refuse what contradicts it.
 The gallery facts it checks against are :mod:`rococo_eval.layout`'s; the shape comes from a score file's
 header (:func:`rococo_eval.io.scorefiles.read_header`). The galleries are RoCOCO's (clean, or one of
-:data:`~rococo_eval.layout.ATTACKS`) on an image-text set of ``captions_per_image``, with
+:data:`~rococo_eval.catalog.ATTACKS`) on an image-text set of ``captions_per_image``, with
 ``adversarial_per_image`` adversarial captions per image in a text attack (RoCOCO's 5 by default).
 
 The layout of a standard RoCOCO gallery follows from the matrix shape, the file name and, for one case, the
@@ -102,7 +102,7 @@ class LayoutChoice:
     """The gallery a score file is scored on, and how that was decided.
 
     Attributes:
-        attack: ``"clean"``, one of :data:`~rococo_eval.layout.ATTACKS`, or ``"custom"``.
+        attack: ``"clean"``, one of :data:`~rococo_eval.catalog.ATTACKS`, or ``"custom"``.
         direction: ``"image_to_text"``, ``"text_to_image"``, or ``"custom"`` for a custom layout.
         order: ``"official"`` or ``"dataset"`` (``"custom"`` for a custom layout); ``""`` when neither the user
             nor the scores fix the order of an attacked image-to-text gallery: such a choice cannot be scored.

@@ -1,8 +1,8 @@
 """Gallery layouts: what the metric takes for each gallery of an image-text set, computed in one place.
 
 This module owns the facts about galleries: their shapes, their two orders, which items are correct and which
-are adversarial, and RoCOCO's attack catalogue. :mod:`rococo_eval.detection` reads a layout back from a
-score matrix's shape, file name and scores.
+are adversarial (the attacks' names are :mod:`rococo_eval.catalog`'s). :mod:`rococo_eval.detection` reads a
+layout back from a score matrix's shape, file name and scores.
 
 An image-text set is described by its number of captions per image (one count per image, in image order) and,
 for a text attack, its number of adversarial captions per image. RoCOCO on the COCO 5K test split is one

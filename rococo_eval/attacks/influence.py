@@ -2,8 +2,8 @@
 
 RoCOCO replaces the word of a caption whose **Embedding-Influence** is low, so the altered caption stays close
 to the original in embedding space while its meaning changes. The paper does not publish the formula; this
-module defines it. For a caption with tokens ``t`` (:func:`rococo_eval.attacks.replacements.tokens`) and a candidate word
-``w`` (all its occurrences), with ``E`` a text encoder:
+module defines it. For a caption with tokens ``t`` (:func:`rococo_eval.attacks.replacements.tokens`) and a
+candidate word ``w`` (all its occurrences), with ``E`` a text encoder:
 
 - ``removal``: ``t'`` is ``t`` without the occurrences of ``w``;
 - ``masking``: ``t'`` has each occurrence replaced by the encoder's mask token (``[MASK]`` for the sentence

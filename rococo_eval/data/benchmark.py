@@ -62,16 +62,23 @@ from typing import Iterable
 import yaml
 from PIL import Image
 
-from rococo_eval.version import __version__
 from rococo_eval.attacks.captions import DEFAULT_TEXT_ENCODER, TEXT_STRATEGIES, CaptionAttack, attack_captions
-from rococo_eval.data.configs import CAPTIONS_CONFIG, IMAGES_CONFIG, config_splits
-from rococo_eval.data.export import configs_yaml, fill_template, move_into_place, table_num_rows, write_tables
 from rococo_eval.attacks.images import BATCH_SIZE, IMAGE_SIZE, LAM, make_mix_table
 from rococo_eval.catalog import IMAGE_ATTACK_METHODS, SEEDS, image_attack_name, parse_image_attack, select_names
-from rococo_eval.io.atomic import write_json
-from rococo_eval.data.manifest import (ADVERSARIAL_ROWS, ANNOTATIONS, IMAGES, MANIFEST, read_benchmark, write_manifest,
-                       write_mix_tables)
+from rococo_eval.data.configs import CAPTIONS_CONFIG, IMAGES_CONFIG, config_splits
+from rococo_eval.data.export import configs_yaml, fill_template, move_into_place, table_num_rows, write_tables
+from rococo_eval.data.manifest import (
+    ADVERSARIAL_ROWS,
+    ANNOTATIONS,
+    IMAGES,
+    MANIFEST,
+    read_benchmark,
+    write_manifest,
+    write_mix_tables,
+)
 from rococo_eval.data.source import ImageFolderError, RococoSource
+from rococo_eval.io.atomic import write_json
+from rococo_eval.version import __version__
 
 logger = logging.getLogger(__name__)
 

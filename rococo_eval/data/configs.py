@@ -133,7 +133,7 @@ def dataset_splits(attack: str, direction: str | None = None) -> dict[str, list[
     :meth:`rococo_eval.data.source.RococoSource.gallery` and :func:`rococo_eval.data.dataset.metric_inputs_for`.
 
     Args:
-        attack: ``"clean"`` or an attack (see :data:`rococo_eval.layout.ATTACKS`).
+        attack: ``"clean"`` or an attack (see :data:`rococo_eval.catalog.ATTACKS`).
         direction: ``"image_to_text"`` or ``"text_to_image"``; None means the attack's own direction,
             and is not allowed for ``"clean"``.
 

@@ -51,11 +51,10 @@ import pyarrow.parquet as pq
 import yaml
 from tqdm import tqdm
 
-from rococo_recall import CITATION as ROCOCO_CITATION
-
-from rococo_eval.version import __version__
-from rococo_eval.data.annotations import ANNOTATION_FILES, OFFICIAL_COMMIT, OFFICIAL_REPOSITORY, PAPER_URL
+from rococo_eval.attacks.images import BATCH_SIZE, IMAGE_SIZE, LAM, load_mix_table
 from rococo_eval.attacks.replacements import find_replacements
+from rococo_eval.catalog import IMAGE_ATTACKS, SEEDS, TEXT_ATTACKS
+from rococo_eval.data.annotations import ANNOTATION_FILES, OFFICIAL_COMMIT, OFFICIAL_REPOSITORY, PAPER_URL
 from rococo_eval.data.configs import (
     CAPTION_FEATURES,
     CAPTIONS_CONFIG,
@@ -68,11 +67,16 @@ from rococo_eval.data.configs import (
     table_features,
     tables_of,
 )
-from rococo_eval.io.download import (COCO_IMAGE_BASE_URL, COCO_TERMS_URL, DEFAULT_DOWNLOAD_WORKERS,
-                                     DEFAULT_IMAGE_WORKERS, default_cache_dir)
-from rococo_eval.attacks.images import BATCH_SIZE, IMAGE_SIZE, LAM, load_mix_table
-from rococo_eval.catalog import IMAGE_ATTACKS, SEEDS, TEXT_ATTACKS
 from rococo_eval.data.source import RococoSource, fetch_images
+from rococo_eval.io.download import (
+    COCO_IMAGE_BASE_URL,
+    COCO_TERMS_URL,
+    DEFAULT_DOWNLOAD_WORKERS,
+    DEFAULT_IMAGE_WORKERS,
+    default_cache_dir,
+)
+from rococo_eval.version import __version__
+from rococo_recall import CITATION as ROCOCO_CITATION
 
 logger = logging.getLogger(__name__)
 

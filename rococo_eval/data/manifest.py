@@ -18,7 +18,8 @@ Example:
     >>> import json, tempfile
     >>> folder = Path(tempfile.mkdtemp())
     >>> from rococo_eval.io.atomic import write_json
-    >>> _ = write_json([{"image": "a.jpg", "caption": ["a dog"]}], folder / ANNOTATIONS.format(name="clean"), compact=True)
+    >>> records = [{"image": "a.jpg", "caption": ["a dog"]}]
+    >>> _ = write_json(records, folder / ANNOTATIONS.format(name="clean"), compact=True)
     >>> path = write_manifest(folder, text_attacks=[], image_attacks=["mix_seed1"], adversarial_per_image=None,
     ...                       images_dir=None, details={})
     >>> benchmark = read_benchmark(folder)

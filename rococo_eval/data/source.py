@@ -28,7 +28,7 @@ from pathlib import Path, PurePosixPath
 from PIL import Image
 
 from rococo_eval.attacks.images import alter_image, encode_jpeg, load_mix_table
-from rococo_eval.catalog import CLEAN, IMAGE_ATTACKS, TEXT_ATTACKS, gallery_direction
+from rococo_eval.catalog import CLEAN, IMAGE_ATTACKS, TEXT_ATTACKS, gallery_direction, parse_image_attack
 from rococo_eval.data.annotations import OFFICIAL_COMMIT, AnnotationError, read_annotation_file
 from rococo_eval.data.manifest import read_benchmark
 from rococo_eval.io.download import (
@@ -193,7 +193,7 @@ class RococoSource:
 
     @property
     def benchmark(self):
-        """The generated benchmark this source reads (:class:`rococo_eval.data.manifest.Benchmark`), or None (RoCOCO)."""
+        """The generated benchmark this source reads (:class:`rococo_eval.data.manifest.Benchmark`); None: RoCOCO."""
         return self._benchmark
 
     @property
@@ -293,8 +293,7 @@ class RococoSource:
             if attack not in self._mix_tables:  # read (and checked) once per source
                 self._mix_tables[attack] = self._benchmark.mix_table(attack)
             return self._mix_tables[attack]
-        method, _, seed = attack.partition("_seed")
-        return _mix_table(method, int(seed))
+        return _mix_table(*parse_image_attack(attack))
 
     def gallery(self, attack: str, direction: str | None = None, order: str | None = None) -> GalleryLayout:
         """The layout of one gallery: queries, ``references``, ``adversarial`` mask and gallery order.

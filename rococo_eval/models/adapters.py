@@ -177,7 +177,7 @@ def load_model(name: str, device: Optional[str] = None, precision: str = "fp32")
     if parsed.library == "blip":
         return _load_official_blip(name, parsed.name, device, precision)
     from rococo_eval.models import (
-        blip as rerank_models,  # BLIP and BLIP-2 retrieval checkpoints, scored in two stages (rococo_eval.scoring.rerank)
+        blip as rerank_models,  # BLIP and BLIP-2 retrieval checkpoints, scored in two stages (scoring.rerank)
     )
 
     _import("torch")

@@ -104,10 +104,12 @@ class EmbeddingCache:
         root: the cache folder (created if needed).
         batch_size: items per ``encode_`` call, and rows per shard.
         workers: threads that load images ahead of the model (0: load in the calling thread). For a model
-            with ``preprocess_image`` and ``encode_preprocessed`` (:class:`~rococo_eval.models.adapters.PreprocessingModel`)
+            with ``preprocess_image`` and ``encode_preprocessed``
+            (:class:`~rococo_eval.models.adapters.PreprocessingModel`)
             they also turn each image into model input, written straight into the batch; other models get the
             images (``encode_images``). At most three batches are loaded or encoded at a time. With any workers,
-            a model with ``tokenize_texts`` and ``encode_tokenized`` (:class:`~rococo_eval.models.adapters.TokenizingModel`)
+            a model with ``tokenize_texts`` and ``encode_tokenized``
+            (:class:`~rococo_eval.models.adapters.TokenizingModel`)
             has its next captions tokenized in one more thread while it encodes this batch.
         progress: show a tqdm progress bar per item set. Either way each item set logs (INFO) one line when
             done, with its rate.

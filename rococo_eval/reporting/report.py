@@ -24,7 +24,6 @@ from pathlib import Path
 
 import numpy as np
 
-from rococo_eval.version import __version__
 from rococo_eval.attacks.replacements import highlight
 from rococo_eval.catalog import CLEAN, DIRECTIONS, IMAGE_ATTACK_METHODS, TEXT_ATTACKS, TEXT_TO_IMAGE, parse_image_attack
 from rococo_eval.data.annotations import OFFICIAL_COMMIT, OFFICIAL_REPOSITORY
@@ -37,6 +36,7 @@ from rococo_eval.reporting.analysis import (
     split_per_query,
     write_per_query_parquet,
 )
+from rococo_eval.version import __version__
 
 logger = logging.getLogger(__name__)
 

@@ -139,11 +139,8 @@ class PlannedFile:
         return self.layout is not None
 
 
-def ask_order_by_spec(choice: LayoutChoice, request: ScoreRequest) -> str:
-    """How ``rococo-eval score`` asks for an order the file does not show: as an ``ATTACK:DIRECTION:ORDER`` spec."""
-    path = request.path
-    return (f"give it as ATTACK:DIRECTION:ORDER=PATH, here {choice.attack}:{choice.direction}:official={path} or "
-            f"{choice.attack}:{choice.direction}:dataset={path}")
+def _give_the_order(choice: LayoutChoice, request: ScoreRequest) -> str:
+    return "give its order: official or dataset"
 
 
 def attacks_of(source) -> tuple[str, ...]:
@@ -175,7 +172,7 @@ def adversarial_per_image_of(source) -> int:
 def plan_score_files(requests: Sequence[ScoreRequest], captions_per_image, *,
                      adversarial_per_image: int = ADVERSARIAL_PER_IMAGE, attacks=ATTACKS, custom: bool = False,
                      references=None, adversarial=None,
-                     ask_order: Callable[[LayoutChoice, ScoreRequest], str] = ask_order_by_spec,
+                     ask_order: Callable[[LayoutChoice, ScoreRequest], str] = _give_the_order,
                      read_off_level: int = logging.WARNING) -> list[PlannedFile]:
     """Settle every file's gallery before any is scored; raise one :class:`PlanError` listing every problem.
 

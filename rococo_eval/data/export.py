@@ -115,7 +115,8 @@ def fill_template(name: str, values: dict[str, object]) -> str:
         ValueError: `values` must name the placeholders of templates/coco_citation.bib: missing [], extra ['year']
     """
     template = Template(_TEMPLATES.joinpath(name).read_text(encoding="utf-8"))
-    placeholders = set(template.get_identifiers())
+    placeholders = {match["named"] or match["braced"] for match in template.pattern.finditer(template.template)
+                    if match["named"] or match["braced"]}  # Template.get_identifiers needs Python 3.11
     if placeholders != set(values):
         raise ValueError(f"`values` must name the placeholders of templates/{name}: missing "
                          f"{sorted(placeholders - set(values))}, extra {sorted(set(values) - placeholders)}")

@@ -58,7 +58,7 @@ def test_every_module_of_the_package_is_in_a_layer(hooks):
 
 def test_the_layers_come_from_the_contract_bottom_first(hooks):
     layers = hooks.layers()
-    assert layers[0] == ["rococo_eval.catalog"]
+    assert layers[0] == ["rococo_eval.catalog", "rococo_eval.version"]
     assert layers[-1] == ["rococo_eval.cli", "rococo_eval.space"]
 
 

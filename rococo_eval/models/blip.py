@@ -23,9 +23,10 @@ ITM with the image side computed once: in every layer with cross-attention, a ca
 image's tokens, projected to keys and values; that projection is the same for every caption the image is paired
 with, and it is most of a pair's work (BLIP-base: 577 image tokens against 35 caption tokens). :meth:`match`
 therefore runs the text encoder (BLIP) or the Q-Former (BLIP-2) layer by layer with the loaded weights, projects
-each image of a call once per layer and gathers the keys and values of each pair by index, attends with
-``torch.nn.functional.scaled_dot_product_attention``, and masks padding as ``transformers`` does (BLIP: its
-additive ``finfo.min`` mask; BLIP-2: its boolean mask). :class:`ImageFeatures` keeps the keys and values of a call's
+each image of a call once per layer, lets the query tokens of all of the image's pairs attend to those keys and
+values in one ``torch.nn.functional.scaled_dot_product_attention`` call (without copying them per pair: a copy
+per pair took longer than the attention itself), and masks padding as ``transformers`` does (BLIP: its additive
+``finfo.min`` mask; BLIP-2: its boolean mask). :class:`ImageFeatures` keeps the keys and values of a call's
 last image for the next call, so pairs sorted by image (as :class:`~rococo_eval.scoring.rerank.Reranker` sends
 them) project each image once per group of pairs. Scores equal ``transformers``' own forward within rounding
 (``tests/models/test_blip_itm.py``); ``reuse_image_keys_values = False`` runs that forward instead.
@@ -132,38 +133,61 @@ class ImageFeatures:
 
 
 class _ImageKeysValues:
-    """The cross-attention keys and values of the images of one :meth:`~BlipReranker.match` call, layer by layer:
-    each image projected once per layer (not at all for the image that ``features`` holds), gathered per pair by
-    index; on leaving, the call's last image is held in ``features`` for the next call."""
+    """Cross-attention to the images of one :meth:`~BlipReranker.match` call, layer by layer: each image projected
+    to keys and values once per layer (not at all for the image that ``features`` holds), then the query tokens of
+    all of its pairs attend to them in one ``scaled_dot_product_attention`` call (a query token's attention does
+    not depend on the other query rows, so the pairs' rows go in as one sequence, and the keys and values are
+    neither recomputed nor copied per pair). :meth:`hold` leaves the call's last image in ``features``."""
 
     def __init__(self, features: ImageFeatures, positions, dtype):
         import torch
 
         self.features = features
-        self.images, self.pairs = torch.unique(positions, return_inverse=True)  # sorted images; image of each pair
-        reused = self.images == features.held_position if features.held_position is not None else None
+        images, pairs, counts = torch.unique(positions, return_inverse=True, return_counts=True)  # sorted images
+        self.images, self.counts = images, counts.tolist()
+        self.order = None if bool((pairs[1:] >= pairs[:-1]).all()) else torch.argsort(pairs, stable=True)
+        self.restore = None if self.order is None else torch.argsort(self.order)
+        reused = images == features.held_position if features.held_position is not None else None
         self.reused_at = int(reused.nonzero()[0, 0]) if reused is not None and bool(reused.any()) else None
-        fresh = self.images if self.reused_at is None else self.images[~reused]
+        fresh = images if self.reused_at is None else images[~reused]
         self.fresh = features.hidden[fresh].to(dtype) if len(fresh) else None
         self.held: dict[int, tuple] = {}
 
-    def __call__(self, layer: int, attention):
-        """Keys and values (pairs x heads x image tokens x head size) of layer ``layer``'s cross-attention
-        ``attention`` (with ``key``, ``value`` and the head size as ``attention_head_size``)."""
+    def attend(self, layer: int, attention, rows, scale=None):
+        """The context (pairs x tokens x width) of cross-attention ``attention`` of layer ``layer`` (with ``query``,
+        ``key``, ``value`` and ``attention_head_size``) for the pairs' ``rows`` (pairs x tokens x width)."""
+        import torch
+        from torch.nn import functional
+
+        head = attention.attention_head_size
+        keys, values = self._keys_values(layer, attention)
+        queries = attention.query(rows)
+        if self.order is not None:  # the pairs of an image together
+            queries = queries[self.order]
+        pairs, tokens, width = queries.shape
+        contexts, first = [], 0
+        for image, count in enumerate(self.counts):
+            run = queries[first:first + count].reshape(1, count * tokens, width // head, head).transpose(1, 2)
+            context = functional.scaled_dot_product_attention(run, keys[image:image + 1], values[image:image + 1],
+                                                              scale=scale)
+            contexts.append(context.transpose(1, 2).reshape(count, tokens, width))
+            first += count
+        context = torch.cat(contexts) if len(contexts) > 1 else contexts[0]
+        return context if self.restore is None else context[self.restore]
+
+    def _keys_values(self, layer: int, attention):
+        """Keys and values (images x heads x image tokens x head size) of the call's images, in ``images`` order."""
+        import torch
+
         projected = [None if self.fresh is None else _heads(projection(self.fresh), attention.attention_head_size)
                      for projection in (attention.key, attention.value)]
         if self.reused_at is not None:
-            projected = [self._with_held(states, held) for states, held in zip(projected, self.features.held[layer])]
+            at = self.reused_at
+            projected = [held[None] if states is None else torch.cat([states[:at], held[None], states[at:]])
+                         for states, held in zip(projected, self.features.held[layer])]
         keys, values = projected
         self.held[layer] = (keys[-1].clone(), values[-1].clone())
-        return keys[self.pairs], values[self.pairs]
-
-    def _with_held(self, states, held):
-        """The held image's keys or values put in its place among the projected images' ``states``."""
-        import torch
-
-        held = held[None]
-        return held if states is None else torch.cat([states[:self.reused_at], held, states[self.reused_at:]])
+        return keys, values
 
     def hold(self) -> None:
         """Leave the keys and values of this call's last image in ``features``, for the next call."""
@@ -340,7 +364,7 @@ class BlipReranker(_Reranker):
                                                   *_self_keys_values(layer.attention.self, states), mask=padding),
                                           rows)
             cross = layer.crossattention.self
-            rows = layer.crossattention.output(_attend(cross, rows, *image(number, cross)), rows)
+            rows = layer.crossattention.output(image.attend(number, cross, rows), rows)
             states = layer.output(layer.intermediate(rows), rows)
         image.hold()
         return states[:, 0, :]
@@ -448,8 +472,8 @@ class Blip2Reranker(_Reranker):
             queries = rows[:, :count]
             if layer.has_cross_attention:
                 cross = layer.crossattention.attention
-                queries = layer.crossattention.output(_attend(cross, queries, *image(number, cross),
-                                                              scale=cross.scaling), queries)
+                queries = layer.crossattention.output(image.attend(number, cross, queries, scale=cross.scaling),
+                                                      queries)
             queries = layer.output_query(layer.intermediate_query(queries), queries)
             if last:
                 states = queries

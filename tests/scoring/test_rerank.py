@@ -20,7 +20,7 @@ from rococo_eval.models.cache import EmbeddingCache, ItemSet, LazyImages
 from rococo_eval.scoring.galleries import score_model
 from rococo_eval.catalog import CLEAN, IMAGE_TO_TEXT, TEXT_TO_IMAGE
 from rococo_eval.scoring.rerank import FILL, PairStore, Reranker, Side
-from rococo_eval.models.blip import pre_caption
+from rococo_eval.models.blip import Blip2Reranker, pre_caption
 from rococo_eval.io.savedscores import score_file_name
 from helpers.metric_cases import assert_same_results
 from helpers.reference_metric import official_itm_eval
@@ -39,9 +39,15 @@ def run_galleries(model, source, cache_dir, attacks=("rand_voca",), k=10, save_s
     return score_model(model, source, list(attacks), cache, reranker=scorer, save_scores=save_scores), scorer
 
 
+def is_blip2(model) -> bool:
+    """Whether ``model`` is a BLIP-2 checkpoint: by its class, not its name (a path that may well hold "blip2":
+    the third ``blip_name`` folder of a session is ``blip2``)."""
+    return isinstance(model, Blip2Reranker)
+
+
 def hf_inputs(model, images, texts):
     """The checkpoint's own inputs, made here as the official evaluations make them (not by the adapter)."""
-    max_words = 50 if "blip2" in model.name else 30
+    max_words = 50 if is_blip2(model) else 30
     tokens = model.tokenizer([pre_caption(text, max_words) for text in texts], padding="max_length", truncation=True,
                              max_length=35, return_tensors="pt")
     pixels = model.processor(images=images, return_tensors="pt")["pixel_values"]
@@ -54,7 +60,7 @@ def brute_force_itc(model, images, texts) -> np.ndarray:
 
     ids, mask, pixels = hf_inputs(model, images, texts)
     with torch.no_grad():
-        if "blip2" in model.name:
+        if is_blip2(model):
             return model.model(pixel_values=pixels, input_ids=ids, attention_mask=mask).logits_per_image.numpy()
         return model.model(input_ids=ids, attention_mask=mask, pixel_values=pixels, use_itm_head=False).itm_score.numpy()
 
@@ -66,7 +72,7 @@ def direct_itm(model, images, texts) -> np.ndarray:
 
     ids, mask, pixels = hf_inputs(model, images, texts)
     with torch.no_grad():
-        if "blip2" in model.name:
+        if is_blip2(model):
             return model.model(pixel_values=pixels, input_ids=ids, attention_mask=mask,
                                use_image_text_matching_head=True).logits_per_image[:, 1].numpy()
         ids[:, 0] = model.tokenizer.bos_token_id + 1

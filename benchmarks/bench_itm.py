@@ -23,8 +23,9 @@ sends them, in calls of ``--batch-size`` pairs:
   or many captions' top 256.
 
 The cached path scores the whole workload; ``transformers``' forward, whose cost per pair does not depend on how
-the pairs are grouped, scores its first ``--plain-pairs`` pairs in calls of the same size. Each figure is the
-median of ``--repeat`` runs, after one warm-up call of each path. Printed besides: the largest difference between
+the pairs are grouped, scores its first ``--plain-pairs`` pairs in calls of the same size. After one warm-up call
+of each path, the two paths alternate for ``--repeat`` runs: rates are medians over the runs, ratios the median
+of each run's ratio (this machine's speed drifts over minutes, and other work shares its cores). Printed besides: the largest difference between
 the two paths' scores on the pairs both scored (fp32), the bf16 scores of a few pairs against fp32, the memory of
 one image's keys and values (the tensors' own sizes, in fp32 and bf16), and the time of the 7.7 million ITM pairs
 that ``docs/reproduce.md`` counts for a full run at k = 256, at the image-to-text rate.
@@ -145,31 +146,33 @@ def bench(which: str, args, folder: Path) -> None:
     print(f"\n## {which}: image tokens {hidden.shape[1]} x width {hidden.shape[2]}; {text.num_hidden_layers} "
           f"{'Q-Former' if which == 'blip2' else 'text'} layers of width {text.hidden_size}, {cross_layers} with "
           f"cross-attention; built in {built:.0f} s; vision pass {vision:.2f} s per image (both paths)")
-    print("\n| workload | path | pairs timed | pairs/s (median) | range | x transformers |")
-    print("|---|---|---|---|---|---|")
-    rates = {}
+    print("\n| workload | path | pairs timed | pairs/s: median (range) | x transformers: median of the runs' (range) |")
+    print("|---|---|---|---|---|")
+    rates, notes = {}, []
     for workload, positions in workloads().items():
         tokens = model.tokenize(captions(len(positions), rng))
         plain = min(args.plain_pairs, len(positions))
         score(model, hidden, positions[:2], tokens[:2], args.batch_size, reuse=False)  # warm-up
         score(model, hidden, positions[:2], tokens[:2], args.batch_size, reuse=True)
         runs = {True: [], False: []}
-        for _ in range(args.repeat):
+        for _ in range(args.repeat):  # the two paths alternate, so that each run's ratio sees one machine speed
             for reuse, count in ((False, plain), (True, len(positions))):
                 elapsed, scores = score(model, hidden, positions[:count], tokens[:count], args.batch_size, reuse)
                 runs[reuse].append((count / elapsed, scores))
-        difference = np.abs(runs[True][-1][1][:plain] - runs[False][-1][1]).max()
-        baseline = statistics.median(rate for rate, _ in runs[False])
+        ratios = [cached / plain_rate for (cached, _), (plain_rate, _) in zip(runs[True], runs[False])]
         for reuse, name in ((False, "transformers' forward"), (True, "keys and values once per image")):
             values = [rate for rate, _ in runs[reuse]]
             rates[(workload, reuse)] = statistics.median(values)
-            rate = rates[(workload, reuse)]
-            print(f"| {workload} | {name} | {len(positions) if reuse else plain} | {rate:.2f} "
-                  f"| {min(values):.2f}-{max(values):.2f} | {rate / baseline:.2f} |")
-        print(f"\n{workload}: largest |difference| between the paths' fp32 scores: {difference:.2e}")
+            ratio = (f"**{statistics.median(ratios):.2f}** ({min(ratios):.2f}-{max(ratios):.2f})" if reuse
+                     else "1.00")
+            print(f"| {workload} | {name} | {len(positions) if reuse else plain} | {rates[(workload, reuse)]:.2f} "
+                  f"({min(values):.2f}-{max(values):.2f}) | {ratio} |")
+        difference = np.abs(runs[True][-1][1][:plain] - runs[False][-1][1]).max()
+        notes.append(f"{workload}: largest |difference| between the two paths' fp32 scores {difference:.2e}")
+    print("\n" + "\n".join(notes))
     fp32_bytes = keys_values_bytes(model, hidden)
     plain_i2t, cached_i2t = (rates[(next(iter(workloads())), reuse)] for reuse in (False, True))
-    print(f"\nkeys and values of one image, all {cross_layers} cross-attention layers: {fp32_bytes / 1e6:.1f} MB in "
+    print(f"keys and values of one image, all {cross_layers} cross-attention layers: {fp32_bytes / 1e6:.1f} MB in "
           f"fp32", end="")
     if which == "blip":
         bf16 = BlipReranker(which, _TorchModel(which, "cpu", "bf16"), copy.deepcopy(model.model), model.tokenizer,

@@ -10,8 +10,8 @@ The models are random (no weights can be downloaded here), at the sizes of the r
   768), a BERT-base text encoder (12 layers, width 768, 12 heads) with cross-attention in every layer;
 - BLIP-2: ``Salesforce/blip2-itm-vit-g``'s architecture: ViT-g/14 at 224 x 224 (257 image tokens of width 1408,
   39 layers unless ``--blip2-vision-layers`` says fewer; the ITM stage reads only their output), a BERT-base
-  Q-Former with 32 query tokens and cross-attention in every second layer. It is the largest BLIP-2 retrieval
-  model, and it fits this machine (about 5 GB in fp32).
+  Q-Former with 32 query tokens and cross-attention in every second layer. That is the size of the BLIP-2 ITM
+  checkpoint (1.17 billion parameters, 4.7 GB in fp32), and it fits this machine.
 
 The captions are random sentences of 5 to 20 words, tokenized as the adapter does (padded to 35 tokens), with
 BLIP's vocabulary size. The image features are the model's own vision output for random images (its time per
@@ -25,10 +25,12 @@ sends them, in calls of ``--batch-size`` pairs:
 The cached path scores the whole workload; ``transformers``' forward, whose cost per pair does not depend on how
 the pairs are grouped, scores its first ``--plain-pairs`` pairs in calls of the same size. After one warm-up call
 of each path, the two paths alternate for ``--repeat`` runs: rates are medians over the runs, ratios the median
-of each run's ratio (this machine's speed drifts over minutes, and other work shares its cores). Printed besides: the largest difference between
-the two paths' scores on the pairs both scored (fp32), the bf16 scores of a few pairs against fp32, the memory of
-one image's keys and values (the tensors' own sizes, in fp32 and bf16), and the time of the 7.7 million ITM pairs
-that ``docs/reproduce.md`` counts for a full run at k = 256, at the image-to-text rate.
+of each run's ratio (this machine's speed drifts over minutes, and other work shares its cores).
+
+Printed besides: the largest difference between the two paths' scores on the pairs both scored (fp32), the bf16
+scores of a few pairs against fp32, the memory of one image's keys and values (the tensors' own sizes, in fp32
+and bf16), and the time of the 7.7 million ITM pairs that ``docs/reproduce.md`` counts for a full run's two clean
+galleries at k = 256, at the image-to-text rate.
 """
 
 import argparse

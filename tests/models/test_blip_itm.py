@@ -23,7 +23,7 @@ from PIL import Image
 from rococo_eval.catalog import IMAGE_TO_TEXT, TEXT_TO_IMAGE
 from rococo_eval.layout import gallery_layout
 from rococo_eval.models import adapters
-from rococo_eval.models.blip import ImageFeatures
+from rococo_eval.models.blip import Blip2Reranker, ImageFeatures
 from rococo_eval.models.cache import EmbeddingCache
 from rococo_eval.scoring.galleries import ground_truth_captions, original_images, score_model
 from rococo_eval.scoring.rerank import FILL, Reranker, Side
@@ -122,7 +122,7 @@ def transformers_itm(model, images, captions) -> np.ndarray:
     ids, mask = torch.from_numpy(tokens[:, 0]), torch.from_numpy(tokens[:, 1])
     pixels = torch.from_numpy(np.stack([model.preprocess_image(image) for image in images])).to(model.base.dtype)
     with torch.inference_mode():
-        if model.name.endswith("blip2"):
+        if isinstance(model, Blip2Reranker):
             output = model.model(pixel_values=pixels, input_ids=ids, attention_mask=mask,
                                  use_image_text_matching_head=True).logits_per_image
         else:
@@ -207,7 +207,7 @@ def count_projections(model) -> list:
 
 
 def _cross_attentions(model):
-    if model.name.endswith("blip2"):
+    if isinstance(model, Blip2Reranker):
         return [layer.crossattention.attention for layer in model.model.qformer.encoder.layer
                 if layer.has_cross_attention]
     return [layer.crossattention.self for layer in model.model.text_encoder.encoder.layer]

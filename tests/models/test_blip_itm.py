@@ -4,7 +4,7 @@
 The models are tiny real ``transformers`` architectures with random weights, built here from configs: BLIP with a
 two-layer text encoder, BLIP-2 with a three-layer Q-Former that cross-attends in layers 0 and 2 only, so that
 the first, middle and last layers all run. The weights are spread wider than the default initialisation (as
-``tests/test_rerank.py`` does), so that images and captions give different scores.
+``tests/helpers/tiny_models.py`` spreads them), so that images and captions give different scores.
 
 Tolerances (the ITM logits here lie between -3.9 and 2.1):
 - fp32: within 1e-5 absolute of ``transformers``' forward. Measured with torch 2.13 and transformers 5.24: at most
@@ -36,6 +36,7 @@ CAPTIONS = ["A dog.", "a man riding a horse on the beach", "Two cats sitting on 
 # (image, caption) pairs: image 0 with every caption, captions 1 and 5 with several images, image 3 with one.
 PAIRS = [(0, 0), (0, 1), (0, 2), (0, 3), (0, 4), (0, 5), (1, 1), (1, 5), (2, 1), (2, 4), (2, 5), (3, 2), (1, 0)]
 FP32_TOLERANCE = 1e-5
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _tokenizer(folder):
@@ -89,17 +90,6 @@ def make_tiny_blip(folder, blip2=False) -> str:
 def make_images(count, seed=0):
     rng = np.random.default_rng(seed)
     return [Image.fromarray(rng.integers(0, 256, (4, 5, 3), dtype=np.uint8)).resize((40, 30)) for _ in range(count)]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_torch_thread():
-    """Tiny models run fastest on one thread (tests/test_rerank.py says why)."""
-    import torch
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module", params=["blip", "blip2"])

@@ -210,6 +210,7 @@ def _attend(attention, rows, keys, values, mask=None, scale=None):
 
 
 def _self_keys_values(attention, states):
+    """Self-attention ``attention``'s keys and values of ``states`` (batch x tokens x width), per head."""
     return (_heads(attention.key(states), attention.attention_head_size),
             _heads(attention.value(states), attention.attention_head_size))
 

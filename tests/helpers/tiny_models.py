@@ -138,25 +138,29 @@ def _spread(model):
                 parameter.normal_(0, 0.3)
 
 
-def make_tiny_blip(folder, blip2=False) -> str:
-    """Save a tiny random BLIP (or BLIP-2) retrieval model with its tokenizer and processor; return its name."""
+def make_tiny_blip(folder, blip2=False, text_layers=1, cross_attention_frequency=1) -> str:
+    """Save a tiny random BLIP (or BLIP-2) retrieval model with its tokenizer and processor; return its name.
+
+    ``text_layers`` is the layers of BLIP's text encoder (BLIP-2's Q-Former), ``cross_attention_frequency`` how often
+    BLIP-2's Q-Former layers cross-attend (1: every layer, 2: layers 0, 2, ...)."""
     import torch
     import transformers
 
     tokenizer = _blip_tokenizer(folder)
-    layers = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2)
-    vision = dict(layers, image_size=32, patch_size=8)
+    layers = dict(hidden_size=32, intermediate_size=64, num_attention_heads=2)
+    vision = dict(layers, num_hidden_layers=1, image_size=32, patch_size=8)
+    text = dict(layers, num_hidden_layers=text_layers, max_position_embeddings=40, pad_token_id=0,
+                encoder_hidden_size=32)
     if blip2:
         config = transformers.Blip2Config(
             vision_config=vision, num_query_tokens=4, image_text_hidden_size=16,
-            qformer_config=dict(layers, vocab_size=len(tokenizer), max_position_embeddings=40, encoder_hidden_size=32,
-                                pad_token_id=0, cross_attention_frequency=1, use_qformer_text_input=True))
+            qformer_config=dict(text, vocab_size=len(tokenizer), cross_attention_frequency=cross_attention_frequency,
+                                use_qformer_text_input=True))
         architecture = transformers.Blip2ForImageTextRetrieval
     else:
         config = transformers.BlipConfig(
             vision_config=vision, image_text_hidden_size=16,
-            text_config=dict(layers, vocab_size=len(tokenizer) + 1, max_position_embeddings=40, pad_token_id=0,
-                             bos_token_id=tokenizer.bos_token_id, sep_token_id=3, encoder_hidden_size=32))
+            text_config=dict(text, vocab_size=len(tokenizer) + 1, bos_token_id=tokenizer.bos_token_id, sep_token_id=3))
         architecture = transformers.BlipForImageTextRetrieval
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)

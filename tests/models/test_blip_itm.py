@@ -14,22 +14,19 @@ Tolerances (the ITM logits here lie between -3.9 and 2.1):
   Q-Former stays in fp32) 0.12 (0.040) against 0.13 (0.041). The wide weights make bf16 coarse on these models.
 """
 
-import string
-
 import numpy as np
 import pytest
 from PIL import Image
 
-from rococo_eval.catalog import IMAGE_TO_TEXT, TEXT_TO_IMAGE
-from rococo_eval.layout import gallery_layout
+from helpers.tiny_coco import TinyCocoSource
+from helpers.tiny_models import make_tiny_blip
+from rococo_eval.catalog import TEXT_TO_IMAGE
 from rococo_eval.models import adapters
 from rococo_eval.models.blip import Blip2Reranker, ImageFeatures
 from rococo_eval.models.cache import EmbeddingCache
 from rococo_eval.scoring.galleries import ground_truth_captions, original_images, score_model
 from rococo_eval.scoring.rerank import FILL, Reranker, Side
 
-WORDS = ["a", "an", "the", "man", "woman", "dog", "cat", "on", "in", "of", "with", "riding", "sitting", "table",
-         "street", "red", "blue", "two", "is", "and", "bus", "kite", "pizza", "horse", "beach"]
 # 3 to 32 tokens (BLIP keeps 30 words) or 35 (BLIP-2), so each caption has its own padding
 CAPTIONS = ["A dog.", "a man riding a horse on the beach", "Two cats sitting on a red table in the street with a kite",
             "pizza", " ".join(["a blue bus"] * 14), "the woman and the dog"]
@@ -39,54 +36,6 @@ FP32_TOLERANCE = 1e-5
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
-def _tokenizer(folder):
-    """A BERT word-piece tokenizer with BLIP's extra token: ``[DEC]`` added as bos (``[ENC]`` follows it)."""
-    import transformers
-
-    tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + WORDS + list(string.ascii_lowercase)
-    (folder / "vocab.txt").write_text("\n".join(tokens) + "\n")
-    tokenizer = transformers.BertTokenizer(str(folder / "vocab.txt"))
-    tokenizer.add_special_tokens({"bos_token": "[DEC]"})
-    return tokenizer
-
-
-def make_tiny_blip(folder, blip2=False) -> str:
-    """Save a tiny random BLIP (two text layers) or BLIP-2 (three Q-Former layers, cross-attention in the first and
-    the last) retrieval model with its tokenizer and processor; return its model name."""
-    import torch
-    import transformers
-
-    tokenizer = _tokenizer(folder)
-    layers = dict(hidden_size=32, intermediate_size=64, num_attention_heads=2)
-    vision = dict(layers, num_hidden_layers=1, image_size=32, patch_size=8)
-    if blip2:
-        config = transformers.Blip2Config(
-            vision_config=vision, num_query_tokens=4, image_text_hidden_size=16,
-            qformer_config=dict(layers, num_hidden_layers=3, vocab_size=len(tokenizer), max_position_embeddings=40,
-                                encoder_hidden_size=32, pad_token_id=0, cross_attention_frequency=2,
-                                use_qformer_text_input=True))
-        architecture = transformers.Blip2ForImageTextRetrieval
-    else:
-        config = transformers.BlipConfig(
-            vision_config=vision, image_text_hidden_size=16,
-            text_config=dict(layers, num_hidden_layers=2, vocab_size=len(tokenizer) + 1, max_position_embeddings=40,
-                             pad_token_id=0, bos_token_id=tokenizer.bos_token_id, sep_token_id=3,
-                             encoder_hidden_size=32))
-        architecture = transformers.BlipForImageTextRetrieval
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
-        model = architecture(config)
-        with torch.no_grad():
-            for name, parameter in model.named_parameters():
-                if parameter.ndim >= 2 or name == "query_tokens":
-                    parameter.normal_(0, 0.3)
-    model_dir = folder / ("tiny-blip2" if blip2 else "tiny-blip")
-    model.save_pretrained(model_dir)
-    tokenizer.save_pretrained(model_dir)
-    transformers.BlipImageProcessor(size={"height": 32, "width": 32}).save_pretrained(model_dir)
-    return f"hf:{model_dir}"
-
-
 def make_images(count, seed=0):
     rng = np.random.default_rng(seed)
     return [Image.fromarray(rng.integers(0, 256, (4, 5, 3), dtype=np.uint8)).resize((40, 30)) for _ in range(count)]
@@ -94,7 +43,10 @@ def make_images(count, seed=0):
 
 @pytest.fixture(scope="module", params=["blip", "blip2"])
 def name(request, tmp_path_factory):
-    return make_tiny_blip(tmp_path_factory.mktemp(request.param), blip2=request.param == "blip2")
+    """BLIP with a two-layer text encoder; BLIP-2 with a three-layer Q-Former cross-attending in layers 0 and 2."""
+    blip2 = request.param == "blip2"
+    return make_tiny_blip(tmp_path_factory.mktemp(request.param), blip2=blip2, text_layers=3 if blip2 else 2,
+                          cross_attention_frequency=2)
 
 
 def load(name, precision="fp32", reuse=True):
@@ -223,46 +175,11 @@ def test_match_takes_the_vision_output_itself(name, expected):
                                atol=FP32_TOLERANCE)
 
 
-class TinySource:
-    """A RoCOCO-shaped benchmark of ``num_images`` generated images: 5 captions each (6 for image 1) and 5
-    adversarial captions per image in the text attack ``rand_voca``, galleries laid out as RoCOCO's."""
-
-    def __init__(self, folder, num_images=10, seed=0):
-        rng = np.random.default_rng(seed)
-        self.images_dir = folder
-        self.image_files = [f"val2014/COCO_val2014_{index:012d}.jpg" for index in range(num_images)]
-        (folder / "val2014").mkdir(parents=True, exist_ok=True)
-        for name, image in zip(self.image_files, make_images(num_images, seed)):
-            image.save(folder / name, quality=90)
-        self.captions_per_image = [6 if index == 1 else 5 for index in range(num_images)]
-        words = [" ".join(rng.choice(WORDS, rng.integers(3, 9))) for _ in range(sum(self.captions_per_image) +
-                                                                                5 * num_images)]
-        self.captions = [sentence.capitalize() + "." for sentence in words[:sum(self.captions_per_image)]]
-        self.adversarial = words[sum(self.captions_per_image):]
-
-    @property
-    def num_images(self):
-        return len(self.image_files)
-
-    def original_image(self, index):
-        with Image.open(self.images_dir / self.image_files[index]) as image:
-            return image.convert("RGB")
-
-    def ground_truth_captions(self):
-        return list(self.captions)
-
-    def adversarial_captions(self, attack):
-        return list(self.adversarial)
-
-    def gallery(self, attack, direction=None, order=None):
-        return gallery_layout(attack, direction or IMAGE_TO_TEXT, self.captions_per_image, order or "official")
-
-
 def test_recalls_are_those_of_the_transformers_forward(name, tmp_path):
     """Both clean galleries and rand_voca's, re-ranked at k = 8 in groups that split images' pairs: every result
     (recalls, false rates, per-query ranks and top-1 items) is identical; the scores (the matrices and the
     per-query scores of the top-1 and the best correct item) agree within the fp32 tolerance."""
-    source = TinySource(tmp_path / "coco")
+    source = TinyCocoSource(tmp_path / "coco", num_images=10)
     results, matrices = {}, {}
     for reuse in (True, False):
         cache = EmbeddingCache(tmp_path / f"cache-{reuse}", batch_size=16)
@@ -290,7 +207,7 @@ def test_recalls_are_those_of_the_transformers_forward(name, tmp_path):
 def test_the_reranker_sends_each_images_pairs_together(name, tmp_path):
     """Through the Reranker's own batching (6 pairs a call, 6 images a group, about 45 pairs an image), the clean
     text-to-image gallery projects each image with re-ranked pairs once per layer."""
-    source = TinySource(tmp_path / "coco")
+    source = TinyCocoSource(tmp_path / "coco", num_images=10)
     model = load(name)
     cache = EmbeddingCache(tmp_path / "cache", batch_size=16)
     score_model(model, source, [], cache, reranker=Reranker(model, cache.root, k=1))  # the embeddings, cached

@@ -2,7 +2,7 @@
 (:mod:`rococo_eval.models.blip`), against ``transformers``' own forward, measured in one run.
 
     python benchmarks/bench_itm.py [--models blip blip2] [--repeat 3] [--batch-size 64] [--plain-pairs 64]
-                                   [--threads N] [--blip2-vision-layers 39]
+                                   [--threads N] [--blip2-vision-layers 39] [--device cpu|cuda]
 
 The models are random (no weights can be downloaded here), at the sizes of the real checkpoints:
 
@@ -92,7 +92,7 @@ def blip_base(blip2: bool, vision_layers: int):
     return transformers.BlipForImageTextRetrieval(config)
 
 
-def load(which: str, folder: Path, vision_layers: int, precision: str = "fp32"):
+def load(which: str, folder: Path, vision_layers: int, device: str, precision: str = "fp32"):
     import transformers
 
     started = time.perf_counter()
@@ -100,7 +100,7 @@ def load(which: str, folder: Path, vision_layers: int, precision: str = "fp32"):
     size = 224 if which == "blip2" else 384
     processor = transformers.BlipImageProcessor(size={"height": size, "width": size})
     adapter = (Blip2Reranker if which == "blip2" else BlipReranker)(
-        which, _TorchModel(which, "cpu", precision), model, tokenizer(folder), processor)
+        which, _TorchModel(which, device, precision), model, tokenizer(folder), processor)
     return adapter, time.perf_counter() - started
 
 
@@ -135,7 +135,7 @@ def keys_values_bytes(model, hidden) -> int:
 
 
 def bench(which: str, args, folder: Path) -> None:
-    model, built = load(which, folder, args.blip2_vision_layers)
+    model, built = load(which, folder, args.blip2_vision_layers, args.device)
     rng = np.random.default_rng(0)
     images = [Image.fromarray(rng.integers(0, 256, (64, 64, 3), dtype=np.uint8)) for _ in TEXT_TO_IMAGE_COUNTS]
     started = time.perf_counter()
@@ -177,7 +177,7 @@ def bench(which: str, args, folder: Path) -> None:
     print(f"keys and values of one image, all {cross_layers} cross-attention layers: {fp32_bytes / 1e6:.1f} MB in "
           f"fp32", end="")
     if which == "blip":
-        bf16 = BlipReranker(which, _TorchModel(which, "cpu", "bf16"), copy.deepcopy(model.model), model.tokenizer,
+        bf16 = BlipReranker(which, _TorchModel(which, args.device, "bf16"), copy.deepcopy(model.model), model.tokenizer,
                             model.processor)
         hidden16 = bf16.image_features(images[:2]).hidden
         print(f", {keys_values_bytes(bf16, hidden16) / 1e6:.1f} MB in bf16")
@@ -205,6 +205,7 @@ def main(argv=None):
     parser.add_argument("--threads", type=int, default=os.cpu_count(), help="torch threads (default: the CPUs)")
     parser.add_argument("--blip2-vision-layers", type=int, default=39,
                         help="BLIP-2's vision layers (39, ViT-g; fewer changes only the vision pass)")
+    parser.add_argument("--device", default="cpu", help="torch device of the models (cpu, cuda, cuda:1, ...)")
     args = parser.parse_args(argv)
     for name in ("repeat", "batch_size", "plain_pairs", "threads", "blip2_vision_layers"):
         if getattr(args, name) < 1:
@@ -215,7 +216,8 @@ def main(argv=None):
 
     torch.set_num_threads(args.threads)
     transformers.logging.set_verbosity_error()
-    print(f"torch {torch.__version__}, transformers {transformers.__version__}, {args.threads} threads, "
+    print(f"torch {torch.__version__}, transformers {transformers.__version__}, device {args.device}, "
+          f"{args.threads} threads, "
           f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} at the start; {args.batch_size} pairs a "
           f"call, medians of {args.repeat} runs")
     with tempfile.TemporaryDirectory() as folder:

@@ -28,6 +28,7 @@ from rococo_eval.detection import CUSTOM
 from rococo_eval.io.download import DEFAULT_IMAGE_WORKERS, MAX_DEFAULT_IMAGE_WORKERS, default_cache_dir
 from rococo_eval.layout import ORDERS, describe_orders
 from rococo_eval.models.cache import DEFAULT_BATCH_SIZE
+from rococo_eval.processes import DEFAULT_TIMEOUT, launched, rank_device
 from rococo_eval.scoring.rerank import DEFAULT_CANDIDATES
 from rococo_eval.version import __version__
 
@@ -49,17 +50,24 @@ def main(argv=None) -> int:
     """
     args = build_parser().parse_args(argv)
     _configure_logging(args.verbose, args.quiet, progress_notes=args.command == "run")
+    launch = launched()
+    where = f"rank {launch[0]} of {launch[1]}: " if launch and launch[1] > 1 else ""  # who failed, in a launch
     try:
         with _quiet_libraries(args.quiet):
             args.handler(args)
     except KeyboardInterrupt:
-        print("rococo-eval: interrupted; the embeddings (and ITM scores) finished so far are cached: run the same "
-              "command again to resume", file=sys.stderr)
+        print(f"rococo-eval: {where}interrupted; the embeddings (and ITM scores) finished so far are cached: run the "
+              "same command again to resume", file=sys.stderr)
         return 130
     except (CommandError, ValueError, ImportError, OSError) as error:
         logger.debug("details", exc_info=True)
-        print(f"rococo-eval: error: {error}", file=sys.stderr)
+        print(f"rococo-eval: {where}error: {error}", file=sys.stderr)
         return 1
+    except Exception:
+        if where:
+            print(f"rococo-eval: {where}failed (the traceback follows); run the same command again to resume from the "
+                  "cache", file=sys.stderr)
+        raise
     return 0
 
 
@@ -79,10 +87,20 @@ def build_parser() -> argparse.ArgumentParser:
                               description="Embed RoCOCO's captions and images with a model (cached by model and "
                                           "data; an interrupted run resumes), score both clean galleries and each "
                                           "attack, and write the report.")
-    run.add_argument("--model", required=True,
+    run.add_argument("--model", action="append", default=[],
                      help="open_clip:ARCH/PRETRAINED (e.g. open_clip:ViT-B-32/openai; 'none' = random weights), "
                           "open_clip:hf-hub:ORG/REPO, open_clip:local-dir:PATH, hf:REPO_OR_PATH, or blip:PATH.pth "
-                          "(an official BLIP retrieval checkpoint)")
+                          "(an official BLIP retrieval checkpoint); give it again for more models, evaluated in turn, "
+                          "each report in --out/<model>/ and their comparison in --out/table.*")
+    run.add_argument("--models-file", help="a file of model names, one per line (# starts a comment), after --model's")
+    run.add_argument("--shard-models", action="store_true",
+                     help="launched as several processes (torchrun, srun): each evaluates whole models alone (model i "
+                          "on rank i mod N, on its own GPU) instead of all of them sharing each model's work")
+    run.add_argument("--process-timeout", type=_positive_int, default=int(DEFAULT_TIMEOUT.total_seconds() // 60),
+                     metavar="MINUTES",
+                     help="launched as several processes: how long one waits for the others at the end of a stage "
+                          f"(default {int(DEFAULT_TIMEOUT.total_seconds() // 60)}: a day; a process that is done "
+                          "waits there for the slowest)")
     run.add_argument("--attacks", default="all",
                      help="comma-separated attacks, or 'all', 'text', 'image' (default all): "
                           + ", ".join(ATTACKS))
@@ -151,6 +169,17 @@ def build_parser() -> argparse.ArgumentParser:
     attack.add_argument("--verbose", "-v", action="count", default=0, help="more log lines (-vv: debug)")
     attack.set_defaults(handler=attack_command)
 
+    table = commands.add_parser("table", help="compare reports: one row per model, R@1 of every gallery",
+                                description="Merge the reports of several models (folders that `run` or `score` "
+                                            "wrote) into one comparison: table.csv, table.md and table.png, with "
+                                            "the clean and attacked R@1 of every gallery and each image method's "
+                                            "mean over its seeds.")
+    table.add_argument("reports", nargs="+", metavar="REPORT_DIR", help="a report folder (or its report.json)")
+    table.add_argument("--out", default=".", help="folder of table.csv, table.md, table.png (default: here)")
+    table.add_argument("--quiet", "-q", action="store_true", help="no notes")
+    table.add_argument("--verbose", "-v", action="count", default=0, help="more log lines (-vv: debug)")
+    table.set_defaults(handler=table_command)
+
     for command in (run, score):
         command.add_argument("--annotations-dir", help="folder of the official annotation files "
                                                        "(default $ROCOCO_ANNOTATIONS_DIR, else the pinned download)")
@@ -163,23 +192,37 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def run_command(args) -> Path:
-    """``rococo-eval run``: embed, score, report. Returns the report folder."""
-    from rococo_eval.catalog import galleries
-    from rococo_eval.data.source import RococoSource, fetch_images
-    from rococo_eval.models.adapters import load_model, parse_model_name
-    from rococo_eval.models.cache import EmbeddingCache
-    from rococo_eval.scoring.galleries import score_model
+    """``rococo-eval run``: embed, score, report, for each model. Returns the report folder (of the last model).
 
+    Launched as several processes (torchrun, ``accelerate launch``, ``srun``), they share each model's work
+    (:mod:`rococo_eval.processes`) and rank 0 writes the report; with ``--shard-models`` each evaluates whole
+    models alone instead.
+    """
+    import datetime
+
+    from rococo_eval.data.source import RococoSource, fetch_images
+    from rococo_eval.models.adapters import parse_model_name
+    from rococo_eval.processes import ONE, join
+
+    models = model_names(args.model, args.models_file)
+    for name in models:
+        parse_model_name(name)
     benchmark = (RococoSource(args.annotations_dir, images_dir=args.images_dir, benchmark=args.benchmark)
                  if args.benchmark else None)
     attacks = parse_attacks(args.attacks, *((benchmark.text_attacks, benchmark.image_attacks) if benchmark else ()))
-    parse_model_name(args.model)
     out = writable_folder(args.out)
     cache_dir = Path(args.cache_dir).expanduser() if args.cache_dir else default_cache_dir()
     images_dir = Path(args.images_dir).expanduser() if args.images_dir else cache_dir / "coco"
+    launch = launched()
+    if args.shard_models and not (launch and launch[1] > 1):
+        raise CommandError("--shard-models spreads the models over the processes of a launch (torchrun, srun), but "
+                           "this is one process")
     if benchmark is not None:
         images_dir = benchmark.images_dir
     elif args.download_images:
+        if launch and launch[1] > 1:
+            raise CommandError("--download-images in a launch of several processes: fetch the images once first "
+                               "(rococo-eval run --download-images in one process), then launch with --images-dir")
         fetch_images(RococoSource(args.annotations_dir, cache_dir=cache_dir), images_dir,
                      workers=max(1, args.workers), progress=_progress(args))
     elif not args.images_dir and not (images_dir / "val2014").is_dir():
@@ -188,17 +231,65 @@ def run_command(args) -> Path:
                            f"--download-images to fetch them (about 800 MB) into {images_dir}")
     source = benchmark if benchmark is not None else RococoSource(args.annotations_dir, images_dir=images_dir,
                                                                   cache_dir=cache_dir)
-    model = load_model(args.model, device=args.device, precision=args.precision)
+    several = len(models) > 1
+    if args.shard_models:
+        rank, world, local_rank = launch  # no process group: each process has models of its own
+        mine = [name for number, name in enumerate(models) if number % world == rank]
+        device = f"cuda:{local_rank}" if args.device in (None, "cuda") and _cuda_available() else args.device
+        for name in mine:
+            _run_model(args, name, source, attacks, images_dir, cache_dir, model_folder(out, name),
+                       _scores_folder(args.save_scores, name, several), ONE, device)
+        logger.info("rank %d of %d: %d of the %d models done (%s)%s", rank, world, len(mine), len(models),
+                    ", ".join(mine) or "none",
+                    f"; compare them all with: rococo-eval table {out}/*/" if several else "")
+        return out
+    processes = join(args.device, datetime.timedelta(minutes=args.process_timeout))
+    try:
+        device = rank_device(processes, args.device)
+        folders = []
+        for name in models:
+            folder = model_folder(out, name) if several else out
+            _run_model(args, name, source, attacks, images_dir, cache_dir, folder,
+                       _scores_folder(args.save_scores, name, several), processes, device)
+            folders.append(folder)
+        if processes.is_main and several:
+            from rococo_eval.reporting.table import write_table
+
+            paths = write_table(folders, out)
+            if not args.quiet:
+                print(f"rococo-eval: the {len(models)} models compared in {paths['markdown']}", file=sys.stderr)
+        elif not processes.is_main:
+            logger.info("%s: done; rank 0 writes the report%s", processes.name, "s" if several else "")
+    finally:
+        processes.leave()
+    return folders[-1]
+
+
+def _run_model(args, name: str, source, attacks, images_dir: Path, cache_dir: Path, out: Path, scores_dir,
+               processes, device) -> None:
+    """Evaluate one model into the report folder ``out`` (and its score files into ``scores_dir`` when not
+    None), written by rank 0 of ``processes``."""
+    from rococo_eval.catalog import galleries
+    from rococo_eval.models.adapters import load_model
+    from rococo_eval.models.cache import EmbeddingCache
+    from rococo_eval.scoring.galleries import score_model
+
+    out = writable_folder(out) if processes.is_main else out
+    model = load_model(name, device=device, precision=args.precision)
+    progress = _progress(args) and processes.is_main
     cache = EmbeddingCache(cache_dir / "embeddings", batch_size=args.batch_size, workers=args.workers,
-                           progress=_progress(args))
+                           progress=progress)
     reranker = None
     if hasattr(model, "match"):  # scored in two stages: ITC ranking, then ITM on the top candidates
         from rococo_eval.scoring.rerank import Reranker
 
         reranker = Reranker(model, cache.root, k=args.rerank_k, batch_size=args.batch_size, workers=args.workers,
-                            progress=_progress(args))
-    save_scores = writable_folder(args.save_scores) if args.save_scores else None
-    results = score_model(model, source, attacks, cache, reranker=reranker, save_scores=save_scores)
+                            progress=progress, processes=processes)
+    save_scores = writable_folder(scores_dir) if scores_dir is not None and processes.is_main else None
+    results = score_model(model, source, attacks, cache, reranker=reranker, save_scores=save_scores,
+                          processes=processes)
+    if not processes.is_main:
+        return
     meta = {"model": model.name, "model_fingerprint": model.fingerprint, "precision": args.precision,
             "device": getattr(model, "device", None), "attacks": list(attacks), "images_dir": str(images_dir)}
     if reranker is not None:
@@ -210,7 +301,55 @@ def run_command(args) -> Path:
     layouts = {f"{attack}/{direction}": source.gallery(attack, direction, "official")
                for attack, direction in galleries(attacks)}
     _report(results, out, meta, args.quiet, layouts, source)
-    return out
+
+
+def model_names(given: list, models_file=None) -> list[str]:
+    """The models of ``run``: each ``--model``, then the lines of ``--models-file`` (blank lines and ``#`` comments
+    left out), each once.
+
+    Example:
+        >>> model_names(["hf:a", "hf:b", "hf:a"])
+        ['hf:a', 'hf:b']
+        >>> model_names([])
+        Traceback (most recent call last):
+        ...
+        rococo_eval.cli.CommandError: no model: give --model NAME (again for more) or --models-file FILE
+    """
+    names = list(given)
+    if models_file:
+        try:
+            text = Path(models_file).expanduser().read_text(encoding="utf-8")
+        except OSError as error:
+            raise CommandError(f"cannot read --models-file {str(models_file)!r}: {error.strerror or error}") from None
+        names += [line.split("#", 1)[0].strip() for line in text.splitlines()]
+    names = list(dict.fromkeys(name for name in names if name))
+    if not names:
+        raise CommandError("no model: give --model NAME (again for more) or --models-file FILE"
+                           + (f" ({str(models_file)!r} names none)" if models_file else ""))
+    return names
+
+
+def model_folder(out: Path, name: str) -> Path:
+    """The report folder of model ``name`` among several: ``out/<name, made safe for a path>``.
+
+    Example:
+        >>> model_folder(Path("reports"), "open_clip:ViT-B-32/openai")
+        PosixPath('reports/open_clip-ViT-B-32-openai')
+    """
+    return Path(out) / (re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-.") or "model")
+
+
+def _scores_folder(save_scores, name: str, several: bool):
+    """Where ``--save-scores`` puts a model's score files: the folder itself, or its model folder among several."""
+    if not save_scores:
+        return None
+    return model_folder(Path(save_scores), name) if several else Path(save_scores)
+
+
+def _cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
 
 
 def score_command(args) -> Path:
@@ -247,19 +386,40 @@ def score_command(args) -> Path:
     return out
 
 
+def table_command(args) -> Path:
+    """``rococo-eval table``: reports in, one comparison out (:mod:`rococo_eval.reporting.table`). Returns the
+    Markdown table's path."""
+    from rococo_eval.reporting.table import comparison, read_reports, to_markdown, write_table
+
+    reports = read_reports(args.reports)
+    paths = write_table(args.reports, writable_folder(args.out))
+    print(to_markdown(*comparison(reports)))
+    if not args.quiet:
+        print(f"rococo-eval: {len(reports)} reports compared in {', '.join(str(path) for path in paths.values())}",
+              file=sys.stderr)
+    return paths["markdown"]
+
+
 def attack_command(args) -> Path:
     """``rococo-eval attack``: a benchmark folder of the user's image-text set. Returns the folder."""
     from rococo_eval.data.benchmark import make_benchmark
 
+    from rococo_eval.processes import join
+
     strategies = [name.strip() for part in args.strategies for name in part.split(",") if name.strip()]
     options = {"encoder": args.encoder} if args.encoder else {}
     cache_dir = Path(args.cache_dir).expanduser() if args.cache_dir else default_cache_dir() / "encodings"
-    out = make_benchmark(args.input, args.out, image_root=args.image_root, strategies=strategies, seeds=args.seeds,
-                         seed=args.seed, per_image=args.per_image, image_column=args.image_column,
-                         caption_column=args.caption_column, split=args.split, batch_size=args.batch_size,
-                         device=args.device, cache_dir=cache_dir, workers=args.workers,
-                         overwrite=args.overwrite, progress=_progress(args), **options)
-    if not args.quiet:
+    processes = join(args.device)
+    try:
+        out = make_benchmark(args.input, args.out, image_root=args.image_root, strategies=strategies,
+                             seeds=args.seeds, seed=args.seed, per_image=args.per_image,
+                             image_column=args.image_column, caption_column=args.caption_column, split=args.split,
+                             batch_size=args.batch_size, device=rank_device(processes, args.device),
+                             cache_dir=cache_dir, workers=args.workers, overwrite=args.overwrite,
+                             progress=_progress(args) and processes.is_main, processes=processes, **options)
+    finally:
+        processes.leave()
+    if not args.quiet and processes.is_main:
         print(f"rococo-eval: benchmark written to {out}", file=sys.stderr)
     return out
 
@@ -377,7 +537,9 @@ def _configure_logging(verbose: int, quiet: bool, progress_notes: bool = False) 
     """Notes of this package at the chosen level on stderr: errors only with ``quiet``; else warnings, or with
     ``progress_notes`` (``run``) also the INFO lines that say what is done and how fast (one per item set
     embedded, per gallery scored), which is the progress a log or CI job sees; each ``-v`` one level more."""
-    logging.basicConfig(format="rococo-eval: %(message)s")
+    launch = launched()
+    rank = f"[rank {launch[0]}]" if launch and launch[1] > 1 else ""  # whose line, in a launch of several
+    logging.basicConfig(format=f"rococo-eval{rank}: %(message)s")
     levels = (logging.WARNING, logging.INFO, logging.DEBUG)[1 if progress_notes else 0:]
     logger.setLevel(logging.ERROR if quiet else levels[min(verbose, len(levels) - 1)])
 

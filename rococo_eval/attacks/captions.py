@@ -51,6 +51,7 @@ import numpy as np
 
 from rococo_eval.attacks import lexicon
 from rococo_eval.attacks.influence import DEFAULT_VARIANT, influence_scores, load_text_encoder
+from rococo_eval.processes import ONE
 from rococo_eval.attacks.replacements import find_replacements, tokens
 from rococo_eval.catalog import TEXT_ATTACKS, select_names
 
@@ -125,7 +126,7 @@ class _Word:
 def attack_captions(captions: Sequence[str], image_of: Sequence[int], strategies=TEXT_STRATEGIES, *,
                     encoder: Union[str, object] = DEFAULT_TEXT_ENCODER, variant: str = DEFAULT_VARIANT,
                     seed: int = 0, cache_dir=None, batch_size: int = 256, device: Optional[str] = None,
-                    progress: bool = False) -> CaptionAttacks:
+                    progress: bool = False, processes=ONE) -> CaptionAttacks:
     """Make one adversarial caption per caption and strategy.
 
     Args:
@@ -137,6 +138,8 @@ def attack_captions(captions: Sequence[str], image_of: Sequence[int], strategies
         variant: the Embedding-Influence variant (:data:`rococo_eval.attacks.influence.VARIANTS`).
         seed: the seed of the replacement draws.
         cache_dir: a folder where the embeddings are cached (resumable); None keeps them in memory.
+        processes: the :class:`~rococo_eval.processes.Processes` of a launch of several: each encodes its share of
+            the texts (``cache_dir`` must be a folder they all see); every process gets the same attacks.
         batch_size: texts per encoder call.
         device: the encoder's torch device (None: CUDA when present).
         progress: show a progress bar while embedding.
@@ -169,7 +172,8 @@ def attack_captions(captions: Sequence[str], image_of: Sequence[int], strategies
         if isinstance(encoder, str):
             encoder = load_text_encoder(encoder, device=device, batch_size=batch_size)
         found = influence_scores([words[i] for i in todo], [[c.positions for c in candidates[i]] for i in todo],
-                                 encoder, variant, cache_dir=cache_dir, batch_size=batch_size, progress=progress)
+                                 encoder, variant, cache_dir=cache_dir, batch_size=batch_size, progress=progress,
+                                 processes=processes)
         for i, values in zip(todo, found):
             scores[i] = values
     results = {strategy: [] for strategy in strategies}

@@ -45,7 +45,8 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from rococo_eval.models.adapters import load_model, resolve_device, weights_digest
-from rococo_eval.models.cache import EmbeddingCache, ItemSet
+from rococo_eval.models.cache import EmbeddingCache, ItemSet, embeddings_of_all
+from rococo_eval.processes import ONE
 
 logger = logging.getLogger(__name__)
 
@@ -186,7 +187,7 @@ def altered_text(words: Sequence[str], positions: Sequence[int], variant: str, m
 
 def influence_scores(captions: Sequence[Sequence[str]], candidates: Sequence[Sequence[Sequence[int]]], encoder,
                      variant: str = DEFAULT_VARIANT, *, cache_dir=None, batch_size: int = 256,
-                     progress: bool = False) -> list[list[float]]:
+                     progress: bool = False, processes=ONE) -> list[list[float]]:
     """The Embedding-Influence score of each candidate word of each caption (see the module docstring).
 
     Args:
@@ -198,6 +199,7 @@ def influence_scores(captions: Sequence[Sequence[str]], candidates: Sequence[Seq
             the embeddings in memory only.
         batch_size: texts per cache shard (and per progress step).
         progress: show a tqdm progress bar.
+        processes: the :class:`~rococo_eval.processes.Processes` of a launch of several (see :func:`embed_texts`).
 
     Returns:
         one list of scores per caption, aligned with ``candidates``, rounded to 6 decimals.
@@ -227,7 +229,7 @@ def influence_scores(captions: Sequence[Sequence[str]], candidates: Sequence[Seq
     # encoded shortest first: batches of similar length carry less padding
     by_length = sorted(range(len(texts)), key=lambda k: (len(texts[k]), k))
     encoded = embed_texts(encoder, [texts[k] for k in by_length], cache_dir=cache_dir, batch_size=batch_size,
-                          progress=progress, name=f"influence/{variant.split('-')[0]}")
+                          progress=progress, name=f"influence/{variant.split('-')[0]}", processes=processes)
     vectors = np.empty_like(encoded)
     vectors[by_length] = encoded
     metric = variant.split("-")[1]
@@ -247,8 +249,12 @@ def influence_scores(captions: Sequence[Sequence[str]], candidates: Sequence[Seq
 
 
 def embed_texts(encoder, texts: Sequence[str], *, cache_dir=None, batch_size: int = 256, progress: bool = False,
-                name: str = "texts") -> np.ndarray:
+                name: str = "texts", processes=ONE) -> np.ndarray:
     """``encoder``'s float32 embeddings of ``texts``, through the resumable cache when ``cache_dir`` is set.
+
+    With ``processes`` of several (a torchrun launch), each process encodes its share of the cache's batches
+    (:meth:`~rococo_eval.models.cache.EmbeddingCache.encode_share`), rank 0 joins them, and every process reads
+    the whole set: the same embeddings as one process. This needs ``cache_dir``, a folder they all see.
 
     Example:
         >>> encoder = load_text_encoder("sentence:all-MiniLM-L6-v2", device="cpu")
@@ -256,9 +262,12 @@ def embed_texts(encoder, texts: Sequence[str], *, cache_dir=None, batch_size: in
         (2, 384)
     """
     _check_batch_size(batch_size)
+    if processes.world > 1 and cache_dir is None:
+        raise ValueError(f"`cache_dir` is None but {processes.world} processes encode the texts: give a folder they "
+                         "all see (--cache-dir)")
     if cache_dir is not None:
-        cache = EmbeddingCache(cache_dir, batch_size=batch_size, progress=progress)
-        return cache.embeddings(encoder, ItemSet(name, "text", list(texts)))
+        cache = EmbeddingCache(cache_dir, batch_size=batch_size, progress=progress and processes.is_main)
+        return embeddings_of_all(cache, encoder, {name: ItemSet(name, "text", list(texts))}, processes)[name]
     rows = []
     with tqdm(total=len(texts), desc=name, unit="text", disable=not progress, dynamic_ncols=True) as bar:
         for start in range(0, len(texts), batch_size):

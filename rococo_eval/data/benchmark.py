@@ -78,6 +78,7 @@ from rococo_eval.data.manifest import (
 )
 from rococo_eval.data.source import ImageFolderError, RococoSource
 from rococo_eval.io.atomic import write_json
+from rococo_eval.processes import ONE
 from rococo_eval.version import __version__
 
 logger = logging.getLogger(__name__)
@@ -218,7 +219,7 @@ def make_benchmark(data, out_dir, *, image_root=None, strategies: Iterable[str] 
                    encoder: str = DEFAULT_TEXT_ENCODER, image_column: str = "image", caption_column: str = "caption",
                    split: str | None = None, batch_size: int | None = None, device: str | None = None,
                    cache_dir=None, workers: int | None = None, overwrite: bool = False,
-                   progress: bool = False) -> Path:
+                   progress: bool = False, processes=ONE) -> Path:
     """Attack a captioned image set and write a RoCOCO-style benchmark folder; return ``out_dir``.
 
     Args:
@@ -235,6 +236,8 @@ def make_benchmark(data, out_dir, *, image_root=None, strategies: Iterable[str] 
         workers: threads making altered images (None: one per CPU up to a cap).
         overwrite: replace an existing ``out_dir``.
         progress: show progress bars.
+        processes: the :class:`~rococo_eval.processes.Processes` of a launch of several: they share the encoder's
+            work (``cache_dir`` must be a folder they all see), and rank 0 writes the folder.
 
     Raises:
         ValueError: an unknown strategy, a bad seed or ``per_image``, an existing ``out_dir``, an unreadable
@@ -251,12 +254,16 @@ def make_benchmark(data, out_dir, *, image_root=None, strategies: Iterable[str] 
     if out.exists() and (not out.is_dir() or any(out.iterdir())) and not overwrite:
         raise ValueError(f"`out_dir` {str(out)!r} already exists and is not empty: choose a new folder or pass "
                          "overwrite=True (--overwrite)")
+    processes.barrier()  # every process has seen `out_dir` free before rank 0 writes it
     image_set = read_image_text_set(data, image_root=image_root, image_column=image_column,
                                     caption_column=caption_column, split=split)
     _check_images_present(image_set)
     engine = dict(encoder=encoder, seed=seed, device=device, cache_dir=cache_dir, progress=progress,
-                  **({} if batch_size is None else {"batch_size": batch_size}))
+                  processes=processes, **({} if batch_size is None else {"batch_size": batch_size}))
     plan = _plan(image_set, text, per_image, engine)
+    if not processes.is_main:
+        logger.info("%s: its share of the text encodings is done; rank 0 writes the benchmark", processes.name)
+        return out
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
     try:

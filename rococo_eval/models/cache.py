@@ -136,20 +136,54 @@ class EmbeddingCache:
 
     def embeddings(self, model, items: ItemSet) -> np.ndarray:
         """Return ``model``'s float32 embeddings of ``items``, one row per item, encoding only what is missing."""
-        folder = self.folder(model, items)
-        manifest = {"model": model.name, "model_fingerprint": model.fingerprint, "items": items.name,
-                    "kind": items.kind, "items_fingerprint": items.fingerprint, "count": len(items)}
-        open_cache_folder(folder, manifest, "embeddings")
+        folder = self._open(model, items)
         complete = folder / COMPLETE
         if complete.is_file():
             logger.info("%s: %d embeddings from the cache", items.name, len(items))
             return np.load(complete)
         shards = _read_shards(folder, len(items))
         missing = _missing_ranges(shards, len(items))
-        done = len(items) - sum(stop - start for start, stop in missing)
-        logger.info("%s: %d of %d embeddings cached, encoding the rest", items.name, done, len(items))
         batches = [(start, min(start + self.batch_size, stop))
                    for start, stop in missing for start in range(start, stop, self.batch_size)]
+        self._encode(model, items, folder, batches, shards)
+        vectors = np.concatenate([np.load(shards[key]) for key in sorted(shards)])
+        _save_npy(complete, vectors)
+        for path in shards.values():
+            path.unlink(missing_ok=True)
+        return vectors
+
+    def encode_share(self, model, items: ItemSet, rank: int, world: int) -> None:
+        """Encode ``rank``'s share of ``items`` (of ``world`` processes) into shards, for :meth:`embeddings` to join.
+
+        The batches are those of one process (rows ``0:batch_size``, ``batch_size:2*batch_size``, ...), split into
+        contiguous runs of batches (:func:`rococo_eval.processes.share`), so that every world size embeds each row
+        in the same batch, and no row twice. A batch that shards already hold is skipped (a resumed run); the
+        folder is left for one process to join once every process is done.
+        """
+        from rococo_eval.processes import share
+
+        folder = self._open(model, items)
+        if (folder / COMPLETE).is_file():
+            return
+        grid = [(start, min(start + self.batch_size, len(items))) for start in range(0, len(items), self.batch_size)]
+        shards = _read_shards(folder, len(items), drop=False)
+        missing = _missing_ranges(shards, len(items))
+        batches = [(start, stop) for start, stop in (grid[index] for index in share(len(grid), rank, world))
+                   if any(first < stop and start < last for first, last in missing)]
+        self._encode(model, items, folder, batches, shards)
+
+    def _open(self, model, items: ItemSet) -> Path:
+        folder = self.folder(model, items)
+        manifest = {"model": model.name, "model_fingerprint": model.fingerprint, "items": items.name,
+                    "kind": items.kind, "items_fingerprint": items.fingerprint, "count": len(items)}
+        open_cache_folder(folder, manifest, "embeddings")
+        return folder
+
+    def _encode(self, model, items: ItemSet, folder: Path, batches, shards: dict) -> None:
+        """Encode ``batches`` (row ranges) of ``items``, each written as a shard of ``folder`` and added to
+        ``shards``."""
+        done = len(items) - sum(stop - start for start, stop in batches)
+        logger.info("%s: %d of %d embeddings to encode", items.name, len(items) - done, len(items))
         if items.kind == "text":
             tokenized = all(hasattr(model, name) for name in _TOKENIZING)
             encode = model.encode_tokenized if tokenized else model.encode_texts
@@ -170,11 +204,31 @@ class EmbeddingCache:
         seconds, encoded = time.perf_counter() - started, len(items) - done
         logger.info("%s: %d %ss embedded in %.1f s (%.0f %ss/s)", items.name, encoded, items.kind, seconds,
                     encoded / max(seconds, 1e-9), items.kind)
-        vectors = np.concatenate([np.load(shards[key]) for key in sorted(shards)])
-        _save_npy(complete, vectors)
-        for path in shards.values():
-            path.unlink(missing_ok=True)
-        return vectors
+
+
+def embeddings_of_all(cache: EmbeddingCache, model, item_sets: dict, processes=None) -> dict[str, np.ndarray]:
+    """``model``'s embeddings of each item set of ``item_sets`` (``{key: ItemSet}``), by key.
+
+    With :class:`~rococo_eval.processes.Processes` of several, each process first encodes its share of every
+    set (:meth:`EmbeddingCache.encode_share`); after one barrier rank 0 joins each set's shards (encoding any
+    row still missing itself), and after a second every other process reads the joined sets. The processes meet
+    twice, between the stages, and the cache folder must be one that they all see.
+    """
+    if processes is None or processes.world == 1:
+        return {key: cache.embeddings(model, items) for key, items in item_sets.items()}
+    for items in item_sets.values():
+        cache.encode_share(model, items, processes.rank, processes.world)
+    processes.barrier()
+    vectors = {key: cache.embeddings(model, items) for key, items in item_sets.items()} if processes.is_main else {}
+    processes.barrier()
+    if not processes.is_main:
+        unseen = [items.name for items in item_sets.values() if not cache.is_complete(model, items)]
+        if unseen:
+            raise ValueError(f"{processes.name}: rank 0 joined {unseen[0]!r} in the cache folder {str(cache.root)!r}, "
+                             "but this process does not see it there: every process needs the same cache folder "
+                             "(--cache-dir on a file system that all the machines share)")
+        vectors = {key: cache.embeddings(model, items) for key, items in item_sets.items()}
+    return vectors
 
 
 def digest_strings(values: Sequence[str]) -> str:
@@ -192,8 +246,9 @@ def digest_strings(values: Sequence[str]) -> str:
     return digest.hexdigest()
 
 
-def _read_shards(folder: Path, count: int) -> dict[tuple[int, int], Path]:
-    """The shards already written, by row range; unreadable or overlapping ones are dropped."""
+def _read_shards(folder: Path, count: int, drop: bool = True) -> dict[tuple[int, int], Path]:
+    """The shards already written, by row range; unreadable or overlapping ones are dropped (deleted, unless
+    ``drop`` is false: while other processes write their shards, only the one that joins them deletes)."""
     shards = {}
     for path in sorted(folder.glob("rows-*.npy")):
         match = _SHARD.fullmatch(path.name)
@@ -205,7 +260,8 @@ def _read_shards(folder: Path, count: int) -> dict[tuple[int, int], Path]:
         overlaps = any(start < b and a < stop for a, b in shards)
         if not match or rows != stop - start or stop > count or overlaps:
             logger.warning("ignoring cache shard %s", path)
-            path.unlink(missing_ok=True)
+            if drop:
+                path.unlink(missing_ok=True)
             continue
         shards[(start, stop)] = path
     return shards

@@ -19,7 +19,8 @@ from tqdm.auto import tqdm
 from rococo_eval.attacks.alterations import AlteredImages
 from rococo_eval.catalog import IMAGE_TO_TEXT, TEXT_ATTACKS, galleries
 from rococo_eval.layout import gallery_vectors, recall_cutoffs
-from rococo_eval.models.cache import EmbeddingCache, ItemSet, LazyImages
+from rococo_eval.models.cache import EmbeddingCache, ItemSet, LazyImages, embeddings_of_all
+from rococo_eval.processes import ONE
 
 logger = logging.getLogger(__name__)
 
@@ -78,7 +79,7 @@ def score_gallery(layout, queries: np.ndarray, originals: np.ndarray, adversaria
 
 
 def score_model(model, source, attacks: Sequence[str], cache: EmbeddingCache, reranker=None,
-                save_scores=None) -> dict[str, dict]:
+                save_scores=None, processes=ONE) -> dict[str, dict]:
     """Embed what ``attacks`` need (through ``cache``), then score both clean galleries and each attack.
 
     Args:
@@ -87,27 +88,43 @@ def score_model(model, source, attacks: Sequence[str], cache: EmbeddingCache, re
             re-scores each query's top candidates.
         save_scores: a folder: each gallery's full score matrix is also written there, in the official order
             (:mod:`rococo_eval.io.savedscores`), and the metric reads the same blocks that are written.
+        processes: the :class:`~rococo_eval.processes.Processes` of a launch of several (torchrun, SLURM): each
+            embeds its share of every item set (:func:`~rococo_eval.models.cache.embeddings_of_all`) and, for a
+            two-stage model, of every gallery's ITM pairs (the ``reranker`` must have the same ``processes``);
+            rank 0 scores the galleries. ``cache`` must be a folder they all see.
 
     Returns:
         ``{"<attack>/<direction>": metric outputs}`` for every gallery of :func:`galleries`, official order, with
-        the per-query arrays (``per_query=True``) that the report's failure analysis reads.
+        the per-query arrays (``per_query=True``) that the report's failure analysis reads; on the processes
+        other than rank 0, ``{}``.
     """
     item_sets = {"images": original_images(source), "captions": ground_truth_captions(source)}
     item_sets.update({attack: adversarial_captions(source, attack) if attack in TEXT_ATTACKS
                       else altered_images(source, attack, cache.workers) for attack in attacks})
-    vectors = {key: cache.embeddings(model, items) for key, items in item_sets.items()}
+    vectors = embeddings_of_all(cache, model, item_sets, processes)
     if reranker is None and hasattr(model, "match"):  # BLIP, BLIP-2: always two stages
         from rococo_eval.scoring.rerank import Reranker
 
         reranker = Reranker(model, cache.root, batch_size=cache.batch_size, workers=cache.workers,
-                            progress=cache.progress)
+                            progress=cache.progress, processes=processes)
+    if reranker is not None and reranker.processes != processes:
+        raise ValueError(f"the reranker's processes ({reranker.processes}) are not score_model's ({processes})")
     results = {}
+    if not processes.is_main and reranker is None:
+        return results  # a dual encoder's work ends with its embeddings
     for attack, direction in tqdm(galleries(attacks), desc="scoring", unit="gallery", disable=not cache.progress,
                                   dynamic_ncols=True):
         query_key, original_key = ("images", "captions") if direction == IMAGE_TO_TEXT else ("captions", "images")
         pool_keys = [original_key] + ([attack] if attack in vectors else [])
         layout = source.gallery(attack, direction, "official")
         key = f"{attack}/{direction}"
+        if not processes.is_main:  # this process's share of the gallery's ITM pairs, for rank 0 to score
+            from rococo_eval.scoring.rerank import Side
+
+            sides = [Side(item_sets[name].name, item_sets[name].fingerprint, item_sets[name].items, vectors[name])
+                     for name in [query_key] + pool_keys]
+            reranker.rerank(layout, sides[0], sides[1:])
+            continue
         k = recall_cutoffs(layout.num_gallery, key)
         if reranker is None and save_scores is None:
             results[key] = score_gallery(layout, vectors[query_key], vectors[original_key], vectors.get(attack),
@@ -129,6 +146,8 @@ def score_model(model, source, attacks: Sequence[str], cache: EmbeddingCache, re
                     results[key] = block_metric(blocks, layout, writer, k=k, per_query=True)
                 logger.info("%s: scores saved to %s", key, path)
         logger.info("%s: R@1 %.2f", key, results[key]["recall@1"])
+    if reranker is not None:
+        reranker.finish()
     return results
 
 

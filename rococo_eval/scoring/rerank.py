@@ -17,6 +17,11 @@ every ITM score is kept on disk, per model, image set and caption set (:class:`P
 embedding cache, and no pair is computed twice, across galleries or across runs. The store is written in
 shards, each renamed into place, so Ctrl-C loses at most the group of pairs in flight.
 
+The pairs of a gallery that no earlier gallery of the run needed are sorted by image and cut into groups of whole
+images (:func:`_groups`); a group is the unit of work, of storage and of resuming, and the same groups are made
+for any number of processes. Launched as several processes (:mod:`rococo_eval.processes`), each computes a
+contiguous share of the groups into the store, and they meet once per gallery, after its ITM stage.
+
 Example:
     >>> class Toy:  # ITC: dot product; ITM: 10 for the pair (image i, caption i), else 0
     ...     name, fingerprint = "toy", "0" * 64
@@ -54,12 +59,13 @@ from tqdm.auto import tqdm
 from rococo_eval.catalog import IMAGE_TO_TEXT
 from rococo_eval.io.atomic import open_cache_folder, write_atomic
 from rococo_eval.layout import gallery_vectors
+from rococo_eval.processes import ONE, share
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_CANDIDATES = 256  # k_test of BLIP's COCO retrieval config, used by RoCOCO: candidates re-scored per query
 FILL = -100.0  # the official score of every candidate outside the top k
-_SHARD = re.compile(r"pairs-(\d+)\.npz")
+_SHARD = re.compile(r"pairs-(\d+)(?:-rank\d+)?\.npz")
 _PAIRS_PER_SHARD = 16384  # pairs per stored shard: what Ctrl-C can lose
 
 
@@ -89,23 +95,35 @@ class PairStore:
         ([True, True, False], [-1.0, 0.5])
     """
 
-    def __init__(self, folder, manifest: dict, num_captions: int):
+    def __init__(self, folder, manifest: dict, num_captions: int, shard_suffix: str = ""):
         self.folder = Path(folder)
         self.num_captions = int(num_captions)
+        self.shard_suffix = shard_suffix  # "-rank<r>" when several processes write shards side by side
         open_cache_folder(self.folder, manifest, "ITM scores")
-        keys, values = [np.zeros(0, dtype=np.int64)], [np.zeros(0, dtype=np.float32)]
+        self.keys, self.values = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
+        self._pending: list[tuple[np.ndarray, np.ndarray]] = []
+        self._read: set[str] = set()
+        self._next = 0
+        self.refresh()
+
+    def refresh(self) -> None:
+        """Read the shards that other processes wrote since this store last looked (all of them the first time).
+        A stored pair keeps the value read first."""
         for path in sorted(self.folder.glob("pairs-*.npz")):
+            if path.name in self._read:
+                continue
             try:
                 with np.load(path) as shard:
-                    keys.append(shard["keys"].astype(np.int64))
-                    values.append(shard["logits"].astype(np.float32))
+                    self._pending.append((shard["keys"].astype(np.int64), shard["logits"].astype(np.float32)))
             except (OSError, ValueError, KeyError):
                 logger.warning("ignoring ITM cache shard %s", path)
-                path.unlink(missing_ok=True)
-        self._pending: list[tuple[np.ndarray, np.ndarray]] = []
-        self._set(np.concatenate(keys), np.concatenate(values))
-        numbers = [int(m[1]) for m in map(_SHARD.fullmatch, (p.name for p in self.folder.glob("pairs-*.npz"))) if m]
-        self._next = max(numbers, default=-1) + 1
+                if not self.shard_suffix:  # while other processes write, an unreadable shard is left alone
+                    path.unlink(missing_ok=True)
+                continue
+            self._read.add(path.name)
+            match = _SHARD.fullmatch(path.name)
+            if match:
+                self._next = max(self._next, int(match[1]) + 1)
 
     def __len__(self):
         self._merge()
@@ -134,19 +152,22 @@ class PairStore:
         """Store the logits of these pairs in a new shard."""
         keys = images.astype(np.int64) * self.num_captions + captions
         logits = np.asarray(logits, dtype=np.float32)
-        path = self.folder / f"pairs-{self._next:06d}.npz"
+        path = self.folder / f"pairs-{self._next:06d}{self.shard_suffix}.npz"
         write_atomic(path, lambda handle: np.savez(handle, keys=keys, logits=logits))
+        self._read.add(path.name)
         self._next += 1
         self._pending.append((keys, logits))
 
     def compact(self) -> None:
         """Merge every shard into one (the pairs stay the same)."""
+        self.refresh()
         shards = sorted(self.folder.glob("pairs-*.npz"))
-        if len(shards) < 2:
+        if not shards or (len(shards) == 1 and "-rank" not in shards[0].name):
             return
         self._merge()
         path = self.folder / f"pairs-{self._next:06d}.npz"
         write_atomic(path, lambda handle: np.savez(handle, keys=self.keys, logits=self.values))
+        self._read = {path.name}
         self._next += 1
         for shard in shards:
             shard.unlink()
@@ -166,21 +187,26 @@ class Reranker:
         batch_size: pairs per ITM pass and images per vision pass.
         workers: threads that load images ahead of the model.
         progress: show a progress bar of pairs (with pairs per second).
+        processes: the :class:`~rococo_eval.processes.Processes` of a launch of several: each computes its share
+            of every gallery's groups of pairs, and they meet after each gallery's ITM stage. Every process then
+            holds the gallery's scores. ``root`` must be a folder they all see.
 
     Attributes:
-        computed, reused: ITM pairs computed, and read from the store, by this scorer so far.
+        computed, reused: ITM pairs computed (by all the processes), and read from the store, so far.
     """
 
     def __init__(self, model, root, k: int = DEFAULT_CANDIDATES, batch_size: int = 256, workers: int = 0,
-                 progress: bool = False):
+                 progress: bool = False, processes=ONE):
         if not isinstance(k, int) or k < 1:
             raise ValueError(f"`k` must be a positive int, got {k!r}")
         if not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"`batch_size` must be a positive int, got {batch_size!r}")
         self.model, self.root, self.k = model, Path(root), k
         self.batch_size, self.workers, self.progress = batch_size, workers, progress
+        self.processes = processes
         self.computed = self.reused = 0
         self._stores: dict[tuple[str, str], PairStore] = {}
+        self._planned: dict[Path, np.ndarray] = {}  # a store's folder -> the pairs this run's galleries needed
         self._tokens: dict[tuple[str, str], np.ndarray] = {}
 
     def store(self, images: Side, captions: Side) -> PairStore:
@@ -191,8 +217,9 @@ class Reranker:
             manifest = {"model": self.model.name, "model_fingerprint": self.model.fingerprint,
                         "images": images.name, "images_fingerprint": images.fingerprint,
                         "captions": captions.name, "captions_fingerprint": captions.fingerprint}
+            suffix = f"-rank{self.processes.rank}" if self.processes.world > 1 else ""
             self._stores[key] = PairStore(self.root / self.model.fingerprint[:20] / f"itm-{safe}", manifest,
-                                          len(captions.items))
+                                          len(captions.items), suffix)
         return self._stores[key]
 
     def scores(self, layout, queries: Side, pool: Sequence[Side]) -> np.ndarray:
@@ -211,6 +238,17 @@ class Reranker:
             queries: the query side (the test images for image-to-text, the ground-truth captions otherwise).
             pool: the sides whose items make the gallery: originals, then the altered items if any.
         """
+        columns, itc, logits = self.rerank(layout, queries, pool)
+        block = _block_rows(layout.num_gallery)
+        for start in range(0, layout.num_queries, block):
+            stop = min(start + block, layout.num_queries)
+            scores = np.full((stop - start, layout.num_gallery), FILL, dtype=np.float32)
+            np.put_along_axis(scores, columns[start:stop], logits[start:stop] + itc[start:stop], axis=1)
+            yield start, scores
+
+    def rerank(self, layout, queries: Side, pool: Sequence[Side]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Each query's top-k gallery columns by ITC, their ITC scores and their ITM logits (all stored first):
+        three ``(queries, k)`` arrays. Arguments as :meth:`score_blocks`."""
         k = min(self.k, layout.num_gallery)
         columns, itc = self._top_k(layout, queries, pool, k)
         offsets = np.cumsum([0] + [len(side.items) for side in pool])
@@ -228,12 +266,15 @@ class Reranker:
             else:
                 images, captions, image_rows, caption_rows = side, queries, within[chosen], query_index[chosen]
             logits[chosen] = self._logits(images, captions, image_rows, caption_rows)
-        block = _block_rows(layout.num_gallery)
-        for start in range(0, layout.num_queries, block):
-            stop = min(start + block, layout.num_queries)
-            scores = np.full((stop - start, layout.num_gallery), FILL, dtype=np.float32)
-            np.put_along_axis(scores, columns[start:stop], logits[start:stop] + itc[start:stop], axis=1)
-            yield start, scores
+        return columns, itc, logits
+
+    def finish(self) -> None:
+        """After the last gallery: with several processes, wait for all, then rank 0 merges each store's shards."""
+        if self.processes.world > 1:
+            self.processes.barrier()
+            if self.processes.is_main:
+                for store in self._stores.values():
+                    store.compact()
 
     def _top_k(self, layout, queries: Side, pool: Sequence[Side], k: int) -> tuple[np.ndarray, np.ndarray]:
         """Each query's k gallery columns of highest ITC score, and those scores (``torch.topk``, as the official
@@ -257,26 +298,55 @@ class Reranker:
         """ITM logits of the pairs (image_rows[i], caption_rows[i]): from the store, computing what is missing."""
         store = self.store(images, captions)
         found, logits = store.lookup(image_rows, caption_rows)
-        missing = np.unique(image_rows[~found].astype(np.int64) * store.num_captions + caption_rows[~found])
         self.reused += int(found.sum())
-        self.computed += len(missing)
-        if len(missing):
-            logger.info("%s x %s: %d ITM pairs to compute, %d from the cache", images.name, captions.name,
-                        len(missing), int(found.sum()))
-            self._compute(store, images, captions, missing // store.num_captions, missing % store.num_captions)
+        needed = np.unique(image_rows.astype(np.int64) * store.num_captions + caption_rows)
+        planned = self._planned.get(store.folder, np.zeros(0, dtype=np.int64))
+        new = np.setdiff1d(needed, planned, assume_unique=True)  # sorted: by image, then caption
+        self._planned[store.folder] = np.union1d(planned, new)
+        new_images, new_captions = new // store.num_captions, new % store.num_captions
+        stored, _ = store.lookup(new_images, new_captions)
+        todo = [(start, stop) for start, stop in _groups(new_images, self.batch_size, _PAIRS_PER_SHARD)
+                if not stored[start:stop].all()]  # a stored group is skipped whole: a resumed run
+        count = sum(stop - start for start, stop in todo)
+        self.computed += count
+        self.processes.barrier()  # every process has read the store, so none reads another's shards of this gallery
+        if not todo:
+            return logits
+        logger.info("%s x %s: %d ITM pairs to compute, %d from the cache", images.name, captions.name, count,
+                    int(found.sum()))
+        self._compute(store, images, captions, new_images, new_captions, self._share_of(todo))
+        if self.processes.world > 1:
+            self.processes.barrier()  # every process has stored its share of this gallery's pairs
+            store.refresh()
+        else:
             store.compact()
-            found, logits = store.lookup(image_rows, caption_rows)
+        found, logits = store.lookup(image_rows, caption_rows)
+        if not found.all():
+            raise ValueError(f"{self.processes.name}: {int((~found).sum())} ITM scores of {images.name} x "
+                             f"{captions.name} that the other processes computed are not in {str(store.folder)!r}: "
+                             "every process needs the same cache folder (--cache-dir on a file system that all the "
+                             "machines share)")
         return logits
 
-    def _compute(self, store: PairStore, images: Side, captions: Side, image_rows, caption_rows) -> None:
-        """Run the ITM head on the pairs (sorted by image), one stored shard per group of images."""
+    def _share_of(self, groups: list[tuple[int, int]]) -> list[tuple[int, int]]:
+        """This process's contiguous share of ``groups``: those starting in its share of their pairs."""
+        if self.processes.world == 1:
+            return groups
+        sizes = [stop - start for start, stop in groups]
+        span = share(sum(sizes), self.processes.rank, self.processes.world)
+        starts = np.cumsum([0] + sizes[:-1])
+        return [group for group, first in zip(groups, starts) if span.start <= first < span.stop]
+
+    def _compute(self, store: PairStore, images: Side, captions: Side, image_rows, caption_rows, groups) -> None:
+        """Run the ITM head on the pairs (sorted by image) of ``groups`` (row ranges of whole images), one stored
+        shard per group."""
         key = (captions.name, captions.fingerprint)
         if key not in self._tokens:  # each caption set is tokenized once, not once per pair
             self._tokens[key] = self.model.tokenize(list(captions.items))
         tokens = self._tokens[key]
-        groups = _groups(image_rows, self.batch_size, _PAIRS_PER_SHARD)
+        total = sum(stop - start for start, stop in groups)
         started = time.perf_counter()
-        with tqdm(total=len(image_rows), desc=f"ITM {images.name} x {captions.name}", unit="pair",
+        with tqdm(total=total, desc=f"ITM {images.name} x {captions.name}", unit="pair",
                   disable=not self.progress, dynamic_ncols=True) as bar, \
                 ThreadPoolExecutor(max_workers=max(1, self.workers), thread_name_prefix="rococo-itm") as pool:
             for start, stop in groups:
@@ -294,8 +364,7 @@ class Reranker:
                     raise ValueError(f"model {self.model.name!r} returned non-finite ITM scores")
                 store.add(image_rows[start:stop], caption_rows[start:stop], logits)
         elapsed = time.perf_counter() - started
-        logger.info("%d ITM pairs in %.1f s (%.0f pairs/s)", len(image_rows), elapsed,
-                    len(image_rows) / max(elapsed, 1e-9))
+        logger.info("%d ITM pairs in %.1f s (%.0f pairs/s)", total, elapsed, total / max(elapsed, 1e-9))
 
 
 def _block_rows(num_gallery: int) -> int:

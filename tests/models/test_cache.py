@@ -272,3 +272,45 @@ def test_a_models_wrong_output_is_refused_and_nothing_is_cached(tmp_path, vector
     assert str(caught.value) == problem
     assert not cache.is_complete(Broken(), items)
     assert [path.name for path in cache.folder(Broken(), items).iterdir()] == ["manifest.json"]
+
+
+class Recorder:
+    """A text model that embeds each text by its characters and records each batch it is given."""
+
+    name, fingerprint = "recorder", "1" * 64
+
+    def __init__(self):
+        self.batches = []
+
+    def encode_texts(self, texts):
+        self.batches.append(list(texts))
+        return np.array([[len(text), sum(map(ord, text)) / 1000.0] for text in texts], dtype=np.float32)
+
+
+@pytest.mark.parametrize("world", [1, 2, 3, 5])
+def test_shares_of_any_number_of_processes_embed_each_batch_of_one_process_once(tmp_path, world):
+    """encode_share of every rank, then embeddings(): the batches of one process, each encoded once, no other."""
+    items = ItemSet("captions/demo", "text", [f"caption {index}" * (index % 3 + 1) for index in range(11)])
+    alone = Recorder()
+    expected = EmbeddingCache(tmp_path / "one", batch_size=3).embeddings(alone, items)
+    shared = Recorder()
+    cache = EmbeddingCache(tmp_path / "shared", batch_size=3)
+    for rank in range(world):
+        cache.encode_share(shared, items, rank, world)
+    assert sorted(shared.batches) == sorted(alone.batches) and len(shared.batches) == 4
+    assert np.array_equal(cache.embeddings(shared, items), expected) and len(shared.batches) == 4
+
+
+def test_a_share_skips_the_batches_that_shards_hold(tmp_path):
+    """A resumed share encodes only its batches that no shard holds (another rank's are never its work)."""
+    items = ItemSet("captions/demo", "text", [f"caption {index}" for index in range(12)])
+    cache = EmbeddingCache(tmp_path, batch_size=2)
+    first = Recorder()
+    cache.encode_share(first, items, 0, 2)
+    assert [batch[0] for batch in first.batches] == ["caption 0", "caption 2", "caption 4"]
+    (cache.folder(first, items) / "rows-000002-000004.npy").unlink()  # the batch in flight when it stopped
+    again = Recorder()
+    cache.encode_share(again, items, 0, 2)
+    cache.encode_share(again, items, 1, 2)
+    assert [batch[0] for batch in again.batches] == ["caption 2", "caption 6", "caption 8", "caption 10"]
+    assert cache.is_complete(again, items) is False and len(cache.embeddings(again, items)) == 12

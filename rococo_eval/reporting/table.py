@@ -1,0 +1,183 @@
+"""Many reports in one comparison: a model per row, clean and attacked R@1 per gallery, as a paper's table.
+
+``rococo-eval table REPORT_DIR...`` (and ``run`` with several models) reads each ``report.json`` and writes
+``table.csv``, ``table.md`` and ``table.png``. A row holds the model, its report folder, and the R@1 of each
+gallery in the reports' ``summary`` (:func:`rococo_eval.reporting.report.summary_rows`): the two clean galleries,
+each text attack (image-to-text), each image attack and each image method's mean over its seeds
+(text-to-image). A gallery that a report does not hold is left empty. The columns are named by gallery key
+(``rand_voca/image_to_text``; a seed mean is ``mix/text_to_image``).
+
+Example:
+    >>> report = {"meta": {"model": "toy"}, "summary": [
+    ...     {"attack": "clean", "direction": "image_to_text", "recall@1": 50.0},
+    ...     {"attack": "rand_voca", "direction": "image_to_text", "clean_recall@1": 50.0, "recall@1": 37.5}]}
+    >>> columns, rows = comparison([("runs/toy", report)])
+    >>> columns
+    ['clean/image_to_text', 'rand_voca/image_to_text']
+    >>> rows[0]["model"], rows[0]["rand_voca/image_to_text"]
+    ('toy', 37.5)
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from rococo_eval.catalog import CLEAN, DIRECTIONS, IMAGE_ATTACK_METHODS, gallery_key
+from rococo_eval.io.atomic import write_atomic
+
+REPORT_FILE = "report.json"
+_SHORT = {"image_to_text": "i2t", "text_to_image": "t2i"}
+
+
+def read_reports(paths: Sequence) -> list[tuple[str, dict]]:
+    """``(folder, report)`` of each path: a report folder (holding ``report.json``) or the file itself; a report
+    given twice (``runs/a`` and ``runs/a/report.json``) is read once.
+
+    Raises:
+        ValueError: a path with no report, or a file that is not a RoCOCO report (the message names it).
+    """
+    reports, seen = [], set()
+    for given in paths:
+        path = Path(given).expanduser()
+        file = path / REPORT_FILE if path.is_dir() else path
+        if file.resolve() in seen:
+            continue
+        seen.add(file.resolve())
+        try:
+            document = json.loads(file.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise ValueError(f"REPORT_DIR {str(given)!r} holds no {REPORT_FILE}: give folders that `rococo-eval run` "
+                             "or `score` wrote") from None
+        except (OSError, json.JSONDecodeError, UnicodeDecodeError) as error:
+            raise ValueError(f"cannot read the report {str(file)!r}: {error}") from None
+        if not isinstance(document, dict) or not isinstance(document.get("summary"), list):
+            raise ValueError(f"{str(file)!r} is not a RoCOCO report: it has no `summary` list")
+        reports.append((str(file.parent), document))
+    if not reports:
+        raise ValueError("no report to compare: give at least one REPORT_DIR")
+    return reports
+
+
+def comparison(reports: Sequence[tuple[str, dict]]) -> tuple[list[str], list[dict]]:
+    """The gallery columns (in the summary's order: the paper's) and one row per report.
+
+    Each row has ``model`` (the report's model, or its folder's name for a report of score files; a name that
+    two reports share gets its folder added), ``report`` (the folder) and the R@1 of each gallery column.
+    """
+    columns: list[str] = []
+    rows = []
+    for folder, document in reports:
+        meta = document.get("meta") or {}
+        row = {"model": str(meta.get("model") or Path(folder).name), "report": folder}
+        for summary in document["summary"]:
+            key = gallery_key(summary["attack"], summary["direction"])
+            if summary.get("recall@1") is None:
+                continue
+            if key not in columns:
+                columns.append(key)
+            row[key] = float(summary["recall@1"])
+        rows.append(row)
+    names = [row["model"] for row in rows]
+    for row in rows:
+        if names.count(row["model"]) > 1:
+            row["model"] = f"{row['model']} ({row['report']})"
+    order = {key: number for number, key in enumerate(columns)}
+    columns.sort(key=lambda key: (DIRECTIONS.index(key.partition("/")[2]) if key.partition("/")[2] in DIRECTIONS
+                                  else len(DIRECTIONS), key.partition("/")[0] != CLEAN, order[key]))
+    return columns, rows
+
+
+def to_csv(columns: Sequence[str], rows: Sequence[dict]) -> str:
+    """The comparison as CSV: ``model``, ``report``, then one column of R@1 per gallery (empty where absent).
+
+    Example:
+        >>> print(to_csv(["clean/image_to_text"], [{"model": "toy", "report": "r", "clean/image_to_text": 50.0}]))
+        model,report,clean/image_to_text
+        toy,r,50.0
+        <BLANKLINE>
+    """
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(["model", "report", *columns])
+    for row in rows:
+        writer.writerow([row["model"], row["report"], *("" if row.get(key) is None else row[key] for key in columns)])
+    return buffer.getvalue()
+
+
+def to_markdown(columns: Sequence[str], rows: Sequence[dict]) -> str:
+    """The comparison as a Markdown table of R@1 (two decimals); the seed means are marked.
+
+    Example:
+        >>> print(to_markdown(["rand_voca/image_to_text"], [{"model": "a|b", "rand_voca/image_to_text": 37.5}]))
+        | model | rand_voca (i2t) |
+        |---|---:|
+        | a\\|b | 37.50 |
+    """
+    headers = ["model", *map(column_label, columns)]
+    lines = ["| " + " | ".join(headers) + " |", "|---|" + "---:|" * len(columns)]
+    for row in rows:
+        cells = [row["model"].replace("|", "\\|")]
+        cells += ["" if row.get(key) is None else f"{row[key]:.2f}" for key in columns]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def column_label(key: str) -> str:
+    """``"rand_voca (i2t)"``; a seed mean is ``"mix (t2i, seed mean)"``.
+
+    Example:
+        >>> column_label("clean/text_to_image"), column_label("patch/text_to_image")
+        ('clean (t2i)', 'patch (t2i, seed mean)')
+    """
+    attack, _, direction = key.partition("/")
+    short = _SHORT.get(direction, direction)
+    return f"{attack} ({short}, seed mean)" if attack in IMAGE_ATTACK_METHODS else f"{attack} ({short})"
+
+
+def plot_comparison(columns: Sequence[str], rows: Sequence[dict], path) -> Path:
+    """Grouped bars of R@1: a group per gallery column, a bar per model (matplotlib Agg), written atomically."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(max(6.0, 0.6 * len(columns) * max(1, len(rows)) ** 0.5 + 3), 4.2), dpi=100,
+                    layout="constrained")
+    FigureCanvasAgg(figure)
+    axes = figure.add_subplot()
+    positions = np.arange(len(columns))
+    width = 0.8 / max(1, len(rows))
+    for number, row in enumerate(rows):
+        values = [math.nan if row.get(key) is None else row[key] for key in columns]
+        axes.bar(positions - 0.4 + width * (number + 0.5), values, width, label=row["model"])
+    axes.set_xticks(positions, [column_label(key) for key in columns], rotation=35, ha="right", fontsize=8)
+    axes.set_ylabel("R@1 (%)")
+    axes.set_ylim(0, 100)
+    axes.set_title("R@1 per gallery: clean and attacked")
+    axes.legend(loc="upper right", fontsize=7)
+    return write_atomic(path, lambda handle: figure.savefig(handle, format="png"))
+
+
+def write_table(report_paths: Sequence, out) -> dict[str, Path]:
+    """Compare the reports at ``report_paths`` into ``out``: ``table.csv``, ``table.md`` and ``table.png``.
+
+    Returns:
+        the paths written, by kind (``csv``, ``markdown``, ``chart``; no chart without matplotlib).
+    """
+    columns, rows = comparison(read_reports(report_paths))
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    text = to_csv(columns, rows).encode("utf-8")
+    markdown = ("# RoCOCO comparison: R@1 (%)\n\n" + to_markdown(columns, rows) + "\n").encode("utf-8")
+    paths = {"csv": write_atomic(out / "table.csv", lambda handle: handle.write(text)),
+             "markdown": write_atomic(out / "table.md", lambda handle: handle.write(markdown))}
+    try:
+        paths["chart"] = plot_comparison(columns, rows, out / "table.png")
+    except ImportError:
+        pass
+    return paths

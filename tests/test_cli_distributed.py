@@ -1,0 +1,152 @@
+"""``rococo-eval run`` and ``attack`` launched by torchrun as 2 and 3 processes (gloo, on CPU), against one process.
+
+Every launch is real: ``python -m torch.distributed.run --standalone --nproc-per-node N -m rococo_eval ...``, on a
+generated benchmark of 12 images (``conftest.benchmark``: every attack, seeds 1 and 7), with a tiny CLIP and a
+tiny BLIP. A dying rank is a process that sends itself SIGKILL (``helpers/dying_rank.py``).
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rococo_eval.cli import main
+
+REPO = Path(__file__).resolve().parents[1]
+DYING_RANK = REPO / "tests" / "helpers" / "dying_rank.py"
+pytestmark = pytest.mark.slow
+
+
+def launch(processes: int, *arguments, script=None, check=True) -> subprocess.CompletedProcess:
+    """``torchrun --nproc-per-node processes`` of ``-m rococo_eval ARGUMENTS`` (or of ``script``)."""
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={processes}"]
+    command += [str(script)] if script else ["-m", "rococo_eval"]
+    environment = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(command + [str(argument) for argument in arguments], capture_output=True, text=True,
+                          env=environment, timeout=600)
+    if check:
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
+    return done
+
+
+def run_arguments(model, benchmark, folder: Path, name: str, *extra, quiet=True):
+    return ["run", "--model", model, "--benchmark", benchmark, "--cache-dir", folder / f"cache-{name}",
+            "--out", folder / f"report-{name}", "--batch-size", "4", *(["--quiet"] if quiet else []), *extra]
+
+
+def one_process(model, benchmark, folder, *extra) -> bytes:
+    assert main([str(argument) for argument in run_arguments(model, benchmark, folder, "1", *extra)]) == 0
+    return (folder / "report-1" / "report.json").read_bytes()
+
+
+@pytest.fixture(scope="module", params=["dual encoder", "BLIP"])
+def model(request, hf_name, blip_name):
+    return {"dual encoder": (hf_name, []), "BLIP": (blip_name, ["--rerank-k", "5"])}[request.param]
+
+
+@pytest.fixture(scope="module")
+def reference(model, benchmark, tmp_path_factory):
+    """The report of one process."""
+    name, extra = model
+    return one_process(name, benchmark, tmp_path_factory.mktemp("one"), *extra)
+
+
+@pytest.mark.parametrize("processes", [2, 3])
+def test_report_equals_that_of_one_process(model, benchmark, reference, tmp_path, processes):
+    name, extra = model
+    done = launch(processes, *run_arguments(name, benchmark, tmp_path, "n", *extra, quiet=False))
+    assert (tmp_path / "report-n" / "report.json").read_bytes() == reference
+    for rank in range(1, processes):
+        assert f"rank {rank} of {processes}: done; rank 0 writes the report" in done.stderr
+    embeddings = next((tmp_path / "cache-n" / "embeddings").iterdir())
+    assert not list(embeddings.glob("*/rows-*.npy")) and not list(embeddings.glob("*/pairs-*-rank*.npz"))
+
+
+def test_each_row_is_embedded_once_for_any_number_of_processes(hf_name, benchmark, tmp_path):
+    """The processes' rows add up to the item sets' rows: none embedded twice, none lost; every one did some."""
+    count = tmp_path / "counts.jsonl"
+    launch(3, "--count", count, "--", *run_arguments(hf_name, benchmark, tmp_path, "n"), script=DYING_RANK)
+    counts = [json.loads(line) for line in count.read_text().splitlines()]
+    assert sorted(entry["rank"] for entry in counts) == [0, 1, 2] and all(entry["rows"] > 0 for entry in counts)
+    assert sum(entry["rows"] for entry in counts) == held(tmp_path / "cache-n")["rows"]
+
+
+def held(cache: Path) -> dict:
+    """The embedding rows and ITM pairs that ``cache`` holds, joined or in shards."""
+    rows = sum(np.load(path, mmap_mode="r").shape[0] for path in cache.glob("embeddings/*/*/*.npy"))
+    pairs = 0
+    for path in cache.glob("embeddings/*/itm-*/pairs-*.npz"):
+        with np.load(path) as shard:
+            pairs += len(shard["keys"])
+    return {"rows": rows, "pairs": pairs}
+
+
+def without_counts(report: bytes) -> dict:
+    """A report without its ITM pair counts (a resumed run computes fewer and reuses more)."""
+    document = json.loads(report)
+    document["meta"].pop("rerank", None)
+    return document
+
+
+@pytest.mark.parametrize("how", ["kill", "raise"])
+def test_a_dying_rank_is_named_and_the_rerun_resumes(model, benchmark, reference, tmp_path, how):
+    """Rank 1 dies at its second embedding batch (CLIP) or ITM call (BLIP). The failure names rank 1; the same
+    command again computes exactly what no shard holds (the batches in flight), and gives one process's report."""
+    name, extra = model
+    arguments = run_arguments(name, benchmark, tmp_path, "n", *extra)
+    what = "match" if extra else "encode"
+    died = launch(2, "--die", f"1:{what}:2:{how}", "--", *arguments, script=DYING_RANK, check=False)
+    assert died.returncode != 0 and not (tmp_path / "report-n" / "report.json").exists()
+    if how == "kill":  # torchrun names the rank that died, and its signal
+        assert "rank      : 1 (local_rank: 1)" in died.stderr and "Signal 9 (SIGKILL)" in died.stderr
+    else:
+        assert "rococo-eval: rank 1 of 2: failed" in died.stderr and f"stopped at its {what} call 2" in died.stderr
+    kept = held(tmp_path / "cache-n")
+    count = tmp_path / "counts.jsonl"
+    launch(2, "--count", count, "--", *arguments, script=DYING_RANK)
+    resumed = (tmp_path / "report-n" / "report.json").read_bytes()
+    again = [json.loads(line) for line in count.read_text().splitlines()]
+    total = held(tmp_path / "cache-n")
+    if extra:
+        assert without_counts(resumed) == without_counts(reference)
+        assert sum(entry["rows"] for entry in again) == 0  # the embeddings were all done before the ITM stage
+        assert 0 < sum(entry["pairs"] for entry in again) == total["pairs"] - kept["pairs"] < total["pairs"]
+        assert json.loads(resumed)["meta"]["rerank"]["itm_pairs_computed"] == total["pairs"] - kept["pairs"]
+    else:
+        assert resumed == reference
+        assert 0 < sum(entry["rows"] for entry in again) == total["rows"] - kept["rows"] < total["rows"]
+
+
+def test_shard_models_spreads_whole_models_over_the_processes(hf_name, blip_name, benchmark, tmp_path):
+    """Two models over two processes: each evaluates one alone, and each report equals that of plain ``run``."""
+    out = tmp_path / "reports"
+    done = launch(2, "run", "--model", hf_name, "--model", blip_name, "--rerank-k", "5", "--shard-models",
+                  "--benchmark", benchmark, "--cache-dir", tmp_path / "cache", "--out", out, "--batch-size", "4",
+                  "--attacks", "rand_voca,mix_seed1")
+    folders = sorted(path for path in out.iterdir() if path.is_dir())
+    assert len(folders) == 2 and "rank 0 of 2: 1 of the 2 models done" in done.stderr
+    assert "rank 1 of 2: 1 of the 2 models done" in done.stderr
+    assert main([str(argument) for argument in [
+        "run", "--model", hf_name, "--model", blip_name, "--rerank-k", "5", "--benchmark", benchmark, "--cache-dir",
+        tmp_path / "cache-one", "--out", tmp_path / "one", "--batch-size", "4", "--attacks", "rand_voca,mix_seed1",
+        "--quiet"]]) == 0
+    for folder in folders:
+        assert (folder / "report.json").read_bytes() == (tmp_path / "one" / folder.name / "report.json").read_bytes()
+    table = (tmp_path / "one" / "table.md").read_text()
+    assert hf_name in table and blip_name in table and "rand_voca (i2t)" in table
+
+
+def test_attack_shares_the_text_encoder_and_writes_the_same_benchmark(image_set, tmp_path):
+    """``rococo-eval attack`` as 2 processes: the same benchmark folder, file for file, as one process."""
+    arguments = ["attack", str(image_set / "set.json"), "--strategies", "text", "--quiet"]
+    assert main(arguments + ["--out", str(tmp_path / "one"), "--cache-dir", str(tmp_path / "cache-one")]) == 0
+    launch(2, *arguments, "--out", tmp_path / "two", "--cache-dir", tmp_path / "cache-two")
+    files = sorted(path.relative_to(tmp_path / "one") for path in (tmp_path / "one").rglob("*") if path.is_file())
+    assert files == sorted(path.relative_to(tmp_path / "two") for path in (tmp_path / "two").rglob("*")
+                           if path.is_file())
+    for name in files:
+        assert (tmp_path / "one" / name).read_bytes() == (tmp_path / "two" / name).read_bytes(), name

@@ -50,8 +50,13 @@ def main(argv=None) -> int:
     """
     args = build_parser().parse_args(argv)
     _configure_logging(args.verbose, args.quiet, progress_notes=args.command == "run")
-    launch = launched()
-    where = f"rank {launch[0]} of {launch[1]}: " if launch and launch[1] > 1 else ""  # who failed, in a launch
+    where = ""
+    try:
+        launch = launched()
+        where = f"rank {launch[0]} of {launch[1]}: " if launch and launch[1] > 1 else ""  # who failed, in a launch
+    except ValueError as error:
+        print(f"rococo-eval: error: {error}", file=sys.stderr)
+        return 1
     try:
         with _quiet_libraries(args.quiet):
             args.handler(args)
@@ -192,7 +197,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def run_command(args) -> Path:
-    """``rococo-eval run``: embed, score, report, for each model. Returns the report folder (of the last model).
+    """``rococo-eval run``: embed, score, report, for each model. Returns the report folder (of the last model;
+    ``--out`` itself with ``--shard-models``).
 
     Launched as several processes (torchrun, ``accelerate launch``, ``srun``), they share each model's work
     (:mod:`rococo_eval.processes`) and rank 0 writes the report; with ``--shard-models`` each evaluates whole
@@ -229,9 +235,14 @@ def run_command(args) -> Path:
         raise CommandError("every RoCOCO gallery needs the 5,000 COCO test images (the image-to-text queries and the "
                            "text-to-image gallery): pass --images-dir COCO_ROOT (the folder holding val2014/), or "
                            f"--download-images to fetch them (about 800 MB) into {images_dir}")
+    several = len(models) > 1
+    processes = ONE if args.shard_models else join(args.device, datetime.timedelta(minutes=args.process_timeout))
+    if benchmark is None and not processes.is_main:
+        processes.barrier()  # rank 0 has the annotation files (a first run downloads them)
     source = benchmark if benchmark is not None else RococoSource(args.annotations_dir, images_dir=images_dir,
                                                                   cache_dir=cache_dir)
-    several = len(models) > 1
+    if benchmark is None and processes.is_main:
+        processes.barrier()
     if args.shard_models:
         rank, world, local_rank = launch  # no process group: each process has models of its own
         mine = [name for number, name in enumerate(models) if number % world == rank]
@@ -243,7 +254,6 @@ def run_command(args) -> Path:
                     ", ".join(mine) or "none",
                     f"; compare them all with: rococo-eval table {out}/*/" if several else "")
         return out
-    processes = join(args.device, datetime.timedelta(minutes=args.process_timeout))
     try:
         device = rank_device(processes, args.device)
         folders = []
@@ -290,8 +300,10 @@ def _run_model(args, name: str, source, attacks, images_dir: Path, cache_dir: Pa
                           processes=processes)
     if not processes.is_main:
         return
+    device = getattr(model, "device", None)  # its kind: "cuda", whichever GPU a process of a launch took
     meta = {"model": model.name, "model_fingerprint": model.fingerprint, "precision": args.precision,
-            "device": getattr(model, "device", None), "attacks": list(attacks), "images_dir": str(images_dir)}
+            "device": str(device).split(":")[0] if device is not None else None, "attacks": list(attacks),
+            "images_dir": str(images_dir)}
     if reranker is not None:
         meta["rerank"] = {"k": args.rerank_k, "itm_pairs_computed": reranker.computed,
                           "itm_pairs_reused": reranker.reused}
@@ -537,7 +549,10 @@ def _configure_logging(verbose: int, quiet: bool, progress_notes: bool = False) 
     """Notes of this package at the chosen level on stderr: errors only with ``quiet``; else warnings, or with
     ``progress_notes`` (``run``) also the INFO lines that say what is done and how fast (one per item set
     embedded, per gallery scored), which is the progress a log or CI job sees; each ``-v`` one level more."""
-    launch = launched()
+    try:
+        launch = launched()
+    except ValueError:
+        launch = None  # main says what is wrong
     rank = f"[rank {launch[0]}]" if launch and launch[1] > 1 else ""  # whose line, in a launch of several
     logging.basicConfig(format=f"rococo-eval{rank}: %(message)s")
     levels = (logging.WARNING, logging.INFO, logging.DEBUG)[1 if progress_notes else 0:]

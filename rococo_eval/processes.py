@@ -2,7 +2,8 @@
 
 ``torchrun``, ``accelerate launch`` and SLURM's ``srun`` start one process per device and tell each, in its
 environment, its rank and the world size (torchrun and accelerate: ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``;
-SLURM: ``SLURM_PROCID``, ``SLURM_NTASKS``, ``SLURM_LOCALID``). :func:`join` reads them and joins the default
+SLURM's ``srun``: ``SLURM_PROCID``, ``SLURM_STEP_NUM_TASKS``, ``SLURM_LOCALID``, the tasks of the job step; a job's
+batch script, which is one process, has no step of several tasks and is not taken for a launch). :func:`join` reads them and joins the default
 process group (NCCL on GPUs, gloo on CPU), with an explicit timeout; without them it returns :data:`ONE`, a
 world of one process, and nothing of torch.distributed is touched.
 
@@ -33,7 +34,7 @@ logger = logging.getLogger(__name__)
 # full BLIP run takes hours on one GPU, so the wait allowed is a day, not torch's 30 minutes (NCCL's 10).
 DEFAULT_TIMEOUT = datetime.timedelta(hours=24)
 
-_LAUNCHERS = (("RANK", "WORLD_SIZE", "LOCAL_RANK"), ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"))
+_LAUNCHERS = (("RANK", "WORLD_SIZE", "LOCAL_RANK"), ("SLURM_PROCID", "SLURM_STEP_NUM_TASKS", "SLURM_LOCALID"))
 
 
 @dataclass(frozen=True)
@@ -91,8 +92,10 @@ def launched(environ: Mapping[str, str] = os.environ) -> Optional[tuple[int, int
     Example:
         >>> launched({"RANK": "2", "WORLD_SIZE": "4", "LOCAL_RANK": "0"})
         (2, 4, 0)
-        >>> launched({"SLURM_PROCID": "1", "SLURM_NTASKS": "2", "SLURM_LOCALID": "1"})
+        >>> launched({"SLURM_PROCID": "1", "SLURM_STEP_NUM_TASKS": "2", "SLURM_LOCALID": "1"})
         (1, 2, 1)
+        >>> launched({"SLURM_PROCID": "0", "SLURM_NTASKS": "4"}) is None  # an sbatch script: one process
+        True
         >>> launched({}) is None
         True
     """
@@ -131,7 +134,8 @@ def join(device: Optional[str] = None, timeout: datetime.timedelta = DEFAULT_TIM
 
     if "MASTER_ADDR" not in environ:
         raise ValueError(f"{world} processes were launched but MASTER_ADDR is not set: export MASTER_ADDR (the first "
-                         "node's host name) and MASTER_PORT before srun, as the SLURM recipe in the docs does")
+                         "node's host name) and MASTER_PORT before srun, as the SLURM recipe of the distributed "
+                         "evaluation docs does")
     for name, value in (("RANK", rank), ("WORLD_SIZE", world), ("LOCAL_RANK", local_rank)):
         os.environ.setdefault(name, str(value))  # SLURM's numbers, for torch's env:// rendezvous
     os.environ.setdefault("MASTER_PORT", "29500")

@@ -21,11 +21,15 @@ DYING_RANK = REPO / "tests" / "helpers" / "dying_rank.py"
 pytestmark = pytest.mark.slow
 
 
-def launch(processes: int, *arguments, script=None, check=True) -> subprocess.CompletedProcess:
-    """``torchrun --nproc-per-node processes`` of ``-m rococo_eval ARGUMENTS`` (or of ``script``)."""
+def launch(processes: int, *arguments, script=None, check=True, hash_seed=None) -> subprocess.CompletedProcess:
+    """``torchrun --nproc-per-node processes`` of ``-m rococo_eval ARGUMENTS`` (or of ``script``); with 0
+    processes, plain ``python -m rococo_eval``."""
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={processes}"]
+    command = command if processes else [sys.executable]
     command += [str(script)] if script else ["-m", "rococo_eval"]
     environment = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    if hash_seed is not None:
+        environment["PYTHONHASHSEED"] = str(hash_seed)
     done = subprocess.run(command + [str(argument) for argument in arguments], capture_output=True, text=True,
                           env=environment, timeout=600)
     if check:
@@ -141,10 +145,13 @@ def test_shard_models_spreads_whole_models_over_the_processes(hf_name, blip_name
 
 
 def test_attack_shares_the_text_encoder_and_writes_the_same_benchmark(image_set, tmp_path):
-    """``rococo-eval attack`` as 2 processes: the same benchmark folder, file for file, as one process."""
+    """``rococo-eval attack`` as 2 processes: the same benchmark folder, file for file, as one process.
+
+    Both with one PYTHONHASHSEED: same_concept's choice of replacement still depends on it (a known bug of the
+    caption attacks, apart from processes)."""
     arguments = ["attack", str(image_set / "set.json"), "--strategies", "text", "--quiet"]
-    assert main(arguments + ["--out", str(tmp_path / "one"), "--cache-dir", str(tmp_path / "cache-one")]) == 0
-    launch(2, *arguments, "--out", tmp_path / "two", "--cache-dir", tmp_path / "cache-two")
+    launch(0, *arguments, "--out", tmp_path / "one", "--cache-dir", tmp_path / "cache-one", hash_seed=0)
+    launch(2, *arguments, "--out", tmp_path / "two", "--cache-dir", tmp_path / "cache-two", hash_seed=0)
     files = sorted(path.relative_to(tmp_path / "one") for path in (tmp_path / "one").rglob("*") if path.is_file())
     assert files == sorted(path.relative_to(tmp_path / "two") for path in (tmp_path / "two").rglob("*")
                            if path.is_file())

@@ -18,8 +18,10 @@ def test_shares_are_contiguous_and_cover_every_item_once(count, world):
 
 def test_torchrun_and_slurm_environments_are_read():
     assert launched({"RANK": "1", "WORLD_SIZE": "3", "LOCAL_RANK": "1", "SLURM_PROCID": "9"}) == (1, 3, 1)
-    assert launched({"SLURM_PROCID": "5", "SLURM_NTASKS": "8", "SLURM_LOCALID": "1"}) == (5, 8, 1)
+    assert launched({"SLURM_PROCID": "5", "SLURM_STEP_NUM_TASKS": "8", "SLURM_LOCALID": "1"}) == (5, 8, 1)
     assert launched({"RANK": "0"}) is None
+    # the batch script of `sbatch --ntasks 4` (or a `salloc -n 4` shell): one process, not rank 0 of 4
+    assert launched({"SLURM_PROCID": "0", "SLURM_NTASKS": "4", "SLURM_LOCALID": "0"}) is None
 
 
 @pytest.mark.parametrize("environment, problem", [
@@ -40,7 +42,7 @@ def test_one_process_joins_no_group():
 
 def test_slurm_without_a_master_address_is_refused():
     with pytest.raises(ValueError, match="MASTER_ADDR is not set: export MASTER_ADDR"):
-        join(environ={"SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_LOCALID": "0"})
+        join(environ={"SLURM_PROCID": "0", "SLURM_STEP_NUM_TASKS": "2", "SLURM_LOCALID": "0"})
 
 
 def test_each_gpu_process_takes_its_local_gpu():

@@ -224,7 +224,7 @@ def embeddings_of_all(cache: EmbeddingCache, model, item_sets: dict, processes=N
     if not processes.is_main:
         unseen = [items.name for items in item_sets.values() if not cache.is_complete(model, items)]
         if unseen:
-            raise ValueError(f"{processes.name}: rank 0 joined {unseen[0]!r} in the cache folder {str(cache.root)!r}, "
+            raise ValueError(f"rank 0 joined {unseen[0]!r} in the cache folder {str(cache.root)!r}, "
                              "but this process does not see it there: every process needs the same cache folder "
                              "(--cache-dir on a file system that all the machines share)")
         vectors = {key: cache.embeddings(model, items) for key, items in item_sets.items()}

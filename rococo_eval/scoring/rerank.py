@@ -18,9 +18,10 @@ embedding cache, and no pair is computed twice, across galleries or across runs.
 shards, each renamed into place, so Ctrl-C loses at most the group of pairs in flight.
 
 The pairs of a gallery that no earlier gallery of the run needed are sorted by image and cut into groups of whole
-images (:func:`_groups`); a group is the unit of work, of storage and of resuming, and the same groups are made
-for any number of processes. Launched as several processes (:mod:`rococo_eval.processes`), each computes a
-contiguous share of the groups into the store, and they meet once per gallery, after its ITM stage.
+images (:func:`_groups`); a group (less any pair the store already holds) is the unit of work, of storage and of
+resuming, and the same groups are made for any number of processes. Launched as several processes
+(:mod:`rococo_eval.processes`), each computes a contiguous share of the groups into the store; they meet before
+and after the ITM stage of each image set x caption set of a gallery (two barriers, at most four per gallery).
 
 Example:
     >>> class Toy:  # ITC: dot product; ITM: 10 for the pair (image i, caption i), else 0
@@ -112,6 +113,9 @@ class PairStore:
         for path in sorted(self.folder.glob("pairs-*.npz")):
             if path.name in self._read:
                 continue
+            match = _SHARD.fullmatch(path.name)
+            if match:  # numbered past every shard, readable or not, so that no new shard takes an old name
+                self._next = max(self._next, int(match[1]) + 1)
             try:
                 with np.load(path) as shard:
                     self._pending.append((shard["keys"].astype(np.int64), shard["logits"].astype(np.float32)))
@@ -121,9 +125,6 @@ class PairStore:
                     path.unlink(missing_ok=True)
                 continue
             self._read.add(path.name)
-            match = _SHARD.fullmatch(path.name)
-            if match:
-                self._next = max(self._next, int(match[1]) + 1)
 
     def __len__(self):
         self._merge()
@@ -170,7 +171,8 @@ class PairStore:
         self._read = {path.name}
         self._next += 1
         for shard in shards:
-            shard.unlink()
+            if shard != path:
+                shard.unlink(missing_ok=True)
 
 
 class Reranker:
@@ -192,7 +194,7 @@ class Reranker:
             holds the gallery's scores. ``root`` must be a folder they all see.
 
     Attributes:
-        computed, reused: ITM pairs computed (by all the processes), and read from the store, so far.
+        computed, reused: ITM pairs computed (by all the processes together), and read from the store, so far.
     """
 
     def __init__(self, model, root, k: int = DEFAULT_CANDIDATES, batch_size: int = 256, workers: int = 0,
@@ -305,27 +307,31 @@ class Reranker:
         self._planned[store.folder] = np.union1d(planned, new)
         new_images, new_captions = new // store.num_captions, new % store.num_captions
         stored, _ = store.lookup(new_images, new_captions)
-        todo = [(start, stop) for start, stop in _groups(new_images, self.batch_size, _PAIRS_PER_SHARD)
-                if not stored[start:stop].all()]  # a stored group is skipped whole: a resumed run
-        count = sum(stop - start for start, stop in todo)
-        self.computed += count
+        # the groups of the new pairs (the same for any number of processes), less what the store holds: a whole
+        # group after a resumed run, single pairs when an earlier run needed other pairs (another k or attacks)
+        kept = [(start, stop, ~stored[start:stop]) for start, stop in _groups(new_images, self.batch_size,
+                                                                               _PAIRS_PER_SHARD)]
+        kept = [(start, stop, missing) for start, stop, missing in kept if missing.any()]
+        todo_images = np.concatenate([new_images[start:stop][m] for start, stop, m in kept] or [new_images[:0]])
+        todo_captions = np.concatenate([new_captions[start:stop][m] for start, stop, m in kept] or [new_captions[:0]])
+        ends = np.cumsum([int(missing.sum()) for _, _, missing in kept]).tolist()
+        todo = list(zip([0] + ends[:-1], ends))
+        self.computed += len(todo_images)
         self.processes.barrier()  # every process has read the store, so none reads another's shards of this gallery
-        if not todo:
-            return logits
-        logger.info("%s x %s: %d ITM pairs to compute, %d from the cache", images.name, captions.name, count,
-                    int(found.sum()))
-        self._compute(store, images, captions, new_images, new_captions, self._share_of(todo))
+        if todo:
+            logger.info("%s x %s: %d ITM pairs to compute, %d from the cache", images.name, captions.name,
+                        len(todo_images), int(found.sum()))
+            self._compute(store, images, captions, todo_images, todo_captions, self._share_of(todo))
         if self.processes.world > 1:
             self.processes.barrier()  # every process has stored its share of this gallery's pairs
             store.refresh()
-        else:
+        elif todo:
             store.compact()
         found, logits = store.lookup(image_rows, caption_rows)
         if not found.all():
-            raise ValueError(f"{self.processes.name}: {int((~found).sum())} ITM scores of {images.name} x "
-                             f"{captions.name} that the other processes computed are not in {str(store.folder)!r}: "
-                             "every process needs the same cache folder (--cache-dir on a file system that all the "
-                             "machines share)")
+            raise ValueError(f"{int((~found).sum())} ITM scores of {images.name} x {captions.name} that the other "
+                             f"processes computed are not in {str(store.folder)!r}: every process needs the same "
+                             "cache folder (--cache-dir on a file system that all the machines share)")
         return logits
 
     def _share_of(self, groups: list[tuple[int, int]]) -> list[tuple[int, int]]:

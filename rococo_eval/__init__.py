@@ -55,6 +55,8 @@ _PUBLIC = {
     "analyse": "rococo_eval.reporting.analysis",
     "summary_rows": "rococo_eval.reporting.report",
     "write_report": "rococo_eval.reporting.report",
+    "evaluate_model": "rococo_eval.evaluation",
+    "as_image_text_model": "rococo_eval.models.custom",
 }
 __all__ = ["__version__", *_PUBLIC]
 

@@ -277,42 +277,23 @@ def run_command(args) -> Path:
 
 def _run_model(args, name: str, source, attacks, images_dir: Path, cache_dir: Path, out: Path, scores_dir,
                processes, device) -> None:
-    """Evaluate one model into the report folder ``out`` (and its score files into ``scores_dir`` when not
-    None), written by rank 0 of ``processes``."""
-    from rococo_eval.catalog import galleries
+    """Evaluate one model (:func:`rococo_eval.evaluation.evaluate_model`) into the report folder ``out`` (and its
+    score files into ``scores_dir`` when not None), written by rank 0 of ``processes``; print its table."""
+    from rococo_eval.evaluation import evaluate_model
     from rococo_eval.models.adapters import load_model
-    from rococo_eval.models.cache import EmbeddingCache
-    from rococo_eval.scoring.galleries import score_model
+    from rococo_eval.reporting.report import to_text_table
 
-    out = writable_folder(out) if processes.is_main else out
+    out = writable_folder(out) if processes.is_main else None
     model = load_model(name, device=device, precision=args.precision)
-    progress = _progress(args) and processes.is_main
-    cache = EmbeddingCache(cache_dir / "embeddings", batch_size=args.batch_size, workers=args.workers,
-                           progress=progress)
-    reranker = None
-    if hasattr(model, "match"):  # scored in two stages: ITC ranking, then ITM on the top candidates
-        from rococo_eval.scoring.rerank import Reranker
-
-        reranker = Reranker(model, cache.root, k=args.rerank_k, batch_size=args.batch_size, workers=args.workers,
-                            progress=progress, processes=processes)
     save_scores = writable_folder(scores_dir) if scores_dir is not None and processes.is_main else None
-    results = score_model(model, source, attacks, cache, reranker=reranker, save_scores=save_scores,
-                          processes=processes)
-    if not processes.is_main:
-        return
-    device = getattr(model, "device", None)  # its kind: "cuda", whichever GPU a process of a launch took
-    meta = {"model": model.name, "model_fingerprint": model.fingerprint, "precision": args.precision,
-            "device": str(device).split(":")[0] if device is not None else None, "attacks": list(attacks),
-            "images_dir": str(images_dir)}
-    if reranker is not None:
-        meta["rerank"] = {"k": args.rerank_k, "itm_pairs_computed": reranker.computed,
-                          "itm_pairs_reused": reranker.reused}
-        logger.info("ITM pairs: %d computed, %d reused from the cache", reranker.computed, reranker.reused)
-    if save_scores is not None:
-        meta["scores_dir"] = str(save_scores)
-    layouts = {f"{attack}/{direction}": source.gallery(attack, direction, "official")
-               for attack, direction in galleries(attacks)}
-    _report(results, out, meta, args.quiet, layouts, source)
+    report = evaluate_model(model, source, attacks=attacks, out=out, cache_dir=cache_dir, batch_size=args.batch_size,
+                            workers=args.workers, rerank_k=args.rerank_k, save_scores=save_scores,
+                            progress=_progress(args) and processes.is_main, processes=processes,
+                            meta={"precision": args.precision, "images_dir": str(images_dir)})
+    if processes.is_main:
+        print(to_text_table(report["summary"]))
+        if not args.quiet:
+            print(f"rococo-eval: report written to {out}", file=sys.stderr)
 
 
 def model_names(given: list, models_file=None) -> list[str]:

@@ -13,3 +13,23 @@ def test_quickstart_prints_the_metric_outputs():
     result = json.loads(done.stdout)
     assert result["num_queries"] == 4 and result["num_gallery"] == 41 and result["num_adversarial"] == 20
     assert 0 <= result["recall@1"] <= result["clean_recall@1"] <= 100
+
+
+def test_the_custom_model_example_reports_as_run_does_with_its_callable(benchmark, tmp_path):
+    """``examples/custom_model.py`` (evaluate_model) and ``rococo-eval run --model custom_model:load_model`` (from
+    examples/, as its docstring says) give the same results for every gallery."""
+    example = REPO_ROOT / "examples" / "custom_model.py"
+    done = subprocess.run([sys.executable, str(example), "--benchmark", str(benchmark), "--cache-dir",
+                           str(tmp_path / "cache"), "--out", str(tmp_path / "example")], capture_output=True,
+                          text=True, check=True, cwd=REPO_ROOT)
+    printed = json.loads(done.stdout)
+    assert printed[0]["gallery"] == "clean/image_to_text" and len(printed) == 12  # 10 galleries, 2 seed means
+    subprocess.run([sys.executable, "-m", "rococo_eval", "run", "--model", "custom_model:load_model", "--benchmark",
+                    str(benchmark), "--cache-dir", str(tmp_path / "cache"), "--out", str(tmp_path / "run"), "--quiet"],
+                   capture_output=True, text=True, check=True, cwd=REPO_ROOT / "examples")
+    example_report, run_report = (json.loads((tmp_path / name / "report.json").read_text()) for name in ("example", "run"))
+    assert example_report["results"] == run_report["results"] and example_report["summary"] == run_report["summary"]
+    assert example_report["meta"]["model"] == "tiny-colour-model"
+    assert run_report["meta"]["model"] == "custom_model:load_model"
+    assert [row["R@1"] for row in printed] == [row["recall@1"] for row in example_report["summary"]]
+    assert (tmp_path / "example" / "per_query.parquet").is_file()  # the failure analysis, as for `run`

@@ -44,8 +44,8 @@ from typing import Optional, Sequence
 import numpy as np
 from tqdm.auto import tqdm
 
-from rococo_eval.models.adapters import load_model, resolve_device, weights_digest
-from rococo_eval.models.cache import EmbeddingCache, ItemSet, embeddings_of_all
+from rococo_eval.models.adapters import load_model, resolve_device
+from rococo_eval.models.cache import EmbeddingCache, ItemSet, embeddings_of_all, weights_digest
 from rococo_eval.processes import ONE
 
 logger = logging.getLogger(__name__)

@@ -41,6 +41,8 @@ from typing import Optional, Protocol, Sequence
 import numpy as np
 from PIL import Image
 
+from rococo_eval.models.cache import weights_digest
+
 logger = logging.getLogger(__name__)
 
 MODEL_FORMS = (
@@ -51,6 +53,8 @@ MODEL_FORMS = (
     "hf:REPO_OR_PATH (a transformers dual encoder, e.g. hf:openai/clip-vit-base-patch32, or a BLIP/BLIP-2 "
     "retrieval checkpoint, e.g. hf:Salesforce/blip-itm-base-coco)",
     "blip:PATH.pth (an official BLIP retrieval checkpoint, e.g. blip:model_base_retrieval_coco.pth)",
+    "module:callable (your own model: callable() returns an object with encode_images and encode_texts, "
+    "e.g. my_models:load_model; see rococo_eval.models.custom)",
 )
 PRECISIONS = ("fp32", "fp16", "bf16")
 INSTALL_HINT = "pip install 'rococo-eval[models]'"
@@ -152,6 +156,10 @@ def parse_model_name(text: str) -> ModelName:
         arch, slash, pretrained = rest.partition("/")
         if arch and slash and pretrained:
             return ModelName("open_clip", arch, None if pretrained.lower() in _RANDOM_WEIGHTS else pretrained)
+    from rococo_eval.models.custom import names_a_callable
+
+    if names_a_callable(text):
+        return ModelName("python", str(text), None)
     raise ModelError(f"unknown model name {text!r}; accepted forms: " + "; ".join(MODEL_FORMS))
 
 
@@ -176,6 +184,10 @@ def load_model(name: str, device: Optional[str] = None, precision: str = "fp32")
         return OpenClipModel(name, parsed, device, precision)
     if parsed.library == "blip":
         return _load_official_blip(name, parsed.name, device, precision)
+    if parsed.library == "python":
+        from rococo_eval.models.custom import load_callable
+
+        return load_callable(name, device, precision)
     from rococo_eval.models import (
         blip as rerank_models,  # BLIP and BLIP-2 retrieval checkpoints, scored in two stages (scoring.rerank)
     )
@@ -504,25 +516,6 @@ class ProcessorReplica:
             if pixels is None or pixels.dtype != expected.dtype or not np.array_equal(pixels, expected):
                 return False
         return True
-
-
-def weights_digest(module) -> str:
-    """Hex digest of a torch module's state dict: names, shapes, dtypes and bytes.
-
-    Example:
-        >>> import torch
-        >>> a, b = torch.nn.Linear(2, 2), torch.nn.Linear(2, 2)
-        >>> _ = b.load_state_dict(a.state_dict())
-        >>> weights_digest(a) == weights_digest(b), weights_digest(a) == weights_digest(torch.nn.Linear(2, 2))
-        (True, False)
-    """
-    torch = _import("torch")
-    digest = hashlib.blake2b(digest_size=20)
-    for key, tensor in sorted(module.state_dict().items()):
-        tensor = tensor.detach().cpu().contiguous().reshape(-1)
-        digest.update(f"{key}:{tuple(tensor.shape)}:{tensor.dtype};".encode())
-        digest.update(tensor.view(torch.uint8).numpy())
-    return digest.hexdigest()
 
 
 def _features(output):

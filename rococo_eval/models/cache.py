@@ -231,6 +231,26 @@ def embeddings_of_all(cache: EmbeddingCache, model, item_sets: dict, processes=N
     return vectors
 
 
+def weights_digest(module) -> str:
+    """Hex digest of a torch module's state dict: names, shapes, dtypes and bytes.
+
+    Example:
+        >>> import torch
+        >>> a, b = torch.nn.Linear(2, 2), torch.nn.Linear(2, 2)
+        >>> _ = b.load_state_dict(a.state_dict())
+        >>> weights_digest(a) == weights_digest(b), weights_digest(a) == weights_digest(torch.nn.Linear(2, 2))
+        (True, False)
+    """
+    import torch
+
+    digest = hashlib.blake2b(digest_size=20)
+    for key, tensor in sorted(module.state_dict().items()):
+        tensor = tensor.detach().cpu().contiguous().reshape(-1)
+        digest.update(f"{key}:{tuple(tensor.shape)}:{tensor.dtype};".encode())
+        digest.update(tensor.view(torch.uint8).numpy())
+    return digest.hexdigest()
+
+
 def digest_strings(values: Sequence[str]) -> str:
     """Hex sha256 of a sequence of strings (each one length-prefixed, so the split is part of the digest).
 

@@ -1,0 +1,133 @@
+"""Evaluate a model on RoCOCO (or a generated benchmark) from Python: what ``rococo-eval run`` does, for any model.
+
+:func:`evaluate_model` takes one of this package's models (:func:`rococo_eval.models.adapters.load_model`) or any
+object with ``encode_images`` and ``encode_texts`` (:mod:`rococo_eval.models.custom`), and gives it the
+command's whole path: the embedding cache (resumable), the altered images, every gallery scored
+(:func:`rococo_eval.scoring.galleries.score_model`, two stages for a model with ``match``), and the report with its
+failure analysis (:func:`rococo_eval.reporting.report.write_report`). ``rococo-eval run`` calls it for each model.
+
+Example (``examples/custom_model.py`` runs a whole one)::
+
+    import rococo_eval
+
+    class MyModel:
+        def encode_images(self, images): ...   # list of PIL images -> array (images, dim)
+        def encode_texts(self, texts): ...     # list of str -> array (texts, dim)
+
+    report = rococo_eval.evaluate_model(MyModel(), images_dir="/data/coco", out="my-report")
+    report["summary"]   # one row per gallery: clean and attacked R@1, R@5, R@10, false rate, ...
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Optional, Sequence, Union
+
+from rococo_eval.catalog import galleries, select_names
+from rococo_eval.io.download import default_cache_dir
+from rococo_eval.models.cache import DEFAULT_BATCH_SIZE, EmbeddingCache
+from rococo_eval.models.custom import as_image_text_model
+from rococo_eval.processes import ONE
+from rococo_eval.reporting.analysis import split_per_query
+from rococo_eval.reporting.report import summary_rows, write_report
+from rococo_eval.scoring.galleries import score_model
+from rococo_eval.scoring.rerank import DEFAULT_CANDIDATES, Reranker
+
+logger = logging.getLogger(__name__)
+
+
+def evaluate_model(model, source=None, *, attacks: Union[str, Sequence[str]] = "all", images_dir=None,
+                   benchmark=None, annotations_dir=None, out=None, cache_dir=None,
+                   batch_size: int = DEFAULT_BATCH_SIZE, workers: int = 0, rerank_k: int = DEFAULT_CANDIDATES,
+                   save_scores=None, name: Optional[str] = None, progress: bool = False, processes=ONE,
+                   meta: Optional[dict] = None) -> dict:
+    """Embed, score every gallery and (with ``out``) write the report of ``model``; return the report.
+
+    Args:
+        model: a model of this package, or any object with ``encode_images`` and ``encode_texts`` and the
+            optional hooks of :mod:`rococo_eval.models.custom` (its embeddings are L2-normalised).
+        source: the benchmark (:class:`~rococo_eval.data.source.RococoSource`); default: RoCOCO with the COCO
+            test images in ``images_dir``, or the generated benchmark folder ``benchmark``.
+        attacks: ``"all"``, ``"text"``, ``"image"``, or attack names (a list, or one comma-separated string).
+        annotations_dir: the official annotation files (default ``$ROCOCO_ANNOTATIONS_DIR``, else the pinned
+            download).
+        out: the report folder (``report.json``, ``report.md``, charts, per-query export); None writes nothing.
+        cache_dir: the cache (default ``$ROCOCO_CACHE_DIR`` or ``~/.cache/rococo-eval``); embeddings go to its
+            ``embeddings/``.
+        batch_size, workers: items per forward pass; threads loading images ahead of the model.
+        rerank_k: candidates re-scored per query by a two-stage model's ITM head.
+        save_scores: a folder for each gallery's score matrix (official order), or None.
+        name: the report's name for a custom model (default: its ``name``, else its class name).
+        progress: progress bars.
+        processes: the :class:`~rococo_eval.processes.Processes` of a launch of several (see
+            :func:`~rococo_eval.scoring.galleries.score_model`); the others return ``{}``.
+        meta: more entries for the report's ``meta``.
+
+    Returns:
+        ``{"meta": ..., "results": {gallery key: scalar metric outputs}, "summary": rows}``, the report's own
+        parts (``report.json`` adds the versions and the failure analysis).
+
+    Raises:
+        ValueError: an unknown attack, no images for RoCOCO, or a model output that is not finite 2-D rows.
+        TypeError: ``model`` lacks ``encode_images`` or ``encode_texts``.
+    """
+    model = as_image_text_model(model, name)
+    if source is None:
+        source = default_source(images_dir, benchmark, annotations_dir, cache_dir)
+    attacks = select_attacks(attacks, source)
+    cache_dir = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
+    cache = EmbeddingCache(cache_dir / "embeddings", batch_size=batch_size, workers=workers, progress=progress)
+    reranker = None
+    if hasattr(model, "match"):  # scored in two stages: ITC ranking, then ITM on the top candidates
+        reranker = Reranker(model, cache.root, k=rerank_k, batch_size=batch_size, workers=workers,
+                            progress=progress, processes=processes)
+    results = score_model(model, source, attacks, cache, reranker=reranker, save_scores=save_scores,
+                          processes=processes)
+    if not processes.is_main:
+        return {}
+    device = getattr(model, "device", None)  # its kind: "cuda", whichever GPU a process of a launch took
+    report_meta = {"model": model.name, "model_fingerprint": model.fingerprint,
+                   "precision": getattr(model, "precision", None),
+                   "device": str(device).split(":")[0] if device is not None else None, "attacks": list(attacks),
+                   "images_dir": str(source.images_dir), **(meta or {})}
+    if reranker is not None:
+        report_meta["rerank"] = {"k": rerank_k, "itm_pairs_computed": reranker.computed,
+                                 "itm_pairs_reused": reranker.reused}
+        logger.info("ITM pairs: %d computed, %d reused from the cache", reranker.computed, reranker.reused)
+    if save_scores is not None:
+        report_meta["scores_dir"] = str(save_scores)
+    if out is not None:
+        layouts = {f"{attack}/{direction}": source.gallery(attack, direction, "official")
+                   for attack, direction in galleries(attacks)}
+        write_report(results, Path(out), report_meta, layouts=layouts, source=source)
+    scalars = {key: split_per_query(result)[0] for key, result in results.items()}
+    return {"meta": report_meta, "results": scalars, "summary": summary_rows(scalars)}
+
+
+def default_source(images_dir=None, benchmark=None, annotations_dir=None, cache_dir=None):
+    """RoCOCO with the COCO test images in ``images_dir``, or the generated benchmark folder ``benchmark``."""
+    from rococo_eval.data.source import RococoSource
+
+    if benchmark is not None:
+        return RococoSource(annotations_dir, images_dir=images_dir, benchmark=benchmark)
+    if images_dir is None:
+        raise ValueError("`images_dir` is None: every RoCOCO gallery needs the 5,000 COCO test images (the folder "
+                         "holding val2014/), or give `benchmark`, a folder made by `rococo-eval attack`")
+    return RococoSource(annotations_dir, images_dir=images_dir,
+                        cache_dir=Path(cache_dir).expanduser() if cache_dir else default_cache_dir())
+
+
+def select_attacks(attacks: Union[str, Sequence[str]], source) -> tuple[str, ...]:
+    """The attacks that ``attacks`` names among ``source``'s: groups ``all``, ``text``, ``image``, or names.
+
+    Example:
+        >>> class Source:
+        ...     text_attacks, image_attacks = ("rand_voca", "danger"), ("mix_seed1",)
+        >>> select_attacks("text", Source()), select_attacks(["mix_seed1", "danger"], Source())
+        (('rand_voca', 'danger'), ('danger', 'mix_seed1'))
+    """
+    names = [part.strip() for part in attacks.split(",")] if isinstance(attacks, str) else list(attacks)
+    known = tuple(source.text_attacks) + tuple(source.image_attacks)
+    groups = {"all": known, "text": tuple(source.text_attacks), "image": tuple(source.image_attacks)}
+    return select_names(names, known, groups, argument="attacks")

@@ -1,0 +1,214 @@
+"""Any image-text model, one file: an object with ``encode_images`` and ``encode_texts``, made ready for ``run``.
+
+A researcher's model needs two methods:
+
+- ``encode_images(images: list of PIL images) -> array (images, dim)``;
+- ``encode_texts(texts: list of str) -> array (texts, dim)``.
+
+Optional hooks make the embedding loop faster (:mod:`rococo_eval.models.cache` uses each pair when both are there):
+
+- ``preprocess_image(image) -> array`` and ``encode_preprocessed(batch array) -> array``: preprocessing in the
+  loader's worker threads, ``encode_preprocessed(np.stack([preprocess_image(i) for i in images]))`` being
+  ``encode_images(images)``;
+- ``tokenize_texts(texts) -> anything`` and ``encode_tokenized(tokens) -> array``: tokenizing in a thread ahead;
+- ``fingerprint``: a string that changes whenever the embeddings would (the weights, the preprocessing). The
+  embedding cache is keyed by it. Without it: the digest of the weights of a ``torch.nn.Module``, else the digest
+  of the model's own embeddings of a fixed probe (two captions and one generated image), so that a changed model
+  is never read from another's cache;
+- ``name``: how reports name the model (default: the class name, or the ``--model`` spec).
+
+:func:`as_image_text_model` wraps such an object; every embedding is L2-normalised, so scores are cosine
+similarities, as for the built-in models. ``--model module:callable`` (and :func:`load_callable`) imports
+``module`` (from the current folder first) and calls ``callable`` to make the model, with ``device`` and
+``precision`` when it takes them.
+
+Example:
+    >>> class Letters:
+    ...     def encode_texts(self, texts):
+    ...         return np.array([[len(text), 1.0] for text in texts])
+    ...     def encode_images(self, images):
+    ...         return np.array([[image.width, 1.0] for image in images])
+    >>> model = as_image_text_model(Letters())
+    >>> model.name, len(model.fingerprint), model.encode_texts(["ab"]).astype(float).round(3).tolist()
+    ('Letters', 64, [[0.894, 0.447]])
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib
+import importlib.util
+import inspect
+import logging
+import os
+import re
+import sys
+from typing import Optional
+
+import numpy as np
+from PIL import Image
+
+from rococo_eval.models.cache import weights_digest
+
+logger = logging.getLogger(__name__)
+
+REQUIRED = ("encode_images", "encode_texts")
+HOOKS = ("preprocess_image", "encode_preprocessed", "tokenize_texts", "encode_tokenized")
+CALLABLE_SPEC = re.compile(r"(?P<module>[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*):"
+                           r"(?P<callable>[A-Za-z_][A-Za-z0-9_]*)")
+_PROBE_TEXTS = ["a man riding a horse on a beach", "two dogs playing with a red frisbee in the park"]
+
+
+class CustomModel:
+    """A user's model as the embedding loop sees it: ``name``, ``fingerprint``, normalised float32 embeddings,
+    and the user's optional hooks (present on this object only when the user's model has them).
+
+    Args:
+        model: the user's object (see the module docstring).
+        name: the report's name for it; default: ``model.name``, else its class name.
+    """
+
+    def __init__(self, model, name: Optional[str] = None):
+        missing = [method for method in REQUIRED if not callable(getattr(model, method, None))]
+        if missing:
+            raise TypeError(f"`model` ({type(model).__name__}) has no {' and no '.join(missing)}: a model needs "
+                            "encode_images(list of PIL images) -> array and encode_texts(list of str) -> array")
+        self.model = model
+        self.name = str(name or getattr(model, "name", None) or type(model).__name__)
+        for pair in (HOOKS[:2], HOOKS[2:]):
+            present = [hook for hook in pair if callable(getattr(model, hook, None))]
+            if len(present) == 1:
+                logger.warning("%s has %s but not %s: the hook is not used", self.name, present[0],
+                               (set(pair) - set(present)).pop())
+            elif present:
+                self.__dict__[pair[0]] = getattr(model, pair[0])
+                self.__dict__[pair[1]] = self._normalised(getattr(model, pair[1]), pair[1])
+        self.fingerprint = self._fingerprint()
+
+    def encode_images(self, images) -> np.ndarray:
+        return normalised(self.model.encode_images(list(images)), self.name, "encode_images")
+
+    def encode_texts(self, texts) -> np.ndarray:
+        return normalised(self.model.encode_texts(list(texts)), self.name, "encode_texts")
+
+    def _normalised(self, method, method_name: str):
+        def call(batch):
+            return normalised(method(batch), self.name, method_name)
+        return call
+
+    def _fingerprint(self) -> str:
+        """The model's own fingerprint, else its weights' digest (a torch module), else its probe's digest."""
+        own = getattr(self.model, "fingerprint", None)
+        digest = hashlib.sha256(f"custom:{type(self.model).__module__}.{type(self.model).__qualname__};".encode())
+        if own:
+            digest.update(str(own).encode())
+            return digest.hexdigest()
+        if _is_torch_module(self.model):
+            digest.update(weights_digest(self.model).encode())
+            return digest.hexdigest()
+        logger.info("%s has no fingerprint: its cache is keyed by its embeddings of a fixed probe", self.name)
+        image = Image.fromarray(np.arange(48 * 64 * 3, dtype=np.uint8).reshape(48, 64, 3))
+        for vectors in (self.encode_texts(_PROBE_TEXTS), self.encode_images([image])):
+            digest.update(np.ascontiguousarray(vectors, dtype=np.float32).tobytes())
+        return digest.hexdigest()
+
+
+def as_image_text_model(model, name: Optional[str] = None):
+    """``model`` itself when it is one of this package's (it has ``name`` and ``fingerprint``), else a
+    :class:`CustomModel` of it."""
+    if isinstance(model, CustomModel) or (isinstance(getattr(model, "name", None), str)
+                                          and isinstance(getattr(model, "fingerprint", None), str)
+                                          and name is None and _is_adapter(model)):
+        return model
+    return CustomModel(model, name)
+
+
+def names_a_callable(spec: str) -> bool:
+    """Whether ``spec`` is ``module:callable`` with a module that can be imported (from the current folder first):
+    ``timm:vit_base`` without timm installed is no model name at all.
+
+    Example:
+        >>> names_a_callable("rococo_eval.models.custom:load_callable"), names_a_callable("no_such_module:load")
+        (True, False)
+    """
+    match = CALLABLE_SPEC.fullmatch(str(spec))
+    if not match:
+        return False
+    with _current_folder_first():
+        try:
+            return importlib.util.find_spec(match["module"]) is not None
+        except (ImportError, ValueError):  # a parent package that is missing
+            return False
+
+
+def load_callable(spec: str, device: Optional[str] = None, precision: str = "fp32") -> CustomModel:
+    """The model that ``module:callable`` makes: ``module`` imported (the current folder first on the path), then
+    ``callable()``, given ``device`` and ``precision`` when its signature takes them.
+
+    Raises:
+        ValueError: ``spec`` is not ``module:callable``, or the module or the callable is not found (named).
+    """
+    match = CALLABLE_SPEC.fullmatch(spec)
+    if not match:
+        raise ValueError(f"`model` {spec!r} is not module:callable (e.g. my_models:load_model)")
+    with _current_folder_first():
+        try:
+            module = importlib.import_module(match["module"])
+        except ModuleNotFoundError as error:
+            raise ValueError(f"`model` {spec!r}: cannot import module {match['module']!r} ({error}); run from the "
+                             "folder that holds it, or put it on PYTHONPATH") from None
+    factory = getattr(module, match["callable"], None)
+    if not callable(factory):
+        raise ValueError(f"`model` {spec!r}: module {match['module']!r} has no callable {match['callable']!r}")
+    parameters = _parameters(factory)
+    options = {key: value for key, value in (("device", device), ("precision", precision))
+               if key in parameters or any(p.kind is p.VAR_KEYWORD for p in parameters.values())}
+    return CustomModel(factory(**options), name=spec)
+
+
+def normalised(vectors, model_name: str, method: str) -> np.ndarray:
+    """``vectors`` as float32 rows of unit length; a model's output that is not a 2-D finite array is refused.
+
+    Example:
+        >>> normalised([[3.0, 4.0]], "m", "encode_texts").astype(float).round(6).tolist()
+        [[0.6, 0.8]]
+    """
+    if hasattr(vectors, "detach"):  # a torch tensor
+        vectors = vectors.detach().float().cpu().numpy()
+    vectors = np.asarray(vectors, dtype=np.float32)
+    if vectors.ndim != 2:
+        raise ValueError(f"model {model_name!r}: {method} returned shape {vectors.shape}, not (items, dimension)")
+    if not np.isfinite(vectors).all():
+        raise ValueError(f"model {model_name!r}: {method} returned non-finite embeddings")
+    return vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), np.float32(1e-12))
+
+
+@contextlib.contextmanager
+def _current_folder_first():
+    """The current folder on ``sys.path`` (first) for the duration, as ``python -m`` has it."""
+    folder = os.getcwd()
+    added = folder not in sys.path
+    if added:
+        sys.path.insert(0, folder)
+    try:
+        yield
+    finally:
+        if added and folder in sys.path:
+            sys.path.remove(folder)
+
+
+def _parameters(factory) -> dict:
+    try:
+        return dict(inspect.signature(factory).parameters)
+    except (TypeError, ValueError):
+        return {}
+
+
+def _is_torch_module(model) -> bool:
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(model, torch.nn.Module)
+
+
+def _is_adapter(model) -> bool:
+    return type(model).__module__.startswith("rococo_eval.")

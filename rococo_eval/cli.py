@@ -127,6 +127,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--save-scores", metavar="DIR",
                      help="also write each gallery's score matrix (float32 .npy, official order, named for "
                           "`rococo-eval score DIR/*.npy`) into DIR")
+    run.add_argument("--save-embeddings", metavar="FILE.safetensors",
+                     help="also write every item set's embeddings into one .safetensors file (about 33 times smaller "
+                          "than the score matrices), which `rococo-eval score FILE` and the Space score as `run` does")
     run.set_defaults(handler=run_command)
 
     score = commands.add_parser("score", help="write the report from score files you already have",
@@ -213,6 +216,9 @@ def run_command(args) -> Path:
     models = model_names(args.model, args.models_file)
     for name in models:
         parse_model_name(name)
+    if args.save_embeddings and (len(models) > 1 or not str(args.save_embeddings).endswith(".safetensors")):
+        raise CommandError(f"--save-embeddings {args.save_embeddings!r}: give one file ending in .safetensors, "
+                           "for one model")
     benchmark = (RococoSource(args.annotations_dir, images_dir=args.images_dir, benchmark=args.benchmark)
                  if args.benchmark else None)
     attacks = parse_attacks(args.attacks, *((benchmark.text_attacks, benchmark.image_attacks) if benchmark else ()))
@@ -286,8 +292,10 @@ def _run_model(args, name: str, source, attacks, images_dir: Path, cache_dir: Pa
     out = writable_folder(out) if processes.is_main else None
     model = load_model(name, device=device, precision=args.precision)
     save_scores = writable_folder(scores_dir) if scores_dir is not None and processes.is_main else None
+    embeddings = Path(args.save_embeddings).expanduser() if args.save_embeddings and processes.is_main else None
     report = evaluate_model(model, source, attacks=attacks, out=out, cache_dir=cache_dir, batch_size=args.batch_size,
                             workers=args.workers, rerank_k=args.rerank_k, save_scores=save_scores,
+                            save_embeddings=embeddings,
                             progress=_progress(args) and processes.is_main, processes=processes,
                             meta={"precision": args.precision, "images_dir": str(images_dir)})
     if processes.is_main:
@@ -352,6 +360,7 @@ def score_command(args) -> Path:
     a file that cannot be placed stops the command before the work.
     """
     from rococo_eval.data.source import RococoSource
+    from rococo_eval.scoring.embeddingsfile import is_embeddings_file
     from rococo_eval.scoring.plan import (
         PlanError,
         ScoreRequest,
@@ -364,6 +373,8 @@ def score_command(args) -> Path:
     out = writable_folder(args.out)
     source = RococoSource(args.annotations_dir, benchmark=args.benchmark)
     attacks = source.text_attacks + source.image_attacks
+    if any(is_embeddings_file(path) for _, path in map(split_file_argument, args.files)):
+        return _score_embeddings_file(args, source, out)
     requests = []
     for spec, path in map(split_file_argument, args.files):
         attack, direction, order = parse_layout_spec(spec, attacks)
@@ -391,6 +402,23 @@ def table_command(args) -> Path:
         print(f"rococo-eval: {len(reports)} reports compared in {', '.join(str(path) for path in paths.values())}",
               file=sys.stderr)
     return paths["markdown"]
+
+
+def _score_embeddings_file(args, source, out: Path) -> Path:
+    """``rococo-eval score FILE.safetensors``: every gallery that the embeddings file covers, as ``run`` scores it."""
+    from rococo_eval.catalog import galleries
+    from rococo_eval.scoring.embeddingsfile import read_embeddings_file, score_embeddings
+
+    if len(args.files) != 1:
+        raise CommandError("an embeddings file holds every gallery a report needs: give it alone, without score files")
+    path = split_file_argument(args.files[0])[1]
+    vectors, metadata, attacks = read_embeddings_file(path, source)
+    results = score_embeddings(vectors, source, attacks)
+    meta = {"model": metadata.get("model"), "embeddings_file": str(path), "attacks": list(attacks)}
+    layouts = {f"{attack}/{direction}": source.gallery(attack, direction, "official")
+               for attack, direction in galleries(attacks)}
+    _report(results, out, meta, args.quiet, layouts, source)
+    return out
 
 
 def attack_command(args) -> Path:

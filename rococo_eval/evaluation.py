@@ -40,8 +40,8 @@ logger = logging.getLogger(__name__)
 def evaluate_model(model, source=None, *, attacks: Union[str, Sequence[str]] = "all", images_dir=None,
                    benchmark=None, annotations_dir=None, out=None, cache_dir=None,
                    batch_size: int = DEFAULT_BATCH_SIZE, workers: int = 0, rerank_k: int = DEFAULT_CANDIDATES,
-                   save_scores=None, name: Optional[str] = None, progress: bool = False, processes=ONE,
-                   meta: Optional[dict] = None) -> dict:
+                   save_scores=None, save_embeddings=None, name: Optional[str] = None, progress: bool = False,
+                   processes=ONE, meta: Optional[dict] = None) -> dict:
     """Embed, score every gallery and (with ``out``) write the report of ``model``; return the report.
 
     Args:
@@ -58,6 +58,8 @@ def evaluate_model(model, source=None, *, attacks: Union[str, Sequence[str]] = "
         batch_size, workers: items per forward pass; threads loading images ahead of the model.
         rerank_k: candidates re-scored per query by a two-stage model's ITM head.
         save_scores: a folder for each gallery's score matrix (official order), or None.
+        save_embeddings: a ``.safetensors`` file for every item set's embeddings
+            (:mod:`rococo_eval.scoring.embeddingsfile`, for ``rococo-eval score`` and the Space), or None.
         name: the report's name for a custom model (default: its ``name``, else its class name).
         progress: progress bars.
         processes: the :class:`~rococo_eval.processes.Processes` of a launch of several (see
@@ -97,6 +99,14 @@ def evaluate_model(model, source=None, *, attacks: Union[str, Sequence[str]] = "
         logger.info("ITM pairs: %d computed, %d reused from the cache", reranker.computed, reranker.reused)
     if save_scores is not None:
         report_meta["scores_dir"] = str(save_scores)
+    if save_embeddings is not None:
+        from rococo_eval.scoring.embeddingsfile import item_sets, write_embeddings_file
+
+        sets = item_sets(source, attacks)
+        write_embeddings_file(save_embeddings, {name: cache.embeddings(model, items) for name, items in sets.items()},
+                              {name: items.fingerprint for name, items in sets.items()}, model.name)
+        report_meta["embeddings_file"] = str(save_embeddings)
+        logger.info("embeddings of %d item sets saved to %s", len(sets), save_embeddings)
     if out is not None:
         layouts = {f"{attack}/{direction}": source.gallery(attack, direction, "official")
                    for attack, direction in galleries(attacks)}

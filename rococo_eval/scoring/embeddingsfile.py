@@ -1,0 +1,162 @@
+"""A model's embeddings in one ``.safetensors`` file, and every gallery scored from them as ``run`` scores them.
+
+A full report needs one score matrix per gallery (2.75 billion scores for RoCOCO); the embeddings of the same
+model are 33 times smaller. The file holds one float tensor per item set, named as the item sets of
+:mod:`rococo_eval.scoring.galleries` (``images/original``, ``captions/ground_truth``, ``captions/<text attack>``,
+``images/<image attack>``), rows in those item sets' order (the source's: the official annotation files' for
+RoCOCO). Its metadata (``__metadata__``, strings):
+
+- ``format``: ``rococo-embeddings``, ``version``: ``1``;
+- ``model``: the model's name, ``dimension``: the vectors' width;
+- ``normalized``: ``true`` when every row has unit length (this package writes them so);
+- ``fingerprints``: JSON ``{item set: fingerprint}`` of the item sets' content (captions, image files,
+  alterations), so that a file made for other captions or attacks is refused.
+
+``rococo-eval run --save-embeddings FILE`` writes it; ``rococo-eval score FILE`` scores it. A file with the two
+clean item sets and some attacks' is scored for what it holds. Scores are the dot products of the rows, made by the
+metric's one block rule (:func:`rococo_recall.embedding_score_blocks`), so the results equal ``run``'s. Rows that
+are not of unit length are normalised, with a warning.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Mapping
+
+import numpy as np
+
+from rococo_eval.catalog import galleries
+from rococo_eval.io.atomic import write_atomic
+from rococo_eval.layout import recall_cutoffs
+from rococo_eval.scoring.galleries import (
+    adversarial_captions,
+    altered_images,
+    ground_truth_captions,
+    original_images,
+    score_gallery,
+)
+
+logger = logging.getLogger(__name__)
+
+FORMAT = "rococo-embeddings"
+VERSION = "1"
+IMAGES, CAPTIONS = "images/original", "captions/ground_truth"
+_NORM_TOLERANCE = 1e-3
+
+
+def item_sets(source, attacks) -> dict:
+    """The item sets of ``attacks`` (and the clean ones) by their names in the file."""
+    sets = [original_images(source), ground_truth_captions(source)]
+    sets += [adversarial_captions(source, attack) if attack in source.text_attacks else altered_images(source, attack)
+             for attack in attacks]
+    return {items.name: items for items in sets}
+
+
+def write_embeddings_file(path, vectors: Mapping[str, np.ndarray], fingerprints: Mapping[str, str],
+                          model_name: str) -> Path:
+    """Write ``vectors`` (``{item set name: rows}``) to ``path`` with the metadata above, atomically."""
+    from safetensors.numpy import save
+
+    arrays = {name: np.ascontiguousarray(rows, dtype=np.float32) for name, rows in vectors.items()}
+    dimensions = {rows.shape[1] for rows in arrays.values()}
+    if len(dimensions) != 1:
+        raise ValueError(f"the item sets' embeddings have different widths {sorted(dimensions)}")
+    normalized = all(np.allclose(np.linalg.norm(rows, axis=1), 1, atol=_NORM_TOLERANCE) for rows in arrays.values())
+    metadata = {"format": FORMAT, "version": VERSION, "model": model_name, "dimension": str(dimensions.pop()),
+                "normalized": "true" if normalized else "false",
+                "fingerprints": json.dumps({name: fingerprints[name] for name in arrays}, sort_keys=True)}
+    data = save(arrays, metadata=metadata)
+    return write_atomic(Path(path), lambda handle: handle.write(data))
+
+
+def is_embeddings_file(path) -> bool:
+    """Whether ``path`` is a ``.safetensors`` file whose metadata says it holds RoCOCO embeddings."""
+    path = Path(path)
+    if path.suffix != ".safetensors" or not path.is_file():
+        return False
+    return _metadata(path).get("format") == FORMAT
+
+
+def read_embeddings_file(path, source) -> tuple[dict[str, np.ndarray], dict, tuple[str, ...]]:
+    """The file's vectors by item set, its metadata, and the attacks it covers, each checked against ``source``.
+
+    Raises:
+        ValueError: an unknown item set, a missing clean one, a fingerprint or a row count that is not
+            ``source``'s, a width other than ``dimension``, or non-finite values (each names the item set).
+    """
+    from safetensors.numpy import load_file
+
+    path = Path(path)
+    metadata = _metadata(path)
+    if metadata.get("format") != FORMAT or metadata.get("version") != VERSION:
+        raise ValueError(f"{str(path)!r} is not a RoCOCO embeddings file of version {VERSION} (its metadata has "
+                         f"format {metadata.get('format')!r}, version {metadata.get('version')!r})")
+    vectors = load_file(str(path))
+    attacks = tuple(source.text_attacks) + tuple(source.image_attacks)
+    expected = item_sets(source, attacks)
+    unknown = sorted(set(vectors) - set(expected))
+    if unknown:
+        raise ValueError(f"{str(path)!r} holds the unknown item set {unknown[0]!r}; known: {', '.join(expected)}")
+    for name in (IMAGES, CAPTIONS):
+        if name not in vectors:
+            raise ValueError(f"{str(path)!r} lacks {name!r}: every gallery needs the test images and the "
+                             "ground-truth captions")
+    fingerprints = json.loads(metadata.get("fingerprints") or "{}")
+    dimension = int(metadata.get("dimension", -1))
+    for name, rows in vectors.items():
+        items = expected[name]
+        if fingerprints.get(name) != items.fingerprint:
+            raise ValueError(f"{str(path)!r}: {name!r} was made for other data (its fingerprint "
+                             f"{str(fingerprints.get(name))[:16]} is not this benchmark's {items.fingerprint[:16]}): "
+                             "other captions, images or attacks")
+        if rows.ndim != 2 or rows.shape[0] != len(items) or rows.shape[1] != dimension:
+            raise ValueError(f"{str(path)!r}: {name!r} has shape {rows.shape}, not ({len(items)}, {dimension}): "
+                             f"{len(items)} rows, one per item in the benchmark's order, of the file's dimension")
+        if not np.isfinite(rows).all():
+            raise ValueError(f"{str(path)!r}: {name!r} holds non-finite values (NaN or infinity)")
+        norms = np.linalg.norm(rows.astype(np.float32), axis=1, keepdims=True)
+        if not np.allclose(norms, 1, atol=_NORM_TOLERANCE):
+            logger.warning("%s: %s has rows not of unit length (norms %.3g to %.3g): normalised, so that scores are "
+                           "cosine similarities", path, name, norms.min(), norms.max())
+            vectors[name] = (rows / np.maximum(norms, 1e-12)).astype(np.float32)
+        else:
+            vectors[name] = rows.astype(np.float32)
+    covered = tuple(attack for attack in attacks if expected_name(source, attack) in vectors)
+    return vectors, metadata, covered
+
+
+def expected_name(source, attack: str) -> str:
+    """The item set name of ``attack`` in a file: ``captions/<attack>`` or ``images/<attack>``."""
+    return f"captions/{attack}" if attack in source.text_attacks else f"images/{attack}"
+
+
+def score_embeddings(vectors: Mapping[str, np.ndarray], source, attacks) -> dict[str, dict]:
+    """Both clean galleries and each attack's, scored from the item sets' vectors exactly as ``run`` scores a dual
+    encoder (:func:`~rococo_eval.scoring.galleries.score_gallery`, with per-query arrays)."""
+    results = {}
+    for attack, direction in galleries(attacks):
+        layout = source.gallery(attack, direction, "official")
+        key = f"{attack}/{direction}"
+        images, captions = vectors[IMAGES], vectors[CAPTIONS]
+        queries, originals = (images, captions) if direction == "image_to_text" else (captions, images)
+        adversarial = vectors.get(expected_name(source, attack)) if attack != "clean" else None
+        results[key] = score_gallery(layout, queries, originals, adversarial,
+                                     k=recall_cutoffs(layout.num_gallery, key), per_query=True)
+        logger.info("%s: R@1 %.2f", key, results[key]["recall@1"])
+    return results
+
+
+def _metadata(path: Path) -> dict:
+    """The ``__metadata__`` of a safetensors header (read without the tensors)."""
+    try:
+        with open(path, "rb") as handle:
+            size = int.from_bytes(handle.read(8), "little")
+            if not 0 < size < 100_000_000:
+                return {}
+            header = json.loads(handle.read(size))
+    except (OSError, ValueError, UnicodeDecodeError):
+        return {}
+    metadata = header.get("__metadata__") if isinstance(header, dict) else None
+    return metadata if isinstance(metadata, dict) else {}

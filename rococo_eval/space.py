@@ -21,6 +21,7 @@ from rococo_eval.attacks.replacements import find_replacements, highlight
 from rococo_eval.catalog import ATTACKS, IMAGE_ATTACKS, TEXT_ATTACKS, gallery_key
 from rococo_eval.layout import ADVERSARIAL_PER_IMAGE, caption_offsets
 from rococo_eval.reporting import analysis, report
+from rococo_eval.scoring.embeddingsfile import is_embeddings_file, read_embeddings_file, score_embeddings
 from rococo_eval.scoring.plan import (
     ScoreRequest,
     ScoringOptions,
@@ -155,6 +156,8 @@ def evaluate_files(paths, layouts=None, references=None, adversarial=None, *, ca
     if not paths:
         raise ValueError("upload at least one score file (.npy, .npz or .safetensors)")
     options = ScoringOptions(ties, bootstrap, max_bootstrap=MAX_BOOTSTRAP)
+    if any(is_embeddings_file(path) for path in paths):
+        return evaluate_embeddings_file(paths, source, options)
     names = [Path(path).name for path in paths]
     repeated = sorted({name for name in names if names.count(name) > 1})
     if repeated:
@@ -183,6 +186,34 @@ def evaluate_files(paths, layouts=None, references=None, adversarial=None, *, ca
         found = analysis.analyse(per_query, standard, source)
         failures = Failures(per_query, standard, found["by_word"], found["image_attacks"])
     return Evaluation(results, report_meta(plans, options), standard, rows, message, failures, found)
+
+
+def evaluate_embeddings_file(paths, source, options: ScoringOptions) -> Evaluation:
+    """Score an uploaded embeddings file (:mod:`rococo_eval.scoring.embeddingsfile`): every gallery it covers, as
+    ``run`` scores them. It needs the benchmark's images, whose fingerprint the file's must match."""
+    if len(paths) != 1:
+        raise ValueError("an embeddings file holds every gallery a report needs: upload it alone, without score files")
+    if source is None or source.images_dir is None:
+        raise ValueError("this Space has no images, so it cannot check an embeddings file's fingerprints: it scores "
+                         f"embeddings files when {IMAGES_DIR_ENV} (or {BENCHMARK_DIR_ENV}) names the images")
+    vectors, metadata, attacks = read_embeddings_file(paths[0], source)
+    scored = score_embeddings(vectors, source, attacks, ties=options.ties, bootstrap=options.bootstrap)
+    results, per_query = {}, {}
+    for key, result in scored.items():
+        results[key], per_query[key] = analysis.split_per_query(result)
+    layouts = {key: source.gallery(*key.split("/"), "official") for key in results}
+    rows = report.summary_rows(results)
+    name = Path(paths[0]).name
+    for row in rows:
+        row["file"] = name
+    meta = {"model": metadata.get("model"), "embeddings_file": name, "attacks": list(attacks)}
+    if not options.is_default:
+        meta["settings"] = {"ties": options.ties, "bootstrap": options.bootstrap}
+    found = analysis.analyse(per_query, layouts, source)
+    message = (f"Scored the embeddings file `{name}` ({metadata.get('model')}, dimension {metadata.get('dimension')}): "
+               f"{len(results)} galleries, ties {options.ties}, bootstrap {options.bootstrap}.")
+    return Evaluation(results, meta, layouts, rows, message,
+                      Failures(per_query, layouts, found["by_word"], found["image_attacks"]), found)
 
 
 def _ask_order_in_table(choice, request) -> str:

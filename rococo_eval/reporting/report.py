@@ -84,8 +84,8 @@ REFERENCE_RESULTS: list[dict] = [
 
 
 def write_report(results: dict, out: Path, meta: dict, layouts=None, source=None, analysis=None) -> dict[str, Path]:
-    """Write ``report.json``, ``report.md`` and ``recall.png`` into ``out``: the one report of ``rococo-eval run``,
-    ``rococo-eval score`` and the Space.
+    """Write ``report.json``, ``report.md``, ``recall.png`` and ``model-card.md`` (:func:`model_card_metadata`) into
+    ``out``: the one report of ``rococo-eval run``, ``rococo-eval score`` and the Space.
 
     ``report.json`` holds ``meta`` (this package's version, Python's, and what the caller records: the model, or
     the score files of :func:`rococo_eval.scoring.plan.report_meta`), ``results`` (the metric's scalar outputs by
@@ -101,7 +101,7 @@ def write_report(results: dict, out: Path, meta: dict, layouts=None, source=None
     already (the Space shows it too); None: made here.
 
     Returns:
-        the paths written, by kind (``json``, ``markdown``, ``chart``, and ``per_query``, ``flipped``,
+        the paths written, by kind (``json``, ``markdown``, ``model_card``, ``chart``, and ``per_query``, ``flipped``,
         ``words`` with the analysis).
     """
     split = {key: split_per_query(result) for key, result in results.items()}
@@ -127,6 +127,8 @@ def write_report(results: dict, out: Path, meta: dict, layouts=None, source=None
     if analysis is not None:
         markdown += "\n" + analysis_markdown(analysis) + "\n"
     paths["markdown"] = write_atomic(out / "report.md", lambda handle: handle.write(markdown.encode("utf-8")))
+    card = model_card_metadata(rows, meta.get("model")).encode("utf-8")
+    paths["model_card"] = write_atomic(out / "model-card.md", lambda handle: handle.write(card))
     try:
         paths["chart"] = plot_recall(rows, out / "recall.png")
         if analysis is not None and analysis["by_word"]:
@@ -136,6 +138,39 @@ def write_report(results: dict, out: Path, meta: dict, layouts=None, source=None
     return paths
 
 
+
+
+def model_card_metadata(rows, model_name=None) -> str:
+    """The results as Hugging Face model-card metadata (``model-index``, made by huggingface_hub's
+    ``ModelCardData``), a YAML block for an author to paste at the top of a model's README.
+
+    Each gallery row gives its R@1 (``recall@1``), and an attacked one its false rate (``false_rate``), under the
+    task ``image-text-retrieval`` and the dataset ``rococo`` with the attack as its config; a mean over seeds has
+    the method (``mix``, ``patch``) as its config.
+
+    Example:
+        >>> rows = [{"attack": "rand_voca", "direction": "image_to_text", "recall@1": 37.5, "false_rate": 60.0}]
+        >>> print(model_card_metadata(rows, "my-model").splitlines()[2])
+        - name: my-model
+    """
+    from huggingface_hub import EvalResult, ModelCardData
+
+    results = []
+    for row in rows:
+        if row.get("recall@1") is None:
+            continue
+        direction = row["direction"].replace("_", "-")
+        label = f"{row['attack']}{' (mean of seeds)' if 'seeds' in row else ''} {direction}"
+        metrics = [("recall@1", "R@1")] + ([("false_rate", "false rate")] if row["attack"] != CLEAN else [])
+        for metric, name in metrics:
+            if row.get(metric) is None or (isinstance(row[metric], float) and math.isnan(row[metric])):
+                continue
+            results.append(EvalResult(task_type="image-text-retrieval", task_name="Image-text retrieval (RoCOCO)",
+                                      dataset_type="rococo", dataset_name="RoCOCO", dataset_config=row["attack"],
+                                      dataset_split="test", metric_type=metric, metric_name=f"{label} {name}",
+                                      metric_value=round(float(row[metric]), 2)))
+    card = ModelCardData(model_name=str(model_name or "your-model"), eval_results=results or None)
+    return "---\n" + card.to_yaml() + "\n---\n"
 
 
 def summary_rows(results: dict[str, dict]) -> list[dict]:

@@ -132,9 +132,10 @@ def expected_name(source, attack: str) -> str:
     return f"captions/{attack}" if attack in source.text_attacks else f"images/{attack}"
 
 
-def score_embeddings(vectors: Mapping[str, np.ndarray], source, attacks) -> dict[str, dict]:
+def score_embeddings(vectors: Mapping[str, np.ndarray], source, attacks, **metric_kwargs) -> dict[str, dict]:
     """Both clean galleries and each attack's, scored from the item sets' vectors exactly as ``run`` scores a dual
-    encoder (:func:`~rococo_eval.scoring.galleries.score_gallery`, with per-query arrays)."""
+    encoder (:func:`~rococo_eval.scoring.galleries.score_gallery`, with per-query arrays); ``metric_kwargs``
+    (``ties``, ``bootstrap``, ...) go to the metric."""
     results = {}
     for attack, direction in galleries(attacks):
         layout = source.gallery(attack, direction, "official")
@@ -143,7 +144,7 @@ def score_embeddings(vectors: Mapping[str, np.ndarray], source, attacks) -> dict
         queries, originals = (images, captions) if direction == "image_to_text" else (captions, images)
         adversarial = vectors.get(expected_name(source, attack)) if attack != "clean" else None
         results[key] = score_gallery(layout, queries, originals, adversarial,
-                                     k=recall_cutoffs(layout.num_gallery, key), per_query=True)
+                                     k=recall_cutoffs(layout.num_gallery, key), per_query=True, **metric_kwargs)
         logger.info("%s: R@1 %.2f", key, results[key]["recall@1"])
     return results
 

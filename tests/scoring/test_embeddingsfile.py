@@ -117,3 +117,47 @@ def test_a_bad_file_is_refused_by_name_and_nothing_is_written(saved, benchmark, 
     assert score(path, benchmark, tmp_path / "out") == 1
     error = capsys.readouterr().err
     assert problem in error and str(path) in error and not (tmp_path / "out" / "report.json").exists()
+
+
+def test_the_space_scores_the_file_as_run_does(saved, benchmark, tmp_path):
+    """The Space served for real, the file uploaded through gradio_client: its report.json has run's results."""
+    import app
+    from gradio_client import Client, handle_file
+
+    from helpers.space_app import serve
+    from rococo_eval.space import source_and_problem
+
+    source, _ = source_and_problem(benchmark=benchmark)
+    demo = app.build_app(source=source, output_dir=tmp_path / "outputs")
+    try:
+        client = Client(serve(demo), verbose=False)
+        message, _, _, download = client.predict([handle_file(saved / "model.safetensors")],
+                                                 {"headers": app.LAYOUT_HEADERS, "data": []}, api_name="/evaluate")
+    finally:
+        demo.close()
+    scored, ran = json.loads(open(download).read()), report(saved / "run")
+    assert "Scored the embeddings file `model.safetensors`" in message and len(scored["results"]) == 10
+    assert scored["results"] == ran["results"] and scored["summary"] == ran["summary"]
+
+
+def test_a_space_without_images_refuses_the_file(saved):
+    from rococo_eval.space import evaluate_files
+
+    with pytest.raises(ValueError, match="this Space has no images, so it cannot check an embeddings file"):
+        evaluate_files([saved / "model.safetensors"], source=None)
+
+
+def test_run_writes_the_results_as_model_card_metadata(saved):
+    """model-card.md reads back through huggingface_hub as the model's eval results: one R@1 per gallery and seed
+    mean, and the false rate of each attacked one."""
+    from huggingface_hub import ModelCard
+
+    card = ModelCard.load(saved / "run" / "model-card.md")
+    summary = report(saved / "run")["summary"]
+    results = {(result.dataset_config, result.metric_name): result.metric_value for result in card.data.eval_results}
+    assert card.data.model_name == report(saved / "run")["meta"]["model"]
+    assert len(results) == len(summary) + sum(row["attack"] != "clean" for row in summary)
+    rand_voca = next(row for row in summary if row["attack"] == "rand_voca")
+    assert results[("rand_voca", "rand_voca image-to-text R@1")] == round(rand_voca["recall@1"], 2)
+    assert results[("rand_voca", "rand_voca image-to-text false rate")] == round(rand_voca["false_rate"], 2)
+    assert ("mix", "mix (mean of seeds) text-to-image R@1") in results

@@ -5,7 +5,8 @@
 images, for the Explore tab, from ``$ROCOCO_IMAGES_DIR`` (the folder holding ``val2014/``) when set.
 ``$ROCOCO_BENCHMARK_DIR`` serves a benchmark made by ``rococo-eval attack`` instead of RoCOCO.
 Every action is an API endpoint (``/detect``, ``/evaluate``, ``/flipped``, ``/explore``, ``/explore_random``,
-``/compare``), so ``gradio_client`` can do what the page does. Each request carries its own data: nothing
+``/compare``, ``/submit``, ``/leaderboard``), so ``gradio_client`` can do what the page does. The leaderboard lives in
+the SQLite database at ``$ROCOCO_LEADERBOARD_DB`` (:mod:`rococo_eval.reporting.leaderboard`). Each request carries its own data: nothing
 a user uploads or gets back is kept in this process beyond the request and the user's session.
 """
 
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import random
 import shutil
 import tempfile
@@ -29,7 +31,7 @@ from rococo_eval.detection import CUSTOM
 from rococo_eval.io import scorefiles
 from rococo_eval.io.atomic import write_atomic
 from rococo_eval.layout import describe_orders, gallery_shape
-from rococo_eval.reporting import report
+from rococo_eval.reporting import leaderboard, report
 from rococo_eval.reporting.analysis import DEFAULT_MIN_COUNT
 from rococo_eval.scoring.plan import adversarial_per_image_of, attacks_of
 from rococo_eval.space import (
@@ -75,7 +77,8 @@ def table(rows) -> pd.DataFrame:
     return pd.DataFrame(cells, columns=headers)
 
 
-def build_app(source=None, captions_per_image=None, *, concurrency: int = 2, output_dir=None) -> gr.Blocks:
+def build_app(source=None, captions_per_image=None, *, concurrency: int = 2, output_dir=None,
+              leaderboard_db=None) -> gr.Blocks:
     """Build the Space's page: three tabs whose buttons call :class:`Handlers`, each also an API endpoint.
 
     Args:
@@ -86,13 +89,17 @@ def build_app(source=None, captions_per_image=None, *, concurrency: int = 2, out
         concurrency: how many evaluations run at once (each holds at most one score matrix in memory).
         output_dir: where per-request result files go (default a fresh temporary folder); files older than an
             hour are removed as new requests come.
+        leaderboard_db: the leaderboard's SQLite file (default ``$ROCOCO_LEADERBOARD_DB``, else
+            ``leaderboard.sqlite3`` in ``output_dir``).
     """
     problem = ""
     if source is None and captions_per_image is None:
         source, problem = source_and_problem()
     if captions_per_image is None and source is not None:
         captions_per_image = list(source.captions_per_image)
-    handlers = Handlers(source, captions_per_image, Path(output_dir or tempfile.mkdtemp(prefix="rococo-app-")))
+    output_root = Path(output_dir or tempfile.mkdtemp(prefix="rococo-app-"))
+    board_path = leaderboard_db or os.environ.get(leaderboard.DB_ENV) or output_root / "leaderboard.sqlite3"
+    handlers = Handlers(source, captions_per_image, output_root, leaderboard.Leaderboard(board_path))
     with gr.Blocks(title="RoCOCO robustness evaluation", delete_cache=(OUTPUT_MAX_AGE_S, OUTPUT_MAX_AGE_S)) as demo:
         gr.Markdown(_intro(captions_per_image))
         note = _availability_note(source, captions_per_image, problem)
@@ -107,7 +114,10 @@ def build_app(source=None, captions_per_image=None, *, concurrency: int = 2, out
             explore_tab = _explore_tab()
         with gr.Tab("Compare"):
             compare_tab = _compare_tab()
+        with gr.Tab("Leaderboard"):
+            board_tab = _leaderboard_tab(handlers.board.rows())
         _wire(handlers, evaluate_tab, flipped_tab, explore_tab, compare_tab, user_rows, failures, concurrency)
+        _wire_leaderboard(handlers, evaluate_tab, board_tab, user_rows)
         if source is not None:
             demo.load(handlers.show, explore_tab.index, [explore_tab.captions, explore_tab.images, explore_tab.note],
                       api_visibility="private")
@@ -121,10 +131,11 @@ class Handlers:
     A ``ValueError`` from the functions they call becomes a ``gr.Error`` the page shows.
     """
 
-    def __init__(self, source, captions_per_image, output_root: Path):
+    def __init__(self, source, captions_per_image, output_root: Path, board=None):
         self.source = source
         self.captions_per_image = captions_per_image
         self.output_root = output_root
+        self.board = board
 
     def detect(self, files):
         return detect_layouts(files, self.captions_per_image, adversarial_per_image_of(self.source),
@@ -183,6 +194,27 @@ class Handlers:
     def compare(self, user_rows):
         return table(compare_rows(user_rows))
 
+    def leaderboard(self, search="", kind="all"):
+        """The board, filtered by a model-name search and by kind (all, published, submitted)."""
+        return board_table(self.board.rows(search or "", kind or "all"))
+
+    def submit(self, user_rows, model, link="", precision="fp32", note="", times=None, search="", kind="all"):
+        """Submit this session's last evaluation; return the message, the board and the session's submission
+        times (:func:`rococo_eval.reporting.leaderboard.rate_allows` limits them)."""
+        times = list(times or [])
+        now = time.time()
+        if not leaderboard.rate_allows(times, now):
+            raise gr.Error(f"at most {leaderboard.RATE_LIMIT} submissions every {leaderboard.RATE_WINDOW_S // 60} "
+                           "minutes from one session: try again later", title="Cannot submit", print_exception=False)
+        try:
+            added, message = self.board.submit(user_rows or [], model=model, link=link, precision=precision,
+                                               note=note)
+        except ValueError as error:
+            raise gr.Error(str(error), title="Cannot submit", print_exception=False) from None
+        if added:
+            times.append(now)
+        return message, self.leaderboard(search, kind), times
+
 
 def _availability_note(source, captions_per_image, problem: str) -> str:
     """What the page cannot do here, and why (empty when everything is available)."""
@@ -218,6 +250,7 @@ def _evaluate_tab(attacks) -> SimpleNamespace:
                                column_widths=_RESULTS_WIDTHS)
     tab.chart = gr.Image(label="chart", type="filepath", interactive=False, elem_id="recall-chart")
     tab.download = gr.File(label="json", interactive=False)
+    tab.form = _submit_form()
     return tab
 
 
@@ -265,6 +298,52 @@ def _compare_tab() -> SimpleNamespace:
     tab.table = gr.Dataframe(value=table(compare_rows([])), label="comparison", interactive=False, wrap=True,
                              column_widths=_COMPARE_WIDTHS, max_height=1200)  # the published rows and yours, unscrolled
     return tab
+
+
+def board_table(rows) -> pd.DataFrame:
+    """The leaderboard's rows as the page shows them: numbers with two decimals, every text as plain text."""
+    cells = [["" if row[name] is None else f"{row[name]:.2f}" if isinstance(row[name], float) else str(row[name])
+              for name in leaderboard.COLUMNS] for row in rows]
+    return pd.DataFrame(cells, columns=leaderboard.COLUMNS)
+
+
+def _leaderboard_tab(rows) -> SimpleNamespace:
+    """The Leaderboard tab: the board (sortable by clicking a header), a search and a filter by kind."""
+    tab = SimpleNamespace()
+    gr.Markdown("Clean and attacked R@1 (%) of every submitted evaluation, and the published numbers, each row with "
+                "its source. Click a column's header to sort by it. Submit your own from the Evaluate tab.")
+    with gr.Row():
+        tab.search = gr.Textbox(label="model name holds", scale=3)
+        tab.kind = gr.Radio(["all", leaderboard.PUBLISHED, leaderboard.SUBMITTED], value="all", label="rows")
+        tab.refresh = gr.Button("Refresh", scale=1)
+    tab.table = gr.Dataframe(value=board_table(rows), label="leaderboard", interactive=False, wrap=True,
+                             datatype="str", max_height=1200, elem_id="leaderboard-table")
+    return tab
+
+
+def _submit_form() -> SimpleNamespace:
+    """The Evaluate tab's form that submits the last evaluation to the leaderboard."""
+    form = SimpleNamespace()
+    with gr.Accordion("Submit this evaluation to the leaderboard", open=False):
+        with gr.Row():
+            form.model = gr.Textbox(label="model name", max_length=leaderboard.LIMITS["model"], elem_id="submit-model")
+            form.link = gr.Textbox(label="link (https://...)", max_length=leaderboard.LIMITS["link"])
+            form.precision = gr.Dropdown(list(leaderboard.PRECISIONS), value="fp32", label="precision")
+        form.note = gr.Textbox(label="note (optional)", max_length=leaderboard.LIMITS["note"])
+        form.submit = gr.Button("Submit")
+        form.message = gr.Textbox(label="submission", interactive=False, elem_id="submit-message")  # plain text
+    form.times = gr.State([])
+    return form
+
+
+def _wire_leaderboard(handlers: Handlers, evaluate_tab, board_tab, user_rows) -> None:
+    filters = [board_tab.search, board_tab.kind]
+    board_tab.refresh.click(handlers.leaderboard, filters, board_tab.table, api_name="leaderboard")
+    board_tab.kind.change(handlers.leaderboard, filters, board_tab.table, api_visibility="private")
+    board_tab.search.submit(handlers.leaderboard, filters, board_tab.table, api_visibility="private")
+    form = evaluate_tab.form
+    form.submit.click(handlers.submit, [user_rows, form.model, form.link, form.precision, form.note, form.times,
+                                        *filters], [form.message, board_tab.table, form.times], api_name="submit")
 
 
 def _wire(handlers: Handlers, evaluate_tab, flipped_tab, explore_tab, compare_tab, user_rows, failures,

@@ -600,3 +600,32 @@ def test_the_space_scores_image_attacks_of_other_seeds(benchmark, tmp_path):
     evaluation_rows = handlers.evaluate([str(path)])[4]
     assert [(row["attack"], row["recall@1"]) for row in evaluation_rows] == [("mix_seed7", 100.0)]
     assert "mix_seed1/7, patch_seed1/7, or custom" in _layout_help(attacks_of(source))  # the page's help says so
+
+
+def test_an_evaluation_is_submitted_and_the_board_survives_a_restart(tmp_path):
+    """Through gradio_client: evaluate, submit (twice: one row), a bad link refused; a new app on the same database
+    shows the row."""
+    database = tmp_path / "board.sqlite3"
+    demo = app.build_app(source=TinySource(CAPTIONS), output_dir=tmp_path / "outputs", leaderboard_db=database)
+    try:
+        client = Client(serve(demo), verbose=False)
+        layout, scores = layout_scores("clean", "image_to_text", seed=3)
+        np.save(tmp_path / "clean.npy", scores)
+        client.predict([handle_file(tmp_path / "clean.npy")], rows(["clean.npy", "", "", ""]), api_name="/evaluate")
+        message, board = client.predict("client model", "https://example.org/m", "fp16", "", "", "all",
+                                        api_name="/submit")
+        assert message == "added client model to the board"
+        assert "client model" in [row[0] for row in board["data"]]
+        assert client.predict("client model", "", "fp32", "", "", "all", api_name="/submit")[0].endswith("already")
+        with pytest.raises(AppError, match="`link` must start with http"):
+            client.predict("other", "ftp://x", "fp32", "", "", "all", api_name="/submit")
+    finally:
+        demo.close()
+    expected = rococo_recall(scores, **layout.metric_inputs())["recall@1"]
+    restarted = app.build_app(source=TinySource(CAPTIONS), output_dir=tmp_path / "outputs2", leaderboard_db=database)
+    try:
+        board = Client(serve(restarted), verbose=False).predict("client", "submitted", api_name="/leaderboard")
+    finally:
+        restarted.close()
+    assert [row[0] for row in board["data"]] == ["client model"]
+    assert board["data"][0][board["headers"].index("clean R@1 (i2t)")] == f"{expected:.2f}"

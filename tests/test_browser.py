@@ -172,3 +172,26 @@ def test_an_unclear_order_is_asked_for_and_then_used(page, tmp_path):
     assert float(shown["R@1"]) == round(expected["recall@1"], 2)
     assert "danger image-to-text gallery in the dataset order, as chosen" in \
         page.locator("#evaluate-message").inner_text()
+
+
+def test_a_submitted_evaluation_appears_on_the_leaderboard(page, tmp_path):
+    layout, scores = clear_scores("rand_voca", "official", seed=4)
+    path = tmp_path / "board_rand_voca.npy"
+    np.save(path, scores)
+    _upload_and_evaluate(page, path)
+    page.locator("#results-table").get_by_role("row").filter(has_text=path.name).wait_for()
+    page.get_by_text("Submit this evaluation to the leaderboard").click()
+    page.locator("#submit-model textarea, #submit-model input").first.fill("<i>browser</i> model")
+    page.get_by_role("button", name="Submit", exact=True).click()
+    page.wait_for_function("() => document.querySelector('#submit-message textarea').value"
+                           " === 'added <i>browser</i> model to the board'")
+    page.get_by_role("tab", name="Leaderboard").click()
+    row = page.locator("#leaderboard-table").get_by_role("row").filter(has_text="<i>browser</i> model")
+    row.wait_for()  # the name as text: no markup made of it
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "browser-leaderboard.png"), full_page=True)
+    expected = rococo_recall(scores, **layout.metric_inputs())
+    cells = row.inner_text().split("\n")  # the columns (gradio_client's test checks each by its header)
+    assert "submitted" in cells and f"{expected['recall@1']:.2f}" in cells
+    assert page.locator("#leaderboard-table").get_by_role("row").filter(has_text="BLIP (paper v5)").count() == 1
+    assert not _errors(page), _errors(page)

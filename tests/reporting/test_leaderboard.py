@@ -1,0 +1,76 @@
+"""rococo_eval.reporting.leaderboard: the SQLite board survives a restart, starts with the published rows, keeps a
+result once, and refuses what it cannot show safely."""
+
+import datetime
+import sqlite3
+
+import pytest
+
+from rococo_eval.reporting.leaderboard import COLUMNS, PUBLISHED, SUBMITTED, Leaderboard, rate_allows
+
+ROWS = [{"attack": "clean", "direction": "image_to_text", "recall@1": 51.0},
+        {"attack": "clean", "direction": "text_to_image", "recall@1": 30.5},
+        {"attack": "rand_voca", "direction": "image_to_text", "clean_recall@1": 51.0, "recall@1": 40.0},
+        {"attack": "danger", "direction": "image_to_text", "clean_recall@1": 51.0, "recall@1": 44.0},
+        {"attack": "mix_seed1", "direction": "text_to_image", "clean_recall@1": 30.5, "recall@1": 20.0},
+        {"attack": "mix", "direction": "text_to_image", "seeds": (1, 10), "recall@1": 21.0}]
+
+
+def test_the_board_starts_with_the_published_rows_each_under_its_source(tmp_path):
+    rows = {row["model"]: row for row in Leaderboard(tmp_path / "board.sqlite3").rows()}
+    assert set(rows) == {"CLIP ViT-B/32", "BLIP (paper v1)", "BLIP (paper v5)", "VSE infinity (paper v1)",
+                         "VSE infinity (paper v5)"} and {row["kind"] for row in rows.values()} == {PUBLISHED}
+    assert (rows["BLIP (paper v1)"]["clean R@1 (i2t)"], rows["BLIP (paper v1)"]["text attacks R@1 (i2t, mean)"]) == (
+        81.9, 64.5)
+    assert rows["BLIP (paper v5)"]["text attacks R@1 (i2t, mean)"] == 48.4
+    assert rows["VSE infinity (paper v1)"]["text attacks R@1 (i2t, mean)"] == 37.5
+    assert rows["VSE infinity (paper v5)"]["text attacks R@1 (i2t, mean)"] == 37.6
+    assert "arXiv:2304.10727v1" in rows["BLIP (paper v1)"]["source"]
+    clip = rows["CLIP ViT-B/32"]
+    assert clip["clean R@1 (i2t)"] == 50.12 and clip["mix_seed1 R@1"] == pytest.approx(19.836, abs=1e-3)
+    assert clip["rand_voca R@1"] is None and "clip/ViT-B_32log.txt" in clip["source"]  # the log names no attack
+
+
+def test_a_submission_survives_a_restart_and_is_kept_once(tmp_path):
+    path = tmp_path / "board.sqlite3"
+    stamp = datetime.datetime(2026, 12, 1, 12, 0, tzinfo=datetime.timezone.utc)
+    assert Leaderboard(path).submit(ROWS, model="my model", link="https://example.org/m", note="first", now=stamp)[0]
+    again = Leaderboard(path)  # the app restarted on the same file
+    added, message = again.submit(ROWS, model="my model", precision="bf16")
+    assert not added and "on the board already" in message
+    mine = again.rows(kind=SUBMITTED)
+    assert len(mine) == 1 and list(mine[0]) == COLUMNS
+    row = mine[0]
+    assert (row["clean R@1 (i2t)"], row["clean R@1 (t2i)"], row["rand_voca R@1"], row["danger R@1"]) == (
+        51.0, 30.5, 40.0, 44.0)
+    assert row["text attacks R@1 (i2t, mean)"] == 42.0 and row["image attacks R@1 (t2i, mean)"] == 20.0
+    assert (row["link"], row["note"], row["submitted"]) == ("https://example.org/m", "first", "2026-12-01T12:00:00+00:00")
+    assert again.submit(ROWS[:3], model="my model")[0]  # other results: another row
+    with sqlite3.connect(path) as connection:
+        assert connection.execute("SELECT COUNT(*) FROM submissions WHERE kind = 'submitted'").fetchone() == (2,)
+
+
+@pytest.mark.parametrize("fields, problem", [
+    ({"model": "  \x00 "}, "`model` is empty"),
+    ({"model": "m" * 101}, "`model` has 101 characters; at most 100"),
+    ({"model": "m", "link": "javascript:alert(1)"}, "`link` must start with http:// or https://"),
+    ({"model": "m", "link": 'https://a.org/"><script>'}, "`link` must start with http:// or https://"),
+    ({"model": "m", "precision": "int4"}, "`precision` must be one of"),
+    ({"model": "m", "note": "n" * 501}, "`note` has 501 characters; at most 500"),
+])
+def test_bad_submissions_are_refused_by_name_and_nothing_is_stored(tmp_path, fields, problem):
+    board = Leaderboard(tmp_path / "board.sqlite3")
+    with pytest.raises(ValueError, match=problem.replace("(", r"\(")):
+        board.submit(ROWS, **fields)
+    assert board.rows(kind=SUBMITTED) == []
+
+
+def test_markup_in_a_name_is_kept_as_text(tmp_path):
+    board = Leaderboard(tmp_path / "board.sqlite3")
+    board.submit(ROWS, model="<b>bold</b>\n model")
+    assert board.rows(search="bold")[0]["model"] == "<b>bold</b> model"  # shown by the page as plain text
+
+
+def test_a_session_is_rate_limited():
+    assert rate_allows([], 0) and rate_allows([0, 1], 2) and not rate_allows([0, 1, 2], 3)
+    assert rate_allows([0, 1, 2], 601)

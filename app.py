@@ -99,7 +99,9 @@ def build_app(source=None, captions_per_image=None, *, concurrency: int = 2, out
         captions_per_image = list(source.captions_per_image)
     output_root = Path(output_dir or tempfile.mkdtemp(prefix="rococo-app-"))
     board_path = leaderboard_db or os.environ.get(leaderboard.DB_ENV) or output_root / "leaderboard.sqlite3"
-    handlers = Handlers(source, captions_per_image, output_root, leaderboard.Leaderboard(board_path))
+    repo = os.environ.get(leaderboard.REPO_ENV)
+    copy = leaderboard.HubCopy(repo, token=os.environ.get("HF_TOKEN")) if repo else None
+    handlers = Handlers(source, captions_per_image, output_root, leaderboard.Leaderboard(board_path, copy))
     with gr.Blocks(title="RoCOCO robustness evaluation", delete_cache=(OUTPUT_MAX_AGE_S, OUTPUT_MAX_AGE_S)) as demo:
         gr.Markdown(_intro(captions_per_image))
         note = _availability_note(source, captions_per_image, problem)

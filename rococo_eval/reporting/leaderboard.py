@@ -16,6 +16,10 @@ What a submission may be:
   ``http(s)://``; the board shows them as plain text, never as HTML;
 - a session may submit :data:`RATE_LIMIT` times per :data:`RATE_WINDOW_S` seconds (:func:`rate_allows`).
 
+With ``$ROCOCO_LEADERBOARD_REPO`` (a dataset repo, ``ORG/NAME``), every added submission also copies the whole
+board, as ``leaderboard.jsonl``, to that repo through huggingface_hub (:class:`HubCopy`, with ``$HF_TOKEN``). The
+database stays the board: a copy that fails is logged and the submission kept.
+
 Example:
     >>> import tempfile, pathlib
     >>> board = Leaderboard(pathlib.Path(tempfile.mkdtemp()) / "board.sqlite3")
@@ -35,6 +39,7 @@ import contextlib
 import datetime
 import hashlib
 import json
+import logging
 import math
 import re
 import sqlite3
@@ -44,7 +49,10 @@ from typing import Optional, Sequence
 from rococo_eval.catalog import CLEAN, IMAGE_ATTACKS, TEXT_ATTACKS, gallery_key
 from rococo_eval.reporting.report import REFERENCE_RESULTS
 
+logger = logging.getLogger(__name__)
+
 DB_ENV = "ROCOCO_LEADERBOARD_DB"
+REPO_ENV = "ROCOCO_LEADERBOARD_REPO"
 PRECISIONS = ("fp32", "fp16", "bf16", "other")
 LIMITS = {"model": 100, "link": 300, "note": 500}
 RATE_LIMIT, RATE_WINDOW_S = 3, 600
@@ -78,8 +86,9 @@ class Leaderboard:
     on the same file finds every row.
     """
 
-    def __init__(self, path):
+    def __init__(self, path, copy=None):
         self.path = Path(path)
+        self.copy = copy  # a HubCopy, or None
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self._connect() as connection:
             connection.execute(_SCHEMA)
@@ -115,6 +124,8 @@ class Leaderboard:
                  json.dumps(results, sort_keys=True))).rowcount == 1
         if not added:
             return False, f"{model} with these results is on the board already"
+        if self.copy is not None:
+            self.copy.push(self)
         return True, f"added {model} to the board"
 
     def rows(self, search: str = "", kind: str = "all") -> list[dict]:
@@ -131,6 +142,16 @@ class Leaderboard:
                                   note=note, source=source, submitted=stamp))
         return sorted(rows, key=lambda row: -(_number(row["text attacks R@1 (i2t, mean)"])))
 
+    def export_jsonl(self) -> bytes:
+        """Every entry as one JSON line (its stored fields, results as an object), in the order they came."""
+        with self._connect() as connection:
+            connection.row_factory = sqlite3.Row
+            entries = connection.execute("SELECT kind, model, link, precision, note, source, submitted_at, results "
+                                         "FROM submissions ORDER BY id").fetchall()
+        lines = [json.dumps({**dict(entry), "results": json.loads(entry["results"])}, sort_keys=True)
+                 for entry in entries]
+        return ("\n".join(lines) + "\n").encode("utf-8")
+
     @contextlib.contextmanager
     def _connect(self):
         connection = sqlite3.connect(self.path, timeout=30)
@@ -139,6 +160,30 @@ class Leaderboard:
                 yield connection
         finally:
             connection.close()
+
+
+class HubCopy:
+    """A copy of the board in a Hugging Face dataset repo: :meth:`push` uploads ``leaderboard.jsonl`` with
+    ``huggingface_hub.HfApi.upload_file`` (``endpoint`` for a Hub other than huggingface.co)."""
+
+    def __init__(self, repo_id: str, token: Optional[str] = None, endpoint: Optional[str] = None,
+                 path_in_repo: str = "leaderboard.jsonl"):
+        if not re.fullmatch(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+", repo_id or ""):
+            raise ValueError(f"`repo_id` must be ORG/NAME, got {repo_id!r} (${REPO_ENV})")
+        self.repo_id, self.token, self.endpoint, self.path_in_repo = repo_id, token, endpoint, path_in_repo
+
+    def push(self, board: Leaderboard) -> bool:
+        """Upload the board; return whether it went (a failure is logged, never raised)."""
+        from huggingface_hub import HfApi
+
+        try:
+            HfApi(endpoint=self.endpoint, token=self.token).upload_file(
+                path_or_fileobj=board.export_jsonl(), path_in_repo=self.path_in_repo, repo_id=self.repo_id,
+                repo_type="dataset", commit_message="rococo-eval leaderboard: a new submission")
+        except Exception as error:  # the Hub's errors, a network's: the database keeps the submission
+            logger.warning("the leaderboard's copy to the dataset repo %s failed: %s", self.repo_id, error)
+            return False
+        return True
 
 
 def recall_at_1(summary_rows: Sequence[dict]) -> dict[str, float]:

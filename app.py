@@ -90,7 +90,8 @@ def build_app(source=None, captions_per_image=None, *, concurrency: int = 2, out
         output_dir: where per-request result files go (default a fresh temporary folder); files older than an
             hour are removed as new requests come.
         leaderboard_db: the leaderboard's SQLite file (default ``$ROCOCO_LEADERBOARD_DB``, else
-            ``leaderboard.sqlite3`` in ``output_dir``).
+            ``/data/leaderboard.sqlite3`` on a Space's persistent storage, else ``leaderboard.sqlite3`` in
+            ``output_dir``, which a restart loses).
     """
     problem = ""
     if source is None and captions_per_image is None:
@@ -98,7 +99,7 @@ def build_app(source=None, captions_per_image=None, *, concurrency: int = 2, out
     if captions_per_image is None and source is not None:
         captions_per_image = list(source.captions_per_image)
     output_root = Path(output_dir or tempfile.mkdtemp(prefix="rococo-app-"))
-    board_path = leaderboard_db or os.environ.get(leaderboard.DB_ENV) or output_root / "leaderboard.sqlite3"
+    board_path = leaderboard_db or os.environ.get(leaderboard.DB_ENV) or _default_board_path(output_root)
     repo = os.environ.get(leaderboard.REPO_ENV)
     copy = leaderboard.HubCopy(repo, token=os.environ.get("HF_TOKEN")) if repo else None
     handlers = Handlers(source, captions_per_image, output_root, leaderboard.Leaderboard(board_path, copy))
@@ -154,7 +155,10 @@ class Handlers:
         except ValueError as error:
             logger.info("evaluation refused: %s", error)
             raise gr.Error(str(error), duration=None, title="Cannot evaluate", print_exception=False) from None
-        return (evaluation.message, table(evaluation.rows), str(chart_path), str(json_path), evaluation.rows,
+        settings = evaluation.meta.get("settings")
+        rows = evaluation.rows if not settings else [  # the leaderboard takes default settings only
+            {**row, "settings": f"ties {settings['ties']}, bootstrap {settings['bootstrap']}"} for row in evaluation.rows]
+        return (evaluation.message, table(evaluation.rows), str(chart_path), str(json_path), rows,
                 evaluation.failures)
 
     def flipped(self, failures, gallery=ALL_GALLERIES, page=1, min_count=DEFAULT_MIN_COUNT):
@@ -300,6 +304,16 @@ def _compare_tab() -> SimpleNamespace:
     tab.table = gr.Dataframe(value=table(compare_rows([])), label="comparison", interactive=False, wrap=True,
                              column_widths=_COMPARE_WIDTHS, max_height=1200)  # the published rows and yours, unscrolled
     return tab
+
+
+def _default_board_path(output_root: Path) -> Path:
+    """A Space's persistent storage (``/data``) when it has one; else the output folder, which a restart loses."""
+    persistent = Path("/data")
+    if persistent.is_dir() and os.access(persistent, os.W_OK):
+        return persistent / "leaderboard.sqlite3"
+    logger.warning("the leaderboard is in %s, which does not outlive this process: set %s to keep it",
+                   output_root, leaderboard.DB_ENV)
+    return output_root / "leaderboard.sqlite3"
 
 
 def board_table(rows) -> pd.DataFrame:

@@ -142,6 +142,8 @@ def build_parser() -> argparse.ArgumentParser:
                                             "it is read from the scores when they clearly show it, and refused when "
                                             "they do not.")
     score.add_argument("files", nargs="+", metavar="FILE", help="[ATTACK:DIRECTION:ORDER=]PATH")
+    score.add_argument("--images-dir", help="COCO root holding val2014/: needed for an embeddings file, whose image "
+                                            "fingerprints are checked against the images")
     score.set_defaults(handler=score_command)
 
     attack = commands.add_parser(
@@ -219,6 +221,11 @@ def run_command(args) -> Path:
     if args.save_embeddings and (len(models) > 1 or not str(args.save_embeddings).endswith(".safetensors")):
         raise CommandError(f"--save-embeddings {args.save_embeddings!r}: give one file ending in .safetensors, "
                            "for one model")
+    if args.save_embeddings:
+        try:
+            import safetensors  # noqa: F401  (checked before the work, not after it)
+        except ImportError:
+            raise CommandError("--save-embeddings needs safetensors: pip install safetensors") from None
     benchmark = (RococoSource(args.annotations_dir, images_dir=args.images_dir, benchmark=args.benchmark)
                  if args.benchmark else None)
     attacks = parse_attacks(args.attacks, *((benchmark.text_attacks, benchmark.image_attacks) if benchmark else ()))
@@ -371,9 +378,11 @@ def score_command(args) -> Path:
     )
 
     out = writable_folder(args.out)
-    source = RococoSource(args.annotations_dir, benchmark=args.benchmark)
+    embeddings = any(is_embeddings_file(path) for _, path in map(split_file_argument, args.files))
+    source = RococoSource(args.annotations_dir, benchmark=args.benchmark,
+                          **({"images_dir": args.images_dir} if embeddings and args.images_dir else {}))
     attacks = source.text_attacks + source.image_attacks
-    if any(is_embeddings_file(path) for _, path in map(split_file_argument, args.files)):
+    if embeddings:
         return _score_embeddings_file(args, source, out)
     requests = []
     for spec, path in map(split_file_argument, args.files):

@@ -75,6 +75,9 @@ def evaluate_model(model, source=None, *, attacks: Union[str, Sequence[str]] = "
         TypeError: ``model`` lacks ``encode_images`` or ``encode_texts``.
     """
     model = as_image_text_model(model, name)
+    if save_embeddings is not None and hasattr(model, "match"):
+        raise ValueError(f"`save_embeddings`: {model.name} is scored in two stages (ITC, then its ITM head), and an "
+                         "embeddings file holds the first stage only: save its score matrices (save_scores) instead")
     if source is None:
         source = default_source(images_dir, benchmark, annotations_dir, cache_dir)
     attacks = select_attacks(attacks, source)

@@ -178,6 +178,8 @@ def test_a_submitted_evaluation_appears_on_the_leaderboard(page, tmp_path):
     layout, scores = clear_scores("rand_voca", "official", seed=4)
     path = tmp_path / "board_rand_voca.npy"
     np.save(path, scores)
+    page.goto(page.url, wait_until="load")  # a fresh session: the earlier tests' uploads and layouts are gone
+    page.get_by_role("button", name="Evaluate", exact=True).wait_for()
     _upload_and_evaluate(page, path)
     page.locator("#results-table").get_by_role("row").filter(has_text=path.name).wait_for()
     page.get_by_text("Submit this evaluation to the leaderboard").click()

@@ -55,6 +55,7 @@ logger = logging.getLogger(__name__)
 
 REQUIRED = ("encode_images", "encode_texts")
 HOOKS = ("preprocess_image", "encode_preprocessed", "tokenize_texts", "encode_tokenized")
+BUILT_IN_LIBRARIES = ("hf", "blip", "open_clip")  # the prefixes of load_model's own names
 CALLABLE_SPEC = re.compile(r"(?P<module>[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*):"
                            r"(?P<callable>[A-Za-z_][A-Za-z0-9_]*)")
 _PROBE_TEXTS = ["a man riding a horse on a beach", "two dogs playing with a red frisbee in the park"]
@@ -100,26 +101,33 @@ class CustomModel:
     def _fingerprint(self) -> str:
         """The model's own fingerprint, else its weights' digest (a torch module), else its probe's digest."""
         own = getattr(self.model, "fingerprint", None)
+        own = own() if callable(own) else own
         digest = hashlib.sha256(f"custom:{type(self.model).__module__}.{type(self.model).__qualname__};".encode())
         if own:
-            digest.update(str(own).encode())
+            if not isinstance(own, str):
+                raise TypeError(f"`fingerprint` of {self.name} must be a str, got {type(own).__name__}")
+            digest.update(own.encode())
             return digest.hexdigest()
         if _is_torch_module(self.model):
             digest.update(weights_digest(self.model).encode())
             return digest.hexdigest()
         logger.info("%s has no fingerprint: its cache is keyed by its embeddings of a fixed probe", self.name)
         image = Image.fromarray(np.arange(48 * 64 * 3, dtype=np.uint8).reshape(48, 64, 3))
-        for vectors in (self.encode_texts(_PROBE_TEXTS), self.encode_images([image])):
-            digest.update(np.ascontiguousarray(vectors, dtype=np.float32).tobytes())
+        texts = (self.encode_tokenized(self.tokenize_texts(_PROBE_TEXTS)) if hasattr(self, "encode_tokenized")
+                 else self.encode_texts(_PROBE_TEXTS))  # through the path the cache takes
+        images = (self.encode_preprocessed(np.stack([self.preprocess_image(image)]))
+                  if hasattr(self, "encode_preprocessed") else self.encode_images([image]))
+        for vectors in (texts, images):  # rounded: the last bits change with threads, batch sizes and devices
+            digest.update(np.round(np.asarray(vectors, dtype=np.float64), 4).tobytes())
         return digest.hexdigest()
 
 
 def as_image_text_model(model, name: Optional[str] = None):
-    """``model`` itself when it is one of this package's (it has ``name`` and ``fingerprint``), else a
-    :class:`CustomModel` of it."""
-    if isinstance(model, CustomModel) or (isinstance(getattr(model, "name", None), str)
-                                          and isinstance(getattr(model, "fingerprint", None), str)
-                                          and name is None and _is_adapter(model)):
+    """``model`` itself when it is one of this package's (:func:`~rococo_eval.models.adapters.load_model`'s, whose
+    name is its ``--model`` spec; ``name`` then renames it), else a :class:`CustomModel` of it."""
+    if isinstance(model, CustomModel) or _is_adapter(model):
+        if name is not None:
+            model.name = str(name)
         return model
     return CustomModel(model, name)
 
@@ -133,7 +141,7 @@ def names_a_callable(spec: str) -> bool:
         (True, False)
     """
     match = CALLABLE_SPEC.fullmatch(str(spec))
-    if not match:
+    if not match or match["module"] in BUILT_IN_LIBRARIES:  # open_clip:RN50 is a mistyped built-in name
         return False
     with _current_folder_first():
         try:
@@ -156,8 +164,9 @@ def load_callable(spec: str, device: Optional[str] = None, precision: str = "fp3
         try:
             module = importlib.import_module(match["module"])
         except ModuleNotFoundError as error:
-            raise ValueError(f"`model` {spec!r}: cannot import module {match['module']!r} ({error}); run from the "
-                             "folder that holds it, or put it on PYTHONPATH") from None
+            hint = ("run from the folder that holds it, or put it on PYTHONPATH" if error.name == match["module"]
+                    else f"the module imports {error.name!r}, which is not installed")
+            raise ValueError(f"`model` {spec!r}: cannot import module {match['module']!r} ({error}): {hint}") from None
     factory = getattr(module, match["callable"], None)
     if not callable(factory):
         raise ValueError(f"`model` {spec!r}: module {match['module']!r} has no callable {match['callable']!r}")
@@ -211,4 +220,6 @@ def _is_torch_module(model) -> bool:
 
 
 def _is_adapter(model) -> bool:
-    return type(model).__module__.startswith("rococo_eval.")
+    """One of this package's models: named and fingerprinted by the package itself."""
+    return (type(model).__module__.startswith("rococo_eval.models.") and isinstance(getattr(model, "name", None), str)
+            and isinstance(getattr(model, "fingerprint", None), str))

@@ -14,7 +14,11 @@ What a submission may be:
 - the same results under the same model name are one row (the second submission is told so);
 - names, links and notes are stripped of control characters and bounded (:data:`LIMITS`), links must be
   ``http(s)://``; the board shows them as plain text, never as HTML;
-- a session may submit :data:`RATE_LIMIT` times per :data:`RATE_WINDOW_S` seconds (:func:`rate_allows`).
+- a session may submit :data:`RATE_LIMIT` times per :data:`RATE_WINDOW_S` seconds (:func:`rate_allows`);
+- only evaluations at the metric's default settings (pessimistic ties, no bootstrap), so that rows compare.
+
+Submitted rows are self-reported: the Space scores the files uploaded, and cannot know that they came from the
+model named. The board marks them ``submitted``, apart from the ``published`` rows.
 
 With ``$ROCOCO_LEADERBOARD_REPO`` (a dataset repo, ``ORG/NAME``), every added submission also copies the whole
 board, as ``leaderboard.jsonl``, to that repo through huggingface_hub (:class:`HubCopy`, with ``$HF_TOKEN``). The
@@ -114,6 +118,10 @@ class Leaderboard:
         results = recall_at_1(summary_rows)
         if not results:
             raise ValueError("the evaluation has no R@1 to submit: evaluate first")
+        settings = {row.get("settings") for row in summary_rows} - {None}
+        if settings:
+            raise ValueError(f"the evaluation used {', '.join(sorted(settings))}: the board takes the metric's default "
+                             "settings (pessimistic ties, no bootstrap) only, so that its rows compare")
         digest = _digest(model, results)
         stamp = (now or datetime.datetime.now(datetime.timezone.utc)).isoformat(timespec="seconds")
         with self._connect() as connection:
@@ -200,9 +208,9 @@ def recall_at_1(summary_rows: Sequence[dict]) -> dict[str, float]:
         if value is not None and not (isinstance(value, float) and math.isnan(value)):
             results[gallery_key(row["attack"], row["direction"])] = round(float(value), 4)
     for row in summary_rows:
-        clean = gallery_key(CLEAN, row["direction"])
-        if row.get("clean_recall@1") is not None and clean not in results:
-            results[clean] = round(float(row["clean_recall@1"]), 4)
+        clean, value = gallery_key(CLEAN, row["direction"]), row.get("clean_recall@1")
+        if value is not None and not (isinstance(value, float) and math.isnan(value)) and clean not in results:
+            results[clean] = round(float(value), 4)
     return results
 
 

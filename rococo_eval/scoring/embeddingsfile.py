@@ -89,6 +89,9 @@ def read_embeddings_file(path, source) -> tuple[dict[str, np.ndarray], dict, tup
     from safetensors.numpy import load_file
 
     path = Path(path)
+    if source.images_dir is None:
+        raise ValueError(f"{str(path)!r} is an embeddings file, and its image sets are checked against the images: "
+                         "give the COCO test images (--images-dir) or a benchmark whose images are at hand")
     metadata = _metadata(path)
     if metadata.get("format") != FORMAT or metadata.get("version") != VERSION:
         raise ValueError(f"{str(path)!r} is not a RoCOCO embeddings file of version {VERSION} (its metadata has "
@@ -104,6 +107,8 @@ def read_embeddings_file(path, source) -> tuple[dict[str, np.ndarray], dict, tup
             raise ValueError(f"{str(path)!r} lacks {name!r}: every gallery needs the test images and the "
                              "ground-truth captions")
     fingerprints = json.loads(metadata.get("fingerprints") or "{}")
+    if not isinstance(fingerprints, dict):
+        raise ValueError(f"{str(path)!r}: its metadata's `fingerprints` is not a JSON object")
     dimension = int(metadata.get("dimension", -1))
     for name, rows in vectors.items():
         items = expected[name]

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from rococo_eval.models.adapters import load_model, parse_model_name
+from rococo_eval.models.adapters import ModelError, load_model, parse_model_name
 from rococo_eval.models.cache import EmbeddingCache, ItemSet, LazyImages
 from rococo_eval.models.custom import CustomModel, as_image_text_model, load_callable
 
@@ -45,6 +45,21 @@ class Hooked(Plain):
         return np.array([[length, 1.0, 2.0] for length in tokens])
 
 
+class _Hooks:
+    """The hooks of a Hooked model, with encode_images and encode_texts there but failing if called."""
+
+    def __init__(self, hooked):
+        self.hooked = hooked
+        for name in ("preprocess_image", "encode_preprocessed", "tokenize_texts", "encode_tokenized"):
+            setattr(self, name, getattr(hooked, name))
+
+    def encode_images(self, images):
+        raise AssertionError("encode_images is not to be called")
+
+    def encode_texts(self, texts):
+        raise AssertionError("encode_texts is not to be called")
+
+
 def images(count=5):
     return [Image.new("RGB", (10 + index, 8)) for index in range(count)]
 
@@ -57,9 +72,10 @@ def test_embeddings_are_normalised_float32_rows():
 
 
 def test_the_hooks_are_what_the_cache_calls(tmp_path):
-    """A model with both hook pairs: the cache prepares images and tokens through them, never encode_images."""
+    """A model with both hook pairs: the cache (and the fingerprint's probe) go through them, never through
+    encode_images or encode_texts."""
     hooked = Hooked()
-    model = as_image_text_model(hooked)
+    model = CustomModel(_Hooks(hooked))
     cache = EmbeddingCache(tmp_path, batch_size=2, workers=2)
     pictures = images()
     vectors = cache.embeddings(model, ItemSet("images/x", "image", LazyImages(pictures.__getitem__, 5), "f" * 64))
@@ -133,5 +149,23 @@ def test_module_callable_loads_through_load_model(tmp_path, monkeypatch):
     assert model.name == "my_models:make" and model.model.device == "cpu"
     with pytest.raises(ValueError, match="module 'my_models' has no callable 'other'"):
         load_callable("my_models:other")
-    with pytest.raises(Exception, match="unknown model name 'no_such_module:make'"):
+    with pytest.raises(ModelError, match="unknown model name 'no_such_module:make'"):
         parse_model_name("no_such_module:make")
+    with pytest.raises(ModelError, match="unknown model name 'open_clip:RN50'"):  # a built-in name, mistyped
+        parse_model_name("open_clip:RN50")
+
+
+def test_the_probe_fingerprint_is_stable_across_calls_and_a_callable_fingerprint_is_called():
+    assert as_image_text_model(Plain()).fingerprint == as_image_text_model(Plain()).fingerprint
+    own = Plain()
+    own.fingerprint = lambda: "v2"
+    assert as_image_text_model(own).fingerprint != as_image_text_model(Plain()).fingerprint
+    own.fingerprint = 3
+    with pytest.raises(TypeError, match="`fingerprint` of Plain must be a str, got int"):
+        as_image_text_model(own)
+
+
+def test_a_built_in_model_is_kept_and_only_renamed(blip_name):
+    model = load_model(blip_name, device="cpu")
+    renamed = as_image_text_model(model, name="my blip")
+    assert renamed is model and renamed.name == "my blip" and hasattr(renamed, "match")

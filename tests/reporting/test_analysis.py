@@ -187,7 +187,7 @@ def test_the_report_carries_the_analysis(tmp_path, capsys):
         results[f"{attack}/text_to_image"] = rococo_recall(matrix, **image_layout.metric_inputs(), k=1, per_query=True)
         layouts[f"{attack}/text_to_image"] = image_layout
     paths = write_report(results, tmp_path, {"model": "hand"}, layouts=layouts, source=HandSource())
-    assert set(paths) == {"json", "markdown", "chart", "per_query", "flipped", "words"}
+    assert set(paths) == {"json", "markdown", "model_card", "chart", "per_query", "flipped", "words"}
     document = json.loads(paths["json"].read_text())
     assert "rank" not in document["results"]["rand_voca/image_to_text"]  # per-query arrays live in the Parquet file
     saved = document["analysis"]

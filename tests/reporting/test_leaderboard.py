@@ -160,3 +160,12 @@ def test_a_failed_copy_keeps_the_submission(tmp_path, caplog):
         caplog.text)
     with pytest.raises(ValueError, match="`repo_id` must be ORG/NAME"):
         HubCopy("no-slash")
+
+
+def test_an_evaluation_at_other_settings_is_refused(tmp_path):
+    board = Leaderboard(tmp_path / "board.sqlite3")
+    rows = [{**row, "settings": "ties optimistic, bootstrap 0"} for row in ROWS]
+    with pytest.raises(ValueError, match="the evaluation used ties optimistic, bootstrap 0: the board takes"):
+        board.submit(rows, model="m")
+    nan = [{"attack": "danger", "direction": "image_to_text", "clean_recall@1": float("nan"), "recall@1": 40.0}]
+    assert board.submit(nan, model="m")[0] and board.rows(kind=SUBMITTED)[0]["clean R@1 (i2t)"] is None

@@ -161,3 +161,12 @@ def test_run_writes_the_results_as_model_card_metadata(saved):
     assert results[("rand_voca", "rand_voca image-to-text R@1")] == round(rand_voca["recall@1"], 2)
     assert results[("rand_voca", "rand_voca image-to-text false rate")] == round(rand_voca["false_rate"], 2)
     assert ("mix", "mix (mean of seeds) text-to-image R@1") in results
+
+
+def test_scoring_a_file_without_images_is_refused_and_a_two_stage_model_saves_none(saved, blip_name, benchmark,
+                                                                                   tmp_path, capsys):
+    assert main(["score", str(saved / "model.safetensors"), "--out", str(tmp_path / "out")]) == 1
+    assert "its image sets are checked against the images: give the COCO test images" in capsys.readouterr().err
+    assert main(["run", "--model", blip_name, "--benchmark", str(benchmark), "--cache-dir", str(tmp_path / "c"),
+                 "--out", str(tmp_path / "r"), "--save-embeddings", str(tmp_path / "b.safetensors"), "-q"]) == 1
+    assert "is scored in two stages" in capsys.readouterr().err and not (tmp_path / "b.safetensors").exists()

@@ -11,6 +11,7 @@ example an open_clip one::
     class OpenClip:
         def __init__(self):
             self.model, _, self.preprocess = open_clip.create_model_and_transforms("ViT-B-32", "openai")
+            self.model.eval()                                       # and .to(device) for a GPU, with the inputs
             self.tokenizer = open_clip.get_tokenizer("ViT-B-32")
             self.fingerprint = "open_clip ViT-B-32 openai"       # optional: keys the embedding cache
 

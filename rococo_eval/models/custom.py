@@ -190,7 +190,11 @@ def normalised(vectors, model_name: str, method: str) -> np.ndarray:
         raise ValueError(f"model {model_name!r}: {method} returned shape {vectors.shape}, not (items, dimension)")
     if not np.isfinite(vectors).all():
         raise ValueError(f"model {model_name!r}: {method} returned non-finite embeddings")
-    return vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), np.float32(1e-12))
+    norms = np.linalg.norm(vectors.astype(np.float64), axis=1, keepdims=True)
+    if not (norms > 0).all():
+        raise ValueError(f"model {model_name!r}: {method} returned {int((norms == 0).sum())} all-zero embedding(s), "
+                         "which have no direction to score")
+    return (vectors / norms).astype(np.float32)
 
 
 @contextlib.contextmanager

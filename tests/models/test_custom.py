@@ -118,6 +118,7 @@ def test_the_fingerprint_follows_the_model():
 @pytest.mark.parametrize("output, problem", [
     (np.zeros(3), "encode_texts returned shape (3,), not (items, dimension)"),
     (np.array([[np.nan, 1.0]]), "encode_texts returned non-finite embeddings"),
+    (np.zeros((1, 2)), "encode_texts returned 1 all-zero embedding(s), which have no direction to score"),
 ])
 def test_a_bad_output_is_refused_by_name(output, problem):
     class Bad(Plain):

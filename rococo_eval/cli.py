@@ -415,8 +415,8 @@ def table_command(args) -> Path:
 
 def _score_embeddings_file(args, source, out: Path) -> Path:
     """``rococo-eval score FILE.safetensors``: every gallery that the embeddings file covers, as ``run`` scores it."""
-    from rococo_eval.catalog import galleries
     from rococo_eval.scoring.embeddingsfile import read_embeddings_file, score_embeddings
+    from rococo_eval.scoring.galleries import gallery_layouts
 
     if len(args.files) != 1:
         raise CommandError("an embeddings file holds every gallery a report needs: give it alone, without score files")
@@ -424,9 +424,7 @@ def _score_embeddings_file(args, source, out: Path) -> Path:
     vectors, metadata, attacks = read_embeddings_file(path, source)
     results = score_embeddings(vectors, source, attacks)
     meta = {"model": metadata.get("model"), "embeddings_file": str(path), "attacks": list(attacks)}
-    layouts = {f"{attack}/{direction}": source.gallery(attack, direction, "official")
-               for attack, direction in galleries(attacks)}
-    _report(results, out, meta, args.quiet, layouts, source)
+    _report(results, out, meta, args.quiet, gallery_layouts(source, attacks), source)
     return out
 
 

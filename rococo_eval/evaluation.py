@@ -24,14 +24,14 @@ import logging
 from pathlib import Path
 from typing import Optional, Sequence, Union
 
-from rococo_eval.catalog import galleries, select_names
+from rococo_eval.catalog import select_names
 from rococo_eval.io.download import default_cache_dir
 from rococo_eval.models.cache import DEFAULT_BATCH_SIZE, EmbeddingCache
 from rococo_eval.models.custom import as_image_text_model
 from rococo_eval.processes import ONE
 from rococo_eval.reporting.analysis import split_per_query
 from rococo_eval.reporting.report import summary_rows, write_report
-from rococo_eval.scoring.galleries import score_model
+from rococo_eval.scoring.galleries import gallery_layouts, score_model
 from rococo_eval.scoring.rerank import DEFAULT_CANDIDATES, Reranker
 
 logger = logging.getLogger(__name__)
@@ -111,9 +111,7 @@ def evaluate_model(model, source=None, *, attacks: Union[str, Sequence[str]] = "
         report_meta["embeddings_file"] = str(save_embeddings)
         logger.info("embeddings of %d item sets saved to %s", len(sets), save_embeddings)
     if out is not None:
-        layouts = {f"{attack}/{direction}": source.gallery(attack, direction, "official")
-                   for attack, direction in galleries(attacks)}
-        write_report(results, Path(out), report_meta, layouts=layouts, source=source)
+        write_report(results, Path(out), report_meta, layouts=gallery_layouts(source, attacks), source=source)
     scalars = {key: split_per_query(result)[0] for key, result in results.items()}
     return {"meta": report_meta, "results": scalars, "summary": summary_rows(scalars)}
 

@@ -22,6 +22,7 @@ from rococo_eval.catalog import ATTACKS, IMAGE_ATTACKS, TEXT_ATTACKS, gallery_ke
 from rococo_eval.layout import ADVERSARIAL_PER_IMAGE, caption_offsets
 from rococo_eval.reporting import analysis, report
 from rococo_eval.scoring.embeddingsfile import is_embeddings_file, read_embeddings_file, score_embeddings
+from rococo_eval.scoring.galleries import gallery_layouts
 from rococo_eval.scoring.plan import (
     ScoreRequest,
     ScoringOptions,
@@ -201,7 +202,7 @@ def evaluate_embeddings_file(paths, source, options: ScoringOptions) -> Evaluati
     results, per_query = {}, {}
     for key, result in scored.items():
         results[key], per_query[key] = analysis.split_per_query(result)
-    layouts = {key: source.gallery(*key.split("/"), "official") for key in results}
+    layouts = gallery_layouts(source, attacks)
     rows = report.summary_rows(results)
     name = Path(paths[0]).name
     for row in rows:

@@ -21,6 +21,7 @@ from rococo_eval.data.export import export_dataset
 from rococo_eval.data.source import RococoSource
 from rococo_eval.io import download
 from helpers import REPO_ROOT
+from helpers.fake_hub import FakeHub
 from helpers.http_server import Route, Server
 from helpers.image_text_set import captions_of
 from helpers.tiny_coco import TinyCocoSource
@@ -137,6 +138,17 @@ def server():
     yield running
     running.httpd.shutdown()
     running.httpd.server_close()
+
+
+@pytest.fixture
+def fake_hub(monkeypatch):
+    """A stand-in Hub on 127.0.0.1 (:class:`helpers.fake_hub.FakeHub`), with huggingface_hub online for the test."""
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    hub = FakeHub()
+    yield hub
+    hub.close()
 
 
 @pytest.fixture

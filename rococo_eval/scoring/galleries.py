@@ -17,7 +17,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from rococo_eval.attacks.alterations import AlteredImages
-from rococo_eval.catalog import IMAGE_TO_TEXT, TEXT_ATTACKS, galleries
+from rococo_eval.catalog import IMAGE_TO_TEXT, TEXT_ATTACKS, galleries, gallery_key
 from rococo_eval.layout import gallery_vectors, recall_cutoffs
 from rococo_eval.models.cache import EmbeddingCache, ItemSet, LazyImages, embeddings_of_all
 from rococo_eval.processes import ONE
@@ -49,6 +49,13 @@ def altered_images(source, attack: str, workers: int = 0) -> ItemSet:
     for alteration in images.alterations:
         digest.update(repr(alteration).encode())
     return ItemSet(f"images/{attack}", "image", images, digest.hexdigest())
+
+
+def gallery_layouts(source, attacks) -> dict:
+    """The layout (official order) of both clean galleries and each attack's, by gallery key: what a report's
+    failure analysis reads beside the results."""
+    return {gallery_key(attack, direction): source.gallery(attack, direction, "official")
+            for attack, direction in galleries(attacks)}
 
 
 def score_gallery(layout, queries: np.ndarray, originals: np.ndarray, adversarial: Optional[np.ndarray] = None,

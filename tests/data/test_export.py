@@ -3,10 +3,7 @@ and the upload to a Hub (a fake one on 127.0.0.1 records what ``huggingface_hub`
 
 from __future__ import annotations
 
-import base64
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import datasets
@@ -129,62 +126,6 @@ def test_corrupt_image_stops_the_export_without_output(annotations_dir, coco_cop
         export_dataset(tmp_path / "out", ["images"], annotations_dir=annotations_dir, images_dir=coco_copy,
                        include_queries=False)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["coco"]
-
-
-class FakeHub:
-    def __init__(self):
-        self.calls: list[tuple[str, bytes]] = []
-        hub = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):
-                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                hub.calls.append((self.path.split("?")[0], body))
-                path = self.path.split("?")[0]
-                if path == "/api/repos/create":
-                    answer = {"url": f"{hub.url}/datasets/{json.loads(body)['organization']}/x"}
-                elif path == "/api/validate-yaml":
-                    answer = {"errors": [], "warnings": []}
-                elif "/preupload/" in path:
-                    files = json.loads(body)["files"]
-                    answer = {"files": [{"path": f["path"], "uploadMode": "regular", "shouldIgnore": False}
-                                        for f in files]}
-                elif "/commit/" in path:
-                    answer = {"commitUrl": f"{hub.url}/datasets/org/rococo/commit/{'0' * 40}",
-                              "commitOid": "0" * 40, "pullRequestUrl": None}
-                else:
-                    self.send_error(404)
-                    return
-                data = json.dumps(answer).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args):
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    def committed_files(self) -> dict[str, bytes]:
-        (_, body), = [call for call in self.calls if "/commit/" in call[0]]
-        lines = [json.loads(line) for line in body.splitlines()]
-        return {line["value"]["path"]: base64.b64decode(line["value"]["content"])
-                for line in lines if line["key"] == "file"}
-
-
-@pytest.fixture
-def fake_hub(monkeypatch):
-    import huggingface_hub.constants
-
-    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
-    hub = FakeHub()
-    yield hub
-    hub.httpd.shutdown()
-    hub.httpd.server_close()
 
 
 def test_push_uploads_the_folder_with_huggingface_hub(fake_hub, annotations_dir, tmp_path, capsys):

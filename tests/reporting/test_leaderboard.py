@@ -76,86 +76,29 @@ def test_a_session_is_rate_limited():
     assert rate_allows([0, 1, 2], 601)
 
 
-class HubStandIn:
-    """A local HTTP server that answers the two requests of huggingface_hub's upload_file (preupload, commit) as
-    the Hub does, and keeps each committed file; ``fail`` makes every request a 500."""
-
-    def __init__(self, fail=False):
-        import base64
-        import json
-        import threading
-        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-        stand_in = self
-        self.files, self.fail = [], fail
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *arguments):
-                pass
-
-            def do_POST(self):
-                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                if stand_in.fail:
-                    self.send_error(500)
-                    return
-                if "/preupload/" in self.path:
-                    answer = {"files": [{"path": entry["path"], "uploadMode": "regular", "shouldIgnore": False}
-                                        for entry in json.loads(body)["files"]]}
-                else:
-                    for line in body.decode().splitlines():
-                        entry = json.loads(line)
-                        if entry["key"] == "file":
-                            stand_in.files.append((self.path, entry["value"]["path"],
-                                                   base64.b64decode(entry["value"]["content"])))
-                    answer = {"commitUrl": f"{stand_in.url}/datasets/org/board/commit/{'a' * 40}",
-                              "commitOid": "a" * 40, "pullRequestUrl": None}
-                data = json.dumps(answer).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_port}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self):
-        self.server.shutdown()
-        self.server.server_close()
-
-
-def test_each_submission_copies_the_board_to_the_dataset_repo(tmp_path):
+def test_each_submission_copies_the_board_to_the_dataset_repo(tmp_path, fake_hub):
     import json
 
     from rococo_eval.reporting.leaderboard import HubCopy
 
-    hub = HubStandIn()
-    try:
-        board = Leaderboard(tmp_path / "board.sqlite3", HubCopy("org/board", token="hf_x", endpoint=hub.url))
-        board.submit(ROWS, model="copied model")
-        assert not board.submit(ROWS, model="copied model")[0]  # nothing new: no second copy
-    finally:
-        hub.close()
-    assert len(hub.files) == 1
-    path, name, content = hub.files[0]
-    assert path == "/api/datasets/org/board/commit/main" and name == "leaderboard.jsonl"
-    lines = [json.loads(line) for line in content.decode().splitlines()]
+    board = Leaderboard(tmp_path / "board.sqlite3", HubCopy("org/board", token="hf_x", endpoint=fake_hub.url))
+    board.submit(ROWS, model="copied model")
+    assert not board.submit(ROWS, model="copied model")[0]  # nothing new: no second copy
+    commits = [path for path, _ in fake_hub.calls if "/commit/" in path]
+    assert commits == ["/api/datasets/org/board/commit/main"]
+    lines = [json.loads(line) for line in fake_hub.committed_files()["leaderboard.jsonl"].decode().splitlines()]
     assert len(lines) == 6 and lines[-1]["model"] == "copied model" and lines[-1]["results"]["rand_voca/image_to_text"] == 40
 
 
-def test_a_failed_copy_keeps_the_submission(tmp_path, caplog):
+def test_a_failed_copy_keeps_the_submission(tmp_path, fake_hub, caplog):
     import logging
 
     from rococo_eval.reporting.leaderboard import HubCopy
 
     caplog.set_level(logging.WARNING, logger="rococo_eval")
-    hub = HubStandIn(fail=True)
-    try:
-        board = Leaderboard(tmp_path / "board.sqlite3", HubCopy("org/board", endpoint=hub.url))
-        assert board.submit(ROWS, model="kept model")[0]
-    finally:
-        hub.close()
+    fake_hub.fail = True
+    board = Leaderboard(tmp_path / "board.sqlite3", HubCopy("org/board", endpoint=fake_hub.url))
+    assert board.submit(ROWS, model="kept model")[0] and fake_hub.calls
     assert board.rows(kind=SUBMITTED)[0]["model"] == "kept model" and "copy to the dataset repo org/board failed" in (
         caplog.text)
     with pytest.raises(ValueError, match="`repo_id` must be ORG/NAME"):

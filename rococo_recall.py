@@ -23,7 +23,7 @@ import logging
 import os
 import sys
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 
 import numpy as np
 
@@ -82,6 +82,13 @@ Args:
         item, then a clean wrong one, then a correct one; optimistic: the reverse), then the lowest column; among
         equal correct items, the lowest column. A query the attack flipped (`clean_rank == 0`, `rank > 0`) was
         beaten by the adversarial item `top_index`, by `top_score - best_correct_score`.
+    top_columns, top_scores, fill, num_gallery: a compact score matrix instead of `predictions`, as a re-ranker
+        (BLIP) makes it: for each query, the gallery columns of its listed candidates (ints, queries x k, no column
+        twice in a row) and their scores (floats, queries x k); every other item of the `num_gallery` scores `fill`
+        (BLIP: -100). Ranked exactly as the full matrix. Where a number depends on how the items tied at `fill`
+        are ordered (a query whose correct items are all at `fill`, with fewer than K wrong items listed above it),
+        the output also holds `<name>_bounds` = (lowest, highest) over every such order; the number itself is the
+        `ties` policy's, as on any matrix with ties.
     query_index: one int per query numbering the queries 0..N-1 (in `add_batch`, on every batch or on none; or
         in `compute` with `predictions`); per-query outputs come in that order, whichever batch or process added
         them. Required when the metric is loaded with `num_process > 1`.
@@ -92,7 +99,8 @@ Args:
 Returns:
     recall@K (each K), r_mean (their mean), false_rate, clean_recall@K, clean_r_mean, attack_success_rate,
     all in percent; num_queries, num_gallery, num_adversarial; with bootstrap, `<name>_ci` = (low, high)
-    for every percentage; with per_query, the arrays above.
+    for every percentage; with per_query, the arrays above; from a compact matrix, `<name>_bounds` where the
+    order of its ties at `fill` decides a number (see `top_columns`).
 Examples:
     >>> import evaluate
     >>> rococo = evaluate.load("rococo_recall")  # a checkout; from the Hub: evaluate.load("<org>/rococo_recall")
@@ -112,23 +120,36 @@ DEFAULT_K = (1, 5, 10)
 
 def rococo_recall(predictions=None, references=None, adversarial=None, k=DEFAULT_K, ties="pessimistic",
                   per_query=False, bootstrap=0, seed=0, chunk_size=None, query_embeddings=None,
-                  gallery_embeddings=None):
-    """Compute RoCOCO Recall from a score matrix or from embeddings (see the module's argument description).
+                  gallery_embeddings=None, top_columns=None, top_scores=None, fill=None, num_gallery=None):
+    """Compute RoCOCO Recall from a score matrix, from embeddings or from a compact (top-k) score matrix (see the
+    module's argument description).
 
     Example:
         >>> out = rococo_recall([[0.9, 0.1, 0.95], [0.2, 0.8, 0.1]], references=[0, 1], adversarial=[2], k=(1, 2))
         >>> out["recall@2"], out["r_mean"], out["num_adversarial"]
         (100.0, 75.0, 1)
+        >>> compact = rococo_recall(top_columns=[[2, 0], [1, 0]], top_scores=[[0.95, 0.9], [0.8, 0.2]], fill=-100,
+        ...                         num_gallery=3, references=[0, 1], adversarial=[2], k=(1, 2))
+        >>> compact == out  # query 0's and 1's third items score -100: the same matrix, ranked alike
+        True
     """
     accumulator = RankAccumulator(adversarial=adversarial, ties=ties, chunk_size=chunk_size, top_items=per_query)
+    given = [name for name, value in (("predictions", predictions), ("query_embeddings", query_embeddings),
+                                      ("top_columns", top_columns)) if value is not None]
+    if len(given) > 1:
+        raise ValueError(f"give one of `predictions`, `query_embeddings` and `gallery_embeddings`, or `top_columns` "
+                         f"and `top_scores`, not several: got {', '.join(given)}")
     if predictions is not None:
-        if query_embeddings is not None or gallery_embeddings is not None:
+        if gallery_embeddings is not None:
             raise ValueError("give either `predictions` or `query_embeddings` and `gallery_embeddings`, not both")
         accumulator.update(predictions, references)
     elif query_embeddings is not None and gallery_embeddings is not None:
         accumulator.update_embeddings(query_embeddings, gallery_embeddings, references)
+    elif top_columns is not None or top_scores is not None:
+        accumulator.update_top_k(top_columns, top_scores, references, fill=fill, num_gallery=num_gallery)
     else:
-        raise ValueError("`predictions` is required (or both `query_embeddings` and `gallery_embeddings`)")
+        raise ValueError("`predictions` is required (or both `query_embeddings` and `gallery_embeddings`, or "
+                         "`top_columns` and `top_scores`)")
     return accumulator.compute(k=k, per_query=per_query, bootstrap=bootstrap, seed=seed)
 
 
@@ -170,6 +191,7 @@ class RankAccumulator:
         scores = _as_matrix(scores)
         adversarial = self._gallery_mask(scores.shape[1])
         refs, valid = _reference_table(references, scores.shape[0], len(adversarial), adversarial)
+        self._check_full_rows()
         block = _rank_rows(scores, refs, valid, adversarial, self.ties, self.chunk_size,
                            _Origin("predictions", self.num_queries), self.top_items)
         self._keep(adversarial, [block])
@@ -179,11 +201,38 @@ class RankAccumulator:
         queries, gallery = _embedding_matrices(query_embeddings, gallery_embeddings)
         adversarial = self._gallery_mask(gallery.shape[0])
         refs, valid = _reference_table(references, queries.shape[0], len(adversarial), adversarial)
+        self._check_full_rows()
         blocks = []
         for start, scores in _embedding_score_blocks(queries, gallery, self.chunk_size):
             stop = start + scores.shape[0]
             blocks.append(_rank_rows(scores, refs[start:stop], valid[start:stop], adversarial,
                                      self.ties, None, _Origin("embeddings", self.num_queries, start), self.top_items))
+        self._keep(adversarial, blocks)
+
+    def update_top_k(self, top_columns, top_scores, references, fill, num_gallery):
+        """Add queries given as a compact score matrix: each query's listed gallery columns and their scores, and
+        the ``fill`` score of every other item of the ``num_gallery`` (a re-ranker's output; see ``top_columns``
+        in the module's argument description).
+
+        Each block of rows is made whole (``fill`` everywhere, the listed scores in their columns) and ranked as a
+        full matrix, so the outputs are those of the full matrix; besides, each query keeps the bounds of its ranks
+        over the orders of the items tied at ``fill``.
+        """
+        columns, scores, fill = _top_k_arrays(top_columns, top_scores, fill, num_gallery)
+        adversarial = self._gallery_mask(num_gallery)
+        refs, valid = _reference_table(references, len(columns), num_gallery, adversarial)
+        if self._blocks and (self._blocks[0].rank_low is None):
+            raise ValueError("this accumulator holds full score rows: add compact rows to another one")
+        unlisted = columns.shape[1] < num_gallery
+        rows = self.chunk_size or score_block_rows(num_gallery)
+        blocks = []
+        for start in range(0, len(columns), rows):
+            part = slice(start, start + rows)
+            dense = np.full((len(columns[part]), num_gallery), fill, dtype=scores.dtype)
+            np.put_along_axis(dense, columns[part], scores[part], axis=1)
+            ranks = _rank_rows(dense, refs[part], valid[part], adversarial, self.ties, None,
+                               _Origin("top_scores", self.num_queries, start), self.top_items)
+            blocks.append(_with_fill_bounds(ranks, dense, fill, refs[part], valid[part], adversarial, unlisted))
         self._keep(adversarial, blocks)
 
     def compute(self, k=DEFAULT_K, per_query=False, bootstrap=0, seed=0):
@@ -195,6 +244,10 @@ class RankAccumulator:
                              "top_items=True")
         return summarize(QueryRanks.concatenate(self._blocks), self.num_gallery, int(self.adversarial.sum()), k=k,
                          per_query=per_query, bootstrap=bootstrap, seed=seed)
+
+    def _check_full_rows(self):
+        if self._blocks and self._blocks[0].rank_low is not None:
+            raise ValueError("this accumulator holds compact (top-k) rows: add full score rows to another one")
 
     def _gallery_mask(self, num_gallery):
         """The adversarial mask for a block scoring ``num_gallery`` items; checks only, keeps nothing."""
@@ -220,6 +273,11 @@ class QueryRanks:
     ``top1_adversarial``: whether the top-1 item is adversarial; ``top_index`` and ``top_score``: the top-1 item's
     column and score; ``best_correct_index`` and ``best_correct_score``: those of the best correct item (these
     four are None where they were not asked for: ``RankAccumulator(top_items=False)``).
+
+    From a compact score matrix (``top_columns``) only: ``rank_low``, ``rank_high``, ``clean_rank_low`` and
+    ``clean_rank_high``, the lowest and highest ranks over every order of the items tied at the fill score (equal
+    to the rank where that order does not matter), and ``top1_settled``, whether every such order gives the same
+    answer to ``top1_adversarial``; None for a full matrix.
     """
 
     rank: np.ndarray
@@ -229,6 +287,11 @@ class QueryRanks:
     top_score: np.ndarray
     best_correct_index: np.ndarray
     best_correct_score: np.ndarray
+    rank_low: np.ndarray = None
+    rank_high: np.ndarray = None
+    clean_rank_low: np.ndarray = None
+    clean_rank_high: np.ndarray = None
+    top1_settled: np.ndarray = None
 
     @classmethod
     def concatenate(cls, blocks):
@@ -263,18 +326,21 @@ def summarize(ranks, num_gallery, num_adversarial, k=DEFAULT_K, per_query=False,
     names, indicators = _indicators(ranks, ks)
     num_queries = len(ranks.rank)
     result = _percentages(names, indicators.sum(axis=0, dtype=np.int64), num_queries, ks)
+    bounds = _fill_tie_bounds(ranks, ks, names, indicators)
     result.update(num_queries=num_queries, num_gallery=int(num_gallery), num_adversarial=int(num_adversarial))
     if bootstrap:
         rng = np.random.default_rng(seed)
-        samples = {key: [] for key in result if not key.startswith("num_")}
+        samples = {key: [] for key in result if not key.startswith("num_") and key not in bounds}
         weights = indicators.astype(np.int64)
         for _ in range(bootstrap):
             counts = np.bincount(rng.integers(0, num_queries, num_queries), minlength=num_queries) @ weights
             for key, value in _percentages(names, counts, num_queries, ks).items():
-                samples[key].append(value)
+                if key in samples:
+                    samples[key].append(value)
         for key, values in samples.items():
             low, high = np.nanpercentile(np.array(values, dtype=np.float64), [2.5, 97.5])
             result[f"{key}_ci"] = (float(low), float(high))
+    result.update((f"{key}_bounds", interval) for key, interval in bounds.items())
     if per_query:
         result.update((name, getattr(ranks, name)) for name, _ in _RANK_FIELDS)
     return result
@@ -290,6 +356,55 @@ def _indicators(ranks, ks):
     columns["clean_top1"] = ranks.clean_rank == 0
     columns["attacked"] = (ranks.clean_rank == 0) & (ranks.rank > 0)
     return list(columns), np.stack(list(columns.values()), axis=1)
+
+
+def _fill_tie_bounds(ranks, ks, names, indicators):
+    """The percentages that the order of a compact matrix's ties at its fill score decides: ``{name: (lowest,
+    highest)}`` over every such order (empty for a full matrix, or when no number depends on that order).
+
+    A query's recall at K is undecided when its rank can fall on either side of K; its false-rate entry when its
+    top-1 item can be adversarial or not; its attack-success entries when either of its ranks at 1 is undecided.
+    A mean of recalls is bounded by the means of their bounds (one order, the worst or the best for every query
+    at once, reaches each end); the attack success rate, a ratio, by its fewest successes over its most clean hits
+    and its most over its fewest.
+
+    Example:
+        >>> ranks = QueryRanks(np.array([4, 0]), np.array([4, 0]), np.array([False, False]), None, None, None,
+        ...                    None, np.array([0, 0]), np.array([4, 0]), np.array([0, 0]), np.array([4, 0]),
+        ...                    np.array([True, True]))
+        >>> names, indicators = _indicators(ranks, (1, 5))
+        >>> _fill_tie_bounds(ranks, (1, 5), names, indicators)["recall@1"]
+        (50.0, 100.0)
+    """
+    if ranks.rank_low is None:
+        return {}
+    num_queries = len(ranks.rank)
+    low = QueryRanks(ranks.rank_low, ranks.clean_rank_low, ranks.top1_adversarial, None, None, None, None)
+    high = QueryRanks(ranks.rank_high, ranks.clean_rank_high, ranks.top1_adversarial, None, None, None, None)
+    _, at_low = _indicators(low, ks)
+    _, at_high = _indicators(high, ks)
+    column = {name: number for number, name in enumerate(names)}
+    undecided = at_low != at_high
+    undecided[:, column["false_rate"]] = ~ranks.top1_settled
+    first = (ranks.rank_low < 1) != (ranks.rank_high < 1)
+    undecided[:, column["attacked"]] = undecided[:, column["clean_top1"]] | first
+    decided_true = (indicators & ~undecided).sum(axis=0, dtype=np.int64)
+    open_count = undecided.sum(axis=0, dtype=np.int64)
+    fewest, most = dict(zip(names, decided_true.tolist())), dict(zip(names, (decided_true + open_count).tolist()))
+    bounds = {}
+    for prefix in ("", "clean_"):
+        recalls = [f"{prefix}recall@{kk}" for kk in ks]
+        intervals = [(100.0 * fewest[name] / num_queries, 100.0 * most[name] / num_queries) for name in recalls]
+        bounds.update((name, interval) for name, interval in zip(recalls, intervals) if interval[0] != interval[1])
+        if any(name in bounds for name in recalls):
+            bounds[f"{prefix}r_mean"] = tuple(sum(ends) / len(ends) for ends in zip(*intervals))
+    if fewest["false_rate"] != most["false_rate"]:
+        bounds["false_rate"] = (100.0 * fewest["false_rate"] / num_queries, 100.0 * most["false_rate"] / num_queries)
+    if (fewest["attacked"], fewest["clean_top1"]) != (most["attacked"], most["clean_top1"]):
+        least = 100.0 * fewest["attacked"] / most["clean_top1"] if most["clean_top1"] else 0.0
+        greatest = min(100.0, 100.0 * most["attacked"] / fewest["clean_top1"]) if fewest["clean_top1"] else 100.0
+        bounds["attack_success_rate"] = (least, greatest)
+    return bounds
 
 
 def _percentages(names, counts, num_queries, ks):
@@ -537,6 +652,52 @@ def _ragged_table(references, num_queries):
     return table
 
 
+def _top_k_arrays(top_columns, top_scores, fill, num_gallery):
+    """A compact score matrix's arguments, checked: int64 columns, scores as :func:`_as_matrix` keeps them (finite),
+    and ``fill`` in the scores' dtype (which must hold it exactly)."""
+    if top_columns is None or top_scores is None:
+        raise ValueError("a compact score matrix needs both `top_columns` and `top_scores`")
+    if not _is_integer(num_gallery) or num_gallery < 1:
+        raise ValueError(f"`num_gallery` must be a positive int (the gallery size of the compact matrix), "
+                         f"got {num_gallery!r}")
+    num_gallery = int(num_gallery)
+    columns = top_columns.detach().cpu().numpy() if _is_torch(top_columns) else np.asarray(top_columns)
+    if columns.dtype.kind not in "iu" or columns.ndim != 2 or 0 in columns.shape:
+        raise ValueError(f"`top_columns` must be a non-empty 2-D matrix of ints (queries x listed candidates), got "
+                         f"{columns.dtype} of shape {columns.shape}")
+    if columns.shape[1] > num_gallery:
+        raise ValueError(f"`top_columns` lists {columns.shape[1]} candidates per query, more than the gallery size "
+                         f"`num_gallery` = {num_gallery}")
+    outside = (columns < 0) | (columns >= num_gallery)
+    if outside.any():
+        row, col = (int(i) for i in np.argwhere(outside)[0])
+        raise ValueError(f"`top_columns[{row}][{col}]` is {int(columns[row, col])}, out of range for a gallery of "
+                         f"{num_gallery}")
+    columns = columns.astype(np.int64)
+    ordered = np.sort(columns, axis=1)
+    repeated = ordered[:, 1:] == ordered[:, :-1]
+    if repeated.any():
+        row, col = (int(i) for i in np.argwhere(repeated)[0])
+        raise ValueError(f"`top_columns[{row}]` lists column {int(ordered[row, col])} twice: each listed candidate "
+                         "has one score")
+    if _is_torch(top_scores):
+        top_scores = top_scores.detach().cpu()
+        top_scores = (top_scores.float() if top_scores.is_floating_point() and top_scores.element_size() <= 2
+                      else top_scores).numpy()
+    scores = np.asarray(_as_matrix(top_scores, name="top_scores", check_finite=True))
+    if scores.shape != columns.shape:
+        raise ValueError(f"`top_scores` must have the shape of `top_columns` {columns.shape}, got {scores.shape}")
+    value = np.asarray(fill) if fill is not None else None
+    if value is None or value.size != 1 or value.dtype.kind not in "fiu" or not np.isfinite(value).all():
+        raise ValueError(f"`fill` must be one finite number, the score of every candidate not listed "
+                         f"(BLIP: -100), got {fill!r}")
+    fill_value = value.reshape(()).astype(scores.dtype)
+    if float(fill_value) != float(value.reshape(())):
+        raise ValueError(f"`fill` {float(value.reshape(()))!r} is not exactly a {scores.dtype} number, the dtype of "
+                         f"`top_scores`: give a fill value that dtype holds")
+    return columns, scores, fill_value
+
+
 def _check_k(k, num_gallery):
     ks = (k,) if _is_integer(k) else tuple(k)
     if not ks:
@@ -598,8 +759,8 @@ class _Origin:
         col = int(np.flatnonzero(~np.isfinite(values))[0])
         row = self.block_start + row
         among = f" (query {self.queries_before + row} of all added)" if self.queries_before else ""
-        if self.source == "predictions":
-            return ValueError(f"`predictions` must be finite: predictions[{row}][{col}] is {values[col]}{among}")
+        if self.source in ("predictions", "top_scores"):  # top_scores are checked before: kept for safety
+            return ValueError(f"`{self.source}` must be finite: {self.source}[{row}][{col}] is {values[col]}{among}")
         return ValueError(
             f"the scores of `query_embeddings` and `gallery_embeddings` must be finite: the dot product of "
             f"query_embeddings[{row}] and gallery_embeddings[{col}] is {values[col]}{among}, although both are "
@@ -708,6 +869,41 @@ def _rank_rows(scores, refs, valid, adversarial, ties, chunk_size, origin, top_i
     top_index[row], top_score[row] = column, value
     return QueryRanks(rank, clean_rank, adversarial[top_index], top_index, top_score, best_index,
                       best.astype(np.float64))
+
+
+def _with_fill_bounds(ranks, dense, fill, refs, valid, adversarial, unlisted):
+    """``ranks`` of the rows ``dense`` of a compact matrix, with the bounds of each query's ranks over every order of
+    the items that score ``fill`` (see :class:`QueryRanks`).
+
+    A query's rank depends on that order only when its best correct item scores ``fill``: it then lies between the
+    wrong items above ``fill`` and those plus the wrong items at ``fill`` (the pessimistic rank). Its top-1 item
+    does only when nothing scores above ``fill``, and whether it is adversarial only when the items at ``fill`` are
+    of both kinds. Where the matrix lists every column (``unlisted`` False), nothing depends on that order that does
+    not also on a full matrix's.
+    """
+    rank_low, rank_high = ranks.rank.copy(), ranks.rank.copy()
+    clean_low, clean_high = ranks.clean_rank.copy(), ranks.clean_rank.copy()
+    settled = np.ones(len(ranks.rank), dtype=bool)
+    if unlisted:
+        queries = np.arange(len(ranks.rank))
+        best = dense[queries[:, None], refs].max(axis=1)  # padding repeats a query's first reference
+        tied = np.flatnonzero(best == fill)
+        if len(tied):
+            rows = dense[tied]
+            correct = np.zeros(rows.shape, dtype=bool)
+            correct[np.arange(len(tied))[:, None], refs[tied]] = True
+            above, at, clean = (rows > fill) & ~correct, (rows == fill) & ~correct, ~adversarial
+            rank_low[tied] = above.sum(axis=1)
+            rank_high[tied] = rank_low[tied] + at.sum(axis=1)
+            clean_low[tied] = (above & clean).sum(axis=1)
+            clean_high[tied] = clean_low[tied] + (at & clean).sum(axis=1)
+        open_top = np.flatnonzero(dense.max(axis=1) == fill)
+        if len(open_top):
+            group = dense[open_top] == fill
+            kinds = (group & adversarial).sum(axis=1)
+            settled[open_top] = (kinds == 0) | (kinds == group.sum(axis=1))
+    return replace(ranks, rank_low=rank_low, rank_high=rank_high, clean_rank_low=clean_low,
+                   clean_rank_high=clean_high, top1_settled=settled)
 
 
 def _numpy_compute_dtype(dtype):
@@ -1368,7 +1564,8 @@ def _metric_class():
                                "result covers this process's queries only; load it with num_process=world size and "
                                "process_id=rank to get the result over all of them on process 0", world_size)
             accumulator = self._accumulator
-            if predictions is None and kwargs.get("query_embeddings") is None:
+            compact = kwargs.get("top_columns") is not None or kwargs.get("top_scores") is not None
+            if predictions is None and kwargs.get("query_embeddings") is None and not compact:
                 if accumulator is None:
                     raise ValueError("`predictions` is required (or batches added with `add_batch`)")
                 unused = sorted(set(kwargs) - set(_COMPUTE_ARGUMENTS))
@@ -1378,6 +1575,9 @@ def _metric_class():
                 return self._compute_batches(**kwargs)
             if accumulator is not None:
                 raise ValueError("batches were added with `add_batch`: call `compute()` without `predictions`")
+            if compact and (self.num_process > 1 or kwargs.get("query_index") is not None):
+                raise ValueError("a compact score matrix (`top_columns`, `top_scores`) is scored in one call, on one "
+                                 "process: load the metric with num_process=1 and leave out `query_index`")
             if self.num_process == 1 and kwargs.get("query_index") is None:
                 return rococo_recall(predictions, references, **kwargs)
             options = {key: kwargs.pop(key) for key in _COMPUTE_ARGUMENTS if key in kwargs}

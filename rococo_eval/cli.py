@@ -127,6 +127,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--save-scores", metavar="DIR",
                      help="also write each gallery's score matrix (float32 .npy, official order, named for "
                           "`rococo-eval score DIR/*.npy`) into DIR")
+    run.add_argument("--compact-scores", action="store_true",
+                     help="with --save-scores, for BLIP/BLIP-2: write each gallery as a compact .npz instead (each "
+                          "query's --rerank-k re-ranked candidates and their scores, the rest at -100: the same "
+                          "numbers from about 1/100 of the bytes)")
     run.add_argument("--save-embeddings", metavar="FILE.safetensors",
                      help="also write every item set's embeddings into one .safetensors file (about 33 times smaller "
                           "than the score matrices), which `rococo-eval score FILE` and the Space score as `run` does")
@@ -218,6 +222,8 @@ def run_command(args) -> Path:
     models = model_names(args.model, args.models_file)
     for name in models:
         parse_model_name(name)
+    if args.compact_scores and not args.save_scores:
+        raise CommandError("--compact-scores says how --save-scores writes the score matrices: give --save-scores DIR")
     if args.save_embeddings and (len(models) > 1 or not str(args.save_embeddings).endswith(".safetensors")):
         raise CommandError(f"--save-embeddings {args.save_embeddings!r}: give one file ending in .safetensors, "
                            "for one model")
@@ -302,6 +308,7 @@ def _run_model(args, name: str, source, attacks, images_dir: Path, cache_dir: Pa
     embeddings = Path(args.save_embeddings).expanduser() if args.save_embeddings and processes.is_main else None
     report = evaluate_model(model, source, attacks=attacks, out=out, cache_dir=cache_dir, batch_size=args.batch_size,
                             workers=args.workers, rerank_k=args.rerank_k, save_scores=save_scores,
+                            compact_scores=args.compact_scores and processes.is_main,
                             save_embeddings=embeddings,
                             progress=_progress(args) and processes.is_main, processes=processes,
                             meta={"precision": args.precision, "images_dir": str(images_dir)})

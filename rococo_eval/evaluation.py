@@ -40,8 +40,9 @@ logger = logging.getLogger(__name__)
 def evaluate_model(model, source=None, *, attacks: Union[str, Sequence[str]] = "all", images_dir=None,
                    benchmark=None, annotations_dir=None, out=None, cache_dir=None,
                    batch_size: int = DEFAULT_BATCH_SIZE, workers: int = 0, rerank_k: int = DEFAULT_CANDIDATES,
-                   save_scores=None, save_embeddings=None, name: Optional[str] = None, progress: bool = False,
-                   processes=ONE, meta: Optional[dict] = None) -> dict:
+                   save_scores=None, compact_scores: bool = False, save_embeddings=None,
+                   name: Optional[str] = None, progress: bool = False, processes=ONE,
+                   meta: Optional[dict] = None) -> dict:
     """Embed, score every gallery and (with ``out``) write the report of ``model``; return the report.
 
     Args:
@@ -58,6 +59,9 @@ def evaluate_model(model, source=None, *, attacks: Union[str, Sequence[str]] = "
         batch_size, workers: items per forward pass; threads loading images ahead of the model.
         rerank_k: candidates re-scored per query by a two-stage model's ITM head.
         save_scores: a folder for each gallery's score matrix (official order), or None.
+        compact_scores: with ``save_scores``, a two-stage model's galleries are saved as compact files (its re-ranked
+            candidates only, about 100 times smaller; :mod:`rococo_eval.io.savedscores`); refused for a dual
+            encoder.
         save_embeddings: a ``.safetensors`` file for every item set's embeddings
             (:mod:`rococo_eval.scoring.embeddingsfile`, for ``rococo-eval score`` and the Space), or None.
         name: the report's name for a custom model (default: its ``name``, else its class name).
@@ -78,6 +82,12 @@ def evaluate_model(model, source=None, *, attacks: Union[str, Sequence[str]] = "
     if save_embeddings is not None and hasattr(model, "match"):
         raise ValueError(f"`save_embeddings`: {model.name} is scored in two stages (ITC, then its ITM head), and an "
                          "embeddings file holds the first stage only: save its score matrices (save_scores) instead")
+    if compact_scores and not hasattr(model, "match"):
+        raise ValueError(f"`compact_scores`: {model.name} is a dual encoder, and every score of its galleries is its "
+                         "own (a compact file keeps a re-ranker's top k, the rest at -100): save its full matrices "
+                         "(save_scores alone) or its embeddings (save_embeddings)")
+    if compact_scores and save_scores is None:
+        raise ValueError("`compact_scores` says how to save the score matrices: give `save_scores` too")
     if source is None:
         source = default_source(images_dir, benchmark, annotations_dir, cache_dir)
     attacks = select_attacks(attacks, source)
@@ -88,7 +98,7 @@ def evaluate_model(model, source=None, *, attacks: Union[str, Sequence[str]] = "
         reranker = Reranker(model, cache.root, k=rerank_k, batch_size=batch_size, workers=workers,
                             progress=progress, processes=processes)
     results = score_model(model, source, attacks, cache, reranker=reranker, save_scores=save_scores,
-                          processes=processes)
+                          processes=processes, compact_scores=compact_scores)
     if not processes.is_main:
         return {}
     device = getattr(model, "device", None)  # its kind: "cuda", whichever GPU a process of a launch took
@@ -102,6 +112,8 @@ def evaluate_model(model, source=None, *, attacks: Union[str, Sequence[str]] = "
         logger.info("ITM pairs: %d computed, %d reused from the cache", reranker.computed, reranker.reused)
     if save_scores is not None:
         report_meta["scores_dir"] = str(save_scores)
+        if compact_scores:
+            report_meta["compact_scores"] = True
     if save_embeddings is not None:
         from rococo_eval.scoring.embeddingsfile import item_sets, write_embeddings_file
 

@@ -179,7 +179,8 @@ def evaluate_files(paths, layouts=None, references=None, adversarial=None, *, ca
     files = {planned.key: planned.request.name for planned in plans}
     for row in rows:
         row["file"] = files.get(gallery_key(row["attack"], row["direction"]), "")
-    lines = [f"- `{planned.request.name}` ({planned.info.shape[0]} x {planned.info.shape[1]}, {planned.info.dtype}):"
+    lines = [f"- `{planned.request.name}` ({planned.info.shape[0]} x {planned.info.shape[1]}, {planned.info.dtype}"
+             + (f", compact: top {planned.info.candidates} per query" if planned.info.is_compact else "") + "):"
              f" {planned.choice.note}" + _cutoffs_note(planned.cutoffs, planned.info.shape[1]) for planned in plans]
     message = f"Scored {len(results)} file(s), ties {ties}, bootstrap {bootstrap}:\n" + "\n".join(lines)
     failures = found = None

@@ -11,6 +11,12 @@ An ``.npz`` or ``.safetensors`` file may also carry a custom layout beside its s
 array (one correct gallery index per query, or a table of them; rows may repeat an index as padding) and
 an ``adversarial`` array (a boolean mask over the gallery, or gallery indices).
 
+A *compact* score file (``.npz`` or ``.safetensors``) holds a re-ranker's output instead of the whole matrix
+(:data:`TOP_K_KEYS`): ``top_columns`` (ints, queries x k: each query's listed gallery columns), ``top_scores``
+(floats, the same shape: their scores), ``fill`` (one number: the score of every other item; BLIP's is -100) and
+``num_gallery`` (one int: the gallery size). Its header gives the full matrix's shape, and
+:func:`read_top_k` its arrays, which the metric ranks as that matrix (``rococo_recall(top_columns=...)``).
+
 This module reads files and nothing else: which gallery a matrix belongs to is
 :mod:`rococo_eval.detection`'s question.
 
@@ -49,8 +55,10 @@ MAX_SIDE_FILE_BYTES = 64 << 20
 SCORE_SUFFIXES = (".npy", ".npz", ".safetensors")
 SCORE_KEYS = ("scores", "predictions", "similarity")
 LAYOUT_KEYS = ("references", "adversarial")
+TOP_K_KEYS = ("top_columns", "top_scores", "fill", "num_gallery")  # a compact score file's arrays
 
 _FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
+_INT_DTYPES = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
 _SAFETENSORS_DTYPES = {
     "F16": "<f2", "F32": "<f4", "F64": "<f8", "BF16": "<u2", "BOOL": "|b1",
     "I8": "|i1", "I16": "<i2", "I32": "<i4", "I64": "<i8", "U8": "|u1", "U16": "<u2", "U32": "<u4", "U64": "<u8",
@@ -70,6 +78,8 @@ class ScoreFileInfo:
         shape: the shape of the scores, ``(queries, gallery)``.
         dtype: ``"float16"``, ``"bfloat16"``, ``"float32"`` or ``"float64"``.
         layout_keys: which of ``"references"`` and ``"adversarial"`` the file also holds.
+        candidates: a compact file's listed candidates per query (the width of ``top_columns``); None for a full
+            matrix. A compact file's ``shape`` is that of its full matrix, and ``key`` is ``"top_scores"``.
     """
 
     path: Path
@@ -77,6 +87,47 @@ class ScoreFileInfo:
     shape: tuple[int, int]
     dtype: str
     layout_keys: tuple[str, ...] = ()
+    candidates: int | None = None
+
+    @property
+    def is_compact(self) -> bool:
+        return self.candidates is not None
+
+
+@dataclass(frozen=True)
+class TopKScores:
+    """A compact score file's arrays (see the module's docstring): what ``rococo_recall`` takes as ``top_columns``,
+    ``top_scores``, ``fill`` and ``num_gallery``. Indexing reads entries of the full matrix (layout detection reads
+    a few), without making it.
+
+    Example:
+        >>> compact = TopKScores(np.array([[2, 0]]), np.array([[0.5, 0.25]]), -100.0, 3)
+        >>> compact.shape, compact[np.array([[0]]), np.array([[0, 1, 2]])].tolist()
+        ((1, 3), [[0.25, -100.0, 0.5]])
+    """
+
+    top_columns: np.ndarray
+    top_scores: np.ndarray
+    fill: float
+    num_gallery: int
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (len(self.top_columns), self.num_gallery)
+
+    def __getitem__(self, index):
+        rows, columns = (np.asarray(part) for part in index)
+        rows, columns = np.broadcast_arrays(rows, columns)
+        listed = np.asarray(self.top_columns[rows.ravel()])
+        match = listed == columns.ravel()[:, None]
+        values = np.where(match.any(axis=1), np.asarray(self.top_scores[rows.ravel()])[
+            np.arange(len(listed)), match.argmax(axis=1)], self.fill)
+        return values.reshape(rows.shape)
+
+    def metric_arguments(self) -> dict:
+        """The keyword arguments of ``rococo_recall`` that give it this matrix."""
+        return {"top_columns": self.top_columns, "top_scores": self.top_scores, "fill": self.fill,
+                "num_gallery": self.num_gallery}
 
 
 def max_upload_bytes() -> int:
@@ -153,6 +204,8 @@ def read_header(path, key: str | None = None, limit: int | None = None) -> Score
     limit = max_upload_bytes() if limit is None else limit
     check_size(path, limit)
     members = _members(path)
+    if TOP_K_KEYS[0] in members:
+        return _compact_header(path, members, limit)
     key = _score_key(path, members, key)
     dtype, shape = members[key]
     if dtype not in _FLOAT_DTYPES:
@@ -164,11 +217,12 @@ def read_header(path, key: str | None = None, limit: int | None = None) -> Score
     return ScoreFileInfo(path, None if path.suffix.lower() == ".npy" else key, shape, dtype, found)
 
 
-def read_scores(path, key: str | None = None, limit: int | None = None) -> np.ndarray:
+def read_scores(path, key: str | None = None, limit: int | None = None):
     """Read the score matrix of a file: read-only and memory-mapped for ``.npy`` and ``.safetensors``.
 
     Arguments and errors are those of :func:`read_header`, which runs first. bfloat16 becomes float32;
-    other dtypes are kept. Finiteness is not checked here: the metric checks it as it reads the rows.
+    other dtypes are kept. Finiteness is not checked here: the metric checks it as it reads the rows. A compact
+    file gives its :class:`TopKScores` (:func:`read_top_k`).
 
     Example:
         >>> import tempfile
@@ -180,7 +234,32 @@ def read_scores(path, key: str | None = None, limit: int | None = None) -> np.nd
     """
     info = read_header(path, key, limit)
     logger.debug("reading %s: %s %s", info.path.name, info.dtype, info.shape)
+    if info.is_compact:
+        return read_top_k(info.path, limit)
     return _read_member(info.path, info.key)
+
+
+def read_top_k(path, limit: int | None = None) -> TopKScores:
+    """Read a compact score file's arrays (checked by :func:`read_header` first; the metric checks the columns and
+    the scores' finiteness as it ranks them).
+
+    Example:
+        >>> import tempfile
+        >>> path = Path(tempfile.mkdtemp()) / "blip_clean_text_to_image.npz"
+        >>> np.savez(path, top_columns=np.array([[1, 0]]), top_scores=np.array([[2.5, 1.0]], dtype=np.float32),
+        ...          fill=np.float32(-100), num_gallery=4)
+        >>> info = read_header(path)
+        >>> info.shape, info.candidates, info.dtype
+        ((1, 4), 2, 'float32')
+        >>> read_top_k(path).fill
+        -100.0
+    """
+    info = read_header(path, limit=limit)
+    if not info.is_compact:
+        raise ValueError(f"{info.path.name}: not a compact score file (it holds no `top_columns`)")
+    fill, num_gallery = (_read_member(info.path, name) for name in ("fill", "num_gallery"))
+    return TopKScores(_read_member(info.path, "top_columns"), _read_member(info.path, "top_scores"),
+                      float(np.asarray(fill).reshape(())), int(np.asarray(num_gallery).reshape(())))
 
 
 def read_layout_arrays(path, limit: int | None = None) -> dict:
@@ -237,6 +316,36 @@ def read_adversarial(path, limit: int = MAX_SIDE_FILE_BYTES) -> np.ndarray:
             raise ValueError(f"{path.name}: `adversarial` must be all booleans (a mask) or all ints (gallery indices)")
         values = np.array(values)
     return _check_layout_array(path, "adversarial", values)
+
+
+def _compact_header(path: Path, members: dict, limit: int) -> ScoreFileInfo:
+    """The header of a compact score file, checked: its four arrays, their dtypes and shapes, and its gallery."""
+    missing = [name for name in TOP_K_KEYS if name not in members]
+    if missing:
+        raise ValueError(f"{path.name}: a compact score file holds {', '.join(TOP_K_KEYS)}; this one lacks "
+                         f"{', '.join(missing)}")
+    (columns_dtype, columns_shape), (dtype, shape) = members["top_columns"], members["top_scores"]
+    if columns_dtype not in _INT_DTYPES or len(columns_shape) != 2 or 0 in columns_shape:
+        raise ValueError(f"{path.name}: `top_columns` must be a non-empty 2-D matrix of ints (queries x candidates), "
+                         f"got {columns_dtype} of shape {columns_shape}")
+    if dtype not in _FLOAT_DTYPES or tuple(shape) != tuple(columns_shape):
+        raise ValueError(f"{path.name}: `top_scores` must be floats of the shape of `top_columns` {columns_shape}, "
+                         f"got {dtype} of shape {shape}")
+    for name in ("fill", "num_gallery"):
+        kind, size = members[name][0], math.prod(members[name][1])
+        allowed = _INT_DTYPES if name == "num_gallery" else _INT_DTYPES + _FLOAT_DTYPES
+        if size != 1 or kind not in allowed:
+            raise ValueError(f"{path.name}: `{name}` must be one {'int' if name == 'num_gallery' else 'number'}, "
+                             f"got {kind} of shape {members[name][1]}")
+    for name in ("top_columns", "top_scores"):
+        _check_array_bytes(path, name, *members[name], limit)
+    num_gallery = int(np.asarray(_read_member(path, "num_gallery")).reshape(()))
+    if num_gallery < columns_shape[1]:
+        raise ValueError(f"{path.name}: `num_gallery` is {num_gallery}, fewer than the {columns_shape[1]} candidates "
+                         "listed per query")
+    found = tuple(name for name in LAYOUT_KEYS if name in members)
+    return ScoreFileInfo(path, "top_scores", (int(columns_shape[0]), num_gallery), dtype, found,
+                         int(columns_shape[1]))
 
 
 def _members(path: Path) -> dict[str, tuple[str, tuple[int, ...]]]:

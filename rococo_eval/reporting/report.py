@@ -56,7 +56,8 @@ def _log_source(line: int, clean_line=None) -> str:
 
 REPORT_FLIPPED = 50  # flipped queries per gallery in report.json (all of them are in flipped.csv)
 _NOTE = ("[a, b]: 95% bootstrap confidence interval; (a–b): lowest and highest over the seeds; "
-         "all numbers in percent")
+         "{a to b}: what the order of a re-ranker's -100 block decides, the lowest and highest over every order "
+         "(the number is the pessimistic order's); all numbers in percent")
 
 REFERENCE_RESULTS: list[dict] = [
     {"model": "CLIP ViT-B/32", "attack": CLEAN, "direction": "image_to_text", "recall@1": 50.12,
@@ -214,8 +215,8 @@ def summary_rows(results: dict[str, dict]) -> list[dict]:
 def format_rows(rows) -> tuple[list[str], list[list[str]]]:
     """Headers and cells of a table of ``rows``: only columns some row has, numbers with 2 decimals.
 
-    A value with an interval shows it beside it: ``37.00 [35.61, 38.42]`` (95% CI) or
-    ``21.00 (19.00–24.00)`` (range over seeds).
+    A value with an interval shows it beside it: ``37.00 [35.61, 38.42]`` (95% CI), ``21.00 (19.00–24.00)`` (range
+    over seeds) or ``81.90 {81.90 to 82.10}`` (the bounds of what the order of a re-ranker's -100 block decides).
 
     Example:
         >>> format_rows([{"attack": "danger", "recall@1": 40.0, "recall@1_ci": (38.5, 41.25)}])
@@ -438,7 +439,7 @@ def _markdown_table(headers, cells) -> str:
 
 
 def _is_reported(name: str, value) -> bool:
-    if name.endswith("_ci"):
+    if name.endswith(("_ci", "_bounds")):
         return True
     return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
 
@@ -467,13 +468,16 @@ def _row_order(row):
 def _seed_mean(method: str, seed_rows: list[dict]) -> dict:
     seeds = tuple(parse_image_attack(row["attack"])[1] for row in seed_rows)
     row = {"attack": method, "direction": TEXT_TO_IMAGE, "seeds": seeds}
-    names = [name for name in seed_rows[0] if name not in ("attack", "direction") and not name.endswith("_ci")
-             and all(name in other for other in seed_rows)]
+    names = [name for name in seed_rows[0] if name not in ("attack", "direction")
+             and not name.endswith(("_ci", "_bounds")) and all(name in other for other in seed_rows)]
     for name in names:
         values = [float(other[name]) if other[name] is not None else math.nan for other in seed_rows]
         row[name] = seed_rows[0][name] if name.startswith("num_") else float(np.mean(values))
         if len(seed_rows) >= 3 and not name.startswith("num_"):
             row[f"{name}_range"] = (min(values), max(values))
+        if any(f"{name}_bounds" in other for other in seed_rows):  # a mean is bounded by the means of the bounds
+            ends = [other.get(f"{name}_bounds") or (value, value) for other, value in zip(seed_rows, values)]
+            row[f"{name}_bounds"] = tuple(float(np.mean(side)) for side in zip(*ends))
     return row
 
 
@@ -510,11 +514,13 @@ def _cell(row: dict, name: str) -> str:
         text += " [{:.2f}, {:.2f}]".format(*row[f"{name}_ci"])
     if row.get(f"{name}_range") is not None:
         text += " ({:.2f}–{:.2f})".format(*row[f"{name}_range"])
+    if row.get(f"{name}_bounds") is not None:
+        text += " {{{:.2f} to {:.2f}}}".format(*row[f"{name}_bounds"])
     return text
 
 
 def _has_intervals(rows) -> bool:
-    return any(name.endswith(("_ci", "_range")) for row in rows for name in row)
+    return any(name.endswith(("_ci", "_range", "_bounds")) for row in rows for name in row)
 
 
 def _number(value) -> float:

@@ -86,7 +86,7 @@ def score_gallery(layout, queries: np.ndarray, originals: np.ndarray, adversaria
 
 
 def score_model(model, source, attacks: Sequence[str], cache: EmbeddingCache, reranker=None,
-                save_scores=None, processes=ONE) -> dict[str, dict]:
+                save_scores=None, processes=ONE, compact_scores: bool = False) -> dict[str, dict]:
     """Embed what ``attacks`` need (through ``cache``), then score both clean galleries and each attack.
 
     Args:
@@ -95,6 +95,9 @@ def score_model(model, source, attacks: Sequence[str], cache: EmbeddingCache, re
             re-scores each query's top candidates.
         save_scores: a folder: each gallery's full score matrix is also written there, in the official order
             (:mod:`rococo_eval.io.savedscores`), and the metric reads the same blocks that are written.
+        compact_scores: with ``save_scores``, a two-stage model's galleries are saved as compact files (each query's
+            k re-ranked candidates and their scores; the rest score -100), which the metric ranks as the full
+            matrices. A dual encoder's every score is its own, so it has none: refused.
         processes: the :class:`~rococo_eval.processes.Processes` of a launch of several (torchrun, SLURM): each
             embeds its share of every item set (:func:`~rococo_eval.models.cache.embeddings_of_all`) and, for a
             two-stage model, of every gallery's ITM pairs (the ``reranker`` must have the same ``processes``);
@@ -103,7 +106,9 @@ def score_model(model, source, attacks: Sequence[str], cache: EmbeddingCache, re
     Returns:
         ``{"<attack>/<direction>": metric outputs}`` for every gallery of :func:`galleries`, official order, with
         the per-query arrays (``per_query=True``) that the report's failure analysis reads; on the processes
-        other than rank 0, ``{}``.
+        other than rank 0, ``{}``. A two-stage model's galleries are ranked from their re-ranked candidates
+        (``rococo_recall(top_columns=...)``), so a number that the order of the -100 block decides has its
+        ``<name>_bounds``.
     """
     item_sets = {"images": original_images(source), "captions": ground_truth_captions(source)}
     item_sets.update({attack: adversarial_captions(source, attack) if attack in TEXT_ATTACKS
@@ -116,6 +121,9 @@ def score_model(model, source, attacks: Sequence[str], cache: EmbeddingCache, re
                             progress=cache.progress, processes=processes)
     if reranker is not None and reranker.processes != processes:
         raise ValueError(f"the reranker's processes ({reranker.processes}) are not score_model's ({processes})")
+    if compact_scores and reranker is None:
+        raise ValueError(f"`compact_scores`: {getattr(model, 'name', model)!r} is a dual encoder, every score of "
+                         "its galleries its own; save its full matrices or its embeddings instead")
     results = {}
     if not processes.is_main and reranker is None:
         return results  # a dual encoder's work ends with its embeddings
@@ -136,26 +144,49 @@ def score_model(model, source, attacks: Sequence[str], cache: EmbeddingCache, re
         if reranker is None and save_scores is None:
             results[key] = score_gallery(layout, vectors[query_key], vectors[original_key], vectors.get(attack),
                                          k=k, per_query=True)
-        else:
+        elif reranker is None:
             from rococo_eval.io.savedscores import ScoreMatrixWriter, score_file_name
-            from rococo_eval.scoring.rerank import Side, block_metric
+            from rococo_eval.scoring.rerank import block_metric
+
+            blocks = _embedding_blocks(layout, vectors[query_key], [vectors[name] for name in pool_keys])
+            path = Path(save_scores) / score_file_name(attack, direction)
+            with ScoreMatrixWriter(path, (layout.num_queries, layout.num_gallery)) as writer:
+                results[key] = block_metric(blocks, layout, writer, k=k, per_query=True)
+            logger.info("%s: scores saved to %s", key, path)
+        else:
+            from rococo_eval.scoring.rerank import Side
 
             sides = {name: Side(item_sets[name].name, item_sets[name].fingerprint, item_sets[name].items,
                                 vectors[name]) for name in [query_key] + pool_keys}
-            blocks = (_embedding_blocks(layout, vectors[query_key], [vectors[name] for name in pool_keys])
-                      if reranker is None else
-                      reranker.score_blocks(layout, sides[query_key], [sides[name] for name in pool_keys]))
-            if save_scores is None:
-                results[key] = block_metric(blocks, layout, k=k, per_query=True)
-            else:
-                path = Path(save_scores) / score_file_name(attack, direction)
-                with ScoreMatrixWriter(path, (layout.num_queries, layout.num_gallery)) as writer:
-                    results[key] = block_metric(blocks, layout, writer, k=k, per_query=True)
-                logger.info("%s: scores saved to %s", key, path)
+            results[key] = _score_reranked(reranker, layout, sides[query_key], [sides[name] for name in pool_keys],
+                                           k, save_scores, compact_scores, attack, direction)
         logger.info("%s: R@1 %.2f", key, results[key]["recall@1"])
     if reranker is not None:
         reranker.finish()
     return results
+
+
+def _score_reranked(reranker, layout, queries, pool, k, save_scores, compact_scores, attack, direction) -> dict:
+    """One gallery of a two-stage model: its re-ranked candidates (saved, compact or whole, when asked), ranked by
+    the metric as the full matrix, with the bounds of what the -100 block's order decides."""
+    from rococo_recall import rococo_recall  # the metric (with numpy only): loaded where a gallery is scored
+    from rococo_eval.io.savedscores import ScoreMatrixWriter, score_file_name, write_top_k
+    from rococo_eval.scoring.rerank import FILL, full_blocks
+
+    columns, itc, logits = reranker.rerank(layout, queries, pool)
+    top_scores = logits + itc  # the official score of a re-ranked candidate: ITM logit + ITC
+    if save_scores is not None:
+        if compact_scores:
+            path = write_top_k(Path(save_scores) / score_file_name(attack, direction, columns.shape[1]), columns,
+                               top_scores, FILL, layout.num_gallery)
+        else:
+            path = Path(save_scores) / score_file_name(attack, direction)
+            with ScoreMatrixWriter(path, (layout.num_queries, layout.num_gallery)) as writer:
+                for start, rows in full_blocks(columns, top_scores, layout.num_gallery):
+                    writer.write(start, rows)
+        logger.info("%s/%s: scores saved to %s", attack, direction, path)
+    return rococo_recall(top_columns=columns, top_scores=top_scores, fill=FILL, num_gallery=layout.num_gallery,
+                         **layout.metric_inputs(), k=k, per_query=True)
 
 
 def _embedding_blocks(layout, queries: np.ndarray, pool: Sequence[np.ndarray]) -> Iterator[tuple[int, np.ndarray]]:

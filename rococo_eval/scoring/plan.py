@@ -3,7 +3,8 @@
 ``rococo-eval score`` and the Space both take score files (``.npy``, ``.npz``, ``.safetensors``) and what their
 user said of each file's layout, and both go through here:
 
-1. :func:`plan_score_files` reads each file's header, completes its layout (:func:`rococo_eval.detection
+1. :func:`plan_score_files` reads each file's header (a full matrix, or a re-ranker's compact one:
+   :mod:`rococo_eval.io.scorefiles`), completes its layout (:func:`rococo_eval.detection
    .choose_layout`: attack, direction and order from what was given, the file name, the shape and, for the
    order of an attacked image-to-text gallery, the scores), and refuses what cannot be scored exactly: every
    file's problem is listed in one :class:`PlanError`, before any file is scored.
@@ -232,7 +233,8 @@ def score_planned(plans: Sequence[PlannedFile], options: ScoringOptions = Scorin
         started = time.perf_counter()
         try:
             scores = scorefiles.read_scores(planned.request.path, planned.info.key)
-            results[planned.key] = rococo_recall(scores, **planned.inputs, k=planned.cutoffs, ties=options.ties,
+            given = scores.metric_arguments() if planned.info.is_compact else {"predictions": scores}
+            results[planned.key] = rococo_recall(**given, **planned.inputs, k=planned.cutoffs, ties=options.ties,
                                                  bootstrap=options.bootstrap, per_query=True)
         except ValueError as error:
             problems.append(_with_name(planned.request.name, error))
@@ -252,7 +254,9 @@ def report_meta(plans: Sequence[PlannedFile], options: ScoringOptions = ScoringO
         {'files': {}, 'settings': {'ties': 'optimistic', 'bootstrap': 0}}
     """
     meta = {"files": {planned.key: {"path": planned.request.name, "order": planned.choice.order,
-                                    "note": planned.choice.note} for planned in plans}}
+                                    "note": planned.choice.note,
+                                    **({"candidates": planned.info.candidates} if planned.info.is_compact else {})}
+                      for planned in plans}}
     if not options.is_default:
         meta["settings"] = {"ties": options.ties, "bootstrap": options.bootstrap}
     return meta

@@ -241,12 +241,7 @@ class Reranker:
             pool: the sides whose items make the gallery: originals, then the altered items if any.
         """
         columns, itc, logits = self.rerank(layout, queries, pool)
-        block = _block_rows(layout.num_gallery)
-        for start in range(0, layout.num_queries, block):
-            stop = min(start + block, layout.num_queries)
-            scores = np.full((stop - start, layout.num_gallery), FILL, dtype=np.float32)
-            np.put_along_axis(scores, columns[start:stop], logits[start:stop] + itc[start:stop], axis=1)
-            yield start, scores
+        yield from full_blocks(columns, logits + itc, layout.num_gallery)
 
     def rerank(self, layout, queries: Side, pool: Sequence[Side]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Each query's top-k gallery columns by ITC, their ITC scores and their ITM logits (all stored first):
@@ -371,6 +366,22 @@ class Reranker:
                 store.add(image_rows[start:stop], caption_rows[start:stop], logits)
         elapsed = time.perf_counter() - started
         logger.info("%d ITM pairs in %.1f s (%.0f pairs/s)", total, elapsed, total / max(elapsed, 1e-9))
+
+
+def full_blocks(columns: np.ndarray, top_scores: np.ndarray, num_gallery: int) -> Iterator[tuple[int, np.ndarray]]:
+    """The full score matrix of re-ranked candidates, as ``(first row, rows)`` blocks: :data:`FILL` everywhere but
+    each query's ``columns``, which hold its ``top_scores`` (float32), as the official code fills it.
+
+    Example:
+        >>> [(start, rows.tolist()) for start, rows in full_blocks(np.array([[1]]), np.array([[2.5]]), 3)]
+        [(0, [[-100.0, 2.5, -100.0]])]
+    """
+    block = _block_rows(num_gallery)
+    for start in range(0, len(columns), block):
+        stop = min(start + block, len(columns))
+        scores = np.full((stop - start, num_gallery), FILL, dtype=np.float32)
+        np.put_along_axis(scores, columns[start:stop], top_scores[start:stop], axis=1)
+        yield start, scores
 
 
 def _block_rows(num_gallery: int) -> int:

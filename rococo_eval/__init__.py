@@ -56,6 +56,7 @@ _PUBLIC = {
     "summary_rows": "rococo_eval.reporting.report",
     "write_report": "rococo_eval.reporting.report",
     "evaluate_model": "rococo_eval.evaluation",
+    "write_embeddings_from_rows": "rococo_eval.scoring.embeddingsfile",
     "as_image_text_model": "rococo_eval.models.custom",
 }
 __all__ = ["__version__", *_PUBLIC]

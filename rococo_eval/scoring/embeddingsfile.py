@@ -12,7 +12,9 @@ RoCOCO). Its metadata (``__metadata__``, strings):
 - ``fingerprints``: JSON ``{item set: fingerprint}`` of the item sets' content (captions, image files,
   alterations), so that a file made for other captions or attacks is refused.
 
-``rococo-eval run --save-embeddings FILE`` writes it; ``rococo-eval score FILE`` scores it. A file with the two
+``rococo-eval run --save-embeddings FILE`` writes it, and :func:`write_embeddings_from_rows` writes one from a user's
+own arrays, each in the row order of a ``load_dataset`` split (the dataset's rows are the item sets' rows, in the
+same order: :func:`item_set_of_rows` maps them); ``rococo-eval score FILE`` scores it. A file with the two
 clean item sets and some attacks' is scored for what it holds. Scores are the dot products of the rows, made by the
 metric's one block rule (:func:`rococo_recall.embedding_score_blocks`), so the results equal ``run``'s. Rows that
 are not of unit length are normalised, with a warning.
@@ -28,8 +30,10 @@ from typing import Mapping
 import numpy as np
 
 from rococo_eval.catalog import galleries
+from rococo_eval.data.configs import CAPTIONS_CONFIG, IMAGES_CONFIG
 from rococo_eval.io.atomic import write_atomic
 from rococo_eval.layout import recall_cutoffs
+from rococo_eval.models.custom import normalised
 from rococo_eval.scoring.galleries import (
     adversarial_captions,
     altered_images,
@@ -69,6 +73,90 @@ def write_embeddings_file(path, vectors: Mapping[str, np.ndarray], fingerprints:
                 "fingerprints": json.dumps({name: fingerprints[name] for name in arrays}, sort_keys=True)}
     data = save(arrays, metadata=metadata)
     return write_atomic(Path(path), lambda handle: handle.write(data))
+
+
+def item_set_of_rows(source, config: str, split: str) -> str:
+    """The item set whose rows are those of ``load_dataset(..., config, split=split)``, in the same order.
+
+    The query configs' ``test`` splits and the attacks' ``original`` splits hold the clean item sets; an attack's
+    ``adversarial`` split holds its own (row ``i`` of an image attack's is the altered copy of test image ``i``;
+    the dataset stores the same JPEG bytes that ``run`` decodes).
+
+    Example:
+        >>> from rococo_eval.data.source import RococoSource
+        >>> source = RococoSource()
+        >>> item_set_of_rows(source, "images", "test"), item_set_of_rows(source, "rand_voca", "adversarial")
+        ('images/original', 'captions/rand_voca')
+        >>> item_set_of_rows(source, "rand_voca", "test")
+        Traceback (most recent call last):
+        ...
+        ValueError: `vectors` key ('rand_voca', 'test') is not a split of the dataset: give (config, split) as load_dataset takes them: ('images', 'test'), ('captions', 'test'), or (ATTACK, 'original' or 'adversarial') with ATTACK one of same_concept, diff_concept, rand_voca, danger, mix_seed1, mix_seed10, mix_seed100, patch_seed1, patch_seed10, patch_seed100
+    """
+    text, image = tuple(source.text_attacks), tuple(source.image_attacks)
+    if (config, split) == (IMAGES_CONFIG, "test") or (config in image and split == "original"):
+        return IMAGES
+    if (config, split) == (CAPTIONS_CONFIG, "test") or (config in text and split == "original"):
+        return CAPTIONS
+    if config in text + image and split == "adversarial":
+        return expected_name(source, config)
+    raise ValueError(f"`vectors` key {(config, split)!r} is not a split of the dataset: give (config, split) as "
+                     f"load_dataset takes them: ({IMAGES_CONFIG!r}, 'test'), ({CAPTIONS_CONFIG!r}, 'test'), or "
+                     f"(ATTACK, 'original' or 'adversarial') with ATTACK one of {', '.join(text + image)}")
+
+
+def write_embeddings_from_rows(path, vectors: Mapping[tuple[str, str], np.ndarray], source,
+                               model_name: str) -> Path:
+    """Write an embeddings file from a user's own embeddings of the dataset's rows.
+
+    Args:
+        path: the ``.safetensors`` file to write (atomically).
+        vectors: ``{(config, split): rows}``, one row per row of ``load_dataset(..., config, split=split)``, in its
+            order: ``("images", "test")`` and ``("captions", "test")`` (every gallery needs them), and each attack's
+            ``(attack, "adversarial")``. An attack's ``original`` split may stand for the query config it repeats.
+        source: the benchmark the rows are of (:class:`~rococo_eval.data.source.RococoSource` with the COCO test
+            images: the image sets' fingerprints read the image files).
+        model_name: the model's name, as the report will give it.
+
+    The rows are normalised as ``run`` normalises a custom model's embeddings (float32 rows of unit length), so the
+    file scores to ``run``'s results for the same embeddings.
+
+    Raises:
+        ValueError: a key that is no split, two keys for one item set, a clean item set missing, or rows that are
+            not one 2-D float row per item (each names its key and the expected count).
+
+    Example (one model's embeddings of the exported or Hub dataset)::
+
+        rows = {(config, split): encode(load_dataset(REPO, config, split=split))
+                for config, split in [("images", "test"), ("captions", "test"), ("rand_voca", "adversarial")]}
+        write_embeddings_from_rows("model.safetensors", rows, RococoSource(images_dir=COCO), "my-model")
+    """
+    if source.images_dir is None:
+        raise ValueError("`source` has no images: the image sets' fingerprints read the COCO test images "
+                         "(RococoSource(images_dir=...))")
+    named, given = {}, {}
+    for key, rows in vectors.items():
+        if not (isinstance(key, tuple) and len(key) == 2):
+            raise ValueError(f"`vectors` keys are (config, split) pairs as load_dataset takes them, got {key!r}")
+        name = item_set_of_rows(source, *key)
+        if name in named:
+            raise ValueError(f"`vectors` keys {given[name]!r} and {key!r} both hold {name!r}: give one")
+        named[name], given[name] = np.asarray(rows), key
+    for name, key in ((IMAGES, (IMAGES_CONFIG, "test")), (CAPTIONS, (CAPTIONS_CONFIG, "test"))):
+        if name not in named:
+            raise ValueError(f"`vectors` lacks {key!r}: every gallery needs the test images and the ground-truth "
+                             "captions")
+    attacks = [attack for attack in tuple(source.text_attacks) + tuple(source.image_attacks)
+               if expected_name(source, attack) in named]
+    sets = item_sets(source, attacks)
+    for name, rows in named.items():
+        if rows.ndim != 2 or rows.shape[0] != len(sets[name]) or rows.dtype.kind not in "fiu":
+            raise ValueError(f"`vectors[{given[name]!r}]` must be {len(sets[name])} rows of numbers, one per row of "
+                             f"load_dataset(..., {given[name][0]!r}, split={given[name][1]!r}), got {rows.dtype} of "
+                             f"shape {rows.shape}")
+        if not np.isfinite(rows).all():
+            raise ValueError(f"`vectors[{given[name]!r}]` holds non-finite values (NaN or infinity)")
+        named[name] = normalised(rows, model_name, f"vectors[{given[name]!r}]")  # as run normalises a model's output
+    return write_embeddings_file(path, named, {name: sets[name].fingerprint for name in named}, model_name)
 
 
 def is_embeddings_file(path) -> bool:

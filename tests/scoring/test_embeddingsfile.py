@@ -170,3 +170,102 @@ def test_scoring_a_file_without_images_is_refused_and_a_two_stage_model_saves_no
     assert main(["run", "--model", blip_name, "--benchmark", str(benchmark), "--cache-dir", str(tmp_path / "c"),
                  "--out", str(tmp_path / "r"), "--save-embeddings", str(tmp_path / "b.safetensors"), "-q"]) == 1
     assert "is scored in two stages" in capsys.readouterr().err and not (tmp_path / "b.safetensors").exists()
+
+
+class RowsModel:
+    """A deterministic model whose embeddings depend only on an item's content (pixels, text): each test image and
+    its captions (ground-truth and adversarial) share a direction, plus noise of their own; an image it does not
+    know (an altered copy) gets noise alone. Any reordering of rows would move the per-query results."""
+
+    name, fingerprint, dimension = "rows-model", "rows-model-1", 32
+
+    def __init__(self, source, attacks):
+        self.base = np.random.default_rng(0).standard_normal((source.num_images, self.dimension))
+        self.image_of_pixels = {self._key(source.original_image(i)): i for i in range(source.num_images)}
+        counts = source.captions_per_image
+        self.image_of_text = {text: i for i, text in zip(np.repeat(np.arange(len(counts)), counts),
+                                                         source.ground_truth_captions())}
+        for attack in attacks:
+            if attack in source.text_attacks:
+                per_image = source.adversarial_per_image
+                self.image_of_text.update((text, row // per_image)
+                                          for row, text in enumerate(source.adversarial_captions(attack)))
+
+    @staticmethod
+    def _key(image) -> bytes:
+        import hashlib
+
+        return hashlib.sha256(np.asarray(image.convert("RGB")).tobytes()).digest()
+
+    def _vector(self, seed: bytes, index):
+        noise = np.random.default_rng(list(seed[:16])).standard_normal(self.dimension)
+        return noise if index is None else self.base[index] + 0.9 * noise
+
+    def encode_images(self, images):
+        return np.stack([self._vector(key, self.image_of_pixels.get(key)) for key in map(self._key, images)])
+
+    def encode_texts(self, texts):
+        import hashlib
+
+        return np.stack([self._vector(hashlib.sha256(text.encode()).digest(), self.image_of_text.get(text))
+                         for text in texts])
+
+
+@pytest.mark.slow
+def test_a_file_from_the_load_dataset_rows_scores_as_run(export_folder, source, tmp_path):
+    """Item 2's helper: a model's embeddings of the exported dataset's rows, taken split by split through
+    load_dataset in their order, written by write_embeddings_from_rows and scored, give run's every per-query
+    result for the clean galleries, a text attack and an image attack."""
+    import datasets
+
+    from rococo_eval.models.cache import EmbeddingCache
+    from rococo_eval.models.custom import as_image_text_model
+    from rococo_eval.scoring.embeddingsfile import score_embeddings, write_embeddings_from_rows
+    from rococo_eval.scoring.galleries import score_model
+    from helpers.metric_cases import assert_same_results
+
+    attacks = ["rand_voca", "patch_seed10"]
+    model = RowsModel(source, attacks)
+    ran = score_model(as_image_text_model(model), source, attacks, EmbeddingCache(tmp_path / "cache"))
+    assert ran["rand_voca/image_to_text"]["recall@1"] > 10 and ran["rand_voca/image_to_text"]["false_rate"] > 10
+
+    splits = [("images", "test"), ("captions", "test"), ("rand_voca", "adversarial"), ("patch_seed10", "adversarial")]
+    rows = {}
+    for config, split in splits:
+        table = datasets.load_dataset(str(export_folder), config, split=split, cache_dir=str(tmp_path / "hf"))
+        column = "image" if config in ("images", "patch_seed10") else "caption"
+        items = [row[column] for row in table]
+        rows[(config, split)] = model.encode_images(items) if column == "image" else model.encode_texts(items)
+    path = write_embeddings_from_rows(tmp_path / "rows.safetensors", rows, source, model.name)
+    vectors, metadata, covered = read_embeddings_file(path, source)
+    assert covered == tuple(attacks) and metadata["normalized"] == "true"  # normalised as run normalises
+    assert_same_results(score_embeddings(vectors, source, covered), ran)
+
+    shuffled = dict(rows)
+    shuffled[("captions", "test")] = rows[("captions", "test")][::-1]  # another order: other results
+    vectors, _, _ = read_embeddings_file(write_embeddings_from_rows(tmp_path / "bad.safetensors", shuffled, source,
+                                                                    model.name), source)
+    assert score_embeddings(vectors, source, covered)["clean/image_to_text"]["recall@1"] < \
+        ran["clean/image_to_text"]["recall@1"]
+
+
+@pytest.mark.parametrize("change, problem", [
+    (lambda rows: rows.pop(("images", "test")), r"`vectors` lacks \('images', 'test'\)"),
+    (lambda rows: rows.update({("rand_voca", "test"): rows[("captions", "test")]}), r"is not a split of the dataset"),
+    (lambda rows: rows.update({("rand_voca", "original"): rows[("captions", "test")]}),
+     r"keys \('captions', 'test'\) and \('rand_voca', 'original'\) both hold 'captions/ground_truth'"),
+    (lambda rows: rows.update({("captions", "test"): rows[("captions", "test")][:-1]}),
+     r"`vectors\[\('captions', 'test'\)\]` must be 25010 rows of numbers, one per row of load_dataset\(\.\.\., "
+     r"'captions', split='test'\)"),
+    (lambda rows: rows[("images", "test")].__setitem__((0, 0), np.nan), r"holds non-finite values"),
+    (lambda rows: rows.update({"images": rows[("images", "test")]}), r"keys are \(config, split\) pairs"),
+])
+def test_the_rows_helper_refuses_bad_rows_by_name_and_writes_nothing(source, tmp_path, change, problem):
+    from rococo_eval.scoring.embeddingsfile import write_embeddings_from_rows
+
+    rows = {("images", "test"): np.ones((source.num_images, 4)),
+            ("captions", "test"): np.ones((len(source.ground_truth_captions()), 4))}
+    change(rows)
+    with pytest.raises(ValueError, match=problem):
+        write_embeddings_from_rows(tmp_path / "f.safetensors", rows, source, "m")
+    assert not list(tmp_path.iterdir())

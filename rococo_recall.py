@@ -88,7 +88,8 @@ Args:
         (BLIP: -100). Ranked exactly as the full matrix. Where a number depends on how the items tied at `fill`
         are ordered (a query whose correct items are all at `fill`, with fewer than K wrong items listed above it),
         the output also holds `<name>_bounds` = (lowest, highest) over every such order; the number itself is the
-        `ties` policy's, as on any matrix with ties.
+        `ties` policy's, as on any matrix with ties. Listed items that score exactly `fill` tie with the unlisted
+        ones; when every column is listed, nothing is unlisted, and ties at `fill` are ordinary ties.
     query_index: one int per query numbering the queries 0..N-1 (in `add_batch`, on every batch or on none; or
         in `compute` with `predictions`); per-query outputs come in that order, whichever batch or process added
         them. Required when the metric is loaded with `num_process > 1`.
@@ -136,9 +137,14 @@ def rococo_recall(predictions=None, references=None, adversarial=None, k=DEFAULT
     accumulator = RankAccumulator(adversarial=adversarial, ties=ties, chunk_size=chunk_size, top_items=per_query)
     given = [name for name, value in (("predictions", predictions), ("query_embeddings", query_embeddings),
                                       ("top_columns", top_columns)) if value is not None]
+    if gallery_embeddings is not None and "query_embeddings" not in given:
+        given.append("gallery_embeddings")
     if len(given) > 1:
         raise ValueError(f"give one of `predictions`, `query_embeddings` and `gallery_embeddings`, or `top_columns` "
                          f"and `top_scores`, not several: got {', '.join(given)}")
+    if top_columns is None and top_scores is None and (fill is not None or num_gallery is not None):
+        raise ValueError("`fill` and `num_gallery` describe a compact score matrix: give them with `top_columns` "
+                         "and `top_scores`")
     if predictions is not None:
         if gallery_embeddings is not None:
             raise ValueError("give either `predictions` or `query_embeddings` and `gallery_embeddings`, not both")
@@ -386,8 +392,6 @@ def _fill_tie_bounds(ranks, ks, names, indicators):
     column = {name: number for number, name in enumerate(names)}
     undecided = at_low != at_high
     undecided[:, column["false_rate"]] = ~ranks.top1_settled
-    first = (ranks.rank_low < 1) != (ranks.rank_high < 1)
-    undecided[:, column["attacked"]] = undecided[:, column["clean_top1"]] | first
     decided_true = (indicators & ~undecided).sum(axis=0, dtype=np.int64)
     open_count = undecided.sum(axis=0, dtype=np.int64)
     fewest, most = dict(zip(names, decided_true.tolist())), dict(zip(names, (decided_true + open_count).tolist()))
@@ -400,11 +404,37 @@ def _fill_tie_bounds(ranks, ks, names, indicators):
             bounds[f"{prefix}r_mean"] = tuple(sum(ends) / len(ends) for ends in zip(*intervals))
     if fewest["false_rate"] != most["false_rate"]:
         bounds["false_rate"] = (100.0 * fewest["false_rate"] / num_queries, 100.0 * most["false_rate"] / num_queries)
-    if (fewest["attacked"], fewest["clean_top1"]) != (most["attacked"], most["clean_top1"]):
-        least = 100.0 * fewest["attacked"] / most["clean_top1"] if most["clean_top1"] else 0.0
-        greatest = min(100.0, 100.0 * most["attacked"] / fewest["clean_top1"]) if fewest["clean_top1"] else 100.0
-        bounds["attack_success_rate"] = (least, greatest)
+    success = _success_rate_bounds(ranks)
+    if success is not None:
+        bounds["attack_success_rate"] = success
     return bounds
+
+
+def _success_rate_bounds(ranks):
+    """The lowest and highest attack success rate over every order of a compact matrix's ties at its fill score,
+    or None when every order that defines the rate gives one value (or none defines it).
+
+    Each query is, in some order, a clean hit that stays right (``10``), a clean hit that the attack flipped
+    (``11``), or not a clean hit (``00``); the orders of different queries are independent. The lowest rate takes
+    ``10`` wherever it can, ``11`` only where nothing else can be, ``00`` otherwise; the highest takes ``11`` wherever
+    it can and ``10`` only where nothing else can be. Bounds are also given, even if equal, when some order leaves
+    the rate undefined (no clean hit at all) and another does not.
+    """
+    adversarial_at_fill = (ranks.rank_high - ranks.rank_low) - (ranks.clean_rank_high - ranks.clean_rank_low)
+    can_stay = ranks.rank_low == 0
+    can_flip = (ranks.clean_rank_low == 0) & ((ranks.rank_low > 0) | (adversarial_at_fill > 0))
+    can_miss = ranks.clean_rank_high > 0
+    if not (can_stay | can_flip).any():
+        return None
+    only_flip = can_flip & ~can_stay & ~can_miss
+    only_stay = can_stay & ~can_flip & ~can_miss
+    hits = int(can_stay.sum() + only_flip.sum())
+    lowest = 100.0 * int(only_flip.sum()) / hits if hits else 100.0
+    hits = int(can_flip.sum() + only_stay.sum())
+    highest = 100.0 * int(can_flip.sum()) / hits if hits else 0.0
+    if lowest == highest and not can_miss.all():
+        return None
+    return (lowest, highest)
 
 
 def _percentages(names, counts, num_queries, ks):
@@ -661,7 +691,11 @@ def _top_k_arrays(top_columns, top_scores, fill, num_gallery):
         raise ValueError(f"`num_gallery` must be a positive int (the gallery size of the compact matrix), "
                          f"got {num_gallery!r}")
     num_gallery = int(num_gallery)
-    columns = top_columns.detach().cpu().numpy() if _is_torch(top_columns) else np.asarray(top_columns)
+    try:
+        columns = top_columns.detach().cpu().numpy() if _is_torch(top_columns) else np.asarray(top_columns)
+    except ValueError:
+        raise ValueError("`top_columns` must be a non-empty 2-D matrix of ints (queries x listed candidates), the "
+                         "same number per query: its rows have different lengths") from None
     if columns.dtype.kind not in "iu" or columns.ndim != 2 or 0 in columns.shape:
         raise ValueError(f"`top_columns` must be a non-empty 2-D matrix of ints (queries x listed candidates), got "
                          f"{columns.dtype} of shape {columns.shape}")
@@ -684,6 +718,9 @@ def _top_k_arrays(top_columns, top_scores, fill, num_gallery):
         top_scores = top_scores.detach().cpu()
         top_scores = (top_scores.float() if top_scores.is_floating_point() and top_scores.element_size() <= 2
                       else top_scores).numpy()
+    if np.shape(top_scores) != columns.shape:
+        raise ValueError(f"`top_scores` must have the shape of `top_columns` {columns.shape}, got "
+                         f"{np.shape(top_scores) if np.ndim(top_scores) else top_scores!r}")
     scores = np.asarray(_as_matrix(top_scores, name="top_scores", check_finite=True))
     if scores.shape != columns.shape:
         raise ValueError(f"`top_scores` must have the shape of `top_columns` {columns.shape}, got {scores.shape}")

@@ -130,7 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--compact-scores", action="store_true",
                      help="with --save-scores, for BLIP/BLIP-2: write each gallery as a compact .npz instead (each "
                           "query's --rerank-k re-ranked candidates and their scores, the rest at -100: the same "
-                          "numbers from about 1/100 of the bytes)")
+                          "numbers from 20 to 100 times fewer bytes)")
     run.add_argument("--save-embeddings", metavar="FILE.safetensors",
                      help="also write every item set's embeddings into one .safetensors file (about 33 times smaller "
                           "than the score matrices), which `rococo-eval score FILE` and the Space score as `run` does")
@@ -304,6 +304,10 @@ def _run_model(args, name: str, source, attacks, images_dir: Path, cache_dir: Pa
 
     out = writable_folder(out) if processes.is_main else None
     model = load_model(name, device=device, precision=args.precision)
+    if args.compact_scores and not hasattr(model, "match"):  # on every process, before any work
+        raise CommandError(f"--compact-scores: {name} is a dual encoder, and every score of its galleries is its own "
+                           "(a compact file keeps a re-ranker's top k, the rest at -100): save its full matrices "
+                           "(--save-scores alone) or its embeddings (--save-embeddings)")
     save_scores = writable_folder(scores_dir) if scores_dir is not None and processes.is_main else None
     embeddings = Path(args.save_embeddings).expanduser() if args.save_embeddings and processes.is_main else None
     report = evaluate_model(model, source, attacks=attacks, out=out, cache_dir=cache_dir, batch_size=args.batch_size,

@@ -60,7 +60,7 @@ def evaluate_model(model, source=None, *, attacks: Union[str, Sequence[str]] = "
         rerank_k: candidates re-scored per query by a two-stage model's ITM head.
         save_scores: a folder for each gallery's score matrix (official order), or None.
         compact_scores: with ``save_scores``, a two-stage model's galleries are saved as compact files (its re-ranked
-            candidates only, about 100 times smaller; :mod:`rococo_eval.io.savedscores`); refused for a dual
+            candidates only, 20 to 100 times smaller; :mod:`rococo_eval.io.savedscores`); refused for a dual
             encoder.
         save_embeddings: a ``.safetensors`` file for every item set's embeddings
             (:mod:`rococo_eval.scoring.embeddingsfile`, for ``rococo-eval score`` and the Space), or None.

@@ -354,7 +354,7 @@ def compare_rows(user_rows) -> list[dict]:
     mine = [{**row, "model": "your upload", "source": f"this session: {row.get('file') or 'mean over seeds'}"}
             for row in user_rows or []]
     def shown(key):
-        return key == "seeds" or re.sub(r"_(ci|range)$", "", key) in _COMPARE_KEYS
+        return key == "seeds" or re.sub(r"_(ci|range|bounds)$", "", key) in _COMPARE_KEYS
 
     return [{key: value for key, value in row.items() if shown(key)} for row in report.REFERENCE_RESULTS + mine]
 

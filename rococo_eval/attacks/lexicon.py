@@ -82,7 +82,8 @@ class ResourceError(RuntimeError):
 
 @dataclass(frozen=True)
 class Concept:
-    """A word sense: its WordNet synset name, lexicographer file, hypernym path (root first) and synonyms."""
+    """A word sense: its WordNet synset name, lexicographer file, hypernym path (root first: the longest, the first
+    by synset names among equally long ones) and synonyms."""
 
     synset: str
     lexname: str
@@ -234,7 +235,9 @@ def concept(lemma_: str, pos: str):
     if pos == "n":
         synsets = [s for s in synsets if s.lexname() in VISUAL_LEXNAMES] or synsets
     sense = synsets[0]
-    path = max(sense.hypernym_paths(), key=len)
+    # the longest hypernym path; among equally long ones (man.n.01: through adult.n.01 and male.n.02) the one with
+    # the first synset names, since NLTK lists them in an order that depends on PYTHONHASHSEED
+    path = min(sense.hypernym_paths(), key=lambda path: (-len(path), [s.name() for s in path]))
     return Concept(sense.name(), sense.lexname(), tuple(s.name() for s in path),
                    frozenset(name.lower() for name in sense.lemma_names()))
 

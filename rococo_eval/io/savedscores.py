@@ -2,7 +2,8 @@
 
 A full matrix is an ``.npy``; a re-ranker's (BLIP's) may instead be a compact ``.npz`` (``--compact-scores``: each
 query's listed candidates and their scores, and the fill of the rest; :func:`write_top_k`, read back by
-:func:`rococo_eval.io.scorefiles.read_top_k`), about 100 times smaller for RoCOCO.
+:func:`rococo_eval.io.scorefiles.read_top_k`), 20 (text-to-image) to 100 (image-to-text) times smaller for
+RoCOCO at k = 256.
 
 Each file holds a gallery's queries x gallery float32 scores in the official order (the order of the official
 ``itm_eval``; see :mod:`rococo_eval.layout`), named so that ``rococo-eval score DIR/*.npy`` and the Space read
@@ -58,9 +59,17 @@ def write_top_k(path, top_columns, top_scores, fill: float, num_gallery: int) ->
         (dtype('int32'), [[1.0, 2.5, -100.0]])
     """
     path = Path(path)
-    columns = np.asarray(top_columns)
+    columns, scores = np.asarray(top_columns), np.asarray(top_scores)
+    if columns.ndim != 2 or columns.dtype.kind not in "iu" or scores.shape != columns.shape:
+        raise ValueError(f"{path.name}: `top_columns` must be ints and `top_scores` of their shape, queries x "
+                         f"candidates; got {columns.dtype} {columns.shape} and {scores.dtype} {scores.shape}")
+    if columns.size and not (0 <= columns.min() and columns.max() < num_gallery):
+        raise ValueError(f"{path.name}: `top_columns` must be gallery columns from 0 to {num_gallery - 1}, got "
+                         f"{int(columns.min())} to {int(columns.max())}")
     columns = columns.astype(np.int32 if num_gallery < 2**31 else np.int64)
-    scores = np.ascontiguousarray(top_scores)
+    if scores.dtype not in (np.float16, np.float32, np.float64):  # bfloat16 and other 16-bit floats: exact in float32
+        scores = scores.astype(np.float32)
+    scores = np.ascontiguousarray(scores)
     arrays = {"top_columns": np.ascontiguousarray(columns), "top_scores": scores,
               "fill": np.array(fill, dtype=scores.dtype), "num_gallery": np.array(num_gallery, dtype=np.int64)}
     if path.suffix.lower() == ".npz":

@@ -115,6 +115,10 @@ class Leaderboard:
         if precision not in PRECISIONS:
             raise ValueError(f"`precision` must be one of {PRECISIONS}, got {precision!r}")
         note = clean_text(note, "note")
+        undecided = [f"{row['attack']}/{row['direction']}" for row in summary_rows if row.get("recall@1_bounds")]
+        if undecided:
+            raise ValueError(f"the R@1 of {', '.join(undecided)} depends on the order of a re-ranker's -100 block (it "
+                             "has bounds): the board takes decided numbers only; re-rank more candidates per query")
         results = recall_at_1(summary_rows)
         if not results:
             raise ValueError("the evaluation has no R@1 to submit: evaluate first")
@@ -196,7 +200,8 @@ class HubCopy:
 
 def recall_at_1(summary_rows: Sequence[dict]) -> dict[str, float]:
     """``{gallery key: R@1}`` of the summary rows (seed means under their method, ``mix/text_to_image``), and
-    ``clean/<direction>`` from an attacked row's clean R@1 when no clean row is given.
+    ``clean/<direction>`` from an attacked row's clean R@1 when no clean row is given (and that R@1 has no bounds:
+    a compact file's order of ties decides none of the board's numbers).
 
     Example:
         >>> recall_at_1([{"attack": "danger", "direction": "image_to_text", "clean_recall@1": 50.0, "recall@1": 40}])
@@ -209,6 +214,8 @@ def recall_at_1(summary_rows: Sequence[dict]) -> dict[str, float]:
             results[gallery_key(row["attack"], row["direction"])] = round(float(value), 4)
     for row in summary_rows:
         clean, value = gallery_key(CLEAN, row["direction"]), row.get("clean_recall@1")
+        if row.get("clean_recall@1_bounds"):
+            continue
         if value is not None and not (isinstance(value, float) and math.isnan(value)) and clean not in results:
             results[clean] = round(float(value), 4)
     return results

@@ -57,7 +57,7 @@ def _log_source(line: int, clean_line=None) -> str:
 REPORT_FLIPPED = 50  # flipped queries per gallery in report.json (all of them are in flipped.csv)
 _NOTE = ("[a, b]: 95% bootstrap confidence interval; (a–b): lowest and highest over the seeds; "
          "{a to b}: what the order of a re-ranker's -100 block decides, the lowest and highest over every order "
-         "(the number is the pessimistic order's); all numbers in percent")
+         "(the number is the tie policy's); all numbers in percent")
 
 REFERENCE_RESULTS: list[dict] = [
     {"model": "CLIP ViT-B/32", "attack": CLEAN, "direction": "image_to_text", "recall@1": 50.12,

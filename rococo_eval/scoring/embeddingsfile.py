@@ -140,6 +140,8 @@ def write_embeddings_from_rows(path, vectors: Mapping[tuple[str, str], np.ndarra
         name = item_set_of_rows(source, *key)
         if name in named:
             raise ValueError(f"`vectors` keys {given[name]!r} and {key!r} both hold {name!r}: give one")
+        if hasattr(rows, "detach"):  # a torch tensor (any dtype, on any device, with or without grad)
+            rows = rows.detach().float().cpu().numpy()
         named[name], given[name] = np.asarray(rows), key
     for name, key in ((IMAGES, (IMAGES_CONFIG, "test")), (CAPTIONS, (CAPTIONS_CONFIG, "test"))):
         if name not in named:

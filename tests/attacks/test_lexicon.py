@@ -87,3 +87,26 @@ def test_frequencies():
     assert lexicon.zipf_frequency("man") > lexicon.zipf_frequency("gentleman") > lexicon.zipf_frequency("qwxzy") == 0
     top = lexicon.frequent_words(1000)
     assert len(top) == 1000 and top[:3] == ["the", "to", "and"] and "people" in top
+
+
+def test_a_sense_with_two_longest_hypernym_paths_gets_the_same_one_under_any_hash_seed():
+    """man.n.01 reaches person.n.01 through adult.n.01 and through male.n.02, both nine synsets long. NLTK lists
+    the paths in an order that depends on PYTHONHASHSEED, and same_concept's pool is read off the path: the longest
+    path with the first synset names is taken, whatever the hash seed (seeds 0 and 1 gave different paths before)."""
+    import os
+    import subprocess
+    import sys
+
+    from helpers import REPO_ROOT
+
+    script = ("from rococo_eval.attacks import lexicon, captions; "
+              "man = lexicon.candidate_words('a man')[0]; "
+              "print(lexicon.concept('man', 'n').path, captions.replacement_pool(man, 'same_concept')[:8])")
+    seen = set()
+    for seed in range(4):
+        environment = {**os.environ, "PYTHONHASHSEED": str(seed), "PYTHONPATH": str(REPO_ROOT)}
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=environment,
+                              check=True, timeout=300)
+        seen.add(done.stdout.strip())
+    assert len(seen) == 1, seen
+    assert lexicon.concept("man", "n").path[-3:] == ("person.n.01", "adult.n.01", "man.n.01")

@@ -6,6 +6,8 @@ matrix; where a number depends on how the items tied at ``fill`` are ordered, it
 checked here against many explicit orders of those ties.
 """
 
+import itertools
+
 import numpy as np
 import pytest
 
@@ -80,8 +82,8 @@ def test_compact_matrix_ranks_as_its_full_matrix(case, ties):
 
 
 def tie_orders(dense, fill, rng, count):
-    """Full matrices without ties at ``fill``: the items at ``fill`` in ``count`` random orders (and both ends:
-    adversarial, then clean wrong, then correct ones first, and the reverse), between the items above and below."""
+    """Full matrices without ties at ``fill``: the items at ``fill`` in ``count`` random orders, between the items
+    above and below it (the two tie policies, which the test adds, are the two ends)."""
     at = dense == fill
     for _ in range(count):
         broken = dense.astype(np.float64).copy()
@@ -140,8 +142,26 @@ def test_blip_shaped_output_bounds_only_the_clean_numbers_when_few_clean_items_a
     assert result["clean_recall@1_bounds"] == (100 / 3, 200 / 3)
     assert result["clean_recall@5_bounds"] == result["clean_recall@10_bounds"] == (100 / 3, 100.0)
     assert result["clean_recall@1"] == 100 / 3  # the pessimistic order's, one end of the bounds
-    # query 2 is flipped; query 0 may be a clean hit (then flipped too) or not: a range that holds both
-    assert result["attack_success_rate"] == 100.0 and result["attack_success_rate_bounds"] == (50.0, 100.0)
+    # query 2 is flipped; query 0 may be a clean hit (then flipped too) or not: 100 either way, so no bounds
+    assert result["attack_success_rate"] == 100.0 and "attack_success_rate_bounds" not in result
+
+
+@pytest.mark.parametrize("listed, scores, adversarial, expected, bounds", [
+    # query 0 may be a clean hit, never flipped (no adversarial item above its correct one); query 1 stays right
+    ([[3], [0]], [[-150.0], [1.0]], [3], 0.0, None),
+    # query 0: an adversarial and a clean item tie with its correct one at -100: flipped, right, or no clean hit
+    ([[1], [0]], [[-150.0], [1.0]], [3], 0.0, (0.0, 50.0)),
+    # query 0 is flipped whenever it is a clean hit; query 1 is not a clean hit (clean item 2 above its correct 0)
+    ([[3, 2], [2, 1]], [[1.0, -150.0], [1.0, 0.5]], [3], float("nan"), (100.0, 100.0)),
+])
+def test_attack_success_rate_bounds_are_those_of_every_order(listed, scores, adversarial, expected, bounds):
+    """The bounds of the attack success rate, a ratio of two counts that one order decides together, are its exact
+    lowest and highest; when every order that defines it agrees, there are none (the last case: the rate is 100 or,
+    when query 0 is no clean hit either, undefined, so the bounds say so)."""
+    result = rococo_recall.rococo_recall(top_columns=listed, top_scores=scores, fill=FILL, num_gallery=4,
+                                         references=[0, 0], adversarial=adversarial, k=1)
+    assert result["attack_success_rate"] == expected or (np.isnan(expected) and np.isnan(result["attack_success_rate"]))
+    assert result.get("attack_success_rate_bounds") == bounds
 
 
 def test_compact_input_through_evaluate_load():
@@ -169,6 +189,9 @@ def test_compact_input_through_evaluate_load():
     (dict(top_columns=[[0, 1, 2, 0]], top_scores=[[1.0, 0.5, 0.2, 0.1]]), r"lists 4 candidates per query, more than"),
     (dict(top_columns=[[0, 1]]), r"needs both `top_columns` and `top_scores`"),
     (dict(top_columns=[[0, 1]], top_scores=[[1.0, 0.5]], predictions=[[1.0, 0.5, 0.0]]), r"not several"),
+    (dict(top_columns=[[0, 1]], top_scores=[[1.0, 0.5]], gallery_embeddings=[[1.0]]), r"not several"),
+    (dict(predictions=[[1.0, 0.5, 0.0]], top_columns=None), r"`fill` and `num_gallery` describe a compact"),
+    (dict(top_columns=[[0, 1], [0]], top_scores=[[1.0, 0.5], [1.0]]), r"its rows have different lengths"),
 ])
 def test_bad_compact_input_is_refused_by_name(arguments, message):
     arguments = {"fill": -100.0, "num_gallery": 3, "references": [0], **arguments}
@@ -193,3 +216,76 @@ def test_bootstrap_leaves_out_intervals_of_bounded_numbers():
     result = rococo_recall.rococo_recall(top_columns=[[1], [0]], top_scores=[[1.0], [1.0]], fill=FILL, num_gallery=4,
                                          references=[0, 0], k=(1, 2), bootstrap=20)
     assert "recall@2_bounds" in result and "recall@2_ci" not in result and "recall@1_ci" in result
+
+
+def every_outcome(row, references, adversarial):
+    """(rank, clean rank, top-1 adversarial) of one full row under every order of its items at ``FILL``."""
+    tied = np.flatnonzero(row == FILL).tolist()
+    outcomes = set()
+    for order in itertools.permutations(tied):
+        place = {column: (row[column], 0) for column in range(len(row))}
+        place.update((column, (FILL, -position)) for position, column in enumerate(order))
+        ranked = sorted(range(len(row)), key=place.__getitem__, reverse=True)
+        first = next(position for position, column in enumerate(ranked) if column in references)
+        above = ranked[:first]
+        outcomes.add((len(above), sum(not adversarial[column] for column in above), bool(adversarial[ranked[0]])))
+    return outcomes
+
+
+def exact_ranges(outcomes_per_query, ks):
+    """Each percentage's lowest and highest value over every combination of the queries' orders (None: undefined
+    in all), and whether some combination leaves it undefined."""
+    values = {}
+    for combination in itertools.product(*map(sorted, outcomes_per_query)):
+        count = len(combination)
+        recalls = [100 * sum(rank < kk for rank, _, _ in combination) / count for kk in ks]
+        cleans = [100 * sum(clean < kk for _, clean, _ in combination) / count for kk in ks]
+        hits = sum(clean == 0 for _, clean, _ in combination)
+        flipped = sum(clean == 0 and rank > 0 for rank, clean, _ in combination)
+        row = {**{f"recall@{kk}": v for kk, v in zip(ks, recalls)},
+               **{f"clean_recall@{kk}": v for kk, v in zip(ks, cleans)},
+               "r_mean": sum(recalls) / len(ks), "clean_r_mean": sum(cleans) / len(ks),
+               "false_rate": 100 * sum(top for _, _, top in combination) / count,
+               "attack_success_rate": 100 * flipped / hits if hits else float("nan")}
+        for name, value in row.items():
+            values.setdefault(name, []).append(value)
+    ranges = {}
+    for name, seen in values.items():
+        defined = [value for value in seen if not np.isnan(value)]
+        ranges[name] = ((min(defined), max(defined)) if defined else None, len(defined) < len(seen))
+    return ranges
+
+
+def test_bounds_are_exact_over_every_order_of_every_query():
+    """Exhaustively, on small random compact matrices (listed scores distinct, some at and below the fill): a
+    percentage has bounds exactly when some order of the ties at the fill changes it (or leaves a rate undefined
+    that another order defines), and they are its lowest and highest over every order of every query."""
+    rng = np.random.default_rng(5)
+    checked = 0
+    for _ in range(300):
+        num_gallery, num_queries = int(rng.integers(3, 7)), int(rng.integers(1, 4))
+        k = int(rng.integers(1, num_gallery))  # some column unlisted
+        adversarial = rng.random(num_gallery) < 0.4
+        adversarial[rng.integers(num_gallery)] = False
+        clean = np.flatnonzero(~adversarial)
+        columns = np.stack([rng.permutation(num_gallery)[:k] for _ in range(num_queries)])
+        scores = rng.permutation(num_queries * k).reshape(num_queries, k) - 5.0
+        scores[rng.random(scores.shape) < 0.25] = FILL
+        below = rng.random(scores.shape) < 0.15
+        scores[below] = -150.0 - np.arange(below.sum())
+        references = [rng.choice(clean, size=int(rng.integers(1, min(3, len(clean)) + 1)), replace=False).tolist()
+                      for _ in range(num_queries)]
+        ks = tuple(n for n in (1, 2, 3) if n <= num_gallery)
+        result = rococo_recall.rococo_recall(top_columns=columns, top_scores=scores, fill=FILL,
+                                             num_gallery=num_gallery, references=references,
+                                             adversarial=adversarial, k=ks)
+        dense = dense_of(columns, scores, num_gallery)
+        outcomes = [every_outcome(dense[q], set(references[q]), adversarial) for q in range(num_queries)]
+        for name, (span, can_be_undefined) in exact_ranges(outcomes, ks).items():
+            expected = None if span is None or (span[0] == span[1] and not can_be_undefined) else span
+            got = result.get(f"{name}_bounds")
+            assert (got is None) == (expected is None), (name, got, expected)
+            if got is not None:
+                assert got == pytest.approx(expected), (name, got, expected)
+                checked += 1
+    assert checked > 100

@@ -112,3 +112,18 @@ def test_an_evaluation_at_other_settings_is_refused(tmp_path):
         board.submit(rows, model="m")
     nan = [{"attack": "danger", "direction": "image_to_text", "clean_recall@1": float("nan"), "recall@1": 40.0}]
     assert board.submit(nan, model="m")[0] and board.rows(kind=SUBMITTED)[0]["clean R@1 (i2t)"] is None
+
+
+def test_an_r1_that_the_order_of_a_compact_files_ties_decides_is_refused(tmp_path):
+    """A re-ranker's R@1 with bounds is refused; a bounded clean R@1 of an attacked row is not taken as the clean
+    one (the board shows decided numbers only)."""
+    board = Leaderboard(tmp_path / "board.sqlite3")
+    rows = [dict(row, **({"recall@1_bounds": (39.0, 41.0)} if row["attack"] == "danger" else {})) for row in ROWS]
+    with pytest.raises(ValueError, match=r"the R@1 of danger/image_to_text depends on the order of a re-ranker's"):
+        board.submit(rows, model="m")
+    assert not board.rows(kind=SUBMITTED)
+    attacked = [{"attack": "danger", "direction": "image_to_text", "clean_recall@1": 50.0,
+                 "clean_recall@1_bounds": (50.0, 52.0), "recall@1": 40.0}]
+    assert board.submit(attacked, model="m")[0]
+    [row] = board.rows(kind=SUBMITTED)
+    assert row["clean R@1 (i2t)"] is None and row["danger R@1"] == 40.0

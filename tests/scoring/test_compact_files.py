@@ -133,3 +133,14 @@ def test_compact_files_round_trip_in_both_formats(tmp_path):
     with pytest.raises(ValueError, match="a compact score file is an .npz or a .safetensors file"):
         write_top_k(tmp_path / "g.npy", columns, scores, -100.0, 5)
     assert sorted(path.name for path in tmp_path.iterdir()) == ["g.npz", "g.safetensors"]
+
+
+def test_write_top_k_refuses_columns_outside_the_gallery_and_keeps_bfloat16_exact(tmp_path):
+    import ml_dtypes
+
+    with pytest.raises(ValueError, match=r"g.npz: `top_columns` must be gallery columns from 0 to 3, got 0 to 7"):
+        write_top_k(tmp_path / "g.npz", [[7, 0]], np.array([[1.0, 0.5]], dtype=np.float32), -100.0, 4)
+    assert not list(tmp_path.iterdir())
+    scores = np.array([[1.5, 0.25]], dtype=ml_dtypes.bfloat16)
+    compact = read_top_k(write_top_k(tmp_path / "g.npz", [[3, 0]], scores, -100.0, 4))
+    assert compact.top_scores.dtype == np.float32 and compact.top_scores.tolist() == [[1.5, 0.25]]

@@ -269,3 +269,19 @@ def test_the_rows_helper_refuses_bad_rows_by_name_and_writes_nothing(source, tmp
     with pytest.raises(ValueError, match=problem):
         write_embeddings_from_rows(tmp_path / "f.safetensors", rows, source, "m")
     assert not list(tmp_path.iterdir())
+
+
+def test_the_rows_helper_takes_torch_tensors(source, tmp_path):
+    """Model outputs as they come: a bfloat16 tensor and one that requires grad."""
+    import torch
+
+    from rococo_eval.scoring.embeddingsfile import write_embeddings_from_rows
+
+    images = torch.randn(source.num_images, 4, requires_grad=True)
+    captions = torch.randn(len(source.ground_truth_captions()), 4).to(torch.bfloat16)
+    path = write_embeddings_from_rows(tmp_path / "t.safetensors", {("images", "test"): images,
+                                                                    ("captions", "test"): captions}, source, "m")
+    vectors, metadata, covered = read_embeddings_file(path, source)
+    assert covered == () and metadata["normalized"] == "true"
+    expected = images.detach().numpy() / np.linalg.norm(images.detach().numpy(), axis=1, keepdims=True)
+    np.testing.assert_allclose(vectors["images/original"], expected, rtol=1e-6)

@@ -369,10 +369,9 @@ def _fill_tie_bounds(ranks, ks, names, indicators):
     highest)}`` over every such order (empty for a full matrix, or when no number depends on that order).
 
     A query's recall at K is undecided when its rank can fall on either side of K; its false-rate entry when its
-    top-1 item can be adversarial or not; its attack-success entries when either of its ranks at 1 is undecided.
-    A mean of recalls is bounded by the means of their bounds (one order, the worst or the best for every query
-    at once, reaches each end); the attack success rate, a ratio, by its fewest successes over its most clean hits
-    and its most over its fewest.
+    top-1 item can be adversarial or not. A mean of recalls is bounded by the means of their bounds (one order, the
+    worst or the best for every query at once, reaches each end); the attack success rate, a ratio of two counts
+    that one order decides together, by :func:`_success_rate_bounds`.
 
     Example:
         >>> ranks = QueryRanks(np.array([4, 0]), np.array([4, 0]), np.array([False, False]), None, None, None,

@@ -717,9 +717,13 @@ def _top_k_arrays(top_columns, top_scores, fill, num_gallery):
         top_scores = top_scores.detach().cpu()
         top_scores = (top_scores.float() if top_scores.is_floating_point() and top_scores.element_size() <= 2
                       else top_scores).numpy()
-    if np.shape(top_scores) != columns.shape:
-        raise ValueError(f"`top_scores` must have the shape of `top_columns` {columns.shape}, got "
-                         f"{np.shape(top_scores) if np.ndim(top_scores) else top_scores!r}")
+    try:
+        shape = tuple(top_scores.shape) if hasattr(top_scores, "shape") else np.shape(top_scores)
+    except ValueError:
+        raise ValueError(f"`top_scores` must be a 2-D matrix of the shape of `top_columns` {columns.shape}: its rows "
+                         "have different lengths") from None
+    if shape != columns.shape:
+        raise ValueError(f"`top_scores` must have the shape of `top_columns` {columns.shape}, got {shape}")
     scores = np.asarray(_as_matrix(top_scores, name="top_scores", check_finite=True))
     if scores.shape != columns.shape:
         raise ValueError(f"`top_scores` must have the shape of `top_columns` {columns.shape}, got {scores.shape}")

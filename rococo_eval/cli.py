@@ -302,8 +302,8 @@ def _run_model(args, name: str, source, attacks, images_dir: Path, cache_dir: Pa
     from rococo_eval.models.adapters import load_model
     from rococo_eval.reporting.report import to_text_table
 
-    out = writable_folder(out) if processes.is_main else None
     model = load_model(name, device=device, precision=args.precision)
+    out = writable_folder(out) if processes.is_main else None
     if args.compact_scores and not hasattr(model, "match"):  # on every process, before any work
         raise CommandError(f"--compact-scores: {name} is a dual encoder, and every score of its galleries is its own "
                            "(a compact file keeps a re-ranker's top k, the rest at -100): save its full matrices "

@@ -155,3 +155,14 @@ def test_attack_shares_the_text_encoder_and_writes_the_same_benchmark(image_set,
                            if path.is_file())
     for name in files:
         assert (tmp_path / "one" / name).read_bytes() == (tmp_path / "two" / name).read_bytes(), name
+
+
+def test_compact_scores_for_a_dual_encoder_are_refused_on_every_rank(hf_name, benchmark, tmp_path):
+    """Each rank refuses at once (none is left embedding while rank 0 stops), and nothing is saved."""
+    done = launch(2, *run_arguments(hf_name, benchmark, tmp_path, "n", "--save-scores", tmp_path / "scores",
+                                    "--compact-scores"), check=False)
+    assert done.returncode != 0
+    for rank in (0, 1):
+        assert f"rococo-eval: rank {rank} of 2: error: --compact-scores: {hf_name} is a dual encoder" in done.stderr
+    assert not list((tmp_path / "report-n").rglob("*")) and not list((tmp_path / "cache-n").rglob("*.npy"))
+    assert not (tmp_path / "scores").exists() or not list((tmp_path / "scores").iterdir())

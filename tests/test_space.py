@@ -64,3 +64,15 @@ def test_the_space_explores_and_evaluates_the_benchmark(benchmark, image_set, tm
                                 captions_per_image=source.captions_per_image, source=source,
                                 adversarial_per_image=adversarial_per_image_of(source))
     assert evaluation.results["danger/image_to_text"]["recall@1"] == 100.0
+
+
+def test_the_compare_tab_keeps_the_bounds_of_a_compact_files_numbers():
+    from rococo_eval.reporting.report import format_rows
+    from rococo_eval.space import compare_rows
+
+    mine = [{"attack": "rand_voca", "direction": "image_to_text", "recall@1": 40.0, "recall@1_bounds": (40.0, 42.0),
+             "file": "blip_top256.npz"}]
+    rows = compare_rows(mine)
+    assert rows[-1]["recall@1_bounds"] == (40.0, 42.0)
+    headers, cells = format_rows(rows)
+    assert cells[-1][headers.index("R@1")] == "40.00 {40.00 to 42.00}"

@@ -14,9 +14,9 @@ How a caption is attacked (all four strategies share the first two steps, as RoC
    - ``same_concept``: a common word (wordfreq Zipf >= 3) with the source's tag (``NN``/``NNS``/``VBG`` ...) and
      WordNet category (lexicographer file) that shares a hypernym with the source's sense at most two levels
      above it (relaxed a level at a time until 5 words qualify), and is neither a synonym, a hypernym nor a
-     hyponym of it (man -> lady, boy; table -> desk, bed);
+     hyponym of it (man -> lady, boy);
    - ``diff_concept``: a common visual word with the source's tag from another WordNet category (man -> wheel);
-   - ``rand_voca``: a word of wordfreq's 20,000 most frequent with a noun, verb or adjective tag (man -> war);
+   - ``rand_voca``: a word of wordfreq's 20,000 most frequent with a noun tag (man -> war);
    - ``danger``: by the source's category, as the official file does (:data:`DANGER_WORDS`): people and groups
      -> "criminal", places and natural objects -> "minefield", verbs -> "committing crime", everything else ->
      "weapon" (the official file spells it "commiting crime").

@@ -67,7 +67,10 @@ def write_top_k(path, top_columns, top_scores, fill: float, num_gallery: int) ->
         raise ValueError(f"{path.name}: `top_columns` must be gallery columns from 0 to {num_gallery - 1}, got "
                          f"{int(columns.min())} to {int(columns.max())}")
     columns = columns.astype(np.int32 if num_gallery < 2**31 else np.int64)
-    if scores.dtype not in (np.float16, np.float32, np.float64):  # bfloat16 and other 16-bit floats: exact in float32
+    if scores.dtype not in (np.float16, np.float32, np.float64):
+        if scores.dtype.kind not in "fV" or scores.dtype.itemsize != 2:  # bfloat16 (ml_dtypes): exact in float32
+            raise ValueError(f"{path.name}: `top_scores` must be float16, bfloat16, float32 or float64, got "
+                             f"{scores.dtype}")
         scores = scores.astype(np.float32)
     scores = np.ascontiguousarray(scores)
     arrays = {"top_columns": np.ascontiguousarray(columns), "top_scores": scores,

@@ -222,9 +222,13 @@ def recall_at_1(summary_rows: Sequence[dict]) -> dict[str, float]:
 
 
 def board_row(results: dict, **fields) -> dict:
-    """One board row of ``results`` (``{gallery key: R@1}``): the clean R@1, each attack's and the means."""
+    """One board row of ``results`` (``{gallery key: R@1}``): the clean R@1, each attack's and the means.
+
+    A mean is over every text attack (or every image attack, all seeds) or none: a mean over some of them would
+    sort beside full means as if it were one."""
     text = [results[f"{attack}/image_to_text"] for attack in TEXT_ATTACKS if f"{attack}/image_to_text" in results]
     image = [results[f"{attack}/text_to_image"] for attack in IMAGE_ATTACKS if f"{attack}/text_to_image" in results]
+    text, image = (text if len(text) == len(TEXT_ATTACKS) else []), (image if len(image) == len(IMAGE_ATTACKS) else [])
     row = {"model": fields["model"], "kind": fields["kind"],
            "clean R@1 (i2t)": results.get("clean/image_to_text"), "clean R@1 (t2i)": results.get("clean/text_to_image"),
            "text attacks R@1 (i2t, mean)": results.get("text/image_to_text", _mean(text)),

@@ -128,7 +128,7 @@ def write_report(results: dict, out: Path, meta: dict, layouts=None, source=None
     if analysis is not None:
         markdown += "\n" + analysis_markdown(analysis) + "\n"
     paths["markdown"] = write_atomic(out / "report.md", lambda handle: handle.write(markdown.encode("utf-8")))
-    card = model_card_metadata(rows, meta.get("model")).encode("utf-8")
+    card = model_card_metadata(rows, meta.get("model"), getattr(source, "benchmark", None)).encode("utf-8")
     paths["model_card"] = write_atomic(out / "model-card.md", lambda handle: handle.write(card))
     try:
         paths["chart"] = plot_recall(rows, out / "recall.png")
@@ -141,13 +141,16 @@ def write_report(results: dict, out: Path, meta: dict, layouts=None, source=None
 
 
 
-def model_card_metadata(rows, model_name=None) -> str:
+def model_card_metadata(rows, model_name=None, benchmark=None) -> str:
     """The results as Hugging Face model-card metadata (``model-index``, made by huggingface_hub's
     ``ModelCardData``), a YAML block for an author to paste at the top of a model's README.
 
     Each gallery row gives its R@1 (``recall@1``), and an attacked one its false rate (``false_rate``), under the
     task ``image-text-retrieval`` and the dataset ``rococo`` with the attack as its config; a mean over seeds has
-    the method (``mix``, ``patch``) as its config.
+    the method (``mix``, ``patch``) as its config. A generated ``benchmark``
+    (:class:`~rococo_eval.data.manifest.Benchmark`) is named as such (``rococo-generated``, with its folder's
+    name), not as RoCOCO. A number with bounds (what a compact file's ties decide) is left out: a model card gives
+    decided numbers only.
 
     Example:
         >>> rows = [{"attack": "rand_voca", "direction": "image_to_text", "recall@1": 37.5, "false_rate": 60.0}]
@@ -156,6 +159,8 @@ def model_card_metadata(rows, model_name=None) -> str:
     """
     from huggingface_hub import EvalResult, ModelCardData
 
+    dataset_type, dataset_name = ("rococo", "RoCOCO") if benchmark is None else (
+        "rococo-generated", f"RoCOCO-style benchmark: {Path(benchmark.root).name}")
     results = []
     for row in rows:
         if row.get("recall@1") is None:
@@ -164,10 +169,12 @@ def model_card_metadata(rows, model_name=None) -> str:
         label = f"{row['attack']}{' (mean of seeds)' if 'seeds' in row else ''} {direction}"
         metrics = [("recall@1", "R@1")] + ([("false_rate", "false rate")] if row["attack"] != CLEAN else [])
         for metric, name in metrics:
-            if row.get(metric) is None or (isinstance(row[metric], float) and math.isnan(row[metric])):
+            if row.get(metric) is None or (isinstance(row[metric], float) and math.isnan(row[metric])) or \
+                    row.get(f"{metric}_bounds") is not None:
                 continue
             results.append(EvalResult(task_type="image-text-retrieval", task_name="Image-text retrieval (RoCOCO)",
-                                      dataset_type="rococo", dataset_name="RoCOCO", dataset_config=row["attack"],
+                                      dataset_type=dataset_type, dataset_name=dataset_name,
+                                      dataset_config=row["attack"],
                                       dataset_split="test", metric_type=metric, metric_name=f"{label} {name}",
                                       metric_value=round(float(row[metric]), 2)))
     card = ModelCardData(model_name=str(model_name or "your-model"), eval_results=results or None)

@@ -224,3 +224,19 @@ def test_analysis_markdown_and_word_chart(tmp_path):
     two = report.plot_word_rates({"by_word": {"danger": table, "rand_voca": table}}, tmp_path / "two.png")
     with Image.open(one) as first, Image.open(two) as second:
         assert second.size[0] > first.size[0] and first.size[1] == second.size[1]
+
+
+def test_model_card_leaves_out_bounded_numbers_and_names_rococo():
+    """A number that a compact file's ties decide is not put in a model card; the rest are, under RoCOCO."""
+    import yaml
+
+    from rococo_eval.reporting.report import model_card_metadata
+
+    rows = [{"attack": "clean", "direction": "image_to_text", "recall@1": 80.0},
+            {"attack": "rand_voca", "direction": "image_to_text", "recall@1": 50.0, "recall@1_bounds": (50.0, 51.0),
+             "false_rate": 30.0}]
+    card = yaml.safe_load(model_card_metadata(rows, "m").strip("-\n"))
+    results = card["model-index"][0]["results"]
+    metrics = [(result["dataset"]["config"], metric["type"]) for result in results for metric in result["metrics"]]
+    assert sorted(metrics) == [("clean", "recall@1"), ("rand_voca", "false_rate")]
+    assert {result["dataset"]["type"] for result in results} == {"rococo"}

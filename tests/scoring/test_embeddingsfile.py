@@ -154,6 +154,8 @@ def test_run_writes_the_results_as_model_card_metadata(saved):
 
     card = ModelCard.load(saved / "run" / "model-card.md")
     summary = report(saved / "run")["summary"]
+    assert {(result.dataset_type, result.dataset_name) for result in card.data.eval_results} == {
+        ("rococo-generated", "RoCOCO-style benchmark: bench")}  # a generated benchmark, not RoCOCO
     results = {(result.dataset_config, result.metric_name): result.metric_value for result in card.data.eval_results}
     assert card.data.model_name == report(saved / "run")["meta"]["model"]
     assert len(results) == len(summary) + sum(row["attack"] != "clean" for row in summary)

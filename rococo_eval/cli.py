@@ -144,7 +144,9 @@ def build_parser() -> argparse.ArgumentParser:
                                             "(rand_voca:dataset=PATH). An attacked image-to-text gallery has the "
                                             f"same shape in either order, {describe_orders()}: give its ORDER, or "
                                             "it is read from the scores when they clearly show it, and refused when "
-                                            "they do not.")
+                                            "they do not. A re-ranker's compact file (run --compact-scores: "
+                                            "top_columns, top_scores, fill, num_gallery) is scored as its full "
+                                            "matrix; an embeddings file (run --save-embeddings) as run scores it.")
     score.add_argument("files", nargs="+", metavar="FILE", help="[ATTACK:DIRECTION:ORDER=]PATH")
     score.add_argument("--images-dir", help="COCO root holding val2014/: needed for an embeddings file, whose image "
                                             "fingerprints are checked against the images")

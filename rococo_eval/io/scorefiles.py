@@ -235,7 +235,7 @@ def read_scores(path, key: str | None = None, limit: int | None = None):
     info = read_header(path, key, limit)
     logger.debug("reading %s: %s %s", info.path.name, info.dtype, info.shape)
     if info.is_compact:
-        return read_top_k(info.path, limit)
+        return _top_k_of(info)
     return _read_member(info.path, info.key)
 
 
@@ -257,9 +257,14 @@ def read_top_k(path, limit: int | None = None) -> TopKScores:
     info = read_header(path, limit=limit)
     if not info.is_compact:
         raise ValueError(f"{info.path.name}: not a compact score file (it holds no `top_columns`)")
-    fill, num_gallery = (_read_member(info.path, name) for name in ("fill", "num_gallery"))
+    return _top_k_of(info)
+
+
+def _top_k_of(info: ScoreFileInfo) -> TopKScores:
+    """The arrays of the compact file whose checked header is ``info`` (its shape gives ``num_gallery``)."""
+    fill = _read_member(info.path, "fill")
     return TopKScores(_read_member(info.path, "top_columns"), _read_member(info.path, "top_scores"),
-                      float(np.asarray(fill).reshape(())), int(np.asarray(num_gallery).reshape(())))
+                      float(np.asarray(fill).reshape(())), info.shape[1])
 
 
 def read_layout_arrays(path, limit: int | None = None) -> dict:
@@ -320,6 +325,10 @@ def read_adversarial(path, limit: int = MAX_SIDE_FILE_BYTES) -> np.ndarray:
 
 def _compact_header(path: Path, members: dict, limit: int) -> ScoreFileInfo:
     """The header of a compact score file, checked: its four arrays, their dtypes and shapes, and its gallery."""
+    full = [name for name in SCORE_KEYS if name in members]
+    if full:
+        raise ValueError(f"{path.name}: holds a full score matrix ({full[0]}) and a compact one (top_columns): keep "
+                         "one of them in the file")
     missing = [name for name in TOP_K_KEYS if name not in members]
     if missing:
         raise ValueError(f"{path.name}: a compact score file holds {', '.join(TOP_K_KEYS)}; this one lacks "

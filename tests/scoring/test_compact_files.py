@@ -113,6 +113,13 @@ def test_a_bad_compact_file_is_refused_by_name(tmp_path, changes, problem):
         read_header(path)
 
 
+def test_a_file_with_a_full_and_a_compact_matrix_is_refused(tmp_path):
+    """Which of the two to score would be a guess that changes every number."""
+    path = write_compact(tmp_path / "both.npz", scores=np.zeros((2, 3), dtype=np.float32))
+    with pytest.raises(ValueError, match="both.npz: holds a full score matrix .scores. and a compact one"):
+        read_header(path)
+
+
 def test_a_compact_file_with_a_repeated_column_is_refused_when_scored(tmp_path):
     from rococo_eval.scoring.plan import PlanError, ScoreRequest, plan_score_files, score_planned
 

@@ -29,17 +29,16 @@ from typing import Mapping
 
 import numpy as np
 
-from rococo_eval.catalog import galleries
+from rococo_eval.catalog import galleries, gallery_key
 from rococo_eval.data.configs import CAPTIONS_CONFIG, IMAGES_CONFIG
 from rococo_eval.io.atomic import write_atomic
-from rococo_eval.layout import recall_cutoffs
 from rococo_eval.models.custom import normalised
 from rococo_eval.scoring.galleries import (
     adversarial_captions,
     altered_images,
     ground_truth_captions,
     original_images,
-    score_gallery,
+    score_embedding_gallery,
 )
 
 logger = logging.getLogger(__name__)
@@ -229,17 +228,14 @@ def expected_name(source, attack: str) -> str:
 
 def score_embeddings(vectors: Mapping[str, np.ndarray], source, attacks, **metric_kwargs) -> dict[str, dict]:
     """Both clean galleries and each attack's, scored from the item sets' vectors exactly as ``run`` scores a dual
-    encoder (:func:`~rococo_eval.scoring.galleries.score_gallery`, with per-query arrays); ``metric_kwargs``
+    encoder (:func:`~rococo_eval.scoring.galleries.score_embedding_gallery`, with per-query arrays); ``metric_kwargs``
     (``ties``, ``bootstrap``, ...) go to the metric."""
+    named = {"images": vectors[IMAGES], "captions": vectors[CAPTIONS],
+             **{attack: vectors[expected_name(source, attack)] for attack in attacks}}
     results = {}
     for attack, direction in galleries(attacks):
-        layout = source.gallery(attack, direction, "official")
-        key = f"{attack}/{direction}"
-        images, captions = vectors[IMAGES], vectors[CAPTIONS]
-        queries, originals = (images, captions) if direction == "image_to_text" else (captions, images)
-        adversarial = vectors.get(expected_name(source, attack)) if attack != "clean" else None
-        results[key] = score_gallery(layout, queries, originals, adversarial,
-                                     k=recall_cutoffs(layout.num_gallery, key), per_query=True, **metric_kwargs)
+        key = gallery_key(attack, direction)
+        results[key] = score_embedding_gallery(source, attack, direction, named, **metric_kwargs)
         logger.info("%s: R@1 %.2f", key, results[key]["recall@1"])
     return results
 

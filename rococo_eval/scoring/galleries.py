@@ -85,6 +85,17 @@ def score_gallery(layout, queries: np.ndarray, originals: np.ndarray, adversaria
                          **layout.metric_inputs(), **metric_kwargs)
 
 
+def score_embedding_gallery(source, attack: str, direction: str, vectors, **metric_kwargs) -> dict:
+    """One gallery of a dual encoder scored from its item sets' vectors (``vectors["images"]``,
+    ``vectors["captions"]`` and, for an attack, ``vectors[attack]``), at the cut-offs the gallery allows, with the
+    per-query arrays: what ``run`` and an embeddings file (:mod:`rococo_eval.scoring.embeddingsfile`) both give."""
+    query_key, original_key = ("images", "captions") if direction == IMAGE_TO_TEXT else ("captions", "images")
+    layout = source.gallery(attack, direction, "official")
+    return score_gallery(layout, vectors[query_key], vectors[original_key], vectors.get(attack),
+                         k=recall_cutoffs(layout.num_gallery, gallery_key(attack, direction)), per_query=True,
+                         **metric_kwargs)
+
+
 def score_model(model, source, attacks: Sequence[str], cache: EmbeddingCache, reranker=None,
                 save_scores=None, processes=ONE, compact_scores: bool = False) -> dict[str, dict]:
     """Embed what ``attacks`` need (through ``cache``), then score both clean galleries and each attack.
@@ -142,11 +153,9 @@ def score_model(model, source, attacks: Sequence[str], cache: EmbeddingCache, re
             continue
         k = recall_cutoffs(layout.num_gallery, key)
         if reranker is None and save_scores is None:
-            results[key] = score_gallery(layout, vectors[query_key], vectors[original_key], vectors.get(attack),
-                                         k=k, per_query=True)
+            results[key] = score_embedding_gallery(source, attack, direction, vectors)
         elif reranker is None:
             from rococo_eval.io.savedscores import ScoreMatrixWriter, score_file_name
-            from rococo_eval.scoring.rerank import block_metric
 
             blocks = _embedding_blocks(layout, vectors[query_key], [vectors[name] for name in pool_keys])
             path = Path(save_scores) / score_file_name(attack, direction)
@@ -187,6 +196,26 @@ def _score_reranked(reranker, layout, queries, pool, k, save_scores, compact_sco
         logger.info("%s/%s: scores saved to %s", attack, direction, path)
     return rococo_recall(top_columns=columns, top_scores=top_scores, fill=FILL, num_gallery=layout.num_gallery,
                          **layout.metric_inputs(), k=k, per_query=True)
+
+
+def block_metric(blocks, layout, writer=None, **metric_kwargs) -> dict:
+    """The RoCOCO Recall of a gallery given as ``(first row, rows)`` blocks; each block also goes to ``writer``.
+
+    Example:
+        >>> from rococo_eval.layout import gallery_layout
+        >>> layout = gallery_layout("clean", "text_to_image", [1, 1])
+        >>> block_metric([(0, np.eye(2, dtype=np.float32))], layout, k=1)["recall@1"]
+        100.0
+    """
+    from rococo_recall import RankAccumulator  # the metric (with numpy only): loaded where a gallery is scored
+
+    references = layout.metric_inputs()["references"]
+    accumulator = RankAccumulator(adversarial=layout.adversarial)
+    for start, rows in blocks:
+        accumulator.update(rows, references[start:start + len(rows)])
+        if writer is not None:
+            writer.write(start, rows)
+    return accumulator.compute(**metric_kwargs)
 
 
 def _embedding_blocks(layout, queries: np.ndarray, pool: Sequence[np.ndarray]) -> Iterator[tuple[int, np.ndarray]]:

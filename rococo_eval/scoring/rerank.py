@@ -225,14 +225,17 @@ class Reranker:
         return self._stores[key]
 
     def scores(self, layout, queries: Side, pool: Sequence[Side]) -> np.ndarray:
-        """The whole score matrix of one gallery (queries x gallery, official order), float32."""
+        """The whole score matrix of one gallery (queries x gallery, official order), float32, after every ITM score
+        it needs is stored. Arguments as :meth:`rerank`."""
+        columns, itc, logits = self.rerank(layout, queries, pool)
         matrix = np.empty((layout.num_queries, layout.num_gallery), dtype=np.float32)
-        for start, rows in self.score_blocks(layout, queries, pool):
+        for start, rows in full_blocks(columns, logits + itc, layout.num_gallery):
             matrix[start:start + len(rows)] = rows
         return matrix
 
-    def score_blocks(self, layout, queries: Side, pool: Sequence[Side]) -> Iterator[tuple[int, np.ndarray]]:
-        """The gallery's score matrix as ``(first row, rows)`` blocks, after every ITM score it needs is stored.
+    def rerank(self, layout, queries: Side, pool: Sequence[Side]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Each query's top-k gallery columns by ITC, their ITC scores and their ITM logits (all stored first):
+        three ``(queries, k)`` arrays.
 
         Args:
             layout: the gallery's :class:`~rococo_eval.layout.GalleryLayout`; its ``gallery_rows`` index the
@@ -240,12 +243,6 @@ class Reranker:
             queries: the query side (the test images for image-to-text, the ground-truth captions otherwise).
             pool: the sides whose items make the gallery: originals, then the altered items if any.
         """
-        columns, itc, logits = self.rerank(layout, queries, pool)
-        yield from full_blocks(columns, logits + itc, layout.num_gallery)
-
-    def rerank(self, layout, queries: Side, pool: Sequence[Side]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Each query's top-k gallery columns by ITC, their ITC scores and their ITM logits (all stored first):
-        three ``(queries, k)`` arrays. Arguments as :meth:`score_blocks`."""
         k = min(self.k, layout.num_gallery)
         columns, itc = self._top_k(layout, queries, pool, k)
         offsets = np.cumsum([0] + [len(side.items) for side in pool])
@@ -389,26 +386,6 @@ def _block_rows(num_gallery: int) -> int:
     from rococo_recall import score_block_rows  # the metric (with numpy only): loaded where a gallery is scored
 
     return score_block_rows(num_gallery)
-
-
-def block_metric(blocks, layout, writer=None, **metric_kwargs) -> dict:
-    """The RoCOCO Recall of a gallery given as ``(first row, rows)`` blocks; each block also goes to ``writer``.
-
-    Example:
-        >>> from rococo_eval.layout import gallery_layout
-        >>> layout = gallery_layout("clean", "text_to_image", [1, 1])
-        >>> block_metric([(0, np.eye(2, dtype=np.float32))], layout, k=1)["recall@1"]
-        100.0
-    """
-    from rococo_recall import RankAccumulator  # the metric (with numpy only): loaded where a gallery is scored
-
-    references = layout.metric_inputs()["references"]
-    accumulator = RankAccumulator(adversarial=layout.adversarial)
-    for start, rows in blocks:
-        accumulator.update(rows, references[start:start + len(rows)])
-        if writer is not None:
-            writer.write(start, rows)
-    return accumulator.compute(**metric_kwargs)
 
 
 def _groups(image_rows: np.ndarray, images_per_group: int, pairs_per_group: int) -> list[tuple[int, int]]:

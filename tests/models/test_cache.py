@@ -188,41 +188,46 @@ def test_models_without_preprocessing_are_given_the_images(tmp_path):
     assert np.array_equal(vectors, MeanColour().encode_images(images))
 
 
-class Lengths:
-    """A stand-in model for the cache: a caption's embedding is (length, 1); it records each batch."""
+class Recorder:
+    """A stand-in text model for the cache: a text's embedding is (its length, the sum of its characters / 1000);
+    it records each batch it is given (``sizes``: their lengths)."""
 
-    name, fingerprint = "lengths", "f" * 64
+    name, fingerprint = "recorder", "1" * 64
 
     def __init__(self):
         self.batches = []
 
+    @property
+    def sizes(self):
+        return [len(batch) for batch in self.batches]
+
     def encode_texts(self, texts):
-        self.batches.append(len(texts))
-        return np.array([[len(text), 1.0] for text in texts], dtype=np.float32)
+        self.batches.append(list(texts))
+        return np.array([[len(text), sum(map(ord, text)) / 1000.0] for text in texts], dtype=np.float32)
 
 
 def test_cache_resumes_with_another_batch_size_and_drops_broken_shards(tmp_path):
     texts = ground_truth_captions_of(["a" * n for n in range(10)])
-    folder = EmbeddingCache(tmp_path).folder(Lengths(), texts)
-    model = Lengths()
+    folder = EmbeddingCache(tmp_path).folder(Recorder(), texts)
+    model = Recorder()
     model.encode_texts = interrupt_after(model.encode_texts, calls=2)
     with pytest.raises(KeyboardInterrupt):
         EmbeddingCache(tmp_path, batch_size=3).embeddings(model, texts)
     assert sorted(path.name for path in folder.glob("rows-*")) == ["rows-000000-000003.npy", "rows-000003-000006.npy"]
     (folder / "rows-000003-000006.npy").write_bytes(b"torn")
-    model = Lengths()
+    model = Recorder()
     vectors = EmbeddingCache(tmp_path, batch_size=4).embeddings(model, texts)
-    assert vectors[:, 0].tolist() == list(range(10)) and model.batches == [4, 3]
+    assert vectors[:, 0].tolist() == list(range(10)) and model.sizes == [4, 3]
     assert sorted(path.name for path in folder.iterdir()) == ["embeddings.npy", "manifest.json"]
 
 
 def test_cache_keys_on_content(tmp_path):
-    model, cache = Lengths(), EmbeddingCache(tmp_path)
+    model, cache = Recorder(), EmbeddingCache(tmp_path)
     cache.embeddings(model, ground_truth_captions_of(["a", "bb"]))
     assert cache.embeddings(model, ground_truth_captions_of(["a", "bbb"]))[:, 0].tolist() == [1.0, 3.0]
-    assert model.batches == [2, 2]
+    assert model.sizes == [2, 2]
     cache.embeddings(model, ground_truth_captions_of(["a", "bb"]))
-    assert model.batches == [2, 2]
+    assert model.sizes == [2, 2]
 
 
 def ground_truth_captions_of(captions):
@@ -272,19 +277,6 @@ def test_a_models_wrong_output_is_refused_and_nothing_is_cached(tmp_path, vector
     assert str(caught.value) == problem
     assert not cache.is_complete(Broken(), items)
     assert [path.name for path in cache.folder(Broken(), items).iterdir()] == ["manifest.json"]
-
-
-class Recorder:
-    """A text model that embeds each text by its characters and records each batch it is given."""
-
-    name, fingerprint = "recorder", "1" * 64
-
-    def __init__(self):
-        self.batches = []
-
-    def encode_texts(self, texts):
-        self.batches.append(list(texts))
-        return np.array([[len(text), sum(map(ord, text)) / 1000.0] for text in texts], dtype=np.float32)
 
 
 @pytest.mark.parametrize("world", [1, 2, 3, 5])

@@ -14,8 +14,7 @@ from rococo_eval.catalog import TEXT_TO_IMAGE
 from rococo_eval.io.savedscores import ScoreMatrixWriter
 from rococo_eval.io.scorefiles import read_scores
 from rococo_eval.layout import gallery_layout
-from rococo_eval.scoring.galleries import _embedding_blocks, score_gallery
-from rococo_eval.scoring.rerank import block_metric
+from rococo_eval.scoring.galleries import _embedding_blocks, block_metric, score_gallery
 from rococo_recall import embedding_score_blocks, rococo_recall, score_block_rows
 
 

@@ -436,7 +436,8 @@ def _score_embeddings_file(args, source, out: Path) -> Path:
     path = split_file_argument(args.files[0])[1]
     vectors, metadata, attacks = read_embeddings_file(path, source)
     results = score_embeddings(vectors, source, attacks)
-    meta = {"model": metadata.get("model"), "embeddings_file": str(path), "attacks": list(attacks)}
+    meta = {"model": metadata.get("model"), "similarity": metadata.get("similarity", "cosine"),
+            "embeddings_file": str(path), "attacks": list(attacks)}
     _report(results, out, meta, args.quiet, gallery_layouts(source, attacks), source)
     return out
 

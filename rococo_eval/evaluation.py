@@ -28,6 +28,7 @@ from rococo_eval.catalog import select_names
 from rococo_eval.io.download import default_cache_dir
 from rococo_eval.models.cache import DEFAULT_BATCH_SIZE, EmbeddingCache
 from rococo_eval.models.custom import as_image_text_model
+from rococo_eval.models.similarity import DEFAULT_SIMILARITY
 from rococo_eval.processes import ONE
 from rococo_eval.reporting.analysis import split_per_query
 from rococo_eval.reporting.report import summary_rows, write_report
@@ -47,7 +48,8 @@ def evaluate_model(model, source=None, *, attacks: Union[str, Sequence[str]] = "
 
     Args:
         model: a model of this package, or any object with ``encode_images`` and ``encode_texts`` and the
-            optional hooks of :mod:`rococo_eval.models.custom` (its embeddings are L2-normalised).
+            optional hooks of :mod:`rococo_eval.models.custom` (scored as its ``similarity`` says:
+            cosine by default).
         source: the benchmark (:class:`~rococo_eval.data.source.RococoSource`); default: RoCOCO with the COCO
             test images in ``images_dir``, or the generated benchmark folder ``benchmark``.
         attacks: ``"all"``, ``"text"``, ``"image"``, or attack names (a list, or one comma-separated string).
@@ -103,6 +105,7 @@ def evaluate_model(model, source=None, *, attacks: Union[str, Sequence[str]] = "
         return {}
     device = getattr(model, "device", None)  # its kind: "cuda", whichever GPU a process of a launch took
     report_meta = {"model": model.name, "model_fingerprint": model.fingerprint,
+                   "similarity": getattr(model, "similarity", DEFAULT_SIMILARITY),
                    "precision": getattr(model, "precision", None),
                    "device": str(device).split(":")[0] if device is not None else None, "attacks": list(attacks),
                    "images_dir": str(source.images_dir), **(meta or {})}
@@ -119,7 +122,8 @@ def evaluate_model(model, source=None, *, attacks: Union[str, Sequence[str]] = "
 
         sets = item_sets(source, attacks)
         write_embeddings_file(save_embeddings, {name: cache.embeddings(model, items) for name, items in sets.items()},
-                              {name: items.fingerprint for name, items in sets.items()}, model.name)
+                              {name: items.fingerprint for name, items in sets.items()}, model.name,
+                              getattr(model, "similarity", DEFAULT_SIMILARITY))
         report_meta["embeddings_file"] = str(save_embeddings)
         logger.info("embeddings of %d item sets saved to %s", len(sets), save_embeddings)
     if out is not None:

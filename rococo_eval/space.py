@@ -208,7 +208,8 @@ def evaluate_embeddings_file(paths, source, options: ScoringOptions) -> Evaluati
     name = Path(paths[0]).name
     for row in rows:
         row["file"] = name
-    meta = {"model": metadata.get("model"), "embeddings_file": name, "attacks": list(attacks)}
+    meta = {"model": metadata.get("model"), "similarity": metadata.get("similarity", "cosine"),
+            "embeddings_file": name, "attacks": list(attacks)}
     if not options.is_default:
         meta["settings"] = {"ties": options.ties, "bootstrap": options.bootstrap}
     found = analysis.analyse(per_query, layouts, source)

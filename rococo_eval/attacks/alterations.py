@@ -94,6 +94,11 @@ class AlteredImages(Sequence):
     def __len__(self):
         return len(self.alterations)
 
+    @property
+    def image_files(self) -> list[str]:
+        """The file of the original each altered copy was made from (whose name the official script keeps)."""
+        return self.source.image_files
+
     def __getitem__(self, index) -> Image.Image:
         return decode_image(self.jpeg(index), f"the altered copy of image {index}")
 

@@ -1,6 +1,7 @@
-"""Image-text models behind one small interface: L2-normalised image and caption embeddings.
+"""Image-text models behind one small interface: image and caption embeddings scored by their dot product.
 
-Two families are supported, named the way the ``rococo-eval`` command takes them:
+The families, named the way the ``rococo-eval`` command takes them (:data:`MODEL_FORMS`; :func:`load_model` looks
+the prefix up in one registry):
 
 - ``open_clip:ARCH/PRETRAINED``: an open_clip architecture and pretrained tag (``ViT-B-32/openai``), or a
   checkpoint file after the slash; ``none`` builds the architecture with random weights.
@@ -9,8 +10,16 @@ Two families are supported, named the way the ``rococo-eval`` command takes them
   and ``get_text_features``, its tokenizer and image processor, from the Hub or a local folder.
 - ``blip:PATH.pth``: an official BLIP retrieval checkpoint (``model_base_retrieval_coco.pth``), converted to
   ``transformers`` when loaded (:mod:`rococo_eval.models.blip_official`).
+- ``vse:PATH.pth``: an official VSE infinity checkpoint (``model_best.pth``), built from the options saved in it
+  (:mod:`rococo_eval.models.vse_infty`).
+- ``pcmepp:REPO_OR_FOLDER``: an official PCME++ checkpoint, probabilistic embeddings scored by CSD
+  (:mod:`rococo_eval.models.pcmepp`).
+- ``module:callable``: the user's own model (:mod:`rococo_eval.models.custom`).
 
-Both need the optional ``models`` extra (torch, open_clip_torch, transformers). Images are preprocessed
+Embeddings are L2-normalised (cosine similarity) unless the model's ``similarity`` says otherwise
+(:mod:`rococo_eval.models.similarity`: PCME++ is ``csd``). The built-in families need the optional ``models`` extra
+(torch, open_clip_torch, transformers; VSE infinity also OpenCV and its backbones' weights from the checkpoint).
+Images are preprocessed
 here with PIL and NumPy, exactly as open_clip's evaluation transform does for its ``shortest`` and
 ``squash`` resize modes, so open_clip's torchvision-based transforms are never called; ``hf:`` models use
 their own image processor's output, reproduced bit for bit by :class:`ProcessorReplica` where it can. Both
@@ -32,6 +41,7 @@ Example:
 from __future__ import annotations
 
 import hashlib
+import importlib
 import json
 import logging
 import os
@@ -42,6 +52,7 @@ import numpy as np
 from PIL import Image
 
 from rococo_eval.models.cache import weights_digest
+from rococo_eval.models.similarity import DEFAULT_SIMILARITY
 
 logger = logging.getLogger(__name__)
 
@@ -53,6 +64,9 @@ MODEL_FORMS = (
     "hf:REPO_OR_PATH (a transformers dual encoder, e.g. hf:openai/clip-vit-base-patch32, or a BLIP/BLIP-2 "
     "retrieval checkpoint, e.g. hf:Salesforce/blip-itm-base-coco)",
     "blip:PATH.pth (an official BLIP retrieval checkpoint, e.g. blip:model_base_retrieval_coco.pth)",
+    "vse:PATH.pth (an official VSE infinity checkpoint, e.g. vse:coco_wsl_grid_bert/model_best.pth)",
+    "pcmepp:REPO_OR_FOLDER (an official PCME++ checkpoint, scored by CSD, e.g. "
+    "pcmepp:SanghyukChun/PCMEPP-ViT-B-16-CC3M-12M-RedCaps-256M)",
     "module:callable (your own model: callable() returns an object with encode_images and encode_texts, "
     "e.g. my_models:load_model; see rococo_eval.models.custom)",
 )
@@ -124,7 +138,8 @@ class TokenizingModel(ImageTextModel, Protocol):
 
 @dataclass(frozen=True)
 class ModelName:
-    """A parsed model name: ``library`` is ``"open_clip"``, ``"hf"`` or ``"blip"``; ``pretrained`` is None for none."""
+    """A parsed model name: ``library`` is ``"open_clip"``, ``"hf"``, ``"blip"``, ``"vse"``, ``"pcmepp"`` or
+    ``"python"`` (``module:callable``); ``pretrained`` is None for none."""
 
     library: str
     name: str
@@ -148,7 +163,7 @@ def parse_model_name(text: str) -> ModelName:
         rococo_eval.models.adapters.ModelError: unknown model name 'clip-vit'; accepted forms: ...
     """
     library, sep, rest = str(text).partition(":")
-    if sep and rest and library in ("hf", "blip"):
+    if sep and rest and library in ("hf", "blip", "vse", "pcmepp"):
         return ModelName(library, rest, None)
     if sep and rest and library == "open_clip":
         if rest.startswith(_OPEN_CLIP_SCHEMAS):
@@ -174,20 +189,22 @@ def load_model(name: str, device: Optional[str] = None, precision: str = "fp32")
 
     Raises:
         ModelError: for an unknown name, architecture or pretrained tag, or a model that is no dual encoder
-            (BLIP and BLIP-2 retrieval checkpoints load as :mod:`rococo_eval.models.blip`).
+            (BLIP and BLIP-2 retrieval checkpoints load as :mod:`rococo_eval.models.blip`), or a checkpoint of a
+            family that cannot be read (named).
         MissingExtraError: when torch, open_clip or transformers is not installed.
     """
     parsed = parse_model_name(name)
     if precision not in PRECISIONS:
         raise ValueError(f"`precision` must be one of {PRECISIONS}, got {precision!r}")
-    if parsed.library == "open_clip":
-        return OpenClipModel(name, parsed, device, precision)
-    if parsed.library == "blip":
-        return _load_official_blip(name, parsed.name, device, precision)
-    if parsed.library == "python":
-        from rococo_eval.models.custom import load_callable
+    return _FAMILIES[parsed.library](name, parsed, device, precision)
 
-        return load_callable(name, device, precision)
+
+def _load_open_clip(name: str, parsed: ModelName, device: Optional[str], precision: str):
+    return OpenClipModel(name, parsed, device, precision)
+
+
+def _load_transformers(name: str, parsed: ModelName, device: Optional[str], precision: str):
+    """``hf:REPO_OR_PATH``: a dual encoder, or a BLIP / BLIP-2 retrieval checkpoint (scored in two stages)."""
     from rococo_eval.models import (
         blip as rerank_models,  # BLIP and BLIP-2 retrieval checkpoints, scored in two stages (scoring.rerank)
     )
@@ -196,22 +213,44 @@ def load_model(name: str, device: Optional[str] = None, precision: str = "fp32")
     transformers = _import("transformers")
     try:
         if rerank_models.is_reranking_config(transformers.AutoConfig.from_pretrained(parsed.name)):
-            return rerank_models.load_reranking_model(name, parsed.name, _TorchModel(name, device, precision))
+            return rerank_models.load_reranking_model(name, parsed.name, TorchModel(name, device, precision))
     except (OSError, ValueError) as error:
         raise ModelError(f"cannot load {name!r} with transformers: {error}") from error
     return HFModel(name, parsed, device, precision)
 
 
-def _load_official_blip(name: str, path: str, device: Optional[str], precision: str):
-    """``blip:PATH.pth``: an official BLIP retrieval checkpoint, converted (:mod:`rococo_eval.models.blip_official`)."""
-    _import("torch")
-    _import("transformers")
-    from rococo_eval.models import blip_official
+def _checkpoint_family(module: str, loader: str):
+    """The loader of a family read from its official checkpoints: ``rococo_eval.models.<module>.<loader>(name, path,
+    base)``, its :class:`~rococo_eval.models.checkpoints.CheckpointError` turned into a :class:`ModelError`."""
 
-    try:
-        return blip_official.load_official_checkpoint(name, path, _TorchModel(name, device, precision))
-    except blip_official.CheckpointError as error:
-        raise ModelError(str(error)) from error
+    def load(name: str, parsed: ModelName, device: Optional[str], precision: str):
+        _import("torch")
+        _import("transformers")
+        from rococo_eval.models.checkpoints import CheckpointError
+
+        family = importlib.import_module(f"rococo_eval.models.{module}")
+        try:
+            return getattr(family, loader)(name, parsed.name, TorchModel(name, device, precision))
+        except CheckpointError as error:
+            raise ModelError(str(error)) from error
+
+    return load
+
+
+def _load_callable(name: str, parsed: ModelName, device: Optional[str], precision: str):
+    from rococo_eval.models.custom import load_callable
+
+    return load_callable(name, device, precision)
+
+
+_FAMILIES = {
+    "open_clip": _load_open_clip,
+    "hf": _load_transformers,
+    "blip": _checkpoint_family("blip_official", "load_official_checkpoint"),  # BLIP's .pth, converted
+    "vse": _checkpoint_family("vse_infty", "load_vse_infty"),  # VSE infinity's model_best.pth
+    "pcmepp": _checkpoint_family("pcmepp", "load_pcmepp"),  # PCME++'s save_pretrained folder, scored by CSD
+    "python": _load_callable,
+}
 
 
 def clip_preprocess(image: Image.Image, size, mean, std, interpolation: str = "bicubic",
@@ -290,8 +329,12 @@ def resolve_device(device: Optional[str] = None) -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-class _TorchModel:
-    """What both adapters share: the device, the dtype, and turning features into normalised float32."""
+class TorchModel:
+    """The runtime every torch model family shares: the device, the dtype, turning features into normalised float32,
+    and the fingerprint of weights and settings. The adapters here subclass it; the families of their own modules
+    (BLIP, VSE infinity, PCME++) are given one (``base``)."""
+
+    similarity = DEFAULT_SIMILARITY  # rococo_eval.models.similarity: normalised rows, scored by their dot product
 
     def __init__(self, name: str, device: Optional[str], precision: str):
         self.torch = _import("torch")
@@ -300,7 +343,8 @@ class _TorchModel:
         self.device = resolve_device(device)
         self.dtype = {"fp32": self.torch.float32, "fp16": self.torch.float16, "bf16": self.torch.bfloat16}[precision]
 
-    def _place(self, module):
+    def place(self, module):
+        """``module`` on this device, in this dtype, in eval mode."""
         return module.to(device=self.device, dtype=self.dtype).eval()
 
     def encode_images(self, images: Sequence[Image.Image]) -> np.ndarray:
@@ -316,21 +360,25 @@ class _TorchModel:
         """Embed texts: :meth:`tokenize_texts` (the subclass's), then :meth:`encode_tokenized`."""
         return self.encode_tokenized(self.tokenize_texts(texts))
 
-    def _input(self, batch: np.ndarray):
+    def as_input(self, batch: np.ndarray):
+        """A NumPy batch as a tensor on this device, in this dtype."""
         return self.torch.from_numpy(batch).to(device=self.device, dtype=self.dtype)
 
-    def _finish(self, features) -> np.ndarray:
+    def finish(self, features) -> np.ndarray:
+        """Features as float32 NumPy rows of unit length (the cosine similarity's rows)."""
         features = features.float()
         features = features / features.norm(dim=-1, keepdim=True).clamp_min(1e-12)
         return features.cpu().numpy()
 
-    def _fingerprint(self, module, **settings) -> str:
+    def weights_fingerprint(self, module, **settings) -> str:
+        """Hex digest of ``module``'s weights, this precision and ``settings`` (anything else that shapes the
+        embeddings: preprocessing, tokenizer)."""
         digest = hashlib.sha256(weights_digest(module).encode())
         digest.update(json.dumps({"precision": self.precision, **settings}, sort_keys=True, default=str).encode())
         return digest.hexdigest()
 
 
-class OpenClipModel(_TorchModel):
+class OpenClipModel(TorchModel):
     """An open_clip model with its tokenizer; images preprocessed by :func:`clip_preprocess`."""
 
     def __init__(self, name: str, parsed: ModelName, device: Optional[str], precision: str):
@@ -343,10 +391,10 @@ class OpenClipModel(_TorchModel):
             model = open_clip.create_model(parsed.name, pretrained=parsed.pretrained)
         self.preprocess_cfg = dict(open_clip.get_model_preprocess_cfg(model))
         self.tokenizer = open_clip.get_tokenizer(parsed.name)
-        self.fingerprint = self._fingerprint(model, preprocess=self.preprocess_cfg,
+        self.fingerprint = self.weights_fingerprint(model, preprocess=self.preprocess_cfg,
                                              tokenizer=type(self.tokenizer).__name__,
                                              context_length=getattr(self.tokenizer, "context_length", None))
-        self.model = self._place(model)
+        self.model = self.place(model)
         logger.info("loaded %s on %s (%s)", name, self.device, precision)
 
     def preprocess_image(self, image: Image.Image) -> np.ndarray:
@@ -358,7 +406,7 @@ class OpenClipModel(_TorchModel):
     def encode_preprocessed(self, batch: np.ndarray) -> np.ndarray:
         """Embed a batch of :meth:`preprocess_image` outputs."""
         with self.torch.inference_mode():
-            return self._finish(self.model.encode_image(self._input(batch)))
+            return self.finish(self.model.encode_image(self.as_input(batch)))
 
     def tokenize_texts(self, texts: Sequence[str]):
         """open_clip's tokens of ``texts`` (a CPU tensor)."""
@@ -367,10 +415,10 @@ class OpenClipModel(_TorchModel):
     def encode_tokenized(self, tokens) -> np.ndarray:
         """Embed one :meth:`tokenize_texts` output."""
         with self.torch.inference_mode():
-            return self._finish(self.model.encode_text(tokens.to(self.device)))
+            return self.finish(self.model.encode_text(tokens.to(self.device)))
 
 
-class HFModel(_TorchModel):
+class HFModel(TorchModel):
     """A ``transformers`` dual encoder with its tokenizer and image processor."""
 
     def __init__(self, name: str, parsed: ModelName, device: Optional[str], precision: str):
@@ -390,10 +438,10 @@ class HFModel(_TorchModel):
         self.max_length = min(self.tokenizer.model_max_length,
                               getattr(text_config, "max_position_embeddings", self.tokenizer.model_max_length))
         self.padding = "max_length" if config.model_type in _PAD_TO_FULL_LENGTH else True
-        self.fingerprint = self._fingerprint(model, processor=self.processor.to_dict(),
+        self.fingerprint = self.weights_fingerprint(model, processor=self.processor.to_dict(),
                                              vocabulary=_digest_json(self.tokenizer.get_vocab()),
                                              max_length=self.max_length, padding=self.padding)
-        self.model = self._place(model)
+        self.model = self.place(model)
         self.fast_preprocessing = ProcessorReplica.of(self.processor)
         logger.info("loaded %s on %s (%s)%s", name, self.device, precision,
                     "" if self.fast_preprocessing else f"; images go through {type(self.processor).__name__} one by one")
@@ -414,7 +462,7 @@ class HFModel(_TorchModel):
     def encode_preprocessed(self, batch: np.ndarray) -> np.ndarray:
         """Embed a batch of :meth:`preprocess_image` outputs."""
         with self.torch.inference_mode():
-            return self._finish(_features(self.model.get_image_features(pixel_values=self._input(batch))))
+            return self.finish(_features(self.model.get_image_features(pixel_values=self.as_input(batch))))
 
     def tokenize_texts(self, texts: Sequence[str]):
         """The tokenizer's output for ``texts`` (CPU tensors), padded and truncated as the model takes them."""
@@ -424,7 +472,7 @@ class HFModel(_TorchModel):
     def encode_tokenized(self, tokens) -> np.ndarray:
         """Embed one :meth:`tokenize_texts` output."""
         with self.torch.inference_mode():
-            return self._finish(_features(self.model.get_text_features(**tokens.to(self.device))))
+            return self.finish(_features(self.model.get_text_features(**tokens.to(self.device))))
 
 
 class ProcessorReplica:

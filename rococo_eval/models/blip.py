@@ -93,7 +93,7 @@ def load_reranking_model(name: str, path: str, base):
     Args:
         name: the model name as given (``"hf:Salesforce/blip-itm-base-coco"``).
         path: what ``from_pretrained`` reads.
-        base: the device, dtype and fingerprint helper of :mod:`rococo_eval.models.adapters` (its ``_TorchModel``).
+        base: the device, dtype and fingerprint helper of :mod:`rococo_eval.models.adapters` (its ``TorchModel``).
 
     Raises:
         OSError, ValueError: as ``transformers`` raises them for a checkpoint it cannot load.
@@ -235,10 +235,10 @@ class _Reranker:
         self.tokenizer = tokenizer
         self.processor = processor
         self.enc_token_id = self._enc_token_id(model)
-        self.fingerprint = base._fingerprint(model, processor=processor.to_dict(), kind=type(model).__name__,
+        self.fingerprint = base.weights_fingerprint(model, processor=processor.to_dict(), kind=type(model).__name__,
                                              vocabulary=sorted(tokenizer.get_vocab().items()), max_length=MAX_LENGTH,
                                              max_words=self.max_words, enc_token_id=self.enc_token_id)
-        self.model = base._place(model)
+        self.model = base.place(model)
         logger.info("loaded %s (%s, two-stage scoring) on %s (%s)", name, type(model).__name__, self.device,
                     self.precision)
 
@@ -315,7 +315,7 @@ class BlipReranker(_Reranker):
     def encode_preprocessed(self, batch: np.ndarray) -> np.ndarray:
         """L2-normalised ``vision_proj`` of the first image token, float32, one row per image of ``batch``."""
         with self.torch.inference_mode():
-            return self.base._finish(self.model.vision_proj(self._vision(batch)[:, 0, :]))
+            return self.base.finish(self.model.vision_proj(self._vision(batch)[:, 0, :]))
 
     def encode_tokenized(self, tokens: np.ndarray) -> np.ndarray:
         """L2-normalised ``text_proj`` of the text encoder's first token (text only), float32, one row per text of
@@ -323,7 +323,7 @@ class BlipReranker(_Reranker):
         ids, mask = self._tokens(tokens)
         with self.torch.inference_mode():
             hidden = self.model.text_encoder(input_ids=ids, attention_mask=mask).last_hidden_state
-            return self.base._finish(self.model.text_proj(hidden[:, 0, :]))
+            return self.base.finish(self.model.text_proj(hidden[:, 0, :]))
 
     def match(self, features, image_positions, tokens: np.ndarray) -> np.ndarray:
         """ITM logits of class 1, float32: pair ``i`` is image ``features[image_positions[i]]`` (an
@@ -409,7 +409,7 @@ class Blip2Reranker(_Reranker):
         with self.torch.inference_mode():
             output = self.model.qformer(query_embeds=self.model.embeddings(input_ids=ids), query_length=0,
                                         attention_mask=mask).last_hidden_state
-            return self.base._finish(self.model.text_projection(
+            return self.base.finish(self.model.text_projection(
                 output[:, 0, :].to(self.model.text_projection.weight.dtype)))
 
     def similarity(self, image_vectors: np.ndarray, text_vectors: np.ndarray) -> np.ndarray:

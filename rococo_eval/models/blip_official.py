@@ -53,11 +53,13 @@ Example:
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import re
 import sys
 from pathlib import Path
+
+from rococo_eval.models.checkpoints import CheckpointError, load_strictly, load_torch_file
+from rococo_eval.models.checkpoints import read_sidecar as read_settings_file
 
 logger = logging.getLogger(__name__)
 
@@ -84,10 +86,6 @@ _VISION_RENAMES = tuple((re.compile(pattern), replacement) for pattern, replacem
 _REQUIRED = ("visual_encoder.cls_token", "visual_encoder.pos_embed", "visual_encoder.patch_embed.proj.weight",
              "text_encoder.embeddings.word_embeddings.weight", "vision_proj.weight", "text_proj.weight",
              "itm_head.weight")
-
-
-class CheckpointError(ValueError):
-    """A file that is not an official BLIP retrieval checkpoint, or a settings file beside it that is wrong."""
 
 
 def official_to_transformers_key(key: str) -> str | None:
@@ -125,21 +123,14 @@ def read_checkpoint(path, what: str | None = None) -> dict:
         >>> read_checkpoint(path, "`model` 'blip:classifier.pth'")  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
-        rococo_eval.models.blip_official.CheckpointError: `model` 'blip:classifier.pth' is not a BLIP retrieval ...
+        rococo_eval.models.checkpoints.CheckpointError: `model` 'blip:classifier.pth' is not a BLIP retrieval ...
     """
-    import torch
-
     path = Path(path).expanduser()
     what = what or f"`checkpoint` {str(path)!r}"
     if not path.is_file():
         raise CheckpointError(f"{what}: no such file (expected a BLIP retrieval checkpoint such as "
                               "model_base_retrieval_coco.pth)")
-    try:
-        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as error:  # torch raises RuntimeError, UnpicklingError, EOFError, ... for what it cannot read
-        reason = str(error).splitlines()[0] if str(error) else ""
-        raise CheckpointError(f"{what} is not a BLIP retrieval checkpoint: torch.load(weights_only=True) cannot read "
-                              f"it ({type(error).__name__}: {reason})") from error
+    checkpoint = load_torch_file(path, f"{what} is not a BLIP retrieval checkpoint")
     state = checkpoint.get("model") if isinstance(checkpoint, dict) else None
     if not isinstance(state, dict):
         held = f"keys {list(checkpoint)[:5]}" if isinstance(checkpoint, dict) else f"a {type(checkpoint).__name__}"
@@ -164,22 +155,7 @@ def read_sidecar(path, what: str | None = None) -> dict:
         >>> read_sidecar("no-such-folder/model_base_retrieval_coco.pth")
         {}
     """
-    sidecar = Path(path).expanduser().with_suffix(".json")
-    what = what or f"`checkpoint` {str(path)!r}"
-    if not sidecar.is_file():
-        return {}
-    try:
-        settings = json.loads(sidecar.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as error:
-        raise CheckpointError(f"{what}: its settings file {str(sidecar)!r} is not JSON ({error})") from error
-    unknown = sorted(set(settings) - set(SIDECAR_KEYS)) if isinstance(settings, dict) else None
-    if unknown is None or unknown:
-        raise CheckpointError(f"{what}: its settings file {str(sidecar)!r} must be a JSON object with any of "
-                              f"{', '.join(SIDECAR_KEYS)}; got {unknown or type(settings).__name__}")
-    tokenizer = settings.get("tokenizer")
-    if tokenizer is not None and (sidecar.parent / tokenizer).exists():
-        settings["tokenizer"] = str(sidecar.parent / tokenizer)
-    return settings
+    return read_settings_file(path, what or f"`checkpoint` {str(path)!r}", SIDECAR_KEYS)
 
 
 def blip_config(state: dict, settings: dict | None = None, bos_token_id=None, pad_token_id=0, sep_token_id=None):
@@ -300,12 +276,7 @@ def convert_checkpoint(path, what: str | None = None):
         if name is not None:
             converted[name] = value
     model = transformers.BlipForImageTextRetrieval(config)
-    expected = set(model.state_dict())
-    missing, unexpected = sorted(expected - set(converted)), sorted(set(converted) - expected)
-    if missing or unexpected:
-        raise CheckpointError(f"{what} does not fill a BlipForImageTextRetrieval: missing {missing[:5] or 'nothing'}, "
-                              f"unexpected {unexpected[:5] or 'nothing'}")
-    model.load_state_dict(converted, strict=True)
+    load_strictly(model, converted, f"{what} does not fill a BlipForImageTextRetrieval")
     return model.eval(), tokenizer, blip_image_processor(config.vision_config.image_size)
 
 
@@ -333,7 +304,7 @@ def save_converted(path, out_dir) -> Path:
         >>> save_converted("no-such.pth", "out")  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
-        rococo_eval.models.blip_official.CheckpointError: `checkpoint` 'no-such.pth': no such file (expected a ...
+        rococo_eval.models.checkpoints.CheckpointError: `checkpoint` 'no-such.pth': no such file (expected a ...
     """
     model, tokenizer, processor = convert_checkpoint(path)
     out = Path(out_dir).expanduser()

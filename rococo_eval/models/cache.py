@@ -85,10 +85,11 @@ class ItemSet:
 
 
 class LazyImages(Sequence):
-    """``images[i]`` calls ``load(i)``: a sequence of images read only when the cache needs them."""
+    """``images[i]`` calls ``load(i)``: a sequence of images read only when the cache needs them; ``image_files``
+    names them (the annotation file's paths), when known."""
 
-    def __init__(self, load: Callable[[int], object], count: int):
-        self.load, self.count = load, count
+    def __init__(self, load: Callable[[int], object], count: int, image_files: Optional[Sequence[str]] = None):
+        self.load, self.count, self.image_files = load, count, image_files
 
     def __len__(self):
         return self.count
@@ -126,7 +127,9 @@ class EmbeddingCache:
         self.progress = progress
 
     def folder(self, model, items: ItemSet) -> Path:
-        """The folder holding ``model``'s embeddings of ``items``."""
+        """The folder holding ``model``'s embeddings of ``items`` (of what the model embeds for them:
+        :func:`model_inputs`)."""
+        items = model_inputs(model, items)
         safe = re.sub(r"[^A-Za-z0-9_.-]+", "-", items.name)
         return self.root / model.fingerprint[:20] / f"{safe}-{items.fingerprint[:16]}"
 
@@ -136,6 +139,7 @@ class EmbeddingCache:
 
     def embeddings(self, model, items: ItemSet) -> np.ndarray:
         """Return ``model``'s float32 embeddings of ``items``, one row per item, encoding only what is missing."""
+        items = model_inputs(model, items)
         folder = self._open(model, items)
         complete = folder / COMPLETE
         if complete.is_file():
@@ -162,6 +166,7 @@ class EmbeddingCache:
         """
         from rococo_eval.processes import share
 
+        items = model_inputs(model, items)
         folder = self._open(model, items)
         if (folder / COMPLETE).is_file():
             return
@@ -204,6 +209,21 @@ class EmbeddingCache:
         seconds, encoded = time.perf_counter() - started, len(items) - done
         logger.info("%s: %d %ss embedded in %.1f s (%.0f %ss/s)", items.name, encoded, items.kind, seconds,
                     encoded / max(seconds, 1e-9), items.kind)
+
+
+def model_inputs(model, items: ItemSet) -> ItemSet:
+    """What ``model`` embeds for ``items``: ``model.item_inputs(items)`` when the model has that hook (VSE infinity's
+    region variant gives an image set's precomputed region features, with a fingerprint of their own), else
+    ``items``. The hook returns an item set of the same name, kind and length, and gives it back unchanged when
+    handed its own result."""
+    hook = getattr(model, "item_inputs", None)
+    if hook is None:
+        return items
+    inputs = hook(items)
+    if inputs.name != items.name or inputs.kind != items.kind or len(inputs) != len(items):
+        raise ValueError(f"model {model.name!r}: item_inputs({items.name!r}) gave {inputs.name!r} ({inputs.kind}, "
+                         f"{len(inputs)} items), not {items.kind} items of the same set")
+    return inputs
 
 
 def embeddings_of_all(cache: EmbeddingCache, model, item_sets: dict, processes=None) -> dict[str, np.ndarray]:

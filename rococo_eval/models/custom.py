@@ -15,10 +15,13 @@ Optional hooks make the embedding loop faster (:mod:`rococo_eval.models.cache` u
   embedding cache is keyed by it. Without it: the digest of the weights of a ``torch.nn.Module``, else the digest
   of the model's own embeddings of a fixed probe (two captions and one generated image), so that a changed model
   is never read from another's cache;
-- ``name``: how reports name the model (default: the class name, or the ``--model`` spec).
+- ``name``: how reports name the model (default: the class name, or the ``--model`` spec);
+- ``similarity``: how its embeddings are scored (:mod:`rococo_eval.models.similarity`): ``"cosine"`` (the default:
+  every embedding L2-normalised, so scores are cosine similarities, as for the built-in models), ``"dot"`` (the
+  embeddings as given, scored by their dot product), or ``"csd"`` (probabilistic embeddings: each encoder returns a
+  pair ``(means, log_sigmas)``, scored by PCME++'s closed-form sampled distance; ``examples/probabilistic_model.py``).
 
-:func:`as_image_text_model` wraps such an object; every embedding is L2-normalised, so scores are cosine
-similarities, as for the built-in models. ``--model module:callable`` (and :func:`load_callable`) imports
+:func:`as_image_text_model` wraps such an object. ``--model module:callable`` (and :func:`load_callable`) imports
 ``module`` (from the current folder first) and calls ``callable`` to make the model, with ``device`` and
 ``precision`` when it takes them.
 
@@ -50,20 +53,22 @@ import numpy as np
 from PIL import Image
 
 from rococo_eval.models.cache import weights_digest
+from rococo_eval.models.similarity import DEFAULT_SIMILARITY, check_similarity, score_vectors
 
 logger = logging.getLogger(__name__)
 
 REQUIRED = ("encode_images", "encode_texts")
 HOOKS = ("preprocess_image", "encode_preprocessed", "tokenize_texts", "encode_tokenized")
-BUILT_IN_LIBRARIES = ("hf", "blip", "open_clip")  # the prefixes of load_model's own names
+BUILT_IN_LIBRARIES = ("hf", "blip", "open_clip", "vse", "pcmepp")  # the prefixes of load_model's own names
 CALLABLE_SPEC = re.compile(r"(?P<module>[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*):"
                            r"(?P<callable>[A-Za-z_][A-Za-z0-9_]*)")
 _PROBE_TEXTS = ["a man riding a horse on a beach", "two dogs playing with a red frisbee in the park"]
 
 
 class CustomModel:
-    """A user's model as the embedding loop sees it: ``name``, ``fingerprint``, normalised float32 embeddings,
-    and the user's optional hooks (present on this object only when the user's model has them).
+    """A user's model as the embedding loop sees it: ``name``, ``fingerprint``, ``similarity``, float32 rows scored by
+    their dot product (normalised for ``cosine``), and the user's optional hooks (present on this object only when the
+    user's model has them).
 
     Args:
         model: the user's object (see the module docstring).
@@ -77,6 +82,7 @@ class CustomModel:
                             "encode_images(list of PIL images) -> array and encode_texts(list of str) -> array")
         self.model = model
         self.name = str(name or getattr(model, "name", None) or type(model).__name__)
+        self.similarity = check_similarity(getattr(model, "similarity", DEFAULT_SIMILARITY), self.name)
         for pair in (HOOKS[:2], HOOKS[2:]):
             present = [hook for hook in pair if callable(getattr(model, hook, None))]
             if len(present) == 1:
@@ -84,18 +90,21 @@ class CustomModel:
                                (set(pair) - set(present)).pop())
             elif present:
                 self.__dict__[pair[0]] = getattr(model, pair[0])
-                self.__dict__[pair[1]] = self._normalised(getattr(model, pair[1]), pair[1])
+                self.__dict__[pair[1]] = self._scored(getattr(model, pair[1]), pair[1])
         self.fingerprint = self._fingerprint()
 
     def encode_images(self, images) -> np.ndarray:
-        return normalised(self.model.encode_images(list(images)), self.name, "encode_images")
+        return score_vectors(self.similarity, "image", self.model.encode_images(list(images)), self.name,
+                             "encode_images")
 
     def encode_texts(self, texts) -> np.ndarray:
-        return normalised(self.model.encode_texts(list(texts)), self.name, "encode_texts")
+        return score_vectors(self.similarity, "text", self.model.encode_texts(list(texts)), self.name, "encode_texts")
 
-    def _normalised(self, method, method_name: str):
+    def _scored(self, method, method_name: str):
+        side = "image" if method_name == "encode_preprocessed" else "text"
+
         def call(batch):
-            return normalised(method(batch), self.name, method_name)
+            return score_vectors(self.similarity, side, method(batch), self.name, method_name)
         return call
 
     def _fingerprint(self) -> str:
@@ -103,6 +112,8 @@ class CustomModel:
         own = getattr(self.model, "fingerprint", None)
         own = own() if callable(own) else own
         digest = hashlib.sha256(f"custom:{type(self.model).__module__}.{type(self.model).__qualname__};".encode())
+        if self.similarity != DEFAULT_SIMILARITY:  # cosine models keep the fingerprints (and caches) they had
+            digest.update(f"similarity:{self.similarity};".encode())
         if own:
             if not isinstance(own, str):
                 raise TypeError(f"`fingerprint` of {self.name} must be a str, got {type(own).__name__}")
@@ -174,27 +185,6 @@ def load_callable(spec: str, device: Optional[str] = None, precision: str = "fp3
     options = {key: value for key, value in (("device", device), ("precision", precision))
                if key in parameters or any(p.kind is p.VAR_KEYWORD for p in parameters.values())}
     return CustomModel(factory(**options), name=spec)
-
-
-def normalised(vectors, model_name: str, method: str) -> np.ndarray:
-    """``vectors`` as float32 rows of unit length; a model's output that is not a 2-D finite array is refused.
-
-    Example:
-        >>> normalised([[3.0, 4.0]], "m", "encode_texts").astype(float).round(6).tolist()
-        [[0.6, 0.8]]
-    """
-    if hasattr(vectors, "detach"):  # a torch tensor
-        vectors = vectors.detach().float().cpu().numpy()
-    vectors = np.asarray(vectors, dtype=np.float32)
-    if vectors.ndim != 2:
-        raise ValueError(f"model {model_name!r}: {method} returned shape {vectors.shape}, not (items, dimension)")
-    if not np.isfinite(vectors).all():
-        raise ValueError(f"model {model_name!r}: {method} returned non-finite embeddings")
-    norms = np.linalg.norm(vectors.astype(np.float64), axis=1, keepdims=True)
-    if not (norms > 0).all():
-        raise ValueError(f"model {model_name!r}: {method} returned {int((norms == 0).sum())} all-zero embedding(s), "
-                         "which have no direction to score")
-    return (vectors / norms).astype(np.float32)
 
 
 @contextlib.contextmanager

@@ -8,7 +8,10 @@ RoCOCO). Its metadata (``__metadata__``, strings):
 
 - ``format``: ``rococo-embeddings``, ``version``: ``1``;
 - ``model``: the model's name, ``dimension``: the vectors' width;
-- ``normalized``: ``true`` when every row has unit length (this package writes them so);
+- ``normalized``: ``true`` when every row has unit length (this package writes them so for a cosine model);
+- ``similarity``: how the model scores (:mod:`rococo_eval.models.similarity`): ``cosine`` (also when the key is
+  missing, as in files written before it existed), ``dot`` or ``csd`` (PCME++'s augmented rows); the scores are the
+  rows' dot products either way;
 - ``fingerprints``: JSON ``{item set: fingerprint}`` of the item sets' content (captions, image files,
   alterations), so that a file made for other captions or attacks is refused.
 
@@ -16,8 +19,9 @@ RoCOCO). Its metadata (``__metadata__``, strings):
 own arrays, each in the row order of a ``load_dataset`` split (the dataset's rows are the item sets' rows, in the
 same order: :func:`item_set_of_rows` maps them); ``rococo-eval score FILE`` scores it. A file with the two
 clean item sets and some attacks' is scored for what it holds. Scores are the dot products of the rows, made by the
-metric's one block rule (:func:`rococo_recall.embedding_score_blocks`), so the results equal ``run``'s. Rows that
-are not of unit length are normalised, with a warning.
+metric's one block rule (:func:`rococo_recall.embedding_score_blocks`), so the results equal ``run``'s. In a cosine
+file, rows that are not of unit length are normalised, with a warning; the rows of the other similarities are scored
+as they are.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ import numpy as np
 from rococo_eval.catalog import galleries, gallery_key
 from rococo_eval.data.configs import CAPTIONS_CONFIG, IMAGES_CONFIG
 from rococo_eval.io.atomic import write_atomic
-from rococo_eval.models.custom import normalised
+from rococo_eval.models.similarity import DEFAULT_SIMILARITY, SIMILARITIES, check_similarity, score_vectors
 from rococo_eval.scoring.galleries import (
     adversarial_captions,
     altered_images,
@@ -58,17 +62,19 @@ def item_sets(source, attacks) -> dict:
 
 
 def write_embeddings_file(path, vectors: Mapping[str, np.ndarray], fingerprints: Mapping[str, str],
-                          model_name: str) -> Path:
-    """Write ``vectors`` (``{item set name: rows}``) to ``path`` with the metadata above, atomically."""
+                          model_name: str, similarity: str = DEFAULT_SIMILARITY) -> Path:
+    """Write ``vectors`` (``{item set name: rows}``, scored by ``similarity``) to ``path`` with the metadata above,
+    atomically."""
     from safetensors.numpy import save
 
+    check_similarity(similarity, repr(model_name))
     arrays = {name: np.ascontiguousarray(rows, dtype=np.float32) for name, rows in vectors.items()}
     dimensions = {rows.shape[1] for rows in arrays.values()}
     if len(dimensions) != 1:
         raise ValueError(f"the item sets' embeddings have different widths {sorted(dimensions)}")
     normalized = all(np.allclose(np.linalg.norm(rows, axis=1), 1, atol=_NORM_TOLERANCE) for rows in arrays.values())
     metadata = {"format": FORMAT, "version": VERSION, "model": model_name, "dimension": str(dimensions.pop()),
-                "normalized": "true" if normalized else "false",
+                "normalized": "true" if normalized else "false", "similarity": similarity,
                 "fingerprints": json.dumps({name: fingerprints[name] for name in arrays}, sort_keys=True)}
     data = save(arrays, metadata=metadata)
     return write_atomic(Path(path), lambda handle: handle.write(data))
@@ -104,7 +110,7 @@ def item_set_of_rows(source, config: str, split: str) -> str:
 
 
 def write_embeddings_from_rows(path, vectors: Mapping[tuple[str, str], np.ndarray], source,
-                               model_name: str) -> Path:
+                               model_name: str, similarity: str = DEFAULT_SIMILARITY) -> Path:
     """Write an embeddings file from a user's own embeddings of the dataset's rows.
 
     Args:
@@ -115,9 +121,11 @@ def write_embeddings_from_rows(path, vectors: Mapping[tuple[str, str], np.ndarra
         source: the benchmark the rows are of (:class:`~rococo_eval.data.source.RococoSource` with the COCO test
             images: the image sets' fingerprints read the image files).
         model_name: the model's name, as the report will give it.
+        similarity: how the model scores (:mod:`rococo_eval.models.similarity`); for ``csd`` each value of
+            ``vectors`` is a pair ``(means, log_sigmas)``.
 
-    The rows are normalised as ``run`` normalises a custom model's embeddings (float32 rows of unit length), so the
-    file scores to ``run``'s results for the same embeddings.
+    The rows are made as ``run`` makes a custom model's (:func:`~rococo_eval.models.similarity.score_vectors`: for
+    ``cosine``, float32 rows of unit length), so the file scores to ``run``'s results for the same embeddings.
 
     Raises:
         ValueError: a key that is no split, two keys for one item set, a clean item set missing, or rows that are
@@ -139,9 +147,7 @@ def write_embeddings_from_rows(path, vectors: Mapping[tuple[str, str], np.ndarra
         name = item_set_of_rows(source, *key)
         if name in named:
             raise ValueError(f"`vectors` keys {given[name]!r} and {key!r} both hold {name!r}: give one")
-        if hasattr(rows, "detach"):  # a torch tensor (any dtype, on any device, with or without grad)
-            rows = rows.detach().float().cpu().numpy()
-        named[name], given[name] = np.asarray(rows), key
+        named[name], given[name] = _as_arrays(rows, similarity), key
     for name, key in ((IMAGES, (IMAGES_CONFIG, "test")), (CAPTIONS, (CAPTIONS_CONFIG, "test"))):
         if name not in named:
             raise ValueError(f"`vectors` lacks {key!r}: every gallery needs the test images and the ground-truth "
@@ -149,15 +155,33 @@ def write_embeddings_from_rows(path, vectors: Mapping[tuple[str, str], np.ndarra
     attacks = [attack for attack in tuple(source.text_attacks) + tuple(source.image_attacks)
                if expected_name(source, attack) in named]
     sets = item_sets(source, attacks)
-    for name, rows in named.items():
-        if rows.ndim != 2 or rows.shape[0] != len(sets[name]) or rows.dtype.kind not in "fiu":
-            raise ValueError(f"`vectors[{given[name]!r}]` must be {len(sets[name])} rows of numbers, one per row of "
-                             f"load_dataset(..., {given[name][0]!r}, split={given[name][1]!r}), got {rows.dtype} of "
-                             f"shape {rows.shape}")
-        if not np.isfinite(rows).all():
-            raise ValueError(f"`vectors[{given[name]!r}]` holds non-finite values (NaN or infinity)")
-        named[name] = normalised(rows, model_name, f"vectors[{given[name]!r}]")  # as run normalises a model's output
-    return write_embeddings_file(path, named, {name: sets[name].fingerprint for name in named}, model_name)
+    for name, arrays in named.items():
+        for rows in arrays:
+            if rows.ndim != 2 or rows.shape[0] != len(sets[name]) or rows.dtype.kind not in "fiu":
+                raise ValueError(f"`vectors[{given[name]!r}]` must be {len(sets[name])} rows of numbers, one per row "
+                                 f"of load_dataset(..., {given[name][0]!r}, split={given[name][1]!r}), got "
+                                 f"{rows.dtype} of shape {rows.shape}")
+            if not np.isfinite(rows).all():
+                raise ValueError(f"`vectors[{given[name]!r}]` holds non-finite values (NaN or infinity)")
+        output = arrays if similarity == "csd" else arrays[0]
+        side = "image" if name.startswith("images/") else "text"  # as run makes a model's output into rows
+        named[name] = score_vectors(similarity, side, output, model_name, f"vectors[{given[name]!r}]")
+    return write_embeddings_file(path, named, {name: sets[name].fingerprint for name in named}, model_name,
+                                 similarity)
+
+
+def _as_arrays(rows, similarity: str) -> tuple:
+    """The array(s) of one value of ``vectors``: one, or for ``csd`` the pair ``(means, log_sigmas)``; torch tensors
+    (any dtype, on any device, with or without grad) as float32 NumPy arrays."""
+    if similarity != "csd":
+        values = (rows,)
+    elif isinstance(rows, (tuple, list)) and len(rows) == 2:
+        values = rows
+    else:
+        raise ValueError(f"`vectors` values are pairs (means, log_sigmas) for the csd similarity, got "
+                         f"{type(rows).__name__}")
+    return tuple(np.asarray(value.detach().float().cpu().numpy() if hasattr(value, "detach") else value)
+                 for value in values)
 
 
 def is_embeddings_file(path) -> bool:
@@ -195,6 +219,10 @@ def read_embeddings_file(path, source) -> tuple[dict[str, np.ndarray], dict, tup
         if name not in vectors:
             raise ValueError(f"{str(path)!r} lacks {name!r}: every gallery needs the test images and the "
                              "ground-truth captions")
+    similarity = metadata.get("similarity", DEFAULT_SIMILARITY)
+    if similarity not in SIMILARITIES:
+        raise ValueError(f"{str(path)!r}: its metadata's `similarity` must be one of {SIMILARITIES}, got "
+                         f"{similarity!r}")
     fingerprints = json.loads(metadata.get("fingerprints") or "{}")
     if not isinstance(fingerprints, dict):
         raise ValueError(f"{str(path)!r}: its metadata's `fingerprints` is not a JSON object")
@@ -211,7 +239,7 @@ def read_embeddings_file(path, source) -> tuple[dict[str, np.ndarray], dict, tup
         if not np.isfinite(rows).all():
             raise ValueError(f"{str(path)!r}: {name!r} holds non-finite values (NaN or infinity)")
         norms = np.linalg.norm(rows.astype(np.float32), axis=1, keepdims=True)
-        if not np.allclose(norms, 1, atol=_NORM_TOLERANCE):
+        if similarity == DEFAULT_SIMILARITY and not np.allclose(norms, 1, atol=_NORM_TOLERANCE):
             logger.warning("%s: %s has rows not of unit length (norms %.3g to %.3g): normalised, so that scores are "
                            "cosine similarities", path, name, norms.min(), norms.max())
             vectors[name] = (rows / np.maximum(norms, 1e-12)).astype(np.float32)

@@ -37,8 +37,8 @@ def adversarial_captions(source, attack: str) -> ItemSet:
 
 def original_images(source) -> ItemSet:
     """The 5,000 test images: image-to-text queries and text-to-image gallery. Fingerprint: names and sizes."""
-    return ItemSet("images/original", "image", LazyImages(source.original_image, source.num_images),
-                   _images_fingerprint(source))
+    images = LazyImages(source.original_image, source.num_images, source.image_files)
+    return ItemSet("images/original", "image", images, _images_fingerprint(source))
 
 
 def altered_images(source, attack: str, workers: int = 0) -> ItemSet:

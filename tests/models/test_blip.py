@@ -27,10 +27,10 @@ def committed_blip_text_embeddings(model, texts, blip2):
         if blip2:
             output = model.model.qformer(query_embeds=model.model.embeddings(input_ids=ids), query_length=0,
                                          attention_mask=mask).last_hidden_state
-            return model.base._finish(model.model.text_projection(
+            return model.base.finish(model.model.text_projection(
                 output[:, 0, :].to(model.model.text_projection.weight.dtype)))
         hidden = model.model.text_encoder(input_ids=ids, attention_mask=mask).last_hidden_state
-        return model.base._finish(model.model.text_proj(hidden[:, 0, :]))
+        return model.base.finish(model.model.text_proj(hidden[:, 0, :]))
 
 
 @pytest.mark.parametrize("which", ["blip", "blip2"])

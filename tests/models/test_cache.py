@@ -27,7 +27,7 @@ def committed_hf_embeddings(model, images):
 
     pixels = model.processor(images=[image.convert("RGB") for image in images], return_tensors="pt")["pixel_values"]
     with torch.inference_mode():
-        return model._finish(_features(model.model.get_image_features(
+        return model.finish(_features(model.model.get_image_features(
             pixel_values=pixels.to(device=model.device, dtype=model.dtype))))
 
 
@@ -71,7 +71,7 @@ def test_open_clip_embeddings_are_bit_identical_to_the_committed_pipeline(open_c
         pixels = np.stack([committed_clip_preprocess(image, 32, cfg["mean"], cfg["std"])
                            for image in images[start:start + 3]])
         with torch.inference_mode():
-            expected.append(model._finish(model.model.encode_image(torch.from_numpy(pixels))))
+            expected.append(model.finish(model.model.encode_image(torch.from_numpy(pixels))))
     assert np.array_equal(vectors, np.concatenate(expected))
 
 
@@ -84,7 +84,7 @@ def committed_hf_text_embeddings(model, texts):
     batch = model.tokenizer(list(texts), padding=model.padding, truncation=True, max_length=model.max_length,
                             return_tensors="pt")
     with torch.inference_mode():
-        return model._finish(_features(model.model.get_text_features(**batch.to(model.device))))
+        return model.finish(_features(model.model.get_text_features(**batch.to(model.device))))
 
 
 def committed_open_clip_text_embeddings(model, texts):
@@ -92,7 +92,7 @@ def committed_open_clip_text_embeddings(model, texts):
     import torch
 
     with torch.inference_mode():
-        return model._finish(model.model.encode_text(model.tokenizer(list(texts)).to(model.device)))
+        return model.finish(model.model.encode_text(model.tokenizer(list(texts)).to(model.device)))
 
 
 CAPTIONS = ["a dog on a red sofa", "two people riding horses along a beach at sunset", "a cat",

@@ -1,0 +1,426 @@
+"""PCME++ (Chun, "Improved Probabilistic Image-Text Representations", ICLR 2024): probabilistic embeddings scored by
+the closed-form sampled distance, as the official code scores them.
+
+``--model pcmepp:REPO_OR_FOLDER`` loads a checkpoint of the official ``HfPCMEPPModel`` (``hf_models/hf_clip.py`` of
+naver-ai/pcmepp), saved with its ``PyTorchModelHubMixin``: a folder (or a Hub repository, such as
+``SanghyukChun/PCMEPP-ViT-B-16-CC3M-12M-RedCaps-256M``) holding ``config.json`` (the ``__init__`` arguments:
+``embed_dim``, ``vision_cfg``, ``text_cfg``, ``quick_gelu``, ``cast_dtype``, ``output_dict``) and the weights
+(``model.safetensors``, or ``pytorch_model.bin`` read with ``torch.load(weights_only=True)``), loaded strictly.
+
+The model is built here from the config, module for module as the official class builds it (a CLIP ViT and text
+transformer whose last ``unc_layers`` blocks have an uncertainty branch of their own), so that its state-dict keys are
+the official ones. The official forward returns L2-normalised means and the log sigmas (``std``):
+
+- **images** are preprocessed as the official example does, by ``CLIPProcessor`` of ``openai/clip-vit-base-patch16``
+  (:data:`CLIP_PROCESSOR_CONFIG`, that repository's ``preprocessor_config.json``): shortest side to 224 (bicubic),
+  centre crop, /255, CLIP's mean and std; reproduced without the Hub by
+  :class:`~rococo_eval.models.adapters.ProcessorReplica` over ``transformers``' own processor built from that
+  config, bit for bit;
+- **captions** go through the official ``tokenize``, which is open_clip's (the same BPE vocabulary,
+  ``bpe_simple_vocab_16e6.txt.gz``, sha256 :data:`BPE_SHA256`, cleaning and truncation): its module is read from
+  the installed ``open_clip_torch`` without importing the rest of open_clip (which needs torchvision);
+- **scores** are CSD (``pcmepp/evaluation.py::compute_csd_sims``), as augmented rows whose dot product is the CSD
+  (:mod:`rococo_eval.models.similarity`, ``csd``): everything ``run`` gives a dual encoder (cache, embeddings file,
+  report, processes) works on them unchanged.
+
+Config fields that change the official forward but are not built here (``input_patchnorm``, ``attentional_pool``,
+``output_tokens``, ``embed_cls``, a ``cast_dtype``) are refused by name; so are fields the official dataclasses do
+not have. Fields the official class reads but never uses (``timm_*``, ``hf_*``, ``patch_dropout``, ...) are ignored, as
+there.
+
+Example:
+    >>> read_config({"embed_dim": 32, "vision_cfg": {"layers": 2, "width": 64, "input_patchnorm": True},
+    ...              "text_cfg": {"layers": 2}}, "`model` 'pcmepp:m'")
+    Traceback (most recent call last):
+    ...
+    rococo_eval.models.pcmepp.PcmeppError: `model` 'pcmepp:m': vision_cfg.input_patchnorm = True is not supported (...
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from rococo_eval.models.checkpoints import CheckpointError, load_strictly
+from rococo_eval.models.similarity import score_vectors
+
+logger = logging.getLogger(__name__)
+
+# openai/clip-vit-base-patch16's preprocessor_config.json, which hf_example.py's CLIPProcessor reads
+CLIP_PROCESSOR_CONFIG = {"crop_size": 224, "do_center_crop": True, "do_normalize": True, "do_resize": True,
+                         "image_mean": [0.48145466, 0.4578275, 0.40821073],
+                         "image_std": [0.26862954, 0.26130258, 0.27577711], "resample": 3, "size": 224}
+BPE_SHA256 = "924691ac288e54409236115652ad4aa250f48203de50a9e4722a6ecd48d6804a"  # pcmepp/modules/clip/, open_clip/
+CONFIG_FILE, SAFETENSORS_FILE, PICKLE_FILE = "config.json", "model.safetensors", "pytorch_model.bin"
+# The official dataclasses' fields (hf_clip.py CLIPVisionCfg, CLIPTextCfg): default, and whether it is built here.
+_VISION_FIELDS = {"layers": 12, "unc_layers": 2, "width": 768, "head_width": 64, "mlp_ratio": 4.0, "patch_size": 16,
+                  "image_size": 224, "ls_init_value": None, "patch_dropout": 0.0, "input_patchnorm": False,
+                  "global_average_pool": False, "attentional_pool": False, "n_queries": 256, "attn_pooler_heads": 8,
+                  "output_tokens": False, "timm_model_name": None, "timm_model_pretrained": False, "timm_pool": "avg",
+                  "timm_proj": "linear", "timm_proj_bias": False, "timm_drop": 0.0, "timm_drop_path": None}
+_TEXT_FIELDS = {"context_length": 77, "vocab_size": 49408, "width": 512, "heads": 8, "layers": 12, "unc_layers": 2,
+                "ls_init_value": None, "hf_model_name": None, "hf_tokenizer_name": None, "hf_model_pretrained": True,
+                "proj": "mlp", "pooler_type": "mean_pooler", "embed_cls": False, "pad_id": 0, "output_tokens": False}
+_UNSUPPORTED = {"vision_cfg": ("input_patchnorm", "attentional_pool", "output_tokens"),
+                "text_cfg": ("embed_cls", "output_tokens")}
+_TOP_LEVEL = ("embed_dim", "vision_cfg", "text_cfg", "quick_gelu", "cast_dtype", "output_dict")
+
+
+class PcmeppError(CheckpointError):
+    """A folder that is not a PCME++ checkpoint, or one with a configuration this package does not build."""
+
+
+@dataclass(frozen=True)
+class PcmeppConfig:
+    """The architecture of an ``HfPCMEPPModel``, read from its ``config.json`` (module docstring)."""
+
+    embed_dim: int
+    vision: dict = field(default_factory=dict)
+    text: dict = field(default_factory=dict)
+    quick_gelu: bool = False
+
+
+def read_config(config: dict, what: str) -> PcmeppConfig:
+    """The :class:`PcmeppConfig` of a ``config.json``'s content; ``what`` names it in errors.
+
+    Raises:
+        PcmeppError: a missing ``embed_dim``, an unknown field, or one this package does not build.
+
+    Example:
+        >>> read_config({"embed_dim": 32, "vision_cfg": {"layers": 2}, "text_cfg": {}}, "m").vision["unc_layers"]
+        2
+    """
+    if not isinstance(config, dict) or "embed_dim" not in config:
+        raise PcmeppError(f"{what}: its {CONFIG_FILE} is not an HfPCMEPPModel config (no embed_dim)")
+    unknown = sorted(set(config) - set(_TOP_LEVEL))
+    if unknown:
+        raise PcmeppError(f"{what}: its {CONFIG_FILE} has fields HfPCMEPPModel does not take: {', '.join(unknown)}")
+    if config.get("cast_dtype") is not None:
+        raise PcmeppError(f"{what}: cast_dtype = {config['cast_dtype']!r} is not supported (choose the precision with "
+                          "--precision instead)")
+    parts = {}
+    for key, defaults in (("vision_cfg", _VISION_FIELDS), ("text_cfg", _TEXT_FIELDS)):
+        given = config.get(key) or {}
+        if not isinstance(given, dict):
+            raise PcmeppError(f"{what}: {key} must be an object, got {type(given).__name__}")
+        unknown = sorted(set(given) - set(defaults))
+        if unknown:
+            raise PcmeppError(f"{what}: {key} has fields the official dataclass does not have: {', '.join(unknown)}")
+        merged = {**defaults, **given}
+        for name in _UNSUPPORTED[key]:
+            if merged[name]:
+                raise PcmeppError(f"{what}: {key}.{name} = {merged[name]!r} is not supported (this package builds the "
+                                  f"official forward without it; it cannot be checked against the official code)")
+        parts[key] = merged
+    return PcmeppConfig(int(config["embed_dim"]), parts["vision_cfg"], parts["text_cfg"], bool(config.get("quick_gelu")))
+
+
+def checkpoint_files(name_or_path: str, what: str) -> tuple[Path, Path]:
+    """The ``config.json`` and the weights of a PCME++ checkpoint: a local folder, else a Hub repository (downloaded
+    into the Hugging Face cache by ``huggingface_hub``, or read from it offline).
+
+    Raises:
+        PcmeppError: neither a folder with the files nor a repository that has them.
+    """
+    folder = Path(name_or_path).expanduser()
+    if not folder.is_dir():
+        if folder.exists() or name_or_path.count("/") != 1:
+            raise PcmeppError(f"{what}: no such folder, and not a Hub repository id (ORG/NAME): expected a folder "
+                              f"saved by HfPCMEPPModel.save_pretrained ({CONFIG_FILE} and {SAFETENSORS_FILE})")
+        folder = _download(name_or_path, what)
+    config = folder / CONFIG_FILE
+    weights = next((folder / name for name in (SAFETENSORS_FILE, PICKLE_FILE) if (folder / name).is_file()), None)
+    if not config.is_file() or weights is None:
+        raise PcmeppError(f"{what}: {str(folder)!r} lacks {CONFIG_FILE if not config.is_file() else SAFETENSORS_FILE}: "
+                          "expected a folder saved by HfPCMEPPModel.save_pretrained")
+    return config, weights
+
+
+def _download(repo_id: str, what: str) -> Path:
+    import huggingface_hub
+
+    try:
+        return Path(huggingface_hub.snapshot_download(repo_id, allow_patterns=[CONFIG_FILE, SAFETENSORS_FILE,
+                                                                                PICKLE_FILE]))
+    except Exception as error:  # huggingface_hub raises many kinds (offline, not found, connection)
+        raise PcmeppError(f"{what}: cannot get the Hub repository {repo_id!r} ({type(error).__name__}: {error})") \
+            from error
+
+
+def read_weights(path: Path, what: str) -> dict:
+    """The state dict in ``path``: a ``.safetensors`` file, or a torch file read with ``weights_only=True``."""
+    import torch
+
+    try:
+        if path.suffix == ".safetensors":
+            from safetensors.torch import load_file
+
+            return load_file(str(path))
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as error:  # safetensors and torch raise many kinds for what they cannot read
+        raise PcmeppError(f"{what}: cannot read the weights {str(path)!r} ({type(error).__name__}: "
+                          f"{str(error).splitlines()[0] if str(error) else ''})") from error
+
+
+def build_model(config: PcmeppConfig):
+    """The ``HfPCMEPPModel`` architecture of ``config`` (random weights), module names as the official class's."""
+    import torch
+    from torch import nn
+    import torch.nn.functional as F
+
+    class LayerNorm(nn.LayerNorm):
+        """hf_models/transformer.py's LayerNorm: the result cast back to the input's dtype."""
+
+        def forward(self, x):
+            return F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps).to(x.dtype)
+
+    class QuickGELU(nn.Module):
+        def forward(self, x):
+            return x * torch.sigmoid(1.702 * x)
+
+    class LayerScale(nn.Module):
+        def __init__(self, dim, init_values):
+            super().__init__()
+            self.gamma = nn.Parameter(init_values * torch.ones(dim))
+
+        def forward(self, x):
+            return x * self.gamma
+
+    activation = QuickGELU if config.quick_gelu else nn.GELU
+
+    class Block(nn.Module):
+        """ResidualAttentionBlock: pre-norm attention and MLP, optional layer scales."""
+
+        def __init__(self, width, heads, mlp_ratio, ls_init_value):
+            super().__init__()
+            self.ln_1 = LayerNorm(width)
+            self.attn = nn.MultiheadAttention(width, heads)
+            self.ls_1 = LayerScale(width, ls_init_value) if ls_init_value is not None else nn.Identity()
+            self.ln_2 = LayerNorm(width)
+            hidden = int(width * mlp_ratio)
+            self.mlp = nn.Sequential()
+            self.mlp.add_module("c_fc", nn.Linear(width, hidden))
+            self.mlp.add_module("gelu", activation())
+            self.mlp.add_module("c_proj", nn.Linear(hidden, width))
+            self.ls_2 = LayerScale(width, ls_init_value) if ls_init_value is not None else nn.Identity()
+
+        def forward(self, x, attn_mask=None):
+            normed = self.ln_1(x)
+            mask = attn_mask.to(normed.dtype) if attn_mask is not None else None
+            x = x + self.ls_1(self.attn(normed, normed, normed, need_weights=False, attn_mask=mask)[0])
+            return x + self.ls_2(self.mlp(self.ln_2(x)))
+
+    class Transformer(nn.Module):
+        def __init__(self, width, layers, heads, mlp_ratio=4.0, ls_init_value=None):
+            super().__init__()
+            self.resblocks = nn.ModuleList([Block(width, heads, mlp_ratio, ls_init_value) for _ in range(layers)])
+
+        def forward(self, x, attn_mask=None, blocks=None):
+            for block in self.resblocks if blocks is None else [self.resblocks[index] for index in blocks]:
+                x = block(x, attn_mask=attn_mask)
+            return x
+
+    vision, text, embed_dim = config.vision, config.text, config.embed_dim
+
+    class Visual(nn.Module):
+        """The official VisionTransformer (no attentional pool, no patch norm), with its uncertainty branch."""
+
+        def __init__(self):
+            super().__init__()
+            width, patch = vision["width"], vision["patch_size"]
+            size = vision["image_size"]
+            height, width_px = (size, size) if isinstance(size, int) else tuple(size)
+            self.grid = (height // patch, width_px // patch)
+            self.conv1 = nn.Conv2d(3, width, kernel_size=patch, stride=patch, bias=False)
+            self.class_embedding = nn.Parameter(torch.zeros(width))
+            self.positional_embedding = nn.Parameter(torch.zeros(self.grid[0] * self.grid[1] + 1, width))
+            self.ln_pre = LayerNorm(width)
+            heads = width // vision["head_width"]
+            self.transformer = Transformer(width, vision["layers"], heads, vision["mlp_ratio"],
+                                           vision["ls_init_value"])
+            self.uncertainty_transformer = Transformer(width, vision["unc_layers"], heads, vision["mlp_ratio"],
+                                                       vision["ls_init_value"])
+            self.ln_post = LayerNorm(width)
+            self.proj = nn.Parameter(torch.zeros(width, embed_dim))
+            self.uncertainty_proj = nn.Parameter(torch.zeros(width, embed_dim))
+
+        def forward(self, x):
+            x = self.conv1(x)
+            x = x.reshape(x.shape[0], x.shape[1], -1).permute(0, 2, 1)
+            cls = self.class_embedding.to(x.dtype) + torch.zeros(x.shape[0], 1, x.shape[-1], dtype=x.dtype,
+                                                                 device=x.device)
+            x = torch.cat([cls, x], dim=1) + self.positional_embedding.to(x.dtype)
+            x = self.ln_pre(x).permute(1, 0, 2)
+            shared = vision["layers"] - vision["unc_layers"]
+            x = self.transformer(x, blocks=range(shared))
+            std = self.uncertainty_transformer(x).permute(1, 0, 2)
+            mean = self.transformer(x, blocks=range(shared, vision["layers"])).permute(1, 0, 2)
+            if vision["global_average_pool"]:
+                pooled, pooled_std = mean.mean(dim=1), std.mean(dim=1)
+            else:
+                pooled, pooled_std = mean[:, 0], std[:, 0]
+            return self.ln_post(pooled) @ self.proj, pooled_std @ self.uncertainty_proj
+
+    class HfPcmeppModules(nn.Module):
+        """HfPCMEPPModel's modules; :meth:`encode_image` and :meth:`encode_text` return (normalised means, stds)."""
+
+        def __init__(self):
+            super().__init__()
+            width, length = text["width"], text["context_length"]
+            self.visual = Visual()
+            self.transformer = Transformer(width, text["layers"], text["heads"], 4.0, text["ls_init_value"])
+            self.uncertainty_transformer = Transformer(width, text["unc_layers"], text["heads"], 4.0,
+                                                       text["ls_init_value"])
+            self.token_embedding = nn.Embedding(text["vocab_size"], width)
+            self.positional_embedding = nn.Parameter(torch.zeros(length, width))
+            self.ln_final = LayerNorm(width)
+            self.text_projection = nn.Parameter(torch.zeros(width, embed_dim))
+            self.uncertainty_text_projection = nn.Parameter(torch.zeros(width, embed_dim))
+            self.register_buffer("attn_mask", torch.full((length, length), float("-inf")).triu_(1), persistent=False)
+            self.logit_scale = nn.Parameter(torch.ones([]))
+            self.shift = nn.Parameter(torch.ones(1))
+            self.negative_scale = nn.Parameter(torch.ones(1))
+
+        def encode_image(self, images):
+            mean, std = self.visual(images)
+            return F.normalize(mean, dim=-1), std
+
+        def encode_text(self, tokens):
+            dtype = self.transformer.resblocks[0].mlp.c_fc.weight.dtype
+            x = self.token_embedding(tokens).to(dtype) + self.positional_embedding.to(dtype)
+            x = x.permute(1, 0, 2)
+            shared = text["layers"] - text["unc_layers"]
+            x = self.transformer(x, self.attn_mask, blocks=range(shared))
+            std = self.uncertainty_transformer(x, self.attn_mask).permute(1, 0, 2)
+            mean = self.ln_final(self.transformer(x, self.attn_mask, blocks=range(shared, text["layers"]))
+                                 .permute(1, 0, 2))
+            last = tokens.argmax(dim=-1)  # the end-of-text token: the highest id of each row
+            rows = torch.arange(tokens.shape[0], device=tokens.device)
+            mean = mean[rows, last] @ self.text_projection
+            return F.normalize(mean, dim=-1), std[rows, last] @ self.uncertainty_text_projection
+
+    return HfPcmeppModules()
+
+
+def clip_tokenizer_module():
+    """open_clip's ``tokenizer`` module, read from the installed ``open_clip_torch`` without running open_clip's
+    ``__init__`` (which imports torchvision); its BPE vocabulary is checked against :data:`BPE_SHA256`."""
+    spec = importlib.util.find_spec("open_clip")
+    if spec is None or not spec.submodule_search_locations:
+        raise ImportError("open_clip_torch is not installed; PCME++ tokenises with its CLIP tokenizer: "
+                          "pip install 'rococo-eval[models]'")
+    folder = Path(list(spec.submodule_search_locations)[0])
+    vocabulary = folder / "bpe_simple_vocab_16e6.txt.gz"
+    if not vocabulary.is_file() or hashlib.sha256(vocabulary.read_bytes()).hexdigest() != BPE_SHA256:
+        raise ImportError(f"{vocabulary} is not the CLIP BPE vocabulary PCME++ uses (sha256 {BPE_SHA256[:12]}...)")
+    module_spec = importlib.util.spec_from_file_location("rococo_eval.models._clip_tokenizer", folder / "tokenizer.py")
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    return module
+
+
+def clip_image_processor():
+    """``transformers``' CLIP image processor (its PIL backend where it has one) built from
+    :data:`CLIP_PROCESSOR_CONFIG`: what ``CLIPProcessor.from_pretrained("openai/clip-vit-base-patch16")`` holds."""
+    import transformers
+
+    settings = dict(CLIP_PROCESSOR_CONFIG)
+    size, crop = settings.pop("size"), settings.pop("crop_size")
+    processor_class = getattr(transformers, "CLIPImageProcessorPil", None) or transformers.CLIPImageProcessor
+    return processor_class(size={"shortest_edge": size}, crop_size={"height": crop, "width": crop},
+                           do_rescale=True, rescale_factor=1 / 255, do_convert_rgb=True, **settings)
+
+
+class PcmeppModel:
+    """``pcmepp:REPO_OR_FOLDER``: an official PCME++ checkpoint as a dual encoder scored by CSD.
+
+    Args:
+        name: the model name as given.
+        path: the folder or Hub repository.
+        base: the device, dtype and fingerprint helper (:class:`~rococo_eval.models.adapters.TorchModel`).
+    """
+
+    similarity = "csd"
+
+    def __init__(self, name: str, path: str, base):
+        from rococo_eval.models.adapters import ProcessorReplica
+
+        what = f"`model` {name!r}"
+        config_path, weights_path = checkpoint_files(path, what)
+        try:
+            raw = json.loads(config_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as error:
+            raise PcmeppError(f"{what}: {str(config_path)!r} is not JSON ({error})") from error
+        config = read_config(raw, what)
+        if config.vision["image_size"] != CLIP_PROCESSOR_CONFIG["crop_size"]:
+            raise PcmeppError(f"{what}: vision_cfg.image_size = {config.vision['image_size']!r}; the official example "
+                              f"preprocesses with openai/clip-vit-base-patch16's processor, "
+                              f"{CLIP_PROCESSOR_CONFIG['crop_size']} x {CLIP_PROCESSOR_CONFIG['crop_size']}")
+        model = build_model(config)
+        try:
+            load_strictly(model, read_weights(weights_path, what),
+                          f"{what}: the weights do not fill an HfPCMEPPModel of its config")
+        except CheckpointError as error:
+            raise PcmeppError(str(error)) from error
+        self.name, self.base = name, base
+        self.device, self.precision = base.device, base.precision
+        self.context_length = config.text["context_length"]
+        self.tokenizer = clip_tokenizer_module().SimpleTokenizer(context_length=self.context_length)
+        self.processor = clip_image_processor()
+        self.preprocessing = ProcessorReplica.of(self.processor)
+        self.fingerprint = base.weights_fingerprint(model, family="pcmepp", processor=CLIP_PROCESSOR_CONFIG,
+                                                    bpe=BPE_SHA256, context_length=self.context_length,
+                                                    similarity=self.similarity)
+        self.model = base.place(model)
+        logger.info("loaded %s on %s (%s)", name, self.device, self.precision)
+
+    def preprocess_image(self, image) -> np.ndarray:
+        """The official example's ``pixel_values`` of one image (CLIPProcessor of openai/clip-vit-base-patch16)."""
+        image = image if image.mode == "RGB" else image.convert("RGB")
+        if self.preprocessing is not None:
+            return self.preprocessing(image)
+        return np.asarray(self.processor(images=[image], return_tensors="np")["pixel_values"][0])
+
+    def encode_preprocessed(self, batch: np.ndarray) -> np.ndarray:
+        """CSD image rows (:func:`~rococo_eval.models.similarity.score_vectors`) of a batch of pixels."""
+        return score_vectors("csd", "image", self.encode_pixels(batch), self.name, "encode_preprocessed")
+
+    def encode_pixels(self, batch: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The official forward's ``(image_features, image_stds)`` of a batch of pixels, as float32 arrays."""
+        with self.base.torch.inference_mode():
+            mean, std = self.model.encode_image(self.base.as_input(batch))
+        return mean.float().cpu().numpy(), std.float().cpu().numpy()
+
+    def tokenize_texts(self, texts: Sequence[str]):
+        """The official ``tokenize`` of ``texts``: ``(texts, context_length)`` token ids."""
+        return self.tokenizer(list(texts), context_length=self.context_length)
+
+    def encode_tokenized(self, tokens) -> np.ndarray:
+        """CSD text rows of one :meth:`tokenize_texts` output."""
+        return score_vectors("csd", "text", self.encode_tokens(tokens), self.name, "encode_tokenized")
+
+    def encode_tokens(self, tokens) -> tuple[np.ndarray, np.ndarray]:
+        """The official forward's ``(text_features, text_stds)`` of token ids, as float32 arrays."""
+        with self.base.torch.inference_mode():
+            mean, std = self.model.encode_text(tokens.to(self.device))
+        return mean.float().cpu().numpy(), std.float().cpu().numpy()
+
+    def encode_images(self, images) -> np.ndarray:
+        """CSD image rows of PIL images."""
+        return self.encode_preprocessed(np.stack([self.preprocess_image(image) for image in images]))
+
+    def encode_texts(self, texts) -> np.ndarray:
+        """CSD text rows of captions."""
+        return self.encode_tokenized(self.tokenize_texts(texts))
+
+
+def load_pcmepp(name: str, path: str, base) -> PcmeppModel:
+    """``--model pcmepp:REPO_OR_FOLDER`` (:class:`PcmeppModel`)."""
+    return PcmeppModel(name, path, base)

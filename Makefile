@@ -8,7 +8,7 @@ ifneq ($(wildcard $(SHARED_ANNOTATIONS)),)
 export ROCOCO_ANNOTATIONS_DIR ?= $(SHARED_ANNOTATIONS)
 endif
 
-.PHONY: run test test-fast test-numpy1 blip-official-env test-blip-official bench clean
+.PHONY: run test test-fast test-numpy1 reference-env test-reference bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -43,8 +43,8 @@ $(WORDNET):
 	$(SUDO) apt-get update -qq
 	$(SUDO) DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wordnet-base >/dev/null
 
-test: $(VENV)/.installed-test $(CHROMIUM) $(WORDNET) test-numpy1 blip-official-env
-	ROCOCO_REQUIRE_PY39=1 ROCOCO_REQUIRE_BLIP_OFFICIAL=1 $(BIN)/python -m pytest -q
+test: $(VENV)/.installed-test $(CHROMIUM) $(WORDNET) test-numpy1 reference-env
+	ROCOCO_REQUIRE_PY39=1 ROCOCO_REQUIRE_REFERENCE=1 $(BIN)/python -m pytest -q
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir build/site  # the docs (mkdocs.yml)
 
 # evaluate copies rococo_recall.py alone into whatever environment loads it, as old as Python 3.9 with NumPy 1.24 (no
@@ -72,26 +72,42 @@ test-numpy1: $(NUMPY1_VENV)/.installed
 	PYTHONPATH=. $(NUMPY1_VENV)/bin/python -m pytest -q -o 'filterwarnings=ignore::DeprecationWarning:evaluate.*' \
 		$(METRIC_TESTS) -k "not torch"  # no torch there
 
-# The official BLIP code (../shared/reference/rococo-official) runs in an environment of its own, for the parity test
-# tests/models/test_blip_official.py: its med.py needs transformers 4 (5 removed what it imports). timm and fairscale go
-# in without their dependencies beside the pinned torch (unpinned, they pulled a CUDA torch of several GB); torchvision,
-# which timm imports, cannot load beside that torch, so tests/helpers/stand_ins stands in for it (and pycocoevalcap)
-# in the reference run. Pillow is the project environment's own version: 13.0 resizes portrait images (bicubic) up
-# to 5/255 apart from 12.3, and both sides must read the same pixels.
-BLIP_VENV := .venv-blip-official
-$(BLIP_VENV)/.installed: Makefile $(VENV)/.installed-test
-	rm -rf $(BLIP_VENV)
-	$(PYTHON) -m venv $(BLIP_VENV)
-	$(BLIP_VENV)/bin/pip install --quiet --upgrade pip
-	$(BLIP_VENV)/bin/pip install --quiet "torch==2.13.0" "transformers==4.46.3" "tokenizers==0.20.3" "numpy==2.4.6" \
-		"pyyaml==6.0.4" "pycocotools==2.0.11" "pillow==$$($(BIN)/python -c 'import PIL; print(PIL.__version__)')"
-	$(BLIP_VENV)/bin/pip install --quiet --no-deps "torch==2.13.0" "timm==1.0.31" "fairscale==0.4.13"
+# The official code of BLIP, VSE infinity and PCME++ (../shared/reference/*-official) runs in one environment of its
+# own, for the parity tests tests/models/test_{blip,vse_infty,pcmepp}_official.py. One environment fits all three:
+# BLIP's med.py needs transformers 4 (5 removed what it imports), VSE infinity's README says transformers 4.4 and
+# newer reproduce it (its EncoderText calls BertModel(ids, mask)), and PCME++ needs only torch. What each adds:
+# - BLIP: timm and fairscale without their dependencies beside the pinned torch (unpinned, they pulled a CUDA torch of
+#   several GB); torchvision, which timm imports, cannot load beside that torch, so tests/helpers/stand_ins stands in
+#   for it (and pycocoevalcap) in BLIP's runs.
+# - VSE infinity: imageio 2.9.0 (its pinned version, which its loader's imread decodes with), OpenCV (its resize; the
+#   project's version, as both sides must resize alike), and torchvision 0.28 (this torch's) for torch.hub's WSL
+#   ResNeXt, in a folder of its own on the VSE runs' path only (transformers would take it for BLIP's stand-in), loaded
+#   with its C++ operators' meta registrations stubbed out (tests/helpers/vse_infty_official_run.py).
+# - PCME++: ftfy, eccv_caption (its evaluation.py imports it), and huggingface_hub 0.22.2 in a folder of its own:
+#   from 0.23 on, from_pretrained turns the config's dicts into dataclasses, which HfPCMEPPModel indexes as dicts.
+# Pillow is the project environment's own version: 13.0 resizes portrait images (bicubic) up to 5/255 apart from 12.3,
+# and both sides must read the same pixels.
+REFERENCE_VENV := .venv-reference
+project_version = $$($(BIN)/python -c 'import importlib.metadata as m; print(m.version("$(1)"))')
+$(REFERENCE_VENV)/.installed: Makefile $(VENV)/.installed-test
+	rm -rf $(REFERENCE_VENV)
+	$(PYTHON) -m venv $(REFERENCE_VENV)
+	$(REFERENCE_VENV)/bin/pip install --quiet --upgrade pip
+	$(REFERENCE_VENV)/bin/pip install --quiet "torch==2.13.0" "transformers==4.46.3" "tokenizers==0.20.3" "numpy==2.4.6" \
+		"pyyaml==6.0.4" "pycocotools==2.0.11" "ftfy==$(call project_version,ftfy)" "pillow==$(call project_version,pillow)" \
+		"opencv-python-headless==$(call project_version,opencv-python-headless)"
+	$(REFERENCE_VENV)/bin/pip install --quiet --no-deps "torch==2.13.0" "timm==1.0.31" "fairscale==0.4.13" \
+		"imageio==2.9.0" "eccv_caption==0.1.0"
+	$(REFERENCE_VENV)/bin/pip install --quiet --no-deps --target $(REFERENCE_VENV)/torchvision-0.28.0 "torchvision==0.28.0"
+	$(REFERENCE_VENV)/bin/pip install --quiet --no-deps --target $(REFERENCE_VENV)/huggingface_hub-0.22.2 \
+		"huggingface_hub==0.22.2"
 	touch $@
 
-blip-official-env: $(BLIP_VENV)/.installed
+reference-env: $(REFERENCE_VENV)/.installed
 
-test-blip-official: $(VENV)/.installed-test blip-official-env
-	ROCOCO_REQUIRE_BLIP_OFFICIAL=1 $(BIN)/python -m pytest -q tests/models/test_blip_official.py
+test-reference: $(VENV)/.installed-test reference-env
+	ROCOCO_REQUIRE_REFERENCE=1 $(BIN)/python -m pytest -q tests/models/test_blip_official.py \
+		tests/models/test_vse_infty_official.py tests/models/test_pcmepp_official.py
 
 test-fast: $(VENV)/.installed-test $(CHROMIUM) $(WORDNET)
 	$(BIN)/python -m pytest -q -m "not slow"
@@ -101,4 +117,4 @@ bench: $(VENV)/.installed-test
 	nice $(BIN)/python benchmarks/bench_pipeline.py --repeat 3
 
 clean:
-	rm -rf $(VENV) $(NUMPY1_VENV) $(BLIP_VENV) build *.egg-info
+	rm -rf $(VENV) $(NUMPY1_VENV) $(REFERENCE_VENV) build *.egg-info

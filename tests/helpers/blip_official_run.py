@@ -1,4 +1,4 @@
-"""The official BLIP evaluation of RoCOCO on a small set, run in the reference environment ``.venv-blip-official``.
+"""The official BLIP evaluation of RoCOCO on a small set, run in the reference environment ``.venv-reference``.
 
 The official code is read in place (``../shared/reference/rococo-official``, pseulki/rococo at d8ba2a6), never copied:
 ``eval_blip_i2t.py`` and ``eval_blip_t2i.py`` are imported as modules, their ``evaluation()`` and ``itm_eval`` run

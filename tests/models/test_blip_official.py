@@ -1,17 +1,15 @@
 """Parity with the official BLIP evaluation (issue 21): the official code and the project score the same model alike.
 
-The official code (``../shared/reference/rococo-official``, pseulki/rococo at d8ba2a6) runs unchanged in its own
-environment, ``.venv-blip-official`` (the Makefile builds it; ``make test`` requires it:
-ROCOCO_REQUIRE_BLIP_OFFICIAL=1), through ``tests/helpers/blip_official_run.py``: it builds a small model of the
+The official code (``../shared/reference/rococo-official``, pseulki/rococo at d8ba2a6) runs unchanged in the reference
+environment, ``.venv-reference`` (the Makefile builds it; ``make test`` requires it: ROCOCO_REQUIRE_REFERENCE=1),
+through ``tests/helpers/blip_official_run.py``: it builds a small model of the
 official ``BLIP_Retrieval`` class (BLIP base's structure: ViT with 16-pixel patches at 384 x 384, BERT with
 cross-attention in every layer, narrower and shallower, every parameter seeded random), saves it as BLIP saves its
 checkpoints, and runs the official ``evaluation()`` and ``itm_eval`` of ``eval_blip_i2t.py`` and ``eval_blip_t2i.py``
 at ``k_test`` below and at the gallery size.
 
-The data is RoCOCO's: the ground-truth and ``rand_voca`` captions of ten real test images (0-8 and 83, which has six
-captions), from the real annotation files; the images are generated JPEGs of COCO-like sizes (one grayscale), and
-their altered copies are the ``mix`` attack of the project's own table, written once as the files both sides read.
-The project reads the same captions and images as a generated benchmark folder (``RococoSource(benchmark=...)``).
+The data is RoCOCO's: :func:`helpers.official_set.make_official_set` (the captions of ten real test images, generated
+JPEGs and their ``mix`` copies), read by the project as a generated benchmark folder.
 
 The project loads the checkpoint through ``--model blip:PATH.pth`` and through the folder that
 ``python -m rococo_eval.models.blip_official`` writes (``--model hf:OUT_DIR``), runs ``rococo-eval run
@@ -25,41 +23,33 @@ The project loads the checkpoint through ``--model blip:PATH.pth`` and through t
 """
 
 import json
-import os
 import re
-import subprocess
 from pathlib import Path
 
 import numpy as np
 import PIL
 import pytest
-from PIL import Image, ImageDraw
 
-from rococo_eval.attacks.images import make_mix_table
-from rococo_eval.catalog import CLEAN, TEXT_ATTACKS
+from rococo_eval.catalog import TEXT_ATTACKS
 from rococo_eval.cli import main
 from rococo_eval.data.annotations import read_annotation_file
-from rococo_eval.data.manifest import ADVERSARIAL_ROWS, ANNOTATIONS, write_manifest, write_mix_tables
-from rococo_eval.data.source import RococoSource
-from rococo_eval.io.atomic import write_json
 from rococo_eval.io.savedscores import score_file_name
 from rococo_eval.models import blip_official
 from rococo_eval.models.adapters import ModelError, load_model
 from rococo_eval.models.blip import BLIP_MAX_WORDS, pre_caption
 from rococo_eval.scoring.rerank import FILL
-from helpers import REPO_ROOT
+from helpers.official_set import (
+    ATTACK,
+    GRAYSCALE,
+    IMAGE_ATTACK,
+    IMAGE_INDICES,
+    STAND_INS,
+    make_official_set,
+    official_itm_eval,
+    require_reference_env,
+    run_reference,
+)
 
-REFERENCE = REPO_ROOT.parent / "shared" / "reference" / "rococo-official"
-REFERENCE_ENV = REPO_ROOT / ".venv-blip-official"  # the Makefile's BLIP_VENV
-HELPERS = REPO_ROOT / "tests" / "helpers"
-RUNNER = HELPERS / "blip_official_run.py"
-STAND_INS = HELPERS / "stand_ins"  # torchvision and pycocoevalcap, on the reference run's PYTHONPATH only
-
-IMAGE_INDICES = list(range(9)) + [83]  # test image 83 has six ground-truth captions
-ATTACK, IMAGE_ATTACK = "rand_voca", "mix_seed1"
-SIZES = [(640, 480), (500, 375), (480, 640), (427, 640), (612, 612), (640, 427), (375, 500), (320, 240), (640, 360),
-         (333, 500)]
-GRAYSCALE = 4  # this image is saved as a one-channel JPEG
 SMALL_K, FULL_K = 16, 101  # k_test below both galleries (101 texts, 20 images), and the largest (clipped to each)
 MODEL = {"seed": 0, "image_size": 384, "embed_dim": 32, "queue_size": 64,
          "vision": {"patch_size": 16, "width": 64, "depth": 2, "heads": 4},
@@ -71,45 +61,14 @@ PIXEL_TOLERANCE = 1e-6  # normalised pixels in [-1.8, 2.2]: the same PIL resize,
 # equal, 0.0)
 
 
-def run_reference(command: str, task: dict, folder: Path) -> subprocess.CompletedProcess:
-    """Run the reference runner in the reference environment (stand-ins first on its path), from ``folder``."""
-    task_path = folder / f"{command}.json"
-    task_path.write_text(json.dumps(task, indent=1))
-    environment = {key: value for key, value in os.environ.items() if key not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    environment.update(PYTHONPATH=str(STAND_INS), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
-                       TOKENIZERS_PARALLELISM="false")
-    result = subprocess.run([str(REFERENCE_ENV / "bin" / "python"), str(RUNNER), command, str(task_path)],
-                            cwd=folder, env=environment, capture_output=True, text=True, timeout=600, check=False)
-    if result.returncode != 0:
-        pytest.fail(f"the reference run ({command}) failed:\n{result.stderr[-6000:]}")
-    return result
+def run_blip_reference(command: str, task: dict, folder: Path):
+    """The BLIP runner in the reference environment, its stand-ins first on the path."""
+    return run_reference("blip_official_run.py", command, task, folder, path=[STAND_INS])
 
 
 @pytest.fixture(scope="module")
 def reference_python():
-    python = REFERENCE_ENV / "bin" / "python"
-    if not python.exists():
-        message = f"{python} is missing: `make blip-official-env` builds the official BLIP code's environment"
-        if os.environ.get("ROCOCO_REQUIRE_BLIP_OFFICIAL") == "1":
-            pytest.fail(message)
-        pytest.skip(message)
-    if not (REFERENCE / "eval_blip_i2t.py").is_file():
-        pytest.fail(f"the official code is not at {REFERENCE} (../shared/reference/rococo-official)")
-    return python
-
-
-def _image(rng: np.random.Generator, size: tuple[int, int]) -> Image.Image:
-    """A COCO-sized picture: a smooth colour field, a few shapes, a little noise (random but with structure)."""
-    width, height = size
-    field = Image.fromarray(rng.integers(0, 256, (3, 4, 3), dtype=np.uint8)).resize(size, Image.Resampling.BICUBIC)
-    draw = ImageDraw.Draw(field)
-    for _ in range(6):
-        x0, y0 = int(rng.integers(0, width - 20)), int(rng.integers(0, height - 20))
-        box = (x0, y0, x0 + int(rng.integers(20, width // 2)), y0 + int(rng.integers(20, height // 2)))
-        colour = tuple(int(c) for c in rng.integers(0, 256, 3))
-        (draw.ellipse if rng.random() < 0.5 else draw.rectangle)(box, fill=colour)
-    pixels = np.asarray(field, dtype=np.int16) + rng.integers(-12, 13, (height, width, 3))
-    return Image.fromarray(np.clip(pixels, 0, 255).astype(np.uint8))
+    return require_reference_env("rococo-official")
 
 
 def _vocabulary(texts: list[str]) -> list[str]:
@@ -130,33 +89,9 @@ def _vocabulary(texts: list[str]) -> list[str]:
 def case(tmp_path_factory, annotations_dir, reference_python):
     """The small RoCOCO set on both sides, the checkpoint, and the official run's outputs."""
     root = tmp_path_factory.mktemp("blip-official")
-    clean = [read_annotation_file(CLEAN, annotations_dir)[index] for index in IMAGE_INDICES]
-    attacked = [read_annotation_file(ATTACK, annotations_dir)[index] for index in IMAGE_INDICES]
-    images_dir = root / "images"
-    (images_dir / "val2014").mkdir(parents=True)
-    rng = np.random.default_rng(21)
-    for number, (record, size) in enumerate(zip(clean, SIZES)):
-        picture = _image(rng, size)
-        (picture.convert("L") if number == GRAYSCALE else picture).save(images_dir / record["image"], quality=90)
-
-    benchmark = root / "benchmark"  # the same captions and images, as a generated benchmark folder
-    write_json(clean, benchmark / ANNOTATIONS.format(name=CLEAN), compact=True)
-    write_json(attacked, benchmark / ANNOTATIONS.format(name=ATTACK), compact=True)
-    offsets = np.cumsum([0] + [len(record["caption"]) for record in clean])
-    write_json([{"source_caption_index": int(offsets[n] + j), "candidates": []} for n in range(len(clean))
-                for j in range(5)], benchmark / ADVERSARIAL_ROWS.format(name=ATTACK), compact=True)
-    write_mix_tables(benchmark, {IMAGE_ATTACK: make_mix_table("mix", 1, len(clean))})
-    write_manifest(benchmark, text_attacks=[ATTACK], image_attacks=[IMAGE_ATTACK], adversarial_per_image=5,
-                   images_dir=images_dir, details={"made by": __name__})
-    source = RococoSource(benchmark=benchmark)
-    (images_dir / IMAGE_ATTACK).mkdir()
-    for index in range(source.num_images):  # the altered copies, as files for the official dataset
-        altered = source.altered_image_bytes(index, IMAGE_ATTACK)
-        (images_dir / IMAGE_ATTACK / source.file_name(index)).write_bytes(altered)
-
-    ann_root = root / "annotations"  # the official dataset's folder: its file names
-    write_json(clean, ann_root / "coco_karpathy_test.json", compact=True)
-    write_json(attacked, ann_root / f"{ATTACK}.json", compact=True)
+    official_set = make_official_set(root, annotations_dir)
+    clean, attacked, source, benchmark = official_set.clean, official_set.attacked, official_set.source, \
+        official_set.benchmark
     work = root / "reference"
     texts = [pre_caption(caption, 30) for record in attacked for caption in record["caption"]]
     vocabulary = _vocabulary(texts)
@@ -172,22 +107,20 @@ def case(tmp_path_factory, annotations_dir, reference_python):
 
     model = json.loads(json.dumps(MODEL))
     model["text"]["vocab_size"] = len(vocabulary) + 2  # with [DEC] and [ENC]
-    task = {"reference": str(REFERENCE), "work": str(work), "out": str(work / "out"), "checkpoint": str(checkpoint),
-            "image_root": str(images_dir), "ann_root": str(ann_root), "i2t_file": f"{ATTACK}.json",
-            "t2i_file": "coco_karpathy_test.json", "miximage": IMAGE_ATTACK, "model": model,
+    task = {**official_set.itm_eval_task(), "work": str(work), "out": str(work / "out"),
+            "checkpoint": str(checkpoint), "model": model,
             "k_test": {"i2t": [SMALL_K, len(texts)], "t2i": [SMALL_K, 2 * len(clean)]},
             "caption_files": [str(Path(annotations_dir) / f"{name}.json") for name in
                               ("coco_karpathy_test",) + TEXT_ATTACKS]}
-    run_reference("evaluate", task, work)
+    run_blip_reference("evaluate", task, work)
     summary = json.loads((work / "out" / "reference.json").read_text())
     if summary["versions"]["PIL"] != PIL.__version__:  # Pillow 13.0 resizes portrait images up to 5/255 apart from 12.3
         pytest.fail(f"the reference environment has Pillow {summary['versions']['PIL']}, this one {PIL.__version__}: "
-                    f"both must decode and resize the same pixels; rebuild it (make blip-official-env)")
+                    f"both must decode and resize the same pixels; rebuild it (make reference-env)")
     with np.load(work / "out" / "reference.npz") as npz:
         arrays = {key: npz[key] for key in npz.files}
-    return {"root": root, "task": task, "benchmark": benchmark, "source": source, "checkpoint": checkpoint,
-            "arrays": arrays, "summary": summary, "work": work, "num_texts": len(texts)}
-
+    return {"root": root, "set": official_set, "task": task, "benchmark": benchmark, "source": source,
+            "checkpoint": checkpoint, "arrays": arrays, "summary": summary, "work": work, "num_texts": len(texts)}
 
 
 def _project_run(case, model: str, name: str, k: int) -> dict:
@@ -226,11 +159,8 @@ def project(case, converted):
 @pytest.fixture(scope="module")
 def official_itm_eval_of_project(case, project):
     """The official ``itm_eval`` (both scripts) of every project matrix, run in the reference environment."""
-    matrices = case["root"] / "project" / "matrices.npz"
-    np.savez(matrices, **{f"{key}@{name}": matrix for name, run in project.items() for key, matrix in run.items()})
-    task = dict(case["task"], matrices=str(matrices), itm_eval_out=str(case["root"] / "project" / "itm_eval.json"))
-    run_reference("itm-eval", task, case["work"])
-    return json.loads(Path(task["itm_eval_out"]).read_text())
+    matrices = {f"{key}@{name}": matrix for name, run in project.items() for key, matrix in run.items()}
+    return official_itm_eval(case["set"], matrices, case["root"] / "project" / "itm-eval")
 
 
 def _reranked(matrix: np.ndarray) -> np.ndarray:

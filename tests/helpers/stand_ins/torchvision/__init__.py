@@ -1,4 +1,4 @@
-"""A stand-in for torchvision in the reference environment of the official BLIP code (``.venv-blip-official``).
+"""A stand-in for torchvision in the reference environment of the official BLIP code (``.venv-reference``).
 
 PyPI's torchvision does not load beside the CPU build of torch 2.13.0 (``operator torchvision::nms does not exist``),
 yet timm imports it, and so do the official ``blip/data`` modules that ``eval_blip_i2t.py`` and ``eval_blip_t2i.py``

@@ -291,7 +291,7 @@ class _Reranker:
     def _on_device(self, vectors: np.ndarray):
         return self.torch.from_numpy(np.ascontiguousarray(vectors, dtype=np.float32)).to(self.device)
 
-    def similarity(self, image_vectors: np.ndarray, text_vectors: np.ndarray) -> np.ndarray:
+    def itc_scores(self, image_vectors: np.ndarray, text_vectors: np.ndarray) -> np.ndarray:
         """ITC scores, float32 (images x texts), of rows of :meth:`encode_images` and :meth:`encode_texts`,
         computed in float32 on the model's device."""
         with self.torch.inference_mode():
@@ -412,7 +412,7 @@ class Blip2Reranker(_Reranker):
             return self.base.finish(self.model.text_projection(
                 output[:, 0, :].to(self.model.text_projection.weight.dtype)))
 
-    def similarity(self, image_vectors: np.ndarray, text_vectors: np.ndarray) -> np.ndarray:
+    def itc_scores(self, image_vectors: np.ndarray, text_vectors: np.ndarray) -> np.ndarray:
         """ITC scores, float32 (images x texts): for each pair, the best of the image's query tokens, computed on
         the model's device."""
         torch = self.torch

@@ -26,7 +26,7 @@ and after the ITM stage of each image set x caption set of a gallery (two barrie
 Example:
     >>> class Toy:  # ITC: dot product; ITM: 10 for the pair (image i, caption i), else 0
     ...     name, fingerprint = "toy", "0" * 64
-    ...     def similarity(self, images, texts): return images @ texts.T
+    ...     def itc_scores(self, images, texts): return images @ texts.T
     ...     def tokenize(self, texts): return np.array([[int(text)] for text in texts])
     ...     def image_features(self, images): return np.array(images)
     ...     def match(self, features, positions, tokens):
@@ -179,7 +179,7 @@ class Reranker:
     """Scores galleries in two stages (see the module docstring) and keeps the ITM scores in ``root``.
 
     Args:
-        model: has ``name``, ``fingerprint``, ``similarity(image_vectors, text_vectors)``, ``tokenize(texts)``,
+        model: has ``name``, ``fingerprint``, ``itc_scores(image_vectors, text_vectors)``, ``tokenize(texts)``,
             ``image_features(images)`` and ``match(features, image_positions, tokens)`` (see
             :mod:`rococo_eval.models.blip`). ``match`` gets the pairs sorted by image, an image's pairs in
             consecutive calls on one ``image_features`` output, so that a model can compute an image's side once
@@ -281,8 +281,8 @@ class Reranker:
         itc = np.empty((layout.num_queries, k), dtype=np.float32)
         for start in range(0, layout.num_queries, block):
             rows = queries.vectors[start:start + block]
-            sims = (self.model.similarity(rows, gallery) if layout.direction == IMAGE_TO_TEXT
-                    else self.model.similarity(gallery, rows).T)
+            sims = (self.model.itc_scores(rows, gallery) if layout.direction == IMAGE_TO_TEXT
+                    else self.model.itc_scores(gallery, rows).T)
             values, top = torch.from_numpy(np.ascontiguousarray(sims, dtype=np.float32)).topk(k, dim=1)
             columns[start:start + len(rows)] = top.numpy()
             itc[start:start + len(rows)] = values.numpy()

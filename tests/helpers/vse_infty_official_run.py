@@ -115,39 +115,6 @@ def options(official, spec: dict, data_path: str):
     return opt
 
 
-def randomise(modules, seed: int) -> None:
-    """Every weight, bias, norm and batch-norm statistic drawn from a seeded generator (the official initialisation
-    leaves batch norms at the identity and would hide a statistic loaded in the wrong place): norms' scales
-    ``1 + N(0, 0.1)``, running variances ``0.5 + |N(0, 1)|``, embedding tables ``N(0, 0.5)``, other matrices and
-    kernels ``N(0, 1.5 / sqrt(fan_in))``, the rest ``N(0, 0.1)``."""
-    import torch
-    from torch import nn
-
-    generator = torch.Generator().manual_seed(seed)
-    norms = (nn.BatchNorm1d, nn.BatchNorm2d, nn.LayerNorm)
-    seen = set()
-    with torch.no_grad():
-        for module in (sub for root in modules for sub in root.modules()):
-            if id(module) in seen:
-                continue
-            seen.add(id(module))
-            tensors = list(module.named_parameters(recurse=False)) + list(module.named_buffers(recurse=False))
-            for name, tensor in tensors:
-                if name in ("num_batches_tracked", "position_ids", "token_type_ids"):
-                    continue
-                noise = torch.randn(tensor.shape, generator=generator)
-                if isinstance(module, norms) and name == "weight":
-                    tensor.copy_(1 + 0.1 * noise)
-                elif name == "running_var":
-                    tensor.copy_(0.5 + noise.abs())
-                elif isinstance(module, nn.Embedding):
-                    tensor.copy_(0.5 * noise)
-                elif tensor.ndim >= 2:
-                    tensor.copy_(noise * (1.5 / np.prod(tensor.shape[1:]) ** 0.5))
-                else:
-                    tensor.copy_(0.1 * noise)
-
-
 class IdsAsLists:
     """The official test loader, each batch's ``ids`` a list: ``collate_fn`` returns them as a tuple, which
     ``encode_data`` uses as a NumPy index (``img_embs[ids]``); with CUDA, the loader's ``pin_memory=True`` turned the
@@ -174,6 +141,8 @@ def embed(official, model, tokenizer, opt, split: str, backbone: bool):
 
 
 def evaluate(task: dict) -> None:
+    from reference_weights import randomise  # this script's folder, first on its path
+
     stub_torchvision_meta_registrations()
     import cv2
     import imageio

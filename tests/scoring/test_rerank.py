@@ -117,9 +117,9 @@ def test_two_stage_scores_equal_the_checkpoints_own_itc_and_itm(which, attack, d
 
     pool = np.concatenate([side.vectors for side in sides[1]])[layout.gallery_rows]
     if direction == IMAGE_TO_TEXT:
-        first_stage, itc = model.similarity(sides[0].vectors, pool), brute_force_itc(model, queries, gallery)
+        first_stage, itc = model.itc_scores(sides[0].vectors, pool), brute_force_itc(model, queries, gallery)
     else:
-        first_stage, itc = model.similarity(pool, sides[0].vectors).T, brute_force_itc(model, gallery, queries).T
+        first_stage, itc = model.itc_scores(pool, sides[0].vectors).T, brute_force_itc(model, gallery, queries).T
     np.testing.assert_allclose(first_stage, itc, atol=1e-5)
     reranked = scores != FILL
     assert (reranked.sum(axis=1) == k).all() and (scores[~reranked] == FILL).all()

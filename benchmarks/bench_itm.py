@@ -49,7 +49,7 @@ from PIL import Image
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from rococo_eval.models.adapters import _TorchModel  # noqa: E402
+from rococo_eval.models.adapters import TorchModel  # noqa: E402
 from rococo_eval.models.blip import Blip2Reranker, BlipReranker, ImageFeatures  # noqa: E402
 
 FULL_RUN_PAIRS = 7.7e6  # docs/reproduce.md: (5,000 + 25,010) x 256 for the clean galleries at k = 256
@@ -100,7 +100,7 @@ def load(which: str, folder: Path, vision_layers: int, device: str, precision: s
     size = 224 if which == "blip2" else 384
     processor = transformers.BlipImageProcessor(size={"height": size, "width": size})
     adapter = (Blip2Reranker if which == "blip2" else BlipReranker)(
-        which, _TorchModel(which, device, precision), model, tokenizer(folder), processor)
+        which, TorchModel(which, device, precision), model, tokenizer(folder), processor)
     return adapter, time.perf_counter() - started
 
 
@@ -177,7 +177,7 @@ def bench(which: str, args, folder: Path) -> None:
     print(f"keys and values of one image, all {cross_layers} cross-attention layers: {fp32_bytes / 1e6:.1f} MB in "
           f"fp32", end="")
     if which == "blip":
-        bf16 = BlipReranker(which, _TorchModel(which, args.device, "bf16"), copy.deepcopy(model.model), model.tokenizer,
+        bf16 = BlipReranker(which, TorchModel(which, args.device, "bf16"), copy.deepcopy(model.model), model.tokenizer,
                             model.processor)
         hidden16 = bf16.image_features(images[:2]).hidden
         print(f", {keys_values_bytes(bf16, hidden16) / 1e6:.1f} MB in bf16")

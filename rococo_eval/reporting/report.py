@@ -78,7 +78,8 @@ REFERENCE_RESULTS: list[dict] = [
     {"model": "BLIP", "attack": "text attacks (not named in the abstract)", "direction": "image_to_text",
      "clean_recall@1": 81.9, "recall@1": 48.4,
      "source": "Park et al., RoCOCO, arXiv:2304.10727v5, abstract"},
-    {"model": "VSE infinity", "attack": "text attacks (not named in the abstract)", "direction": "image_to_text",
+    {"model": "VSE infinity, WSL grid + BERT", "attack": "text attacks (not named in the abstract)",
+     "direction": "image_to_text",
      "clean_recall@1": 66.1, "recall@1": 37.6,
      "source": "Park et al., RoCOCO, arXiv:2304.10727v5, abstract"},
 ]

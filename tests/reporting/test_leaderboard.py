@@ -18,17 +18,32 @@ ROWS = [{"attack": "clean", "direction": "image_to_text", "recall@1": 51.0},
 
 def test_the_board_starts_with_the_published_rows_each_under_its_source(tmp_path):
     rows = {row["model"]: row for row in Leaderboard(tmp_path / "board.sqlite3").rows()}
-    assert set(rows) == {"CLIP ViT-B/32", "BLIP (paper v1)", "BLIP (paper v5)", "VSE infinity (paper v1)",
-                         "VSE infinity (paper v5)"} and {row["kind"] for row in rows.values()} == {PUBLISHED}
+    vse = "VSE infinity, WSL grid + BERT"  # the paper's variant, named
+    assert set(rows) == {"CLIP ViT-B/32", "BLIP (paper v1)", "BLIP (paper v5)", f"{vse} (paper v1)",
+                         f"{vse} (paper v5)"} and {row["kind"] for row in rows.values()} == {PUBLISHED}
     assert (rows["BLIP (paper v1)"]["clean R@1 (i2t)"], rows["BLIP (paper v1)"]["text attacks R@1 (i2t, mean)"]) == (
         81.9, 64.5)
     assert rows["BLIP (paper v5)"]["text attacks R@1 (i2t, mean)"] == 48.4
-    assert rows["VSE infinity (paper v1)"]["text attacks R@1 (i2t, mean)"] == 37.5
-    assert rows["VSE infinity (paper v5)"]["text attacks R@1 (i2t, mean)"] == 37.6
+    assert rows[f"{vse} (paper v1)"]["text attacks R@1 (i2t, mean)"] == 37.5
+    assert rows[f"{vse} (paper v5)"]["text attacks R@1 (i2t, mean)"] == 37.6
     assert "arXiv:2304.10727v1" in rows["BLIP (paper v1)"]["source"]
     clip = rows["CLIP ViT-B/32"]
     assert clip["clean R@1 (i2t)"] == 50.12 and clip["mix_seed1 R@1"] == pytest.approx(19.836, abs=1e-3)
     assert clip["rand_voca R@1"] is None and "clip/ViT-B_32log.txt" in clip["source"]  # the log names no attack
+
+
+def test_a_board_of_an_earlier_version_gets_the_current_published_rows_and_keeps_the_submitted(tmp_path):
+    """A board made when the VSE infinity rows did not name their variant: reopened, it has the current published
+    rows only, and every submitted row."""
+    path = tmp_path / "board.sqlite3"
+    board = Leaderboard(path)
+    assert board.submit(ROWS, model="my model")[0]
+    with sqlite3.connect(path) as connection:
+        connection.execute("UPDATE submissions SET model = 'VSE infinity (paper v1)', digest = 'old' "
+                           "WHERE model = 'VSE infinity, WSL grid + BERT (paper v1)'")
+    models = [row["model"] for row in Leaderboard(path).rows()]
+    assert "VSE infinity (paper v1)" not in models and models.count("VSE infinity, WSL grid + BERT (paper v1)") == 1
+    assert "my model" in models and len(models) == 6
 
 
 def test_a_submission_survives_a_restart_and_is_kept_once(tmp_path):

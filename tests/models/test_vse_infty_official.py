@@ -52,8 +52,8 @@ EMBEDDING_TOLERANCE = 1e-5  # float32 embeddings of unit length; the two sides b
 SCALE_FACTORS = [None, 0.5, 2.0]  # no input_scale_factor (256), and the options' 128 and 512 (the released grids')
 REGIONS = 36  # per image, as in SCAN's precomputed features
 MODELS = [  # the released shapes, small: one block per ResNet stage, two BERT layers
-    {"name": "wsl_grid", "variant": "wsl", "seed": 1, "input_scale_factor": None},
-    {"name": "butd_grid", "variant": "detector", "seed": 2, "input_scale_factor": 0.5},
+    {"name": "wsl_grid", "variant": "wsl", "seed": 1, "input_scale_factor": 0.5},
+    {"name": "butd_grid", "variant": "detector", "seed": 2, "input_scale_factor": None},
     {"name": "butd_region", "variant": "region", "seed": 3, "input_scale_factor": None},
 ]
 COMMON = {"embed_size": 64, "batch_size": 8, "resnet_blocks": [1, 1, 1, 1], "wsl_groups": 32, "wsl_width_per_group": 8,

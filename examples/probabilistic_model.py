@@ -12,8 +12,9 @@ normalises them) and the log of each dimension's sigma. The package scores the p
 
     csd(image, caption) = -(2 - 2 mu_image . mu_caption + sum(exp(sigma_image)) + sum(exp(sigma_caption)))
 
-as ``pcmepp/evaluation.py::compute_csd_sims`` does: as one matrix product of augmented rows, so the embedding cache,
-``--save-embeddings``, ``rococo-eval score``, the Space and ``--processes`` all work as for any model. A real PCME++
+as ``pcmepp/evaluation.py::compute_csd_sims`` computes it. Each item is kept as one row (its mean, then
+``sum(exp(sigma))``), so the embedding cache, ``--save-embeddings``, ``rococo-eval score``, the Space and
+``--processes`` all work as for any model. A real PCME++
 checkpoint needs no wrapper: ``--model pcmepp:REPO_OR_FOLDER``.
 
 ``TinyGaussianModel`` needs no weights: an image's mean is its colours on a 4 x 4 grid, projected; a caption's, its

@@ -435,8 +435,8 @@ def _score_embeddings_file(args, source, out: Path) -> Path:
         raise CommandError("an embeddings file holds every gallery a report needs: give it alone, without score files")
     path = split_file_argument(args.files[0])[1]
     vectors, metadata, attacks = read_embeddings_file(path, source)
-    results = score_embeddings(vectors, source, attacks)
-    meta = {"model": metadata.get("model"), "similarity": metadata.get("similarity", "cosine"),
+    results = score_embeddings(vectors, source, attacks, metadata["similarity"])
+    meta = {"model": metadata.get("model"), "similarity": metadata["similarity"],
             "embeddings_file": str(path), "attacks": list(attacks)}
     _report(results, out, meta, args.quiet, gallery_layouts(source, attacks), source)
     return out

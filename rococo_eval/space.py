@@ -199,7 +199,8 @@ def evaluate_embeddings_file(paths, source, options: ScoringOptions) -> Evaluati
         raise ValueError("this Space has no images, so it cannot check an embeddings file's fingerprints: it scores "
                          f"embeddings files when {IMAGES_DIR_ENV} (or {BENCHMARK_DIR_ENV}) names the images")
     vectors, metadata, attacks = read_embeddings_file(paths[0], source)
-    scored = score_embeddings(vectors, source, attacks, ties=options.ties, bootstrap=options.bootstrap)
+    scored = score_embeddings(vectors, source, attacks, metadata["similarity"], ties=options.ties,
+                              bootstrap=options.bootstrap)
     results, per_query = {}, {}
     for key, result in scored.items():
         results[key], per_query[key] = analysis.split_per_query(result)
@@ -208,7 +209,7 @@ def evaluate_embeddings_file(paths, source, options: ScoringOptions) -> Evaluati
     name = Path(paths[0]).name
     for row in rows:
         row["file"] = name
-    meta = {"model": metadata.get("model"), "similarity": metadata.get("similarity", "cosine"),
+    meta = {"model": metadata.get("model"), "similarity": metadata["similarity"],
             "embeddings_file": name, "attacks": list(attacks)}
     if not options.is_default:
         meta["settings"] = {"ties": options.ties, "bootstrap": options.bootstrap}

@@ -87,15 +87,17 @@ def write_top_k(path, top_columns, top_scores, fill: float, num_gallery: int) ->
 
 
 class ScoreMatrixWriter:
-    """Write a float32 matrix of ``shape`` to ``path`` block by block; it appears at ``path`` only when complete.
+    """Write a matrix of ``shape`` (float32, or ``dtype``) to ``path`` block by block; it appears at ``path`` only when
+    complete.
 
     Use as a context manager: leaving it normally flushes the rows and renames the file into place; leaving it
     by an exception removes the temporary file. Rows never written are an error.
     """
 
-    def __init__(self, path, shape):
+    def __init__(self, path, shape, dtype=np.float32):
         self.path = Path(path)
         self.shape = tuple(int(n) for n in shape)
+        self.dtype = np.dtype(dtype)
         self._written = 0
         self._temporary = None
         self._matrix = None
@@ -104,7 +106,7 @@ class ScoreMatrixWriter:
         handle, name = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=self.path.parent)
         os.close(handle)
         self._temporary = Path(name)
-        self._matrix = np.lib.format.open_memmap(name, mode="w+", dtype=np.float32, shape=self.shape)
+        self._matrix = np.lib.format.open_memmap(name, mode="w+", dtype=self.dtype, shape=self.shape)
         return self
 
     def write(self, start: int, rows) -> None:

@@ -53,7 +53,7 @@ import numpy as np
 from PIL import Image
 
 from rococo_eval.models.cache import weights_digest
-from rococo_eval.models.similarity import DEFAULT_SIMILARITY, check_similarity, score_vectors
+from rococo_eval.models.similarity import DEFAULT_SIMILARITY, score_vectors, similarity_of
 
 logger = logging.getLogger(__name__)
 
@@ -82,7 +82,7 @@ class CustomModel:
                             "encode_images(list of PIL images) -> array and encode_texts(list of str) -> array")
         self.model = model
         self.name = str(name or getattr(model, "name", None) or type(model).__name__)
-        self.similarity = check_similarity(getattr(model, "similarity", DEFAULT_SIMILARITY), self.name)
+        self.similarity = similarity_of(model)
         for pair in (HOOKS[:2], HOOKS[2:]):
             present = [hook for hook in pair if callable(getattr(model, hook, None))]
             if len(present) == 1:

@@ -19,9 +19,10 @@ the official ones. The official forward returns L2-normalised means and the log 
 - **captions** go through the official ``tokenize``, which is open_clip's (the same BPE vocabulary,
   ``bpe_simple_vocab_16e6.txt.gz``, sha256 :data:`BPE_SHA256`, cleaning and truncation): its module is read from
   the installed ``open_clip_torch`` without importing the rest of open_clip (which needs torchvision);
-- **scores** are CSD (``pcmepp/evaluation.py::compute_csd_sims``), as augmented rows whose dot product is the CSD
-  (:mod:`rococo_eval.models.similarity`, ``csd``): everything ``run`` gives a dual encoder (cache, embeddings file,
-  report, processes) works on them unchanged.
+- **scores** are CSD, computed as ``pcmepp/evaluation.py::compute_csd_sims`` computes them
+  (:mod:`rococo_eval.models.similarity`, ``csd``: each item's row is its mean and its ``sum(exp(std))``, the
+  exponential torch's, as there): everything ``run`` gives a dual encoder (cache, embeddings file, report,
+  processes) works on them.
 
 Config fields that change the official forward but are not built here (``input_patchnorm``, ``attentional_pool``,
 ``output_tokens``, ``embed_cls``, a ``cast_dtype``) are refused by name; so are fields the official dataclasses do
@@ -390,13 +391,11 @@ class PcmeppModel:
 
     def encode_preprocessed(self, batch: np.ndarray) -> np.ndarray:
         """CSD image rows (:func:`~rococo_eval.models.similarity.score_vectors`) of a batch of pixels."""
-        return score_vectors("csd", "image", self.encode_pixels(batch), self.name, "encode_preprocessed")
+        return score_vectors("csd", "image", self._image_outputs(batch), self.name, "encode_preprocessed")
 
     def encode_pixels(self, batch: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The official forward's ``(image_features, image_stds)`` of a batch of pixels, as float32 arrays."""
-        with self.base.torch.inference_mode():
-            mean, std = self.model.encode_image(self.base.as_input(batch))
-        return mean.float().cpu().numpy(), std.float().cpu().numpy()
+        return tuple(output.float().cpu().numpy() for output in self._image_outputs(batch))
 
     def tokenize_texts(self, texts: Sequence[str]):
         """The official ``tokenize`` of ``texts``: ``(texts, context_length)`` token ids."""
@@ -404,13 +403,19 @@ class PcmeppModel:
 
     def encode_tokenized(self, tokens) -> np.ndarray:
         """CSD text rows of one :meth:`tokenize_texts` output."""
-        return score_vectors("csd", "text", self.encode_tokens(tokens), self.name, "encode_tokenized")
+        return score_vectors("csd", "text", self._text_outputs(tokens), self.name, "encode_tokenized")
 
     def encode_tokens(self, tokens) -> tuple[np.ndarray, np.ndarray]:
         """The official forward's ``(text_features, text_stds)`` of token ids, as float32 arrays."""
+        return tuple(output.float().cpu().numpy() for output in self._text_outputs(tokens))
+
+    def _image_outputs(self, batch: np.ndarray):
         with self.base.torch.inference_mode():
-            mean, std = self.model.encode_text(tokens.to(self.device))
-        return mean.float().cpu().numpy(), std.float().cpu().numpy()
+            return self.model.encode_image(self.base.as_input(batch))
+
+    def _text_outputs(self, tokens):
+        with self.base.torch.inference_mode():
+            return self.model.encode_text(tokens.to(self.device))
 
     def encode_images(self, images) -> np.ndarray:
         """CSD image rows of PIL images."""

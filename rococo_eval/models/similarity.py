@@ -1,22 +1,20 @@
-"""How a model's embeddings are scored: each similarity turns what a model's encoders return into rows whose dot
-products are the model's own scores, so that everything downstream (the embedding cache, the metric's block rule,
-the embeddings file, the Space) scores every model as one matrix product.
+"""How a model's embeddings are scored: each similarity turns what a model's encoders return into rows, and scores
+rows block by block as the model's own code scores them, so that everything downstream (the embedding cache, the
+metric, the embeddings file, the Space) serves every model.
 
-- ``cosine`` (the default, and every built-in dual encoder but PCME++): rows L2-normalised, so that their dot product
-  is the cosine similarity (:func:`normalised`).
-- ``dot``: the rows as the model gives them, scored by their dot product (a model trained with an unnormalised
-  inner product).
+- ``cosine`` (the default, and most built-in dual encoders): rows L2-normalised (:func:`normalised`), scored by
+  their float32 dot product, the metric's one block rule (:func:`rococo_recall.embedding_score_blocks`).
+- ``dot``: the rows as the model gives them, scored by their dot product in **float64**, as VSE infinity's official
+  evaluation scores its embeddings (``encode_data`` keeps them in float64 arrays, then ``compute_sim``).
 - ``csd``: probabilistic embeddings scored by the closed-form sampled distance of PCME++ (Chun, "Improved
-  Probabilistic Image-Text Representations", ICLR 2024; ``pcmepp/evaluation.py::compute_csd_sims``):
-  ``csd(i, t) = -(2 - 2 mu_i . mu_t + sum(exp(sigma_i)) + sum(exp(sigma_t)))``, where each encoder returns a pair
-  ``(means, log_sigmas)`` of ``(items, dim)`` arrays (PCME++'s ``mean`` and ``std`` outputs: ``std`` is the
-  log of sigma, which the official code exponentiates). The pair becomes one augmented row per item,
-
-      image ``[2 mu_i, -(2 + sum(exp(sigma_i))), 1]``,  text ``[mu_t, 1, -sum(exp(sigma_t))]``,
-
-  whose dot product is ``csd(i, t)``: the same number, so the same ranking, up to the rounding of float32 sums
-  (the official code itself gives different last bits in its float32 and float64 modes, ``to_double``). The sums
-  of ``exp(sigma)`` are taken in float64.
+  Probabilistic Image-Text Representations", ICLR 2024; ``pcmepp/evaluation.py::compute_csd_sims``),
+  ``csd(i, t) = -(2 - 2 mu_i . mu_t + sum(exp(sigma_i)) + sum(exp(sigma_t)))``. Each encoder returns a pair
+  ``(means, log_sigmas)`` of ``(items, dim)`` arrays (PCME++'s ``mean`` and ``std`` outputs: ``std`` is the log of
+  sigma, which the official code exponentiates). An item's row is its mean, then its uncertainty ``sum(exp(sigma))``
+  (``dim + 1`` floats), and a block of scores is computed in the official order and precision: the means' float32
+  matrix product ``m`` (images by captions, as the official code multiplies them), ``2 - 2 m``, plus the images'
+  uncertainties, plus the captions', negated. The uncertainties are float32 sums of float32 exponentials (of torch's,
+  when the model gives tensors), as there.
 
 :data:`SIMILARITIES` names them; a model says which through its ``similarity`` attribute (default ``cosine``), and
 an embeddings file records it (:mod:`rococo_eval.scoring.embeddingsfile`).
@@ -26,19 +24,40 @@ Example:
     [[0.6, 0.8]]
     >>> means, log_sigmas = np.array([[0.6, 0.8]]), np.log(np.array([[0.5, 0.25]]))
     >>> image, text = (score_vectors("csd", side, (means, log_sigmas), "m") for side in ("image", "text"))
-    >>> round(float((image @ text.T)[0, 0]), 6)  # -(2 - 2 * 1.0 + 0.75 + 0.75)
-    -1.5
+    >>> image.tolist()  # the mean, then sum(exp(log_sigma))
+    [[0.6000000238418579, 0.800000011920929, 0.75]]
+    >>> [(start, block.round(6).tolist()) for start, block in score_blocks("csd", image, text, queries_are_images=True)]
+    [(0, [[-1.5]])]
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import numpy as np
 
 SIMILARITIES = ("cosine", "dot", "csd")
 DEFAULT_SIMILARITY = "cosine"
 SIDES = ("image", "text")
+SCORE_DTYPES = {"cosine": np.float32, "dot": np.float64, "csd": np.float32}  # what each similarity's scores are in
+
+
+def similarity_of(model) -> str:
+    """How ``model`` is scored: its ``similarity`` when that is a string (checked), else :data:`DEFAULT_SIMILARITY`
+    (a model whose ``similarity`` is a method, as sentence-transformers' are, says nothing about it).
+
+    Example:
+        >>> class Probabilistic:
+        ...     similarity = "csd"
+        >>> class WithAMethod:
+        ...     def similarity(self, a, b): return a @ b.T
+        >>> similarity_of(Probabilistic()), similarity_of(WithAMethod()), similarity_of(object())
+        ('csd', 'cosine', 'cosine')
+    """
+    value = getattr(model, "similarity", None)
+    if not isinstance(value, str):
+        return DEFAULT_SIMILARITY
+    return check_similarity(value, getattr(model, "name", None) or type(model).__name__)
 
 
 def check_similarity(similarity, owner: str = "model") -> str:
@@ -83,19 +102,66 @@ def score_vectors(similarity: str, side: str, output, model_name: str, method: s
         raise ValueError(f"model {model_name!r}: {method} must return a pair (means, log_sigmas) for the csd "
                          f"similarity, got {type(output).__name__}")
     means = finite_rows(output[0], model_name, f"{method} (means)")
-    log_sigmas = finite_rows(output[1], model_name, f"{method} (log_sigmas)")
-    if means.shape != log_sigmas.shape:
+    log_sigmas = output[1]
+    if hasattr(log_sigmas, "detach"):  # torch's exponential, as the official code takes it
+        import torch
+
+        sigmas = torch.exp(log_sigmas.detach().float()).cpu().numpy()
+    else:
+        sigmas = np.exp(finite_rows(log_sigmas, model_name, f"{method} (log_sigmas)"))
+    sigmas = finite_rows(sigmas, model_name, f"{method} (log_sigmas)")
+    if means.shape != sigmas.shape:
         raise ValueError(f"model {model_name!r}: {method} returned means of shape {means.shape} and log_sigmas of "
-                         f"shape {log_sigmas.shape}; they must have one shape")
-    uncertainty = np.exp(log_sigmas.astype(np.float64)).sum(axis=1, keepdims=True)
+                         f"shape {sigmas.shape}; they must have one shape")
+    uncertainty = sigmas.sum(axis=-1).reshape(-1, 1)  # float32, summed as the official code sums it
     if not np.isfinite(uncertainty).all():
         raise ValueError(f"model {model_name!r}: {method} returned log_sigmas whose exp overflows")
-    ones = np.ones_like(uncertainty)
-    if side == "image":
-        augmented = np.hstack([2 * means.astype(np.float64), -(2 + uncertainty), ones])
-    else:
-        augmented = np.hstack([means.astype(np.float64), ones, -uncertainty])
-    return augmented.astype(np.float32)
+    return np.hstack([means, uncertainty]).astype(np.float32)
+
+
+def score_blocks(similarity: str, queries: np.ndarray, gallery: np.ndarray, queries_are_images: bool,
+                 chunk_size=None) -> Iterator[tuple[int, np.ndarray]]:
+    """Yield ``(first row, scores)``: the score matrix of ``queries`` against ``gallery`` (rows of
+    :func:`score_vectors`), block by block, as ``similarity`` scores them (module docstring).
+
+    Args:
+        queries_are_images: whether the queries are the images (image-to-text); ``csd`` multiplies and adds in the
+            official order, images first.
+        chunk_size: query rows per block (default: the metric's, :func:`rococo_recall.score_block_rows`). BLAS
+            rounds a product by its shape, so blocks may differ in their last bit from a matrix made whole, as the
+            metric's own blocks may (``csd``'s means' products are float32, as the official code's are).
+
+    Example:
+        >>> rows = np.array([[3.0, 4.0], [1.0, 0.0]], dtype=np.float32)
+        >>> [(start, block.dtype.name) for start, block in score_blocks("dot", rows, rows, True)]
+        [(0, 'float64')]
+    """
+    from rococo_recall import embedding_score_blocks, score_block_rows  # the metric's block rule
+
+    check_similarity(similarity)
+    if similarity == "cosine":
+        yield from embedding_score_blocks(queries, gallery, chunk_size=chunk_size)
+        return
+    if similarity == "dot":
+        yield from embedding_score_blocks(np.asarray(queries, dtype=np.float64), np.asarray(gallery, dtype=np.float64),
+                                          chunk_size=chunk_size)
+        return
+    queries, gallery = np.asarray(queries, dtype=np.float32), np.asarray(gallery, dtype=np.float32)
+    gallery_means, gallery_uncertainty = np.ascontiguousarray(gallery[:, :-1]), gallery[:, -1]
+    rows = chunk_size or score_block_rows(len(gallery))
+    for start in range(0, len(queries), rows):  # contiguous means, as the official code multiplies them
+        block_means = np.ascontiguousarray(queries[start:start + rows, :-1])
+        block_uncertainty = queries[start:start + rows, -1]
+        if queries_are_images:
+            distance = 2 - 2 * (block_means @ gallery_means.T)
+            distance = distance + block_uncertainty[:, None]
+            distance = distance + gallery_uncertainty[None, :]
+        else:  # the official code scores images by captions, and ranks images by its transpose
+            distance = 2 - 2 * (gallery_means @ block_means.T)
+            distance = distance + gallery_uncertainty[:, None]
+            distance = distance + block_uncertainty[None, :]
+            distance = distance.T
+        yield start, np.ascontiguousarray(-distance)
 
 
 def finite_rows(vectors, model_name: str, method: str) -> np.ndarray:

@@ -10,8 +10,8 @@ RoCOCO). Its metadata (``__metadata__``, strings):
 - ``model``: the model's name, ``dimension``: the vectors' width;
 - ``normalized``: ``true`` when every row has unit length (this package writes them so for a cosine model);
 - ``similarity``: how the model scores (:mod:`rococo_eval.models.similarity`): ``cosine`` (also when the key is
-  missing, as in files written before it existed), ``dot`` or ``csd`` (PCME++'s augmented rows); the scores are the
-  rows' dot products either way;
+  missing, as in files written before it existed), ``dot`` or ``csd`` (rows of a mean and its uncertainty); the
+  galleries are scored by it;
 - ``fingerprints``: JSON ``{item set: fingerprint}`` of the item sets' content (captions, image files,
   alterations), so that a file made for other captions or attacks is refused.
 
@@ -193,7 +193,8 @@ def is_embeddings_file(path) -> bool:
 
 
 def read_embeddings_file(path, source) -> tuple[dict[str, np.ndarray], dict, tuple[str, ...]]:
-    """The file's vectors by item set, its metadata, and the attacks it covers, each checked against ``source``.
+    """The file's vectors by item set, its metadata (with its ``similarity``, ``cosine`` when the file predates it),
+    and the attacks it covers, each checked against ``source``.
 
     Raises:
         ValueError: an unknown item set, a missing clean one, a fingerprint or a row count that is not
@@ -219,7 +220,7 @@ def read_embeddings_file(path, source) -> tuple[dict[str, np.ndarray], dict, tup
         if name not in vectors:
             raise ValueError(f"{str(path)!r} lacks {name!r}: every gallery needs the test images and the "
                              "ground-truth captions")
-    similarity = metadata.get("similarity", DEFAULT_SIMILARITY)
+    similarity = metadata.setdefault("similarity", DEFAULT_SIMILARITY)  # files written before it existed: cosine
     if similarity not in SIMILARITIES:
         raise ValueError(f"{str(path)!r}: its metadata's `similarity` must be one of {SIMILARITIES}, got "
                          f"{similarity!r}")
@@ -254,16 +255,18 @@ def expected_name(source, attack: str) -> str:
     return f"captions/{attack}" if attack in source.text_attacks else f"images/{attack}"
 
 
-def score_embeddings(vectors: Mapping[str, np.ndarray], source, attacks, **metric_kwargs) -> dict[str, dict]:
-    """Both clean galleries and each attack's, scored from the item sets' vectors exactly as ``run`` scores a dual
-    encoder (:func:`~rococo_eval.scoring.galleries.score_embedding_gallery`, with per-query arrays); ``metric_kwargs``
+def score_embeddings(vectors: Mapping[str, np.ndarray], source, attacks, similarity: str,
+                     **metric_kwargs) -> dict[str, dict]:
+    """Both clean galleries and each attack's, scored from the item sets' vectors by ``similarity`` (the file's
+    metadata says which) exactly as ``run`` scores a dual encoder
+    (:func:`~rococo_eval.scoring.galleries.score_embedding_gallery`, with per-query arrays); ``metric_kwargs``
     (``ties``, ``bootstrap``, ...) go to the metric."""
     named = {"images": vectors[IMAGES], "captions": vectors[CAPTIONS],
              **{attack: vectors[expected_name(source, attack)] for attack in attacks}}
     results = {}
     for attack, direction in galleries(attacks):
         key = gallery_key(attack, direction)
-        results[key] = score_embedding_gallery(source, attack, direction, named, **metric_kwargs)
+        results[key] = score_embedding_gallery(source, attack, direction, named, similarity, **metric_kwargs)
         logger.info("%s: R@1 %.2f", key, results[key]["recall@1"])
     return results
 

@@ -20,6 +20,7 @@ from rococo_eval.attacks.alterations import AlteredImages
 from rococo_eval.catalog import IMAGE_TO_TEXT, TEXT_ATTACKS, galleries, gallery_key
 from rococo_eval.layout import gallery_vectors, recall_cutoffs
 from rococo_eval.models.cache import EmbeddingCache, ItemSet, LazyImages, embeddings_of_all
+from rococo_eval.models.similarity import DEFAULT_SIMILARITY, SCORE_DTYPES, score_blocks, similarity_of
 from rococo_eval.processes import ONE
 
 logger = logging.getLogger(__name__)
@@ -59,8 +60,8 @@ def gallery_layouts(source, attacks) -> dict:
 
 
 def score_gallery(layout, queries: np.ndarray, originals: np.ndarray, adversarial: Optional[np.ndarray] = None,
-                  **metric_kwargs) -> dict:
-    """Score one gallery from embeddings with the RoCOCO Recall metric, which makes the scores block by block.
+                  similarity: str = DEFAULT_SIMILARITY, **metric_kwargs) -> dict:
+    """Score one gallery from embeddings with the RoCOCO Recall metric, which ranks the scores block by block.
 
     Args:
         layout: the gallery's :class:`~rococo_eval.layout.GalleryLayout`; its ``gallery_rows`` index the
@@ -68,6 +69,9 @@ def score_gallery(layout, queries: np.ndarray, originals: np.ndarray, adversaria
         queries: query embeddings in test order.
         originals: embeddings of the clean gallery items (ground-truth captions or test images).
         adversarial: embeddings of the altered items (None for a clean gallery).
+        similarity: how the rows are scored (:mod:`rococo_eval.models.similarity`); a cosine model's are made by the
+            metric itself (``query_embeddings``), the others' by their own block rule
+            (:func:`~rococo_eval.models.similarity.score_blocks`).
         metric_kwargs: passed to :func:`rococo_recall.rococo_recall` (``k``, ``ties``, ...).
 
     Example:
@@ -81,17 +85,22 @@ def score_gallery(layout, queries: np.ndarray, originals: np.ndarray, adversaria
     from rococo_recall import rococo_recall  # the metric (with numpy only): loaded where a gallery is scored
 
     pool = [originals] if adversarial is None else [originals, adversarial]
-    return rococo_recall(query_embeddings=queries, gallery_embeddings=gallery_vectors(pool, layout.gallery_rows),
-                         **layout.metric_inputs(), **metric_kwargs)
+    gallery = gallery_vectors(pool, layout.gallery_rows)
+    if similarity == DEFAULT_SIMILARITY:
+        return rococo_recall(query_embeddings=queries, gallery_embeddings=gallery, **layout.metric_inputs(),
+                             **metric_kwargs)
+    return block_metric(_similarity_blocks(similarity, layout, queries, gallery), layout, **metric_kwargs)
 
 
-def score_embedding_gallery(source, attack: str, direction: str, vectors, **metric_kwargs) -> dict:
+def score_embedding_gallery(source, attack: str, direction: str, vectors, similarity: str = DEFAULT_SIMILARITY,
+                            **metric_kwargs) -> dict:
     """One gallery of a dual encoder scored from its item sets' vectors (``vectors["images"]``,
-    ``vectors["captions"]`` and, for an attack, ``vectors[attack]``), at the cut-offs the gallery allows, with the
-    per-query arrays: what ``run`` and an embeddings file (:mod:`rococo_eval.scoring.embeddingsfile`) both give."""
+    ``vectors["captions"]`` and, for an attack, ``vectors[attack]``) by its ``similarity``, at the cut-offs the
+    gallery allows, with the per-query arrays: what ``run`` and an embeddings file
+    (:mod:`rococo_eval.scoring.embeddingsfile`) both give."""
     query_key, original_key = ("images", "captions") if direction == IMAGE_TO_TEXT else ("captions", "images")
     layout = source.gallery(attack, direction, "official")
-    return score_gallery(layout, vectors[query_key], vectors[original_key], vectors.get(attack),
+    return score_gallery(layout, vectors[query_key], vectors[original_key], vectors.get(attack), similarity,
                          k=recall_cutoffs(layout.num_gallery, gallery_key(attack, direction)), per_query=True,
                          **metric_kwargs)
 
@@ -152,14 +161,15 @@ def score_model(model, source, attacks: Sequence[str], cache: EmbeddingCache, re
             reranker.rerank(layout, sides[0], sides[1:])
             continue
         k = recall_cutoffs(layout.num_gallery, key)
+        similarity = similarity_of(model)
         if reranker is None and save_scores is None:
-            results[key] = score_embedding_gallery(source, attack, direction, vectors)
+            results[key] = score_embedding_gallery(source, attack, direction, vectors, similarity)
         elif reranker is None:
             from rococo_eval.io.savedscores import ScoreMatrixWriter, score_file_name
 
-            blocks = _embedding_blocks(layout, vectors[query_key], [vectors[name] for name in pool_keys])
+            blocks = _embedding_blocks(layout, vectors[query_key], [vectors[name] for name in pool_keys], similarity)
             path = Path(save_scores) / score_file_name(attack, direction)
-            with ScoreMatrixWriter(path, (layout.num_queries, layout.num_gallery)) as writer:
+            with ScoreMatrixWriter(path, (layout.num_queries, layout.num_gallery), SCORE_DTYPES[similarity]) as writer:
                 results[key] = block_metric(blocks, layout, writer, k=k, per_query=True)
             logger.info("%s: scores saved to %s", key, path)
         else:
@@ -198,7 +208,7 @@ def _score_reranked(reranker, layout, queries, pool, k, save_scores, compact_sco
                          **layout.metric_inputs(), k=k, per_query=True)
 
 
-def block_metric(blocks, layout, writer=None, **metric_kwargs) -> dict:
+def block_metric(blocks, layout, writer=None, ties: str = "pessimistic", **metric_kwargs) -> dict:
     """The RoCOCO Recall of a gallery given as ``(first row, rows)`` blocks; each block also goes to ``writer``.
 
     Example:
@@ -210,7 +220,7 @@ def block_metric(blocks, layout, writer=None, **metric_kwargs) -> dict:
     from rococo_recall import RankAccumulator  # the metric (with numpy only): loaded where a gallery is scored
 
     references = layout.metric_inputs()["references"]
-    accumulator = RankAccumulator(adversarial=layout.adversarial)
+    accumulator = RankAccumulator(adversarial=layout.adversarial, ties=ties)
     for start, rows in blocks:
         accumulator.update(rows, references[start:start + len(rows)])
         if writer is not None:
@@ -218,15 +228,18 @@ def block_metric(blocks, layout, writer=None, **metric_kwargs) -> dict:
     return accumulator.compute(**metric_kwargs)
 
 
-def _embedding_blocks(layout, queries: np.ndarray, pool: Sequence[np.ndarray]) -> Iterator[tuple[int, np.ndarray]]:
-    """A dual encoder's score matrix of one gallery (dot products, float32), as ``(first row, rows)`` blocks.
+def _embedding_blocks(layout, queries: np.ndarray, pool: Sequence[np.ndarray],
+                      similarity: str = DEFAULT_SIMILARITY) -> Iterator[tuple[int, np.ndarray]]:
+    """A dual encoder's score matrix of one gallery, as ``(first row, rows)`` blocks.
 
-    The blocks are the metric's (:func:`rococo_recall.embedding_score_blocks`), so that a saved matrix holds the
-    bits :func:`score_gallery` ranks.
+    The blocks are those :func:`score_gallery` ranks (the metric's, :func:`rococo_recall.embedding_score_blocks`, for a
+    cosine model), so that a saved matrix holds the bits it ranks.
     """
-    from rococo_recall import embedding_score_blocks  # the metric (with numpy only): loaded where a gallery is scored
+    yield from _similarity_blocks(similarity, layout, queries, gallery_vectors(pool, layout.gallery_rows))
 
-    yield from embedding_score_blocks(queries, gallery_vectors(pool, layout.gallery_rows))
+
+def _similarity_blocks(similarity: str, layout, queries: np.ndarray, gallery: np.ndarray):
+    return score_blocks(similarity, queries, gallery, queries_are_images=layout.direction == IMAGE_TO_TEXT)
 
 
 def _images_fingerprint(source) -> str:

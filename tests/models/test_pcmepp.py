@@ -112,11 +112,13 @@ def test_the_outputs_are_csd_rows_of_normalised_means(pcmepp_name):
     images = [Image.new("RGB", (300, 200), (200, 30, 30)), Image.new("L", (120, 260), 90)]
     means, sigmas = model.encode_pixels(np.stack([model.preprocess_image(image) for image in images]))
     np.testing.assert_allclose(np.linalg.norm(means, axis=1), 1, atol=1e-6)
-    np.testing.assert_array_equal(model.encode_images(images), score_vectors("csd", "image", (means, sigmas), "m"))
+    rows = model.encode_images(images)
+    np.testing.assert_array_equal(rows[:, :-1], means)  # the means, then the uncertainty sum(exp(std))
+    np.testing.assert_allclose(rows, score_vectors("csd", "image", (means, sigmas), "m"), rtol=1e-6)
     tokens = model.tokenize_texts(["a red square", "a grey field"])
     assert tokens.shape == (2, 77) and int(tokens[0, 0]) == 49406  # <start_of_text>
     texts = model.encode_texts(["a red square", "a grey field"])
-    assert texts.shape == (2, TINY_PCMEPP["embed_dim"] + 2)
+    assert texts.shape == (2, TINY_PCMEPP["embed_dim"] + 1)
 
 
 def test_the_weights_may_be_a_torch_file_and_come_from_the_hub_cache(tmp_path, monkeypatch):

@@ -182,14 +182,16 @@ def project(case):
 
 
 def _official_matrices(case, name: str) -> dict:
-    """The official embeddings' ``compute_sim`` of both attacked galleries, in the official order."""
+    """The official embeddings' ``compute_sim`` of both attacked galleries, in the official order: float64, as
+    ``encode_data`` keeps the embeddings."""
     arrays, source = case["arrays"], case["source"]
     images, ground_truth, adversarial = (arrays[f"{name}/{part}"] for part in ("images", "gt", "adv"))
     layout = source.gallery(ATTACK, "image_to_text", "official")
     pool = np.concatenate([ground_truth, adversarial])
     i2t = images[:source.num_images] @ pool[np.asarray(layout.gallery_rows)].T
     t2i = ground_truth @ images.T  # its gallery: the originals, then their altered copies
-    return {"i2t": i2t.astype(np.float32), "t2i": t2i.astype(np.float32)}
+    assert i2t.dtype == t2i.dtype == np.float64
+    return {"i2t": i2t, "t2i": t2i}
 
 
 @pytest.mark.parametrize("name", [spec["name"] for spec in MODELS])
@@ -252,7 +254,7 @@ def test_score_matrices_are_the_official_compute_sim(case, project, name):
     items in the official order: identical itm_eval numbers follow from the scores, not from how ties fall."""
     for key, official in _official_matrices(case, name).items():
         mine = project[name]["scores"][key]
-        assert mine.shape == official.shape
+        assert mine.shape == official.shape and mine.dtype == np.float64
         np.testing.assert_allclose(mine, official, rtol=0, atol=2 * EMBEDDING_TOLERANCE, err_msg=f"{name} {key}")
         np.testing.assert_array_equal(np.argsort(-mine, axis=1, kind="stable"),
                                       np.argsort(-official, axis=1, kind="stable"), err_msg=f"{name} {key}")

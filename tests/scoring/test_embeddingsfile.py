@@ -241,13 +241,13 @@ def test_a_file_from_the_load_dataset_rows_scores_as_run(export_folder, source, 
     path = write_embeddings_from_rows(tmp_path / "rows.safetensors", rows, source, model.name)
     vectors, metadata, covered = read_embeddings_file(path, source)
     assert covered == tuple(attacks) and metadata["normalized"] == "true"  # normalised as run normalises
-    assert_same_results(score_embeddings(vectors, source, covered), ran)
+    assert_same_results(score_embeddings(vectors, source, covered, metadata["similarity"]), ran)
 
     shuffled = dict(rows)
     shuffled[("captions", "test")] = rows[("captions", "test")][::-1]  # another order: other results
     vectors, _, _ = read_embeddings_file(write_embeddings_from_rows(tmp_path / "bad.safetensors", shuffled, source,
                                                                     model.name), source)
-    assert score_embeddings(vectors, source, covered)["clean/image_to_text"]["recall@1"] < \
+    assert score_embeddings(vectors, source, covered, metadata["similarity"])["clean/image_to_text"]["recall@1"] < \
         ran["clean/image_to_text"]["recall@1"]
 
 

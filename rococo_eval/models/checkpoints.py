@@ -37,7 +37,8 @@ def load_torch_file(path, what: str, allowed: Iterable[type] = ()):
     Args:
         path: the file.
         what: how errors name it: the argument and its value.
-        allowed: types the file may hold beside tensors and plain containers (e.g. ``argparse.Namespace``).
+        allowed: types the file may hold beside tensors and plain containers (e.g. ``argparse.Namespace``), or
+            ``(type, "module.name")`` pairs for a type pickled under another name.
 
     Raises:
         CheckpointError: no such file; a file that needs a type outside the allowlist (named); or one torch cannot
@@ -97,9 +98,11 @@ def strip_module_prefix(state: dict) -> dict:
     return dict(state)
 
 
-def read_sidecar(path, what: str, keys: Sequence[str], paths: Sequence[str] = ("tokenizer",)) -> dict:
-    """The settings in ``PATH.json`` beside checkpoint ``PATH.pth`` (``{}`` when there is none); the values of
-    ``paths`` that name existing files or folders relative to the JSON file are made relative to its folder.
+def read_sidecar(path, what: str, keys: Sequence[str], paths: Sequence[str] = ("tokenizer",),
+                 folders: Sequence[str] = ()) -> dict:
+    """The settings in ``PATH.json`` beside checkpoint ``PATH.pth`` (``{}`` when there is none). The values of ``paths``
+    that name existing files or folders relative to the JSON file are made relative to its folder (others, such as a
+    Hub id, are kept); the values of ``folders`` are always relative to it, unless absolute.
 
     Raises:
         CheckpointError: the file is not a JSON object of ``keys``.
@@ -123,8 +126,15 @@ def read_sidecar(path, what: str, keys: Sequence[str], paths: Sequence[str] = ("
         value = settings.get(key)
         if isinstance(value, str) and (sidecar.parent / value).exists():
             settings[key] = str(sidecar.parent / value)
+    for key in folders:
+        value = settings.get(key)
+        if value is not None and not isinstance(value, str):
+            raise CheckpointError(f"{what}: {key!r} in {str(sidecar)!r} must be a folder's path, got {value!r}")
+        if value is not None:
+            settings[key] = str(sidecar.parent / Path(value).expanduser())
     return settings
 
 
-def _names(types: Iterable[type]) -> list[str]:
-    return [f"{kind.__module__}.{kind.__qualname__}" for kind in types]
+def _names(types: Iterable) -> list[str]:
+    """The names of allowed types: a type's module and name, or the name given beside it as ``(type, name)``."""
+    return [kind[1] if isinstance(kind, tuple) else f"{kind.__module__}.{kind.__qualname__}" for kind in types]

@@ -31,7 +31,7 @@ there.
 
 Example:
     >>> read_config({"embed_dim": 32, "vision_cfg": {"layers": 2, "width": 64, "input_patchnorm": True},
-    ...              "text_cfg": {"layers": 2}}, "`model` 'pcmepp:m'")
+    ...              "text_cfg": {"layers": 2, "unc_layers": 1}}, "`model` 'pcmepp:m'")
     Traceback (most recent call last):
     ...
     rococo_eval.models.pcmepp.PcmeppError: `model` 'pcmepp:m': vision_cfg.input_patchnorm = True is not supported (...
@@ -95,8 +95,9 @@ def read_config(config: dict, what: str) -> PcmeppConfig:
         PcmeppError: a missing ``embed_dim``, an unknown field, or one this package does not build.
 
     Example:
-        >>> read_config({"embed_dim": 32, "vision_cfg": {"layers": 2}, "text_cfg": {}}, "m").vision["unc_layers"]
-        2
+        >>> config = read_config({"embed_dim": 32, "vision_cfg": {"layers": 2}, "text_cfg": {"unc_layers": 1}}, "m")
+        >>> config.vision["unc_layers"], config.text["unc_layers"]  # the vision one by its dataclass's default
+        (2, 1)
     """
     if not isinstance(config, dict) or "embed_dim" not in config:
         raise PcmeppError(f"{what}: its {CONFIG_FILE} is not an HfPCMEPPModel config (no embed_dim)")
@@ -114,6 +115,9 @@ def read_config(config: dict, what: str) -> PcmeppConfig:
         unknown = sorted(set(given) - set(defaults))
         if unknown:
             raise PcmeppError(f"{what}: {key} has fields the official dataclass does not have: {', '.join(unknown)}")
+        if key == "text_cfg" and "unc_layers" not in given:  # HfPCMEPPModel reads text_cfg["unc_layers"] itself
+            raise PcmeppError(f"{what}: text_cfg has no unc_layers, which HfPCMEPPModel.__init__ reads (text_cfg["
+                              "\"unc_layers\"] raises KeyError in the official code)")
         merged = {**defaults, **given}
         for name in _UNSUPPORTED[key]:
             if merged[name]:

@@ -76,6 +76,16 @@ def read_region_features(folder, name: str, image_files: Sequence[str], dimensio
     Raises:
         RegionFeatureError: a missing file, an array that is not ``(images, regions, dimension)`` numbers, or ids
             that are not the benchmark's images, each once (each names the set and the file).
+
+    Example:
+        >>> import tempfile
+        >>> folder = Path(tempfile.mkdtemp())
+        >>> np.save(folder / "original_ims.npy", np.arange(2 * 36 * 4, dtype=np.float32).reshape(2, 36, 4))
+        >>> _ = (folder / "original_ids.txt").write_text("57870\\n391895\\n")  # rows in another order
+        >>> files = ["val2014/COCO_val2014_000000391895.jpg", "val2014/COCO_val2014_000000057870.jpg"]
+        >>> features = read_region_features(folder, "original", files, 4, "m")
+        >>> len(features), features[0][0].tolist()  # image 0 (391895) is the file's second row
+        (2, [144.0, 145.0, 146.0, 147.0])
     """
     folder = Path(folder)
     array_path, ids_path = folder / f"{name}_ims.npy", folder / f"{name}_ids.txt"

@@ -12,13 +12,16 @@ a checkpoint's keys load into them strictly. The number of blocks per stage, the
 the state dict (:func:`resnet_shape`), so that small test models load through the same path as the released
 ResNet-101 and ResNeXt-101 32x8d.
 
+VSE infinity runs their stages only (``conv1`` to ``layer3``, then ``layer4``: its grid); ``fc``, the classifier the
+originals end with, is built for its weights, which the checkpoints hold.
+
 Example:
     >>> import torch
     >>> net = build_resnet(ResnetShape(style="torchvision", blocks=(1, 1, 1, 1), groups=4, width_per_group=4))
     >>> resnet_shape(net.state_dict(), "torchvision") == ResnetShape("torchvision", (1, 1, 1, 1), 4, 4, 1000)
     True
-    >>> net(torch.zeros(1, 3, 64, 64)).shape
-    torch.Size([1, 1000])
+    >>> net.layer4(net.layer3(net.layer2(net.layer1(net.maxpool(net.conv1(torch.zeros(1, 3, 64, 64))))))).shape
+    torch.Size([1, 2048, 2, 2])
 """
 
 from __future__ import annotations
@@ -67,7 +70,8 @@ def resnet_shape(state: dict, style: str, prefix: str = "") -> ResnetShape:
 
 
 def build_resnet(shape: ResnetShape):
-    """The ResNet of ``shape``, with random weights (module names as its original's)."""
+    """The ResNet of ``shape``, with random weights (module names as its original's; no forward of its own: VSE infinity
+    runs its stages)."""
     from torch import nn
 
     if shape.style == "caffe" and (shape.groups, shape.width_per_group) != (1, 64):
@@ -107,7 +111,6 @@ def build_resnet(shape: ResnetShape):
                             else nn.MaxPool2d(kernel_size=3, stride=2, padding=1))
             for stage, (planes, blocks) in enumerate(zip(_STAGE_PLANES, shape.blocks), start=1):
                 setattr(self, f"layer{stage}", self._stage(planes, blocks, 1 if stage == 1 else 2))
-            self.avgpool = nn.AvgPool2d(7) if caffe else nn.AdaptiveAvgPool2d((1, 1))
             self.fc = nn.Linear(_STAGE_PLANES[-1] * EXPANSION, shape.num_classes)
 
         def _stage(self, planes, blocks, stride):
@@ -119,10 +122,5 @@ def build_resnet(shape: ResnetShape):
             self.inplanes = planes * EXPANSION
             layers += [Bottleneck(self.inplanes, planes, 1, None) for _ in range(1, blocks)]
             return nn.Sequential(*layers)
-
-        def forward(self, x):
-            x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
-            x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
-            return self.fc(self.avgpool(x).flatten(1))
 
     return ResNet()

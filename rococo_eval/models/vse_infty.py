@@ -93,6 +93,8 @@ GPO_SIZE = 32  # GPO(32, 32): positional encodings and GRU width
 IMAGEIO_VERSION = "2.9.0"  # vse_infty's requirements.txt: the imread whose decoding imageio_pixels reproduces
 TEXT_HEAD_WIDTH = 64  # BERT-base: 768 / 12
 BERT_LAYER_NORM_EPS = 1e-12  # bert-base-uncased's config
+BERT_SETTINGS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+                 "max_position_embeddings", "type_vocab_size", "hidden_act", "layer_norm_eps")
 _POSITION_IDS = "bert.embeddings.position_ids"
 
 
@@ -192,14 +194,15 @@ def read_checkpoint(path, what: str) -> tuple[VseOptions, dict, dict]:
 
 
 def _allowed_types() -> list:
-    """The types a checkpoint may hold beside tensors and containers: its options, and NumPy numbers (a score kept
-    as a NumPy scalar is pickled as ``numpy.core.multiarray.scalar`` with its dtype)."""
-    allowed = [argparse.Namespace, np.dtype]
-    for module_name in ("numpy._core.multiarray", "numpy.core.multiarray"):
-        try:
-            allowed.append(getattr(__import__(module_name, fromlist=["scalar"]), "scalar"))
-        except (ImportError, AttributeError):
-            continue
+    """The types a checkpoint may hold beside tensors and containers: its options, and NumPy numbers (a score kept as
+    a NumPy scalar is pickled as ``numpy.core.multiarray.scalar``, under NumPy 2 ``numpy._core.multiarray.scalar``,
+    with its dtype): both names are allowed, as the released checkpoints were written with NumPy 1."""
+    try:
+        from numpy._core.multiarray import scalar
+    except ImportError:  # NumPy 1
+        from numpy.core.multiarray import scalar
+    allowed = [argparse.Namespace, np.dtype] + [(scalar, f"{module}.scalar") for module in
+                                                ("numpy.core.multiarray", "numpy._core.multiarray")]
     allowed += [type(np.dtype(kind)) for kind in ("float64", "float32", "int64", "int32", "bool")]
     return list(dict.fromkeys(allowed))
 
@@ -363,7 +366,10 @@ def bert_config(text_state: dict, heads: Optional[int] = None):
     import transformers
 
     vocab_size, hidden = text_state["bert.embeddings.word_embeddings.weight"].shape
-    heads = int(heads or hidden // TEXT_HEAD_WIDTH)
+    if heads is None:
+        heads = hidden // TEXT_HEAD_WIDTH
+    elif isinstance(heads, bool) or not isinstance(heads, int):
+        raise VseCheckpointError(f"text_num_attention_heads must be an int, got {heads!r}")
     if heads < 1 or hidden % heads:
         raise VseCheckpointError(f"BERT's width {hidden} does not split into {heads} attention heads: give "
                                  "text_num_attention_heads in the settings file beside the checkpoint")
@@ -380,24 +386,28 @@ def bert_config(text_state: dict, heads: Optional[int] = None):
 def imageio_pixels(image) -> np.ndarray:
     """The array ``imageio.imread`` (version :data:`IMAGEIO_VERSION`) gives for the file ``image`` was decoded from.
 
-    imageio reads through Pillow: ``1`` becomes ``L``, ``CMYK`` becomes ``RGB``; a grayscale image is one 2-D array; a
-    JPEG's EXIF orientation (3 to 8) is applied with its own rotations and flips. Other modes (palettes, alpha,
-    16-bit) give arrays that ``RawImageDataset._process_image`` cannot take, and are refused.
+    imageio reads through Pillow: ``1`` becomes ``L``, ``CMYK`` becomes ``RGB``, a palette of grays becomes ``L``; a
+    grayscale image is one 2-D array; a JPEG's EXIF orientation (2 to 8) is applied with imageio's own rotations and
+    flips (Pillow calls a JPEG holding several pictures ``MPO``; imageio reads it as the JPEG it is). Other modes
+    (colour palettes and alpha, which imageio makes four channels; 16-bit and float images) give arrays that
+    ``RawImageDataset._process_image`` cannot take, and are refused.
 
     Example:
         >>> from PIL import Image
-        >>> imageio_pixels(Image.new("CMYK", (3, 2))).shape
-        (2, 3, 3)
+        >>> imageio_pixels(Image.new("CMYK", (3, 2))).shape, imageio_pixels(Image.new("L", (3, 2))).shape
+        ((2, 3, 3), (2, 3))
     """
     if image.mode in ("L", "RGB"):
         frame = image
-    elif image.mode in ("1", "CMYK"):
-        frame = image.convert("L" if image.mode == "1" else "RGB")
+    elif image.mode in ("1", "CMYK") or (image.mode == "P" and _palette_is_grayscale(image)):
+        frame = image.convert("RGB" if image.mode == "CMYK" else "L")
     else:
-        raise ValueError(f"an image of mode {image.mode!r}: VSE infinity's loader (imageio, then _process_image) reads "
-                         "grayscale, RGB and CMYK images only")
+        name = getattr(image, "filename", "") or "an image"
+        raise ValueError(f"{name} of mode {image.mode!r}: VSE infinity's loader (imageio, then _process_image) reads "
+                         "grayscale, RGB and CMYK images only (imageio gives palettes of colours and alpha four "
+                         "channels)")
     pixels = np.array(frame)
-    if image.format == "JPEG" and "exif" in image.info:
+    if image.format in ("JPEG", "MPO") and "exif" in image.info:
         orientation = image.getexif().get(0x0112)
         if orientation in (3, 4):
             pixels = np.rot90(pixels, 2)
@@ -410,11 +420,29 @@ def imageio_pixels(image) -> np.ndarray:
     return pixels
 
 
+def _palette_is_grayscale(image) -> bool:
+    """imageio 2.9.0's test (``plugins/pillow.py``): no transparency, and every colour the image uses is a gray (of a
+    palette of 256 colours, which is all that version reads)."""
+    palette = image.getpalette()
+    if image.info.get("transparency", None) or palette is None or len(palette) != 768:
+        return False
+    palette = np.asarray(palette).reshape((256, 3))
+    start, stop = image.getextrema()
+    return bool(np.allclose(np.diff(palette[start:stop + 1]), 0))
+
+
 def process_image(im_in: np.ndarray, options: VseOptions) -> np.ndarray:
     """``RawImageDataset._process_image`` with ``train=False``, then the loader's ``permute(2, 0, 1)``: the float32
-    ``(3, size, size)`` input of one :func:`imageio_pixels` array."""
-    import cv2
+    ``(3, size, size)`` input of one :func:`imageio_pixels` array.
 
+    Example:
+        >>> options = read_options(argparse.Namespace(precomp_enc_type="backbone", backbone_source="detector",
+        ...                                           img_dim=2048, embed_size=1024), "m")
+        >>> pixels = process_image(np.full((30, 40, 3), 200, dtype=np.uint8), options)
+        >>> pixels.shape, pixels.dtype.name, pixels[:, 0, 0].astype(float).round(4).tolist()  # BGR, minus the means
+        ((3, 256, 256), 'float32', [97.0199, 84.0535, 77.2283])
+    """
+    cv2 = _cv2()
     if len(im_in.shape) == 2:
         im_in = im_in[:, :, np.newaxis]
         im_in = np.concatenate((im_in, im_in, im_in), axis=2)
@@ -437,7 +465,16 @@ def process_image(im_in: np.ndarray, options: VseOptions) -> np.ndarray:
 
 
 def read_vocabulary(name_or_path: str, what: str) -> dict:
-    """BERT's vocabulary (token -> id, the line number) from a ``vocab.txt``, a folder holding one, or a Hub id."""
+    """BERT's vocabulary (token -> id, the line number) from a ``vocab.txt``, a folder holding one, or a Hub id (the
+    Hugging Face cache offline).
+
+    Example:
+        >>> import tempfile
+        >>> folder = Path(tempfile.mkdtemp())
+        >>> _ = (folder / "vocab.txt").write_text("[PAD]\\n[UNK]\\n[CLS]\\n[SEP]\\ndog\\n")
+        >>> read_vocabulary(str(folder), "m")["dog"]
+        4
+    """
     path = Path(name_or_path).expanduser()
     if path.is_dir():
         path = path / "vocab.txt"
@@ -473,7 +510,7 @@ class VseInftyModel:
 
         what = f"`model` {name!r}"
         self.options, image_state, text_state = read_checkpoint(path, what)
-        settings = read_sidecar(path, what, SETTINGS, paths=("tokenizer", "region_features"))
+        settings = read_sidecar(path, what, SETTINGS, paths=("tokenizer",), folders=("region_features",))
         self.region_folder = settings.get("region_features")
         if self.options.is_region and not self.region_folder:
             raise VseCheckpointError(f"{what}: a region model (precomp_enc_type 'basic') reads precomputed BUTD region "
@@ -499,9 +536,11 @@ class VseInftyModel:
         self.device, self.precision = base.device, base.precision
         self._region_sets: dict = {}
         vocabulary_digest = hashlib.sha256(json.dumps(self.vocabulary, sort_keys=True).encode()).hexdigest()
-        self.fingerprint = base.weights_fingerprint(_Pair(image_encoder, text_encoder), family="vse_infty",
-                                                    options=self.options.__dict__, vocabulary=vocabulary_digest,
-                                                    decoding=f"imageio {IMAGEIO_VERSION}", opencv=_opencv_version())
+        bert = text_encoder.bert.config
+        self.fingerprint = base.weights_fingerprint(
+            _Pair(image_encoder, text_encoder), family="vse_infty", options=self.options.__dict__,
+            bert={key: getattr(bert, key) for key in BERT_SETTINGS}, vocabulary=vocabulary_digest,
+            decoding=f"imageio {IMAGEIO_VERSION}", opencv=_cv2().__version__)
         self.image_encoder, self.text_encoder = base.place(image_encoder), base.place(text_encoder)
         logger.info("loaded %s (%s) on %s (%s)", name, self.options.variant, self.device, self.precision)
 
@@ -595,7 +634,11 @@ class _Pair:
                 **{f"text.{key}": value for key, value in self.text_encoder.state_dict().items()}}
 
 
-def _opencv_version() -> str:
-    import cv2
-
-    return cv2.__version__
+def _cv2():
+    """OpenCV, which the official loader resizes with (the ``models`` extra installs it)."""
+    try:
+        import cv2
+    except ImportError as error:
+        raise VseCheckpointError("VSE infinity resizes its images with OpenCV, which is not installed: "
+                                 "pip install 'rococo-eval[models]' (opencv-python-headless)") from error
+    return cv2

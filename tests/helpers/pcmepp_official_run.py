@@ -8,9 +8,9 @@ The official code is read in place (``../shared/reference/pcmepp-official``, nav
   image processor, built from that repository's ``preprocessor_config.json``, which the test writes: the Hub cannot be
   reached) on each image file opened with PIL, and the official ``tokenize`` of the set's captions and of every real
   caption;
-- ``evaluate``: a small ``HfPCMEPPModel`` with seeded random weights, saved with ``save_pretrained`` and read back with
-  ``from_pretrained`` (its ``PyTorchModelHubMixin``), its ``forward`` on those inputs, and ``compute_csd_sims`` of the
-  outputs for the set's clean and attacked galleries.
+- ``evaluate``: for each model of the task, a small ``HfPCMEPPModel`` with seeded random weights, saved with
+  ``save_pretrained`` and read back with ``from_pretrained`` (its ``PyTorchModelHubMixin``), its ``forward`` on those
+  inputs, and ``compute_csd_sims`` of the outputs for the set's clean and attacked galleries.
 
 Where the official code cannot run as written, this script says so and does the least that lets it run:
 
@@ -69,35 +69,38 @@ def evaluate(task: dict) -> None:
     from pcmepp.evaluation import compute_csd_sims
 
     out = Path(task["out"])
-    spec = task["model"]
-    torch.manual_seed(spec["seed"])
-    model = HfPCMEPPModel(embed_dim=spec["embed_dim"], vision_cfg=spec["vision_cfg"], text_cfg=spec["text_cfg"],
-                          quick_gelu=spec.get("quick_gelu", False))
-    randomise([model], spec["seed"])
-    with torch.no_grad():  # log sigmas of a trained model's size (the sums of exp(sigma) stay in the tens)
-        model.visual.uncertainty_proj.mul_(spec["uncertainty_scale"])
-        model.uncertainty_text_projection.mul_(spec["uncertainty_scale"])
-    model.save_pretrained(task["checkpoint"])
-    model = HfPCMEPPModel.from_pretrained(task["checkpoint"]).eval()
     with np.load(out / "inputs.npz") as inputs:
         pixels, tokens = torch.from_numpy(inputs["pixels"]), torch.from_numpy(inputs["tokens"])
-    with torch.no_grad():
-        outputs = model(images=pixels, texts=tokens)
-    image_means, image_stds = outputs["image_features"], outputs["image_stds"]
-    text_means, text_stds = outputs["text_features"], outputs["text_stds"]
     count = task["num_images"]
     ground_truth = list(range(task["num_ground_truth"]))
     pool = np.asarray(task["i2t_columns"])  # the attacked image-to-text gallery: rows of the captions, official order
-    sims = {
-        "clean_i2t": compute_csd_sims(image_means[:count], text_means[ground_truth], image_stds[:count],
-                                      text_stds[ground_truth]),
-        "i2t": compute_csd_sims(image_means[:count], text_means[pool], image_stds[:count], text_stds[pool]),
-        # the official evaluation ranks images by the transpose of the image-by-caption matrix
-        "t2i": compute_csd_sims(image_means[:2 * count], text_means[ground_truth], image_stds[:2 * count],
-                                text_stds[ground_truth]).T,  # the originals, then their altered copies
-    }
-    arrays = {"image_means": image_means.numpy(), "image_stds": image_stds.numpy(), "text_means": text_means.numpy(),
-              "text_stds": text_stds.numpy(), **{f"sims/{key}": np.ascontiguousarray(value) for key, value in sims.items()}}
+    arrays = {}
+    for spec in task["models"]:
+        torch.manual_seed(spec["seed"])
+        model = HfPCMEPPModel(embed_dim=spec["embed_dim"], vision_cfg=spec["vision_cfg"], text_cfg=spec["text_cfg"],
+                              quick_gelu=spec.get("quick_gelu", False))
+        randomise([model], spec["seed"])
+        with torch.no_grad():  # log sigmas of a trained model's size (the sums of exp(sigma) stay in the tens)
+            model.visual.uncertainty_proj.mul_(spec["uncertainty_scale"])
+            model.uncertainty_text_projection.mul_(spec["uncertainty_scale"])
+        model.save_pretrained(spec["checkpoint"])
+        model = HfPCMEPPModel.from_pretrained(spec["checkpoint"]).eval()
+        with torch.no_grad():
+            outputs = model(images=pixels, texts=tokens)
+        image_means, image_stds = outputs["image_features"], outputs["image_stds"]
+        text_means, text_stds = outputs["text_features"], outputs["text_stds"]
+        sims = {
+            "clean_i2t": compute_csd_sims(image_means[:count], text_means[ground_truth], image_stds[:count],
+                                          text_stds[ground_truth]),
+            "i2t": compute_csd_sims(image_means[:count], text_means[pool], image_stds[:count], text_stds[pool]),
+            # the official evaluation ranks images by the transpose of the image-by-caption matrix
+            "t2i": compute_csd_sims(image_means[:2 * count], text_means[ground_truth], image_stds[:2 * count],
+                                    text_stds[ground_truth]).T,  # the originals, then their altered copies
+        }
+        name = spec["name"]
+        arrays.update({f"{name}/image_means": image_means.numpy(), f"{name}/image_stds": image_stds.numpy(),
+                       f"{name}/text_means": text_means.numpy(), f"{name}/text_stds": text_stds.numpy(),
+                       **{f"{name}/sims/{key}": np.ascontiguousarray(value) for key, value in sims.items()}})
     np.savez(out / "reference.npz", **arrays)
     (out / "reference.json").write_text(json.dumps({"versions": {
         "torch": torch.__version__, "huggingface_hub": huggingface_hub.__version__, "numpy": np.__version__}}))

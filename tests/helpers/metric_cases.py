@@ -99,6 +99,17 @@ BAD_INPUTS = [
     (dict(predictions=[["a", "b", "c"], ["d", "e", "f"]]), "`predictions` must hold real numbers .*got dtype <U1"),
     (dict(predictions=np.array([[1 + 1j, 0, 0], [0, 1, 0]])), "`predictions` must hold real numbers .*complex128"),
     (dict(predictions=np.array([[2**60, 2**60 + 1, 0], [0, 1, 0]])), "`predictions` holds integers beyond 2\\*\\*53"),
+    (dict(k=True), "`k` must be an int or a sequence of ints, got True"),
+    (dict(k=1.0), "`k` must be an int or a sequence of ints, got 1.0"),
+    (dict(k="1"), "`k` must be an int or a sequence of ints, got '1'"),
+    (dict(references=np.array([0, 2**63], dtype=np.uint64)), "`references\\[1\\]` holds 9223372036854775808, out of range "
+                                                             "for a gallery of 3"),
+    (dict(references=np.array([[0], [2**64 - 1]], dtype=np.uint64)), "`references\\[1\\]` holds 18446744073709551615, out "
+                                                                   "of range"),
+    (dict(references=[0, [1, np.uint64(2**63)]]), "`references\\[1\\]` holds 9223372036854775808, out of range"),
+    (dict(references=[0, [1, 2.0]]), "`references\\[1\\]` must be an int or a list of ints, got \\[1, 2.0\\]"),
+    (dict(bootstrap=2, seed=-1), "`seed` must be a non-negative int, got -1"),
+    (dict(bootstrap=2, seed=1.5), "`seed` must be a non-negative int, got 1.5"),
 ]
 
 

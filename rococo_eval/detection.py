@@ -13,6 +13,9 @@ scores; :func:`choose_layout` fills in what the user left blank, says how, and l
   that with one caption per image the clean galleries of both directions are square: then the direction must
   be given). A file name that names an attack (``clip_rand_voca.npy``) must agree with the shape: a clean
   gallery's shape under an attack's name, an attack of the other direction, or two names, are refused.
+- A file name that states a direction (``image_to_text``/``text_to_image``, or ``i2t``/``t2i``, as whole words)
+  must agree with the shape: a transposed matrix is refused, not scored as the other direction. With one caption
+  per image, the stated direction decides between the two square clean galleries.
 - The attacks of one direction share a shape, so the attack comes from the file name or the user.
 - The order matters only for an attacked image-to-text gallery: clean image-to-text galleries and all
   text-to-image galleries are the same in the official and the dataset order (see
@@ -217,6 +220,10 @@ def detect_layout(shape, captions_per_image, file_name: str = "", scores=None, *
         Traceback (most recent call last):
         ...
         ValueError: the file name names the attack danger, but shape (3, 16) is that of the clean image_to_text ...
+        >>> detect_layout((16, 3), captions, "vse_clean_image_to_text.npy")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        ValueError: the file name says image_to_text, but shape (16, 3) is that of the clean text_to_image gallery: ...
     """
     shape = tuple(int(n) for n in shape)
     _require_captions(captions_per_image)
@@ -230,8 +237,14 @@ def detect_layout(shape, captions_per_image, file_name: str = "", scores=None, *
         raise ValueError(f"the file name {Path(file_name).name!r} names {' and '.join(named)}: name one gallery in "
                          "it, or choose the attack")
     attack, direction = matches[0]
+    stated = _named_direction(file_name)
     if attack == CLEAN:
-        direction = _clean_direction(shape, captions_per_image)
+        direction = _clean_direction(shape, captions_per_image, stated)
+    if stated and stated != direction:
+        raise ValueError(f"the file name says {stated}, but shape {shape} is that of the "
+                         f"{'clean' if attack == CLEAN else 'attacked'} {direction} gallery: is the matrix "
+                         "transposed? Check the file, or choose the layout")
+    if attack == CLEAN:
         if named and named[0] != CLEAN:
             attacked = gallery_shape(named[0], attack_direction(named[0]), captions_per_image,
                                      adversarial_per_image=adversarial_per_image)
@@ -301,8 +314,9 @@ def choose_layout(shape, captions_per_image, file_name: str = "", attack: str = 
         attack = detected.attack
     _check_choice("attack", attack, (CLEAN,) + tuple(attacks) + (CUSTOM,))
     _require_captions(captions_per_image)
-    if not direction:
-        direction = attack_direction(attack) if attack != CLEAN else _clean_direction(shape, captions_per_image)
+    if not direction:  # the one the file name states, else the attack's (or a clean gallery's shape's)
+        direction = _named_direction(file_name) or (attack_direction(attack) if attack != CLEAN
+                                                    else _clean_direction(shape, captions_per_image))
     expected = gallery_shape(attack, direction, captions_per_image, adversarial_per_image=adversarial_per_image)
     if shape != expected:
         fits = ", ".join(f"{a}/{d}" for a, d in matching_galleries(shape, captions_per_image, attacks=attacks,
@@ -324,9 +338,12 @@ def choose_layout(shape, captions_per_image, file_name: str = "", attack: str = 
     return LayoutChoice(attack, direction, order, f"{note}; {decision.note}", decision)
 
 
-def _clean_direction(shape, captions_per_image) -> str:
-    """The direction of a clean gallery of ``shape``: its shape tells, unless every image has one caption."""
+def _clean_direction(shape, captions_per_image, stated: str = "") -> str:
+    """The direction of a clean gallery of ``shape``: its shape tells, unless every image has one caption (then the
+    direction ``stated`` in the file name, if any)."""
     fits = [direction for attack, direction in matching_galleries(shape, captions_per_image) if attack == CLEAN]
+    if len(fits) > 1 and stated in fits:
+        return stated
     if len(fits) > 1:
         raise ValueError(f"shape {shape} fits both the clean image_to_text and the clean text_to_image gallery "
                          "(one caption per image): choose the direction")
@@ -380,6 +397,23 @@ def _named_order(file_name: str) -> str:
     """
     name = Path(file_name).name.lower().replace("-", "_")
     named = [order for order in ORDERS if re.search(rf"(?<![a-z0-9]){order}_order(?![a-z0-9])", name)]
+    return named[0] if len(named) == 1 else ""
+
+
+def _named_direction(file_name: str) -> str:
+    """The direction a file name states, as whole words (``-`` counts as ``_``): ``image_to_text`` or ``i2t``,
+    ``text_to_image`` or ``t2i``; ``""`` when it states none, or both.
+
+    Example:
+        >>> _named_direction("clean_image_to_text_official_order.npy"), _named_direction("blip-t2i-mix.npy")
+        ('image_to_text', 'text_to_image')
+        >>> _named_direction("rand_voca.npy")
+        ''
+    """
+    name = Path(file_name).name.lower().replace("-", "_")
+    words = {IMAGE_TO_TEXT: (IMAGE_TO_TEXT, "i2t"), TEXT_TO_IMAGE: (TEXT_TO_IMAGE, "t2i")}
+    named = [direction for direction, spellings in words.items()
+             if any(re.search(rf"(?<![a-z0-9]){word}(?![a-z0-9])", name) for word in spellings)]
     return named[0] if len(named) == 1 else ""
 
 

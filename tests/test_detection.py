@@ -84,6 +84,40 @@ def test_one_caption_per_image_makes_both_clean_galleries_square():
     assert detect_layout((4, 24), captions, "danger.npy").direction == "image_to_text"
 
 
+@pytest.mark.parametrize("shape, file_name", [
+    ((16, 3), "clip_clean_image_to_text_official_order.npy"),  # the clean image-to-text matrix, transposed
+    ((16, 3), "clip-i2t.npy"),
+    ((3, 16), "clip_clean_text_to_image.npy"),
+    ((16, 6), "clip_mix_seed1_image_to_text.npy"),
+])
+def test_a_direction_the_file_name_states_and_the_shape_contradicts_is_refused(shape, file_name):
+    """A transposed matrix is not scored as the other direction: the file said which it is."""
+    for call in (lambda: detect_layout(shape, TINY, file_name), lambda: choose_layout(shape, TINY, file_name),
+                 lambda: choose_layout(shape, TINY, file_name, attack="clean" if "clean" in file_name else "")):
+        with pytest.raises(ValueError, match=r"(says \w+, but shape|expects a)"):
+            call()
+
+
+def test_a_stated_direction_decides_between_the_square_clean_galleries():
+    captions = [1, 1, 1, 1]
+    assert detect_layout((4, 4), captions, "clean_text_to_image.npy").direction == "text_to_image"
+    assert choose_layout((4, 4), captions, "model-i2t.npy", attack="clean").direction == "image_to_text"
+
+
+def test_the_command_refuses_a_transposed_file_in_one_line(tmp_path, capsys, annotations_dir):
+    """The clean image-to-text matrix of RoCOCO, transposed (25,010 x 5,000) and named as image-to-text: refused
+    in one line, not scored as text-to-image."""
+    from rococo_eval.cli import main
+
+    path = sparse_npy(tmp_path / "clip_clean_image_to_text.npy", (25010, 5000))
+    status = main(["score", str(path), "--annotations-dir", str(annotations_dir), "--out", str(tmp_path / "out"),
+                   "--quiet"])
+    err = capsys.readouterr().err
+    assert status == 1 and "the file name says image_to_text, but shape (25010, 5000) is that of the clean " \
+                           "text_to_image gallery" in err and "Traceback" not in err
+    assert not (tmp_path / "out" / "report.json").exists()
+
+
 def test_detect_layout_without_captions():
     with pytest.raises(ValueError, match=r"need the RoCOCO caption counts.*\$ROCOCO_ANNOTATIONS_DIR.*custom layout"):
         detect_layout((5000, 25010), None)

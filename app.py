@@ -154,7 +154,13 @@ class Handlers:
             json_path, chart_path = write_outputs(evaluation, _fresh_folder(self.output_root), self.source)
         except ValueError as error:
             logger.info("evaluation refused: %s", error)
-            raise gr.Error(str(error), duration=None, title="Cannot evaluate", print_exception=False) from None
+            problem = str(error)
+        else:
+            return self._evaluated(evaluation, json_path, chart_path)
+        # raised here, outside the handler: the error holds no context, whose frames would keep the uploads mapped
+        raise gr.Error(problem, duration=None, title="Cannot evaluate", print_exception=False)
+
+    def _evaluated(self, evaluation, json_path, chart_path):
         settings = evaluation.meta.get("settings")
         rows = evaluation.rows if not settings else [  # the leaderboard takes default settings only
             {**row, "settings": f"ties {settings['ties']}, bootstrap {settings['bootstrap']}"} for row in evaluation.rows]

@@ -24,12 +24,13 @@ from rococo_eval.reporting import analysis, report
 from rococo_eval.scoring.embeddingsfile import is_embeddings_file, read_embeddings_file, score_embeddings
 from rococo_eval.scoring.galleries import gallery_layouts
 from rococo_eval.scoring.plan import (
+    PlanError,
     ScoreRequest,
     ScoringOptions,
     detect_file_layout,
-    plan_score_files,
+    plan_each,
     report_meta,
-    score_planned,
+    score_each,
 )
 from rococo_recall import DEFAULT_K
 
@@ -145,7 +146,8 @@ def detect_layouts(paths, captions_per_image, adversarial_per_image=ADVERSARIAL_
 def evaluate_files(paths, layouts=None, references=None, adversarial=None, *, captions_per_image=None,
                    ties="pessimistic", bootstrap=0, source=None,
                    adversarial_per_image=ADVERSARIAL_PER_IMAGE, attacks=ATTACKS) -> Evaluation:
-    """Score every uploaded file on its layout; raise one ``ValueError`` listing every file's problem.
+    """Score every uploaded file that can be scored on its layout; the message names every other file and its problem
+    (one bad file does not hide the others' results), and one ``ValueError`` lists them all when none can be scored.
 
     ``layouts`` are rows ``[file, attack, direction, order, ...]``; a file without a row, or blank cells,
     gets the detected layout. The files go through the one planner and scorer of :mod:`rococo_eval.scoring.plan`
@@ -166,10 +168,14 @@ def evaluate_files(paths, layouts=None, references=None, adversarial=None, *, ca
     chosen = _layout_rows(layouts, names)
     requests = [ScoreRequest(path, name, *(chosen.get(name, []) + ["", "", ""])[:3])
                 for path, name in zip(paths, names)]
-    plans = plan_score_files(requests, captions_per_image, adversarial_per_image=adversarial_per_image,
-                             attacks=attacks, custom=True, references=references, adversarial=adversarial,
-                             ask_order=_ask_order_in_table, read_off_level=logging.INFO)
-    scored = score_planned(plans, options)
+    plans, problems = plan_each(requests, captions_per_image, adversarial_per_image=adversarial_per_image,
+                                attacks=attacks, custom=True, references=references, adversarial=adversarial,
+                                ask_order=_ask_order_in_table, read_off_level=logging.INFO)
+    scored, refused = score_each(plans, options)
+    problems += refused
+    if not scored:
+        raise PlanError(problems)
+    plans = [planned for planned in plans if planned.key in scored]
     results, per_query = {}, {}
     for key, result in scored.items():
         results[key], per_query[key] = analysis.split_per_query(result)
@@ -183,6 +189,8 @@ def evaluate_files(paths, layouts=None, references=None, adversarial=None, *, ca
              + (f", compact: top {planned.info.candidates} per query" if planned.info.is_compact else "") + "):"
              f" {planned.choice.note}" + _cutoffs_note(planned.cutoffs, planned.info.shape[1]) for planned in plans]
     message = f"Scored {len(results)} file(s), ties {ties}, bootstrap {bootstrap}:\n" + "\n".join(lines)
+    if problems:
+        message += f"\n\nNot scored ({len(problems)}):\n" + "\n".join(f"- {problem}" for problem in problems)
     failures = found = None
     if per_query:
         found = analysis.analyse(per_query, standard, source)

@@ -548,6 +548,29 @@ def _run_clients(url, jobs, server):
 
 
 @pytest.mark.slow
+def test_refused_evaluations_release_their_memory_maps(real_app, tmp_path):
+    """Score files the metric refuses (a NaN) were memory-mapped to be read: once each request is refused, the server
+    maps none of them (the error's context held the frames that held the maps)."""
+    from safetensors.numpy import save_file
+
+    url, process = real_app
+    client = Client(url, verbose=False)
+    for attempt in range(3):
+        _, args, _ = _load_request(tmp_path, 50 + attempt, 0)
+        with np.load(args[0][0]["path"]) as npz:
+            arrays = {name: npz[name] for name in npz.files}
+        arrays["scores"][7, 11] = np.nan
+        path = tmp_path / f"refused_{attempt}.safetensors"
+        save_file({"scores": arrays["scores"], "references": arrays["references"],
+                   "adversarial": arrays["adversarial"]}, str(path))
+        with pytest.raises(AppError, match=r"is nan"):
+            client.predict([handle_file(path)], api_name="/evaluate")
+    with open(f"/proc/{process.pid}/maps") as maps:
+        mapped = [line.split()[-1] for line in maps if "refused_" in line]
+    assert mapped == []
+
+
+@pytest.mark.slow
 def test_concurrent_evaluations_are_isolated_and_memory_stays_bounded(real_app, tmp_path):
     """4 clients x 3 requests of 200 x 10,000 custom galleries at once; each answer is the metric's own.
 
@@ -629,3 +652,36 @@ def test_an_evaluation_is_submitted_and_the_board_survives_a_restart(tmp_path):
         restarted.close()
     assert [row[0] for row in board["data"]] == ["client model"]
     assert board["data"][0][board["headers"].index("clean R@1 (i2t)")] == f"{expected:.2f}"
+
+
+def test_malformed_files_are_named_one_by_one_and_do_not_hide_the_others(client, tmp_path):
+    """Issue 29: each malformed file (forged safetensors headers, a corrupt deflate stream, a 100 MB header) gets its
+    own one-line note in /detect, and /evaluate scores the good file beside them and names every bad one."""
+    from helpers.malformed import huge_header, malformed_files
+
+    bad = {**malformed_files(tmp_path / "bad"), "huge header": huge_header(tmp_path / "huge.safetensors")}
+    layout, scores = layout_scores("clean", "image_to_text", 3)
+    good = tmp_path / "clean_i2t.npy"
+    np.save(good, scores)
+    uploads = [handle_file(good)] + [handle_file(path) for path in bad.values()]
+    detected = {row[0]: row for row in client.predict(uploads, api_name="/detect")["data"]}
+    assert detected["clean_i2t.npy"][1:4] == ["clean", "image_to_text", "official"]
+    for kind, path in bad.items():
+        note = detected[path.name][4]
+        assert detected[path.name][1] == "" and note.startswith(f"{path.name}: ") and "\n" not in note, kind
+    message, _, _, download = client.predict(uploads, rows(), api_name="/evaluate")
+    saved = json.loads(Path(download).read_text())
+    assert saved["results"]["clean/image_to_text"]["recall@1"] == rococo_recall(scores, **layout.metric_inputs())[
+        "recall@1"]
+    assert f"Not scored ({len(bad)}):" in message
+    for path in bad.values():
+        assert f"- {path.name}: " in message
+
+
+def test_a_custom_layout_with_a_deep_references_file_is_refused_in_one_line(client, tmp_path):
+    from helpers.malformed import deep_references
+
+    np.save(tmp_path / "mine.npy", np.eye(3, 6, dtype=np.float32))
+    with pytest.raises(AppError, match="references.json: the references JSON nests 200000 deep, deeper than its 2"):
+        client.predict([handle_file(tmp_path / "mine.npy")], rows(["mine.npy", "custom", "image_to_text", ""]),
+                       handle_file(deep_references(tmp_path / "references.json")), api_name="/evaluate")

@@ -37,8 +37,10 @@ import json
 import logging
 import math
 import os
+import re
 import struct
 import zipfile
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -63,9 +65,13 @@ _SAFETENSORS_DTYPES = {
     "F16": "<f2", "F32": "<f4", "F64": "<f8", "BF16": "<u2", "BOOL": "|b1",
     "I8": "|i1", "I16": "<i2", "I32": "<i4", "I64": "<i8", "U8": "|u1", "U16": "<u2", "U32": "<u4", "U64": "<u8",
 }
-# 100 MiB: just above the 10**8 bytes the safetensors library itself accepts, so no header it writes is refused,
-# and a forged length cannot make json read more than that into memory.
-_MAX_SAFETENSORS_HEADER = 100 << 20
+# Bounds of a safetensors header, checked before it is parsed (a forged header of 100 MB and 1.5 million entries took
+# the Space minutes and GBs): a score, compact or embeddings file holds a dozen tensors and a few kB of JSON.
+MAX_SAFETENSORS_HEADER_BYTES = 1 << 20
+MAX_SAFETENSORS_TENSORS = 256
+# {name: {"shape": [...]}}; references [[...], ...]; adversarial a flat list (nested lists are refused after parsing)
+MAX_JSON_DEPTH = {"safetensors header": 3, "references": 2, "adversarial": 2}
+MAX_NPZ_MEMBERS = 64
 
 
 @dataclass(frozen=True)
@@ -360,6 +366,9 @@ def _compact_header(path: Path, members: dict, limit: int) -> ScoreFileInfo:
 def _members(path: Path) -> dict[str, tuple[str, tuple[int, ...]]]:
     """Map each array of the file to its (dtype name, shape), from headers only."""
     suffix = path.suffix.lower()
+    if suffix == ".safetensors":  # its errors name the file
+        return {name: (_safetensors_dtype(spec["dtype"]), tuple(spec["shape"]))
+                for name, spec in read_safetensors_header(path)[0].items()}
     try:
         if suffix == ".npy":
             with open(path, "rb") as handle:
@@ -367,14 +376,14 @@ def _members(path: Path) -> dict[str, tuple[str, tuple[int, ...]]]:
         if suffix == ".npz":
             with zipfile.ZipFile(path) as archive:
                 members = {}
+                if len(archive.namelist()) > MAX_NPZ_MEMBERS:
+                    raise ValueError(f"it holds {len(archive.namelist())} arrays, over the limit of {MAX_NPZ_MEMBERS}")
                 for name in archive.namelist():
                     with archive.open(name) as handle:
                         members[name.removesuffix(".npy")] = _npy_header(handle)
                 return members
-        if suffix == ".safetensors":
-            return {name: (_safetensors_dtype(spec["dtype"]), tuple(spec["shape"]))
-                    for name, (spec, _) in _safetensors_header(path).items()}
-    except (ValueError, OSError, zipfile.BadZipFile, EOFError, KeyError, TypeError) as error:
+    except (ValueError, OSError, zipfile.BadZipFile, EOFError, KeyError, TypeError, zlib.error,
+            NotImplementedError) as error:
         raise ValueError(f"{path.name}: not a readable {suffix} file ({error})") from None
     raise ValueError(f"{path.name}: unsupported file type {suffix!r}; expected one of {', '.join(SCORE_SUFFIXES)}")
 
@@ -386,26 +395,105 @@ def _npy_header(handle) -> tuple[str, tuple[int, ...]]:
     return ("object" if dtype.hasobject else dtype.name), tuple(int(n) for n in shape)
 
 
+def read_safetensors_header(path) -> tuple[dict, dict, int]:
+    """A ``.safetensors`` file's header, checked within bounds before and after it is parsed: its tensors (name ->
+    entry), its ``__metadata__`` (strings), and the byte offset where the tensors' data starts.
+
+    The header may hold at most :data:`MAX_SAFETENSORS_HEADER_BYTES` bytes and :data:`MAX_SAFETENSORS_TENSORS`
+    tensors, nested at most 3 deep; each tensor has a known ``dtype``, a ``shape`` of non-negative ints and
+    ``data_offsets`` that fit the file. A header that is not so is refused without more work than reading it.
+
+    Raises:
+        ValueError: naming the file and what is wrong with its header.
+
+    Example:
+        >>> import tempfile
+        >>> from safetensors.numpy import save_file
+        >>> path = Path(tempfile.mkdtemp()) / "run.safetensors"
+        >>> save_file({"scores": np.zeros((2, 3), dtype=np.float32)}, str(path), metadata={"model": "m"})
+        >>> tensors, metadata, start = read_safetensors_header(path)
+        >>> tensors["scores"]["shape"], metadata
+        ([2, 3], {'model': 'm'})
+    """
+    path = Path(path)
+    try:
+        size = os.path.getsize(path)
+        with open(path, "rb") as handle:
+            prefix = handle.read(8)
+            if len(prefix) != 8:
+                raise ValueError("the file is shorter than a safetensors header")
+            (length,) = struct.unpack("<Q", prefix)
+            if length > size - 8:
+                raise ValueError(f"its header length {length} does not fit the file of {size} bytes")
+            if length > MAX_SAFETENSORS_HEADER_BYTES:
+                raise ValueError(f"its header is {_bytes(length)}, over the limit of "
+                                 f"{_bytes(MAX_SAFETENSORS_HEADER_BYTES)} (a score file's is a few kB)")
+            raw = handle.read(length)
+        header = parse_json(raw, "safetensors header", MAX_JSON_DEPTH["safetensors header"])
+        if not isinstance(header, dict):
+            raise ValueError(f"its header is a JSON {type(header).__name__}, not an object of tensors")
+        metadata = header.pop("__metadata__", None) or {}
+        if not (isinstance(metadata, dict) and all(isinstance(v, str) for v in metadata.values())):
+            raise ValueError("its __metadata__ is not an object of strings")
+        if len(header) > MAX_SAFETENSORS_TENSORS:
+            raise ValueError(f"its header lists {len(header)} tensors, over the limit of {MAX_SAFETENSORS_TENSORS}")
+        start = 8 + length
+        for name, spec in header.items():
+            _check_tensor_entry(name, spec, size - start)
+        return header, metadata, start
+    except OSError as error:
+        raise ValueError(f"{path.name}: cannot read the file ({error.strerror or error})") from None
+    except ValueError as error:
+        raise ValueError(f"{path.name}: not a readable .safetensors file ({error})") from None
+
+
+def parse_json(raw: bytes, what: str, max_depth: int):
+    """``raw`` parsed as JSON, after checking that it nests at most ``max_depth`` deep (the check is linear, and a
+    deeper document never reaches the parser, whose recursion it would exhaust).
+
+    Raises:
+        ValueError: naming ``what``: not UTF-8 JSON, or nested too deep.
+
+    Example:
+        >>> parse_json(b'[0, [1, 2]]', "references", 2)
+        [0, [1, 2]]
+        >>> parse_json(b'[[[0]]]', "references", 2)
+        Traceback (most recent call last):
+        ...
+        ValueError: the references JSON nests 3 deep, deeper than its 2
+    """
+    strings = re.compile(rb'"(?:[^"\\]|\\.)*"')
+    skeleton = np.frombuffer(strings.sub(b"", raw), dtype=np.uint8)
+    steps = np.isin(skeleton, (ord("["), ord("{"))).astype(np.int32) - np.isin(skeleton, (ord("]"), ord("}")))
+    depth = int(np.cumsum(steps).max()) if len(steps) else 0
+    if depth > max_depth:
+        raise ValueError(f"the {what} JSON nests {depth} deep, deeper than its {max_depth}")
+    try:
+        return json.loads(raw)
+    except (ValueError, UnicodeDecodeError, RecursionError) as error:
+        raise ValueError(f"not valid {what} JSON ({str(error)[:200]})") from None
+
+
+def _check_tensor_entry(name, spec, data_bytes: int) -> None:
+    """A safetensors header's entry for tensor ``name``, checked: a known dtype, a shape of non-negative ints, and
+    data offsets that fit the ``data_bytes`` after the header and hold exactly the shape."""
+    if not isinstance(spec, dict) or not isinstance(spec.get("dtype"), str):
+        raise ValueError(f"tensor {name!r} has no dtype")
+    shape, offsets = spec.get("shape"), spec.get("data_offsets")
+    if not (isinstance(shape, list) and len(shape) <= 8 and all(_is_json_int(n) and n >= 0 for n in shape)):
+        raise ValueError(f"tensor {name!r} has shape {str(shape)[:80]}, not a list of non-negative ints")
+    if not (isinstance(offsets, list) and len(offsets) == 2 and all(_is_json_int(n) for n in offsets)):
+        raise ValueError(f"tensor {name!r} has data_offsets {str(offsets)[:80]}, not two ints")
+    itemsize = np.dtype(_safetensors_dtype(spec["dtype"], numpy=True)).itemsize
+    begin, end = offsets
+    if not 0 <= begin <= end <= data_bytes or end - begin != math.prod(shape) * itemsize:
+        raise ValueError(f"tensor {name!r} has data offsets that do not fit its shape or the file")
+
+
 def _safetensors_header(path: Path) -> dict[str, tuple[dict, int]]:
     """Map each tensor to (its header entry, the byte offset of its data in the file)."""
-    size = os.path.getsize(path)
-    with open(path, "rb") as handle:
-        prefix = handle.read(8)
-        if len(prefix) != 8:
-            raise ValueError("the file is shorter than a safetensors header")
-        (length,) = struct.unpack("<Q", prefix)
-        if length > min(_MAX_SAFETENSORS_HEADER, size - 8):
-            raise ValueError(f"header length {length} does not fit the file")
-        header = json.loads(handle.read(length))
-    header.pop("__metadata__", None)
-    start, out = 8 + length, {}
-    for name, spec in header.items():
-        begin, end = (int(v) for v in spec["data_offsets"])
-        dtype = np.dtype(_safetensors_dtype(spec["dtype"], numpy=True))
-        if not 0 <= begin <= end <= size - start or end - begin != math.prod(spec["shape"]) * dtype.itemsize:
-            raise ValueError(f"tensor {name!r} has data offsets that do not fit its shape or the file")
-        out[name] = (spec, start + begin)
-    return out
+    tensors, _, start = read_safetensors_header(path)
+    return {name: (spec, start + spec["data_offsets"][0]) for name, spec in tensors.items()}
 
 
 def _safetensors_dtype(code: str, numpy: bool = False) -> str:
@@ -456,7 +544,7 @@ def _read_member(path: Path, key: str | None) -> np.ndarray:
         if spec["dtype"] == "BF16":
             return (raw.astype(np.uint32) << 16).view(np.float32)
         return raw
-    except (ValueError, OSError, zipfile.BadZipFile, EOFError) as error:
+    except (ValueError, OSError, zipfile.BadZipFile, EOFError, zlib.error, NotImplementedError) as error:
         raise ValueError(f"{path.name}: cannot read {key or 'the array'} ({error})") from None
 
 
@@ -466,9 +554,9 @@ def _read_side_file(path, name: str, limit: int):
     suffix = path.suffix.lower()
     if suffix == ".json":
         try:
-            values = json.loads(path.read_text(encoding="utf-8"))
-        except (ValueError, UnicodeDecodeError) as error:
-            raise ValueError(f"{path.name}: not valid JSON ({error})") from None
+            values = parse_json(path.read_bytes(), name, MAX_JSON_DEPTH[name])
+        except ValueError as error:
+            raise ValueError(f"{path.name}: {error}") from None
         if not isinstance(values, list) or not values:
             raise ValueError(f"{path.name}: `{name}` must be a non-empty JSON list")
         return values

@@ -36,6 +36,7 @@ import numpy as np
 from rococo_eval.catalog import galleries, gallery_key
 from rococo_eval.data.configs import CAPTIONS_CONFIG, IMAGES_CONFIG
 from rococo_eval.io.atomic import write_atomic
+from rococo_eval.io.scorefiles import parse_json, read_safetensors_header
 from rococo_eval.models.similarity import DEFAULT_SIMILARITY, SIMILARITIES, check_similarity, score_vectors
 from rococo_eval.scoring.galleries import (
     adversarial_captions,
@@ -224,7 +225,10 @@ def read_embeddings_file(path, source) -> tuple[dict[str, np.ndarray], dict, tup
     if similarity not in SIMILARITIES:
         raise ValueError(f"{str(path)!r}: its metadata's `similarity` must be one of {SIMILARITIES}, got "
                          f"{similarity!r}")
-    fingerprints = json.loads(metadata.get("fingerprints") or "{}")
+    try:
+        fingerprints = parse_json((metadata.get("fingerprints") or "{}").encode(), "fingerprints", 1)
+    except ValueError as error:
+        raise ValueError(f"{str(path)!r}: its metadata's {error}") from None
     if not isinstance(fingerprints, dict):
         raise ValueError(f"{str(path)!r}: its metadata's `fingerprints` is not a JSON object")
     dimension = int(metadata.get("dimension", -1))
@@ -272,14 +276,10 @@ def score_embeddings(vectors: Mapping[str, np.ndarray], source, attacks, similar
 
 
 def _metadata(path: Path) -> dict:
-    """The ``__metadata__`` of a safetensors header (read without the tensors)."""
+    """The ``__metadata__`` of a safetensors header, read within its bounds
+    (:func:`~rococo_eval.io.scorefiles.read_safetensors_header`) and without the tensors; ``{}`` for a file that has
+    none, or no readable header."""
     try:
-        with open(path, "rb") as handle:
-            size = int.from_bytes(handle.read(8), "little")
-            if not 0 < size < 100_000_000:
-                return {}
-            header = json.loads(handle.read(size))
-    except (OSError, ValueError, UnicodeDecodeError):
+        return read_safetensors_header(path)[1]
+    except ValueError:
         return {}
-    metadata = header.get("__metadata__") if isinstance(header, dict) else None
-    return metadata if isinstance(metadata, dict) else {}

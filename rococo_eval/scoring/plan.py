@@ -196,6 +196,22 @@ def plan_score_files(requests: Sequence[ScoreRequest], captions_per_image, *,
     Returns:
         one :class:`PlannedFile` per request, in request order.
     """
+    plans, problems = plan_each(requests, captions_per_image, adversarial_per_image=adversarial_per_image,
+                                attacks=attacks, custom=custom, references=references, adversarial=adversarial,
+                                ask_order=ask_order, read_off_level=read_off_level)
+    if problems:
+        raise PlanError(problems)
+    return plans
+
+
+def plan_each(requests: Sequence[ScoreRequest], captions_per_image, *,
+              adversarial_per_image: int = ADVERSARIAL_PER_IMAGE, attacks=ATTACKS, custom: bool = False,
+              references=None, adversarial=None,
+              ask_order: Callable[[LayoutChoice, ScoreRequest], str] = _give_the_order,
+              read_off_level: int = logging.WARNING) -> tuple[list[PlannedFile], list[str]]:
+    """:func:`plan_score_files` without refusing: the files that can be planned, and one line per problem of the
+    others (each naming its file), so that one bad file does not hide the others (the Space scores what it can).
+    A gallery given by two files is a problem of the second."""
     plans, problems = [], []
     for request in requests:
         try:
@@ -203,21 +219,21 @@ def plan_score_files(requests: Sequence[ScoreRequest], captions_per_image, *,
                                    adversarial, ask_order))
         except ValueError as error:
             problems.append(_with_name(request.name, error))
-    first = {}
+    first, kept = {}, []
     for planned in plans:
         if planned.key in first:
             problems.append(f"{planned.request.name}: gallery {planned.key} was already given by "
                             f"{first[planned.key].request.name}")
-        first.setdefault(planned.key, planned)
-    if problems:
-        raise PlanError(problems)
-    for planned in plans:
+            continue
+        first[planned.key] = planned
+        kept.append(planned)
+    for planned in kept:
         request, choice = planned.request, planned.choice
         decided = choice.order_decision.order if choice.order_decision else ""
         given = any((request.attack, request.direction, request.order))
         read_off_the_file = not given or decided not in ("", request.order)  # or the scores dispute the given order
         logger.log(read_off_level if read_off_the_file else logging.INFO, "%s: %s", request.name, choice.note)
-    return plans
+    return kept, problems
 
 
 def score_planned(plans: Sequence[PlannedFile], options: ScoringOptions = ScoringOptions()) -> dict[str, dict]:
@@ -226,11 +242,21 @@ def score_planned(plans: Sequence[PlannedFile], options: ScoringOptions = Scorin
     A file whose scores the metric refuses (a NaN, references out of range) is named in one :class:`PlanError`
     with every other such file.
     """
+    results, problems = score_each(plans, options)
+    if problems:
+        raise PlanError(problems)
+    return results
+
+
+def score_each(plans: Sequence[PlannedFile], options: ScoringOptions = ScoringOptions()) -> tuple[dict, list[str]]:
+    """:func:`score_planned` without refusing: the results of the files the metric scores, and one line per file it
+    refuses. No score matrix outlives its file's turn: a refused file's memory map is closed before the next."""
     from rococo_recall import rococo_recall  # the metric (with numpy only): loaded where a gallery is scored
 
     results, problems = {}, []
     for planned in plans:
         started = time.perf_counter()
+        scores = given = None
         try:
             scores = scorefiles.read_scores(planned.request.path, planned.info.key)
             given = scores.metric_arguments() if planned.info.is_compact else {"predictions": scores}
@@ -239,11 +265,11 @@ def score_planned(plans: Sequence[PlannedFile], options: ScoringOptions = Scorin
         except ValueError as error:
             problems.append(_with_name(planned.request.name, error))
             continue
+        finally:
+            del scores, given  # the memory map: referenced by nothing once this file is done
         logger.info("scored %s %s as %s in %.2f s", planned.request.name, planned.info.shape, planned.key,
                     time.perf_counter() - started)
-    if problems:
-        raise PlanError(problems)
-    return results
+    return results, problems
 
 
 def report_meta(plans: Sequence[PlannedFile], options: ScoringOptions = ScoringOptions()) -> dict:

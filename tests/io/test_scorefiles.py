@@ -208,7 +208,9 @@ def test_references_and_adversarial_files(tmp_path):
 
 @pytest.mark.parametrize("reader, name, content, problem", [
     (read_references, "r.json", "{\"a\": 1}", "r.json: `references` must be a non-empty JSON list"),
-    (read_references, "r.json", "[1, 2", "r.json: not valid JSON"),
+    (read_references, "r.json", "[1, 2", "r.json: not valid references JSON"),
+    (read_references, "r.json", "[" * 200_000 + "]" * 200_000, "r.json: the references JSON nests 200000 deep, deeper "
+                                                               "than its 2"),
     (read_references, "r.txt", "1 2", r"r.txt: `references` must be a .json or .npy file"),
     (read_adversarial, "a.json", "[true, 3]", r"a.json: `adversarial` must be all booleans \(a mask\) or all ints"),
     (read_adversarial, "a.json", "[[1, 2]]", "a.json: `adversarial` must be all booleans"),

@@ -235,15 +235,21 @@ def test_evaluate_custom_errors(client, tmp_path, arrays, problem):
         client.predict([handle_file(path)], api_name="/evaluate")
 
 
-def test_every_problem_is_reported_at_once(client, tmp_path):
+def test_every_problem_is_reported_at_once_beside_what_was_scored(client, tmp_path):
     first = _save(tmp_path, "a_rand_voca.npy", np.zeros((30, 302), np.float32))
     second = _save(tmp_path, "b_rand_voca.npy", np.zeros((30, 302), np.float32))
     third = _save(tmp_path, "c.npy", np.zeros((3, 3), np.float32))
     layouts = rows(["a_rand_voca.npy", "", "", "official"], ["b_rand_voca.npy", "", "", "dataset"])
-    with pytest.raises(AppError) as raised:
-        client.predict([handle_file(p) for p in (first, second, third)], layouts, api_name="/evaluate")
+    message, _, _, download = client.predict([handle_file(p) for p in (first, second, third)], layouts,
+                                             api_name="/evaluate")
+    assert list(json.loads(Path(download).read_text())["results"]) == ["rand_voca/image_to_text"]
+    assert "Not scored (2):" in message and "- c.npy: shape (3, 3) fits no RoCOCO layout" in message
+    assert "- b_rand_voca.npy: gallery rand_voca/image_to_text was already given by a_rand_voca.npy" in message
+    with pytest.raises(AppError) as raised:  # nothing to score: every problem in the error
+        client.predict([handle_file(p) for p in (second, third)], rows(["b_rand_voca.npy", "", "", "sideways"]),
+                       api_name="/evaluate")
     assert "c.npy: shape (3, 3) fits no RoCOCO layout" in str(raised.value)
-    assert "b_rand_voca.npy: gallery rand_voca/image_to_text was already given by a_rand_voca.npy" in str(raised.value)
+    assert "b_rand_voca.npy: `order` must be one of" in str(raised.value)
 
 
 def test_evaluate_waits_for_the_order_of_an_unclear_text_attack(client, tmp_path):

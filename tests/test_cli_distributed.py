@@ -125,6 +125,23 @@ def test_a_dying_rank_is_named_and_the_rerun_resumes(model, benchmark, reference
         assert 0 < sum(entry["rows"] for entry in again) == total["rows"] - kept["rows"] < total["rows"]
 
 
+def test_a_damaged_cache_is_noticed_by_every_rank_and_changes_no_number(model, benchmark, reference, tmp_path):
+    """The one-process run's cache, its finished embeddings flipped and its ITM shards cut short: two processes
+    drop and recompute what is damaged, name it, and give one process's report."""
+    name, extra = model
+    assert main([str(argument) for argument in run_arguments(name, benchmark, tmp_path, "n", *extra)]) == 0
+    cache = tmp_path / "cache-n"
+    damaged = sorted(cache.rglob("embeddings.*.npy"))[:2] + sorted(cache.rglob("pairs-*.npz"))[:2]
+    for path in damaged:
+        data = bytearray(path.read_bytes())
+        path.write_bytes(bytes(data[:len(data) // 2]) if path.suffix == ".npz" else bytes(data[:-8]) + bytes(8))
+    done = launch(2, *run_arguments(name, benchmark, tmp_path, "n", *extra, quiet=False))
+    resumed = (tmp_path / "report-n" / "report.json").read_bytes()
+    assert (without_counts(resumed) == without_counts(reference)) if extra else resumed == reference
+    for path in damaged:
+        assert str(path) in done.stderr, path
+
+
 def test_shard_models_spreads_whole_models_over_the_processes(hf_name, blip_name, benchmark, tmp_path):
     """Two models over two processes: each evaluates one alone, and each report equals that of plain ``run``."""
     out = tmp_path / "reports"

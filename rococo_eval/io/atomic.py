@@ -12,10 +12,12 @@ Example:
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import math
 import os
+import re
 import uuid
 from pathlib import Path
 from typing import BinaryIO, Callable
@@ -104,8 +106,64 @@ def _jsonable(value):
     return value
 
 
+DIGEST_LENGTH = 32  # hex digits of sha256 in a checked file's name: 128 bits, for corruption, not for adversaries
+_CHECKED = re.compile(r"(?P<stem>.+)\.(?P<digest>[0-9a-f]{%d})\.(?P<suffix>npy|npz)" % DIGEST_LENGTH)
+
+
+class CorruptFileError(ValueError):
+    """A checked cache file whose bytes are not those its name's digest was made of (or whose name has none)."""
+
+
+def write_checked(folder: Path, stem: str, suffix: str, data: bytes) -> Path:
+    """Write ``data`` atomically as ``<stem>.<digest>.<suffix>`` in ``folder``, the digest the first
+    :data:`DIGEST_LENGTH` hex digits of the bytes' sha256: a file that changes after it is written (a flipped bit, a
+    truncation) no longer matches its name, and :func:`read_checked` refuses it.
+
+    Example:
+        >>> import tempfile
+        >>> path = write_checked(Path(tempfile.mkdtemp()), "rows-000000-000002", "npy", b"bytes")
+        >>> path.name
+        'rows-000000-000002.277089d91c0bdf4f2e6862ba7e4a0760.npy'
+        >>> read_checked(path)
+        b'bytes'
+    """
+    digest = hashlib.sha256(data).hexdigest()[:DIGEST_LENGTH]
+    return write_atomic(Path(folder) / f"{stem}.{digest}.{suffix}", lambda handle: handle.write(data))
+
+
+def checked_stem(path: Path) -> str | None:
+    """The stem of a checked file's name (``rows-000000-000002`` of ``rows-000000-000002.<digest>.npy``), or None.
+
+    Example:
+        >>> checked_stem(Path("embeddings." + "0" * 32 + ".npy")), checked_stem(Path("embeddings.npy"))
+        ('embeddings', None)
+    """
+    match = _CHECKED.fullmatch(Path(path).name)
+    return match["stem"] if match else None
+
+
+def read_checked(path: Path) -> bytes:
+    """The bytes of checked file ``path``, after checking them against its name's digest.
+
+    Raises:
+        CorruptFileError: the name holds no digest, or the bytes are not those it was made of (naming the file).
+        OSError: the file cannot be read.
+    """
+    path = Path(path)
+    match = _CHECKED.fullmatch(path.name)
+    if match is None:
+        raise CorruptFileError(f"{path}: a cache file without the digest of its content in its name")
+    data = path.read_bytes()
+    if hashlib.sha256(data).hexdigest()[:DIGEST_LENGTH] != match["digest"]:
+        raise CorruptFileError(f"{path}: its {len(data)} bytes are not those it was written with (their sha256 is "
+                               f"not its name's): corrupted or truncated")
+    return data
+
+
 def open_cache_folder(folder: Path, manifest: dict, holds: str) -> None:
-    """Create the cache ``folder`` with its ``manifest.json``, or check that the one there is ``manifest``.
+    """Create the cache ``folder`` with its ``manifest.json``, or check that the one there is ``manifest``. A
+    manifest that cannot be read (damaged, not JSON) is written anew, with a warning naming it: the files beside it
+    are checked one by one as they are read.
 
     Raises:
         ValueError: the folder's manifest describes something else (``holds`` says what the cache keeps).
@@ -121,9 +179,14 @@ def open_cache_folder(folder: Path, manifest: dict, holds: str) -> None:
     """
     path = folder / "manifest.json"
     if path.is_file():
-        found = json.loads(path.read_text())
-        if found != manifest:
+        try:
+            found = json.loads(path.read_text(encoding="utf-8"))
+        except (ValueError, UnicodeDecodeError, RecursionError) as error:
+            logger.warning("%s is damaged (%s): written anew", path, str(error)[:100])
+            found = None
+        if found is not None and found != manifest:
             raise ValueError(f"cache folder {str(folder)!r} holds other {holds} ({found}); remove it")
-        return
+        if found is not None:
+            return
     folder.mkdir(parents=True, exist_ok=True)
     write_atomic(path, lambda handle: handle.write(json.dumps(manifest, indent=2).encode()))

@@ -46,9 +46,12 @@ Example:
 
 from __future__ import annotations
 
+import io
 import logging
 import re
 import time
+import zipfile
+import zlib
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,7 +61,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from rococo_eval.catalog import IMAGE_TO_TEXT
-from rococo_eval.io.atomic import open_cache_folder, write_atomic
+from rococo_eval.io.atomic import checked_stem, open_cache_folder, read_checked, write_checked
 from rococo_eval.layout import gallery_vectors
 from rococo_eval.processes import ONE, share
 
@@ -66,7 +69,7 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_CANDIDATES = 256  # k_test of BLIP's COCO retrieval config, used by RoCOCO: candidates re-scored per query
 FILL = -100.0  # the official score of every candidate outside the top k
-_SHARD = re.compile(r"pairs-(\d+)(?:-rank\d+)?\.npz")
+_SHARD = re.compile(r"pairs-(\d+)(?:-rank\d+)?")  # a shard's stem: pairs-<n>[-rank<r>].<digest>.npz
 _PAIRS_PER_SHARD = 16384  # pairs per stored shard: what Ctrl-C can lose
 
 
@@ -84,8 +87,10 @@ class Side:
 class PairStore:
     """ITM logits of (image, caption) pairs of one model, image set and caption set, on disk.
 
-    Pairs are keyed by their indices in the two sets. Each :meth:`add` writes one shard, renamed into place;
-    :meth:`compact` merges the shards into one.
+    Pairs are keyed by their indices in the two sets. Each :meth:`add` writes one shard, renamed into place, whose
+    name carries the digest of its bytes (:func:`rococo_eval.io.atomic.write_checked`); :meth:`compact` merges the
+    shards into one. A shard that fails its checks when read (its digest, its arrays' dtypes and lengths, finite
+    logits) is dropped with a warning naming it, and its pairs are computed again.
 
     Example:
         >>> import tempfile
@@ -113,14 +118,15 @@ class PairStore:
         for path in sorted(self.folder.glob("pairs-*.npz")):
             if path.name in self._read:
                 continue
-            match = _SHARD.fullmatch(path.name)
+            match = _SHARD.fullmatch(checked_stem(path) or "")
             if match:  # numbered past every shard, readable or not, so that no new shard takes an old name
                 self._next = max(self._next, int(match[1]) + 1)
             try:
-                with np.load(path) as shard:
-                    self._pending.append((shard["keys"].astype(np.int64), shard["logits"].astype(np.float32)))
-            except (OSError, ValueError, KeyError):
-                logger.warning("ignoring ITM cache shard %s", path)
+                if match is None:
+                    raise ValueError("not a checked shard of this store")
+                self._pending.append(_read_pairs(path))
+            except (OSError, ValueError) as error:
+                logger.warning("ITM cache shard %s is dropped (its pairs are computed again): %s", path, error)
                 if not self.shard_suffix:  # while other processes write, an unreadable shard is left alone
                     path.unlink(missing_ok=True)
                 continue
@@ -153,8 +159,9 @@ class PairStore:
         """Store the logits of these pairs in a new shard."""
         keys = images.astype(np.int64) * self.num_captions + captions
         logits = np.asarray(logits, dtype=np.float32)
-        path = self.folder / f"pairs-{self._next:06d}{self.shard_suffix}.npz"
-        write_atomic(path, lambda handle: np.savez(handle, keys=keys, logits=logits))
+        if not np.isfinite(logits).all():
+            raise ValueError(f"ITM logits of {int((~np.isfinite(logits)).sum())} pair(s) are not finite: refused")
+        path = _write_pairs(self.folder, f"pairs-{self._next:06d}{self.shard_suffix}", keys, logits)
         self._read.add(path.name)
         self._next += 1
         self._pending.append((keys, logits))
@@ -166,13 +173,38 @@ class PairStore:
         if not shards or (len(shards) == 1 and "-rank" not in shards[0].name):
             return
         self._merge()
-        path = self.folder / f"pairs-{self._next:06d}.npz"
-        write_atomic(path, lambda handle: np.savez(handle, keys=self.keys, logits=self.values))
+        path = _write_pairs(self.folder, f"pairs-{self._next:06d}", self.keys, self.values)
         self._read = {path.name}
         self._next += 1
         for shard in shards:
             if shard != path:
                 shard.unlink(missing_ok=True)
+
+
+def _write_pairs(folder: Path, stem: str, keys: np.ndarray, logits: np.ndarray) -> Path:
+    buffer = io.BytesIO()
+    np.savez(buffer, keys=keys, logits=logits)
+    return write_checked(folder, stem, "npz", buffer.getvalue())
+
+
+def _read_pairs(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    """A shard's keys and logits, checked: its bytes match its name's digest, it holds one-dimensional int64 keys
+    and float32 logits of one length, non-negative keys and finite logits.
+
+    Raises:
+        ValueError: naming the file and what is wrong with it.
+    """
+    data = read_checked(path)
+    try:
+        with np.load(io.BytesIO(data), allow_pickle=False) as shard:
+            keys, logits = shard["keys"], shard["logits"]
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile, zlib.error) as error:
+        raise ValueError(f"{path}: not a readable shard ({error})") from None
+    if (keys.dtype != np.int64 or logits.dtype != np.float32 or keys.ndim != 1 or keys.shape != logits.shape
+            or (len(keys) and keys.min() < 0) or not np.isfinite(logits).all()):
+        raise ValueError(f"{path}: holds keys {keys.dtype} {keys.shape} and logits {logits.dtype} {logits.shape}, not "
+                         "as many non-negative int64 keys as finite float32 logits")
+    return keys, logits
 
 
 class Reranker:

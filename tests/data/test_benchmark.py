@@ -94,7 +94,7 @@ def test_the_command_line_matches_the_api_on_another_format(benchmark, image_set
                  "mix", "--seeds", "7", "-q"]) == 0
     capsys.readouterr()
     # the encoder's embeddings went to the default cache (resumable as `run`'s embeddings are)
-    assert any((tmp_path / "cache" / "encodings").rglob("embeddings.npy"))
+    assert any((tmp_path / "cache" / "encodings").rglob("embeddings.*.npy"))
     for attack in ("same_concept", "danger"):
         assert (out / ANNOTATIONS.format(name=attack)).read_bytes() == \
             (benchmark / ANNOTATIONS.format(name=attack)).read_bytes()

@@ -25,7 +25,7 @@ from types import SimpleNamespace
 import gradio as gr
 import pandas as pd
 
-from rococo_eval.catalog import CLEAN, DIRECTIONS, IMAGE_ATTACK_METHODS, TEXT_ATTACKS
+from rococo_eval.catalog import CLEAN, DIRECTIONS, IMAGE_ATTACK_METHODS, TEXT_ATTACKS, gallery_key
 from rococo_eval.data.annotations import OFFICIAL_COMMIT, OFFICIAL_REPOSITORY, PAPER_URL
 from rococo_eval.detection import CUSTOM
 from rococo_eval.io import scorefiles
@@ -91,7 +91,7 @@ def build_app(source=None, captions_per_image=None, *, concurrency: int = 2, out
             hour are removed as new requests come.
         leaderboard_db: the leaderboard's SQLite file (default ``$ROCOCO_LEADERBOARD_DB``, else
             ``/data/leaderboard.sqlite3`` on a Space's persistent storage, else ``leaderboard.sqlite3`` in
-            ``output_dir``, which a restart loses).
+            ``output_dir``, which a restart loses); see :func:`open_board`.
     """
     problem = ""
     if source is None and captions_per_image is None:
@@ -99,16 +99,14 @@ def build_app(source=None, captions_per_image=None, *, concurrency: int = 2, out
     if captions_per_image is None and source is not None:
         captions_per_image = list(source.captions_per_image)
     output_root = Path(output_dir or tempfile.mkdtemp(prefix="rococo-app-"))
-    board_path = leaderboard_db or os.environ.get(leaderboard.DB_ENV) or _default_board_path(output_root)
-    repo = os.environ.get(leaderboard.REPO_ENV)
-    copy = leaderboard.HubCopy(repo, token=os.environ.get("HF_TOKEN")) if repo else None
-    handlers = Handlers(source, captions_per_image, output_root, leaderboard.Leaderboard(board_path, copy))
+    board, board_problem = open_board(leaderboard_db, output_root, source, captions_per_image)
+    handlers = Handlers(source, captions_per_image, output_root, board, board_problem)
     with gr.Blocks(title="RoCOCO robustness evaluation", delete_cache=(OUTPUT_MAX_AGE_S, OUTPUT_MAX_AGE_S)) as demo:
         gr.Markdown(_intro(captions_per_image))
         note = _availability_note(source, captions_per_image, problem)
         if note:
             gr.Markdown(note, elem_id="annotations-note")
-        user_rows, failures = gr.State([]), gr.State(None)
+        user_rows, board_rows, failures = gr.State([]), gr.State([]), gr.State(None)
         with gr.Tab("Evaluate"):
             evaluate_tab = _evaluate_tab(attacks_of(source))
         with gr.Tab("What fooled the model"):
@@ -118,9 +116,10 @@ def build_app(source=None, captions_per_image=None, *, concurrency: int = 2, out
         with gr.Tab("Compare"):
             compare_tab = _compare_tab()
         with gr.Tab("Leaderboard"):
-            board_tab = _leaderboard_tab(handlers.board.rows())
-        _wire(handlers, evaluate_tab, flipped_tab, explore_tab, compare_tab, user_rows, failures, concurrency)
-        _wire_leaderboard(handlers, evaluate_tab, board_tab, user_rows)
+            board_tab = _leaderboard_tab(board_problem)
+        _wire(handlers, evaluate_tab, flipped_tab, explore_tab, compare_tab, user_rows, board_rows, failures,
+              concurrency)
+        _wire_leaderboard(demo, handlers, evaluate_tab, board_tab, board_rows)
         if source is not None:
             demo.load(handlers.show, explore_tab.index, [explore_tab.captions, explore_tab.images, explore_tab.note],
                       api_visibility="private")
@@ -128,17 +127,48 @@ def build_app(source=None, captions_per_image=None, *, concurrency: int = 2, out
     return demo
 
 
+def open_board(path, output_root: Path, source, captions_per_image):
+    """The leaderboard (:class:`rococo_eval.reporting.leaderboard.Leaderboard`) and, when it cannot be used, None
+    and why: the Space still scores, and says the board is unavailable; the file is left as it is.
+
+    The database is ``path``, else ``$ROCOCO_LEADERBOARD_DB``, else the default (:func:`_default_board_path`).
+    It takes rows of RoCOCO's galleries (their shapes from ``captions_per_image``) when the Space serves RoCOCO;
+    serving a generated benchmark, or without annotations, it is shown and takes none. Everyone together may submit
+    ``$ROCOCO_LEADERBOARD_HOURLY_LIMIT`` times an hour (default
+    :data:`~rococo_eval.reporting.leaderboard.HOURLY_LIMIT`); ``$ROCOCO_LEADERBOARD_REPO`` (and ``$HF_TOKEN``)
+    copies the board to a dataset repo (:class:`~rococo_eval.reporting.leaderboard.HubCopy`).
+
+    Raises:
+        ValueError: ``$ROCOCO_LEADERBOARD_HOURLY_LIMIT`` or ``$ROCOCO_LEADERBOARD_REPO`` is not valid.
+    """
+    board_path = path or os.environ.get(leaderboard.DB_ENV) or _default_board_path(output_root)
+    limit = os.environ.get(leaderboard.HOURLY_LIMIT_ENV, "").strip() or str(leaderboard.HOURLY_LIMIT)
+    if not limit.isdigit():
+        raise ValueError(f"${leaderboard.HOURLY_LIMIT_ENV} must be a whole number >= 0, got {limit!r}")
+    repo = os.environ.get(leaderboard.REPO_ENV)
+    copy = leaderboard.HubCopy(repo, token=os.environ.get("HF_TOKEN")) if repo else None
+    rococo = captions_per_image is not None and getattr(source, "benchmark", None) is None
+    galleries = leaderboard.rococo_galleries(captions_per_image) if rococo else None
+    try:
+        return leaderboard.Leaderboard(board_path, copy, galleries=galleries, hourly_limit=int(limit)), ""
+    except leaderboard.BoardUnavailable as error:
+        logger.error("the leaderboard is unavailable: %s", error)
+        return None, str(error)
+
+
 class Handlers:
     """What the page's buttons do, for one source: plain functions of the components' values.
 
-    A ``ValueError`` from the functions they call becomes a ``gr.Error`` the page shows.
+    A ``ValueError`` from the functions they call becomes a ``gr.Error`` the page shows. ``board`` is the
+    leaderboard, or None with ``board_problem`` saying why it is unavailable.
     """
 
-    def __init__(self, source, captions_per_image, output_root: Path, board=None):
+    def __init__(self, source, captions_per_image, output_root: Path, board=None, board_problem: str = ""):
         self.source = source
         self.captions_per_image = captions_per_image
         self.output_root = output_root
         self.board = board
+        self.board_problem = board_problem or ("" if board is not None else "this Space keeps no leaderboard")
 
     def detect(self, files):
         return detect_layouts(files, self.captions_per_image, adversarial_per_image_of(self.source),
@@ -164,7 +194,9 @@ class Handlers:
         settings = evaluation.meta.get("settings")
         rows = evaluation.rows if not settings else [  # the leaderboard takes default settings only
             {**row, "settings": f"ties {settings['ties']}, bootstrap {settings['bootstrap']}"} for row in evaluation.rows]
-        return (evaluation.message, table(evaluation.rows), str(chart_path), str(json_path), rows,
+        # the leaderboard's rows: the standard galleries only, whose references come from the annotations
+        standard = [row for row in rows if gallery_key(row["attack"], row["direction"]) in evaluation.layouts]
+        return (evaluation.message, table(evaluation.rows), str(chart_path), str(json_path), rows, standard,
                 evaluation.failures)
 
     def flipped(self, failures, gallery=ALL_GALLERIES, page=1, min_count=DEFAULT_MIN_COUNT):
@@ -208,24 +240,44 @@ class Handlers:
 
     def leaderboard(self, search="", kind="all"):
         """The board, filtered by a model-name search and by kind (all, published, submitted)."""
-        return board_table(self.board.rows(search or "", kind or "all"))
+        try:
+            return board_table(self._board().rows(search or "", kind or "all"))
+        except leaderboard.BoardUnavailable as error:
+            raise gr.Error(f"the leaderboard is unavailable: {error}", title="Cannot show the leaderboard",
+                           print_exception=False) from None
 
-    def submit(self, user_rows, model, link="", precision="fp32", note="", times=None, search="", kind="all"):
-        """Submit this session's last evaluation; return the message, the board and the session's submission
-        times (:func:`rococo_eval.reporting.leaderboard.rate_allows` limits them)."""
+    def fresh_board(self, search="", kind="all"):
+        """The board as the database holds it when a page loads (empty, as the tab says, when it is unavailable)."""
+        try:
+            return board_table(self._board().rows(search or "", kind or "all"))
+        except leaderboard.BoardUnavailable:
+            return board_table([])
+
+    def submit(self, board_rows, model, link="", precision="fp32", note="", times=None, search="", kind="all"):
+        """Submit this session's last evaluation (the rows of its RoCOCO galleries); return the message, the board
+        and the session's submission times (:func:`rococo_eval.reporting.leaderboard.rate_allows` limits them)."""
         times = list(times or [])
         now = time.time()
         if not leaderboard.rate_allows(times, now):
             raise gr.Error(f"at most {leaderboard.RATE_LIMIT} submissions every {leaderboard.RATE_WINDOW_S // 60} "
                            "minutes from one session: try again later", title="Cannot submit", print_exception=False)
         try:
-            added, message = self.board.submit(user_rows or [], model=model, link=link, precision=precision,
-                                               note=note)
-        except ValueError as error:
+            if not board_rows:
+                raise ValueError("the last evaluation scored no RoCOCO gallery: the board takes the standard "
+                                 "galleries, scored on the annotations' layouts (custom layouts are no row); "
+                                 "evaluate RoCOCO score files first")
+            added, message = self._board().submit(board_rows, model=model, link=link, precision=precision,
+                                                  note=note)
+        except (ValueError, leaderboard.BoardUnavailable) as error:
             raise gr.Error(str(error), title="Cannot submit", print_exception=False) from None
         if added:
             times.append(now)
         return message, self.leaderboard(search, kind), times
+
+    def _board(self):
+        if self.board is None:
+            raise leaderboard.BoardUnavailable(self.board_problem)
+        return self.board
 
 
 def _availability_note(source, captions_per_image, problem: str) -> str:
@@ -329,16 +381,21 @@ def board_table(rows) -> pd.DataFrame:
     return pd.DataFrame(cells, columns=leaderboard.COLUMNS)
 
 
-def _leaderboard_tab(rows) -> SimpleNamespace:
-    """The Leaderboard tab: the board (sortable by clicking a header), a search and a filter by kind."""
+def _leaderboard_tab(problem: str = "") -> SimpleNamespace:
+    """The Leaderboard tab: the board (sortable by clicking a header, filled when a page loads), a search and a
+    filter by kind; ``problem`` says why the board is unavailable."""
     tab = SimpleNamespace()
     gr.Markdown("Clean and attacked R@1 (%) of every submitted evaluation, and the published numbers, each row with "
-                "its source. Click a column's header to sort by it. Submit your own from the Evaluate tab.")
+                "its source. Click a column's header to sort by it. Submit your own from the Evaluate tab: an "
+                "evaluation of RoCOCO's galleries (custom layouts are not taken).")
+    if problem:
+        gr.Markdown(f"**The leaderboard is unavailable**: {_shorten(problem)}. Scoring works as usual.",
+                    elem_id="leaderboard-note")
     with gr.Row():
         tab.search = gr.Textbox(label="model name holds", scale=3)
         tab.kind = gr.Radio(["all", leaderboard.PUBLISHED, leaderboard.SUBMITTED], value="all", label="rows")
         tab.refresh = gr.Button("Refresh", scale=1)
-    tab.table = gr.Dataframe(value=board_table(rows), label="leaderboard", interactive=False, wrap=True,
+    tab.table = gr.Dataframe(value=board_table([]), label="leaderboard", interactive=False, wrap=True,
                              datatype="str", max_height=1200, elem_id="leaderboard-table")
     return tab
 
@@ -358,17 +415,18 @@ def _submit_form() -> SimpleNamespace:
     return form
 
 
-def _wire_leaderboard(handlers: Handlers, evaluate_tab, board_tab, user_rows) -> None:
+def _wire_leaderboard(demo, handlers: Handlers, evaluate_tab, board_tab, board_rows) -> None:
     filters = [board_tab.search, board_tab.kind]
+    demo.load(handlers.fresh_board, filters, board_tab.table, api_visibility="private")  # the board of now
     board_tab.refresh.click(handlers.leaderboard, filters, board_tab.table, api_name="leaderboard")
     board_tab.kind.change(handlers.leaderboard, filters, board_tab.table, api_visibility="private")
     board_tab.search.submit(handlers.leaderboard, filters, board_tab.table, api_visibility="private")
     form = evaluate_tab.form
-    form.submit.click(handlers.submit, [user_rows, form.model, form.link, form.precision, form.note, form.times,
+    form.submit.click(handlers.submit, [board_rows, form.model, form.link, form.precision, form.note, form.times,
                                         *filters], [form.message, board_tab.table, form.times], api_name="submit")
 
 
-def _wire(handlers: Handlers, evaluate_tab, flipped_tab, explore_tab, compare_tab, user_rows, failures,
+def _wire(handlers: Handlers, evaluate_tab, flipped_tab, explore_tab, compare_tab, user_rows, board_rows, failures,
           concurrency: int) -> None:
     """Connect the components to the handlers; each connection is also the named API endpoint."""
     evaluate_tab.files.change(handlers.detect, evaluate_tab.files, evaluate_tab.layouts, api_name="detect")
@@ -376,7 +434,8 @@ def _wire(handlers: Handlers, evaluate_tab, flipped_tab, explore_tab, compare_ta
         handlers.evaluate,
         [evaluate_tab.files, evaluate_tab.layouts, evaluate_tab.references, evaluate_tab.adversarial,
          evaluate_tab.ties, evaluate_tab.bootstrap],
-        [evaluate_tab.message, evaluate_tab.results, evaluate_tab.chart, evaluate_tab.download, user_rows, failures],
+        [evaluate_tab.message, evaluate_tab.results, evaluate_tab.chart, evaluate_tab.download, user_rows, board_rows,
+         failures],
         api_name="evaluate", concurrency_limit=concurrency)
     evaluated.success(handlers.compare, user_rows, compare_tab.table, api_name="show_comparison",
                       api_visibility="private")

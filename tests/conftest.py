@@ -146,6 +146,7 @@ def fake_hub(monkeypatch):
     import huggingface_hub.constants
 
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")  # the leaderboard's copy uploads from a child process
     hub = FakeHub()
     yield hub
     hub.close()

@@ -691,3 +691,89 @@ def test_a_custom_layout_with_a_deep_references_file_is_refused_in_one_line(clie
     with pytest.raises(AppError, match="references.json: the references JSON nests 200000 deep, deeper than its 2"):
         client.predict([handle_file(tmp_path / "mine.npy")], rows(["mine.npy", "custom", "image_to_text", ""]),
                        handle_file(deep_references(tmp_path / "references.json")), api_name="/evaluate")
+
+
+@pytest.fixture
+def board_app(tmp_path):
+    """An app on its own leaderboard database; yields its URL and the database's path."""
+    database = tmp_path / "board.sqlite3"
+    demo = app.build_app(source=TinySource(CAPTIONS), output_dir=tmp_path / "outputs", leaderboard_db=database)
+    yield serve(demo), database
+    demo.close()
+
+
+def test_a_custom_layout_never_becomes_a_leaderboard_row(board_app, tmp_path):
+    """Issue 29's fake 100% row: a 3 x 6 identity named rand_voca.npz, marked custom, is scored and refused by
+    /submit; evaluated beside a RoCOCO gallery, only that gallery becomes the row."""
+    url, _ = board_app
+    client = Client(url, verbose=False)
+    fake = tmp_path / "rand_voca.npz"
+    np.savez(fake, scores=np.eye(3, 6, dtype="f4"), references=np.arange(3),
+             adversarial=np.array([0, 0, 0, 1, 1, 1], dtype=bool))  # the issue's 0/1 ints are refused as ambiguous
+    message, *_ = client.predict([handle_file(fake)], rows(["rand_voca.npz", "custom", "image_to_text", ""]),
+                                 api_name="/evaluate")
+    assert "Scored 1 file(s)" in message
+    with pytest.raises(AppError, match="the last evaluation scored no RoCOCO gallery: the board takes the standard"):
+        client.predict("fake model", "", "fp32", "", "", "all", api_name="/submit")
+    layout, scores = layout_scores("clean", "image_to_text", seed=5)
+    np.save(tmp_path / "clean.npy", scores)
+    client.predict([handle_file(fake), handle_file(tmp_path / "clean.npy")],
+                   rows(["rand_voca.npz", "custom", "image_to_text", ""], ["clean.npy", "", "", ""]),
+                   api_name="/evaluate")
+    message, board = client.predict("honest model", "", "fp32", "", "", "submitted", api_name="/submit")
+    assert message == "added honest model to the board"
+    [row] = board["data"]
+    shown = dict(zip(board["headers"], row))
+    assert shown["clean R@1 (i2t)"] == f"{rococo_recall(scores, **layout.metric_inputs())['recall@1']:.2f}"
+    assert shown["rand_voca R@1"] == "" and shown["text attacks R@1 (i2t, mean)"] == ""
+
+
+def test_sessions_share_an_hourly_limit(tmp_path, monkeypatch):
+    """Fresh sessions do not get fresh submissions: with a limit of 2 an hour, the third session is refused."""
+    monkeypatch.setenv("ROCOCO_LEADERBOARD_HOURLY_LIMIT", "2")
+    demo = app.build_app(source=TinySource(CAPTIONS), output_dir=tmp_path / "outputs",
+                         leaderboard_db=tmp_path / "board.sqlite3")
+    _, scores = layout_scores("clean", "image_to_text", seed=6)
+    np.save(tmp_path / "clean.npy", scores)
+    answers = []
+    try:
+        url = serve(demo)
+        for number in range(4):
+            client = Client(url, verbose=False)  # a new session each time
+            client.predict([handle_file(tmp_path / "clean.npy")], rows(["clean.npy", "", "", ""]),
+                           api_name="/evaluate")
+            try:
+                answers.append(client.predict(f"model {number}", "", "fp32", "", "", "all", api_name="/submit")[0])
+            except AppError as error:
+                answers.append(str(error))
+    finally:
+        demo.close()
+    assert answers[:2] == ["added model 0 to the board", "added model 1 to the board"]
+    assert all("its limit for everyone together (2)" in answer for answer in answers[2:]), answers
+    monkeypatch.setenv("ROCOCO_LEADERBOARD_HOURLY_LIMIT", "lots")
+    with pytest.raises(ValueError, match=r"\$ROCOCO_LEADERBOARD_HOURLY_LIMIT must be a whole number >= 0, got 'lots'"):
+        app.build_app(source=TinySource(CAPTIONS), output_dir=tmp_path / "outputs")
+
+
+def test_a_database_that_cannot_be_read_leaves_scoring_working(tmp_path):
+    """A damaged leaderboard file: the Space starts, scores, says the board is unavailable, and leaves the file."""
+    database = tmp_path / "board.sqlite3"
+    database.write_bytes(b"SQLite format 2\x00" + bytes(range(256)) * 16)
+    before = database.read_bytes()
+    demo = app.build_app(source=TinySource(CAPTIONS), output_dir=tmp_path / "outputs", leaderboard_db=database)
+    try:
+        client = Client(serve(demo), verbose=False)
+        layout, scores = layout_scores("clean", "image_to_text", seed=7)
+        np.save(tmp_path / "clean.npy", scores)
+        answer = client.predict([handle_file(tmp_path / "clean.npy")], rows(["clean.npy", "", "", ""]),
+                                api_name="/evaluate")
+        assert saved_results(answer)["results"]["clean/image_to_text"]["recall@1"] == rococo_recall(
+            scores, **layout.metric_inputs())["recall@1"]
+        for api_name, arguments in (("/submit", ("m", "", "fp32", "", "", "all")), ("/leaderboard", ("", "all"))):
+            with pytest.raises(AppError, match=f"{database} cannot be read: file is not a database"):
+                client.predict(*arguments, api_name=api_name)
+        page = httpx.get(client.src, timeout=30).text
+        assert "The leaderboard is unavailable" in page
+    finally:
+        demo.close()
+    assert database.read_bytes() == before

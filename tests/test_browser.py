@@ -197,3 +197,33 @@ def test_a_submitted_evaluation_appears_on_the_leaderboard(page, tmp_path):
     assert "submitted" in cells and f"{expected['recall@1']:.2f}" in cells
     assert page.locator("#leaderboard-table").get_by_role("row").filter(has_text="BLIP (paper v5)").count() == 1
     assert not _errors(page), _errors(page)
+
+
+def test_a_page_load_shows_the_board_of_now(page, tmp_path):
+    """Rows added after the server started (here by another process's board on the same database) are on the
+    Leaderboard tab when a page loads, before any Refresh (issue 29: the page showed the board of server start)."""
+    from rococo_eval.reporting.leaderboard import Leaderboard, rococo_galleries
+
+    database = tmp_path / "board.sqlite3"
+    demo = app.build_app(source=TinySource(DECIDING_CAPTIONS), output_dir=tmp_path / "outputs",
+                         leaderboard_db=database)
+    url = serve(demo)
+    try:
+        layout, scores = clear_scores("rand_voca", "official", seed=8)
+        row = {"attack": "rand_voca", "direction": "image_to_text", "num_queries": layout.num_queries,
+               "num_gallery": layout.num_gallery, **rococo_recall(scores, **layout.metric_inputs())}
+        other = Leaderboard(database, galleries=rococo_galleries(DECIDING_CAPTIONS))
+        assert other.submit([row], model="added elsewhere")[0]
+        fresh = page.context.browser.new_page(viewport={"width": 1400, "height": 1600})  # the module's browser
+        try:
+            fresh.set_default_timeout(TIMEOUT_MS)
+            fresh.goto(url, wait_until="load")
+            fresh.get_by_role("tab", name="Leaderboard").click()
+            board = fresh.locator("#leaderboard-table").get_by_role("row")
+            board.filter(has_text="added elsewhere").wait_for()
+            assert board.filter(has_text=f"{row['recall@1']:.2f}").count() == 1
+            assert not _errors(fresh), _errors(fresh)
+        finally:
+            fresh.close()
+    finally:
+        demo.close()

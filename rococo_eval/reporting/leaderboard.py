@@ -17,24 +17,39 @@ corrected number) drops the published rows it no longer has. Submitted rows are 
 
 What a submission may be:
 
+- only RoCOCO galleries: every row names one of the galleries the board was opened with (``galleries``, their shapes
+  from the annotations, :func:`rococo_galleries`) and has its shape; a custom layout, a generated benchmark's
+  gallery or a seed mean is no row (the Space passes the rows of its standard layouts only, whose references come
+  from the annotations, never from an upload);
 - the same results under the same model name are one row (the second submission is told so);
-- names, links and notes are stripped of control characters and bounded (:data:`LIMITS`), links must be
-  ``http(s)://``; the board shows them as plain text, never as HTML;
-- a session may submit :data:`RATE_LIMIT` times per :data:`RATE_WINDOW_S` seconds (:func:`rate_allows`);
+- names, links and notes are stripped of every control, format (bidirectional overrides among them) and line
+  separator character (:func:`clean_text`) and bounded (:data:`LIMITS`), links must be ``http(s)://``; the board shows
+  them as plain text, never as HTML;
+- a session may submit :data:`RATE_LIMIT` times per :data:`RATE_WINDOW_S` seconds (:func:`rate_allows`), and
+  everyone together ``hourly_limit`` times an hour (default :data:`HOURLY_LIMIT`, ``$ROCOCO_LEADERBOARD_HOURLY_LIMIT``
+  in the Space), counted in the database in the transaction that adds the row;
 - only evaluations at the metric's default settings (pessimistic ties, no bootstrap), so that rows compare.
 
 Submitted rows are self-reported: the Space scores the files uploaded, and cannot know that they came from the
 model named. The board marks them ``submitted``, apart from the ``published`` rows.
 
+A database that cannot be read (not a database, damaged) or stays locked for ``lock_timeout_s`` raises
+:class:`BoardUnavailable` naming the file and the problem; nothing is written to it.
+
 With ``$ROCOCO_LEADERBOARD_REPO`` (a dataset repo, ``ORG/NAME``), every added submission also copies the whole
 board, as ``leaderboard.jsonl``, to that repo through huggingface_hub (:class:`HubCopy`, with ``$HF_TOKEN``). The
-database stays the board: a copy that fails is logged and the submission kept.
+copies are made one at a time by one background thread, each of the database as it is when the copy starts, so the
+last copy holds every row; an upload is killed after ``timeout_s`` and retried later, and a submission never waits
+for one. The database stays the board: a copy that fails is logged and the submission kept.
 
 Example:
     >>> import tempfile, pathlib
-    >>> board = Leaderboard(pathlib.Path(tempfile.mkdtemp()) / "board.sqlite3")
-    >>> rows = [{"attack": "clean", "direction": "image_to_text", "recall@1": 50.0},
-    ...         {"attack": "rand_voca", "direction": "image_to_text", "clean_recall@1": 50.0, "recall@1": 37.5}]
+    >>> galleries = rococo_galleries([5] * 4)  # RoCOCO's shapes for 4 images of 5 captions
+    >>> board = Leaderboard(pathlib.Path(tempfile.mkdtemp()) / "board.sqlite3", galleries=galleries)
+    >>> rows = [{"attack": "clean", "direction": "image_to_text", "recall@1": 50.0, "num_queries": 4,
+    ...          "num_gallery": 20},
+    ...         {"attack": "rand_voca", "direction": "image_to_text", "clean_recall@1": 50.0, "recall@1": 37.5,
+    ...          "num_queries": 4, "num_gallery": 40}]
     >>> board.submit(rows, model="my-model", link="https://example.org/my-model", precision="fp32")
     (True, 'added my-model to the board')
     >>> board.submit(rows, model="my-model", link="", precision="fp16")[0]
@@ -51,23 +66,35 @@ import hashlib
 import json
 import logging
 import math
+import os
 import re
 import sqlite3
+import subprocess
+import sys
+import tempfile
+import threading
+import unicodedata
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Mapping, Optional, Sequence
 
-from rococo_eval.catalog import CLEAN, IMAGE_ATTACKS, TEXT_ATTACKS, gallery_key
+from rococo_eval.catalog import ATTACKS, CLEAN, IMAGE_ATTACKS, TEXT_ATTACKS, galleries, gallery_key
+from rococo_eval.layout import gallery_shape
 from rococo_eval.reporting.report import REFERENCE_RESULTS, VSE_INFINITY
 
 logger = logging.getLogger(__name__)
 
 DB_ENV = "ROCOCO_LEADERBOARD_DB"
 REPO_ENV = "ROCOCO_LEADERBOARD_REPO"
+HOURLY_LIMIT_ENV = "ROCOCO_LEADERBOARD_HOURLY_LIMIT"
 PRECISIONS = ("fp32", "fp16", "bf16", "other")
 LIMITS = {"model": 100, "link": 300, "note": 500}
 RATE_LIMIT, RATE_WINDOW_S = 3, 600
+HOURLY_LIMIT = 30  # submissions an hour from everyone together
+LOCK_TIMEOUT_S = 30
 PUBLISHED, SUBMITTED = "published", "submitted"
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+# Unicode categories stripped from names, links and notes: controls (C0, C1), formats (bidirectional overrides and
+# isolates, zero-width characters), lone surrogates, and the line and paragraph separators.
+STRIPPED_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
 _PAPER = "Park et al., RoCOCO, arXiv:2304.10727{version}, abstract"
 _ABSTRACT = {"v1": {"BLIP": (81.9, 64.5), VSE_INFINITY: (66.1, 37.5)},
              "v5": {"BLIP": (81.9, 48.4), VSE_INFINITY: (66.1, 37.6)}}
@@ -89,16 +116,37 @@ COLUMNS = ["model", "kind", "clean R@1 (i2t)", "clean R@1 (t2i)", "text attacks 
            "precision", "link", "note", "source", "submitted"]
 
 
+class BoardUnavailable(RuntimeError):
+    """The board's database cannot be read or stays locked: the message names the file and the problem."""
+
+
 class Leaderboard:
     """The board in the SQLite database at ``path`` (created, with the published rows, on first use).
 
     Every call opens its own connection, so one board serves the Space's worker threads, and a restart of the app
     on the same file finds every row.
+
+    Args:
+        path: the SQLite file.
+        copy: a :class:`HubCopy` that each added submission starts (None: no copy).
+        galleries: ``{gallery key: (queries, gallery items)}`` of the galleries a row may hold (RoCOCO's,
+            :func:`rococo_galleries`); None takes no submission (the board is shown, not added to).
+        hourly_limit: submissions an hour from everyone together.
+        lock_timeout_s: how long a call waits for another process's lock on the file.
+
+    Raises:
+        BoardUnavailable: the file is not a database, is damaged, or stays locked.
     """
 
-    def __init__(self, path, copy=None):
+    def __init__(self, path, copy=None, *, galleries: Optional[Mapping[str, tuple[int, int]]] = None,
+                 hourly_limit: int = HOURLY_LIMIT, lock_timeout_s: float = LOCK_TIMEOUT_S):
+        if isinstance(hourly_limit, bool) or not isinstance(hourly_limit, int) or hourly_limit < 0:
+            raise ValueError(f"`hourly_limit` must be a whole number >= 0, got {hourly_limit!r}")
         self.path = Path(path)
         self.copy = copy  # a HubCopy, or None
+        self.galleries = None if galleries is None else dict(galleries)
+        self.hourly_limit = hourly_limit
+        self.lock_timeout_s = lock_timeout_s
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self._connect() as connection:
             connection.execute(_SCHEMA)
@@ -116,7 +164,9 @@ class Leaderboard:
 
         Raises:
             ValueError: an empty or over-long model name, a link that is not ``http(s)://``, an unknown
-                precision, an over-long note, or results without a single R@1 (each names the field).
+                precision, an over-long note, a row of a gallery the board does not take or of another shape,
+                results without a single R@1 (each names the field), or the hourly limit reached.
+            BoardUnavailable: the database cannot be read or stays locked.
         """
         model = clean_text(model, "model", required=True)
         link = clean_text(link, "link")
@@ -125,6 +175,7 @@ class Leaderboard:
         if precision not in PRECISIONS:
             raise ValueError(f"`precision` must be one of {PRECISIONS}, got {precision!r}")
         note = clean_text(note, "note")
+        summary_rows = self._gallery_rows(summary_rows)
         undecided = [f"{row['attack']}/{row['direction']}" for row in summary_rows if row.get("recall@1_bounds")]
         if undecided:
             raise ValueError(f"the R@1 of {', '.join(undecided)} depends on the order of a re-ranker's -100 block (it "
@@ -137,18 +188,45 @@ class Leaderboard:
             raise ValueError(f"the evaluation used {', '.join(sorted(settings))}: the board takes the metric's default "
                              "settings (pessimistic ties, no bootstrap) only, so that its rows compare")
         digest = _digest(model, results)
-        stamp = (now or datetime.datetime.now(datetime.timezone.utc)).isoformat(timespec="seconds")
-        with self._connect() as connection:
-            added = connection.execute(
-                "INSERT OR IGNORE INTO submissions (digest, kind, model, link, precision, note, source, submitted_at, "
+        moment = (now or datetime.datetime.now(datetime.timezone.utc)).astimezone(datetime.timezone.utc)
+        stamp, hour_ago = (moment.isoformat(timespec="seconds"),
+                           (moment - datetime.timedelta(hours=1)).isoformat(timespec="seconds"))
+        with self._connect(immediate=True) as connection:  # the count and the insert in one write transaction
+            exists = connection.execute("SELECT 1 FROM submissions WHERE digest = ?", (digest,)).fetchone()
+            if exists:
+                return False, f"{model} with these results is on the board already"
+            recent, = connection.execute("SELECT COUNT(*) FROM submissions WHERE kind = ? AND submitted_at > ?",
+                                         (SUBMITTED, hour_ago)).fetchone()
+            if recent >= self.hourly_limit:
+                raise ValueError(f"the board took {recent} submissions in the last hour, its limit for everyone "
+                                 f"together ({self.hourly_limit}): try again later")
+            connection.execute(
+                "INSERT INTO submissions (digest, kind, model, link, precision, note, source, submitted_at, "
                 "results) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (digest, SUBMITTED, model, link, precision, note, link or "submitted in the Space", stamp,
-                 json.dumps(results, sort_keys=True))).rowcount == 1
-        if not added:
-            return False, f"{model} with these results is on the board already"
+                 json.dumps(results, sort_keys=True)))
         if self.copy is not None:
             self.copy.push(self)
         return True, f"added {model} to the board"
+
+    def _gallery_rows(self, summary_rows: Sequence[dict]) -> list[dict]:
+        """The rows of galleries, each checked against the board's galleries (seed means, which the board makes
+        itself, are left out)."""
+        if self.galleries is None:
+            raise ValueError("this board takes no submissions: it was opened without RoCOCO's galleries to check rows "
+                             "against (the Space has no RoCOCO annotations, or serves a generated benchmark)")
+        rows = [row for row in summary_rows if "seeds" not in row]
+        for row in rows:
+            key = gallery_key(str(row.get("attack", "")), str(row.get("direction", "")))
+            name = f"{key} (file {row['file']})" if row.get("file") else key
+            if key not in self.galleries:
+                raise ValueError(f"{name} is not a RoCOCO gallery: the board takes the standard galleries only, "
+                                 "scored on the annotations' layouts (a custom layout is no row)")
+            shape = (row.get("num_queries"), row.get("num_gallery"))
+            if shape != tuple(self.galleries[key]):
+                raise ValueError(f"{name} has {shape[0]} queries x {shape[1]} gallery items; RoCOCO's is "
+                                 f"{self.galleries[key][0]} x {self.galleries[key][1]}")
+        return rows
 
     def rows(self, search: str = "", kind: str = "all") -> list[dict]:
         """The board: one row per entry (:data:`COLUMNS`), best attacked text R@1 first; ``search`` keeps the models
@@ -175,37 +253,128 @@ class Leaderboard:
         return ("\n".join(lines) + "\n").encode("utf-8")
 
     @contextlib.contextmanager
-    def _connect(self):
-        connection = sqlite3.connect(self.path, timeout=30)
+    def _connect(self, immediate: bool = False):
+        """One transaction (``immediate``: holding the write lock from its start): committed, or rolled back on an
+        error; SQLite's errors become :class:`BoardUnavailable`, naming the file."""
         try:
-            with connection:  # one transaction: committed, or rolled back on an error
+            connection = sqlite3.connect(self.path, timeout=self.lock_timeout_s)
+        except sqlite3.Error as error:
+            raise BoardUnavailable(f"the leaderboard database {self.path} cannot be opened: {error}") from None
+        try:
+            with connection:
+                if immediate:
+                    connection.execute("BEGIN IMMEDIATE")
                 yield connection
+        except sqlite3.OperationalError as error:
+            if "locked" in str(error) or "busy" in str(error):
+                raise BoardUnavailable(f"the leaderboard database {self.path} stayed locked by another process for "
+                                       f"{self.lock_timeout_s:g} s: try again later") from None
+            raise BoardUnavailable(f"the leaderboard database {self.path} cannot be used: {error}") from None
+        except sqlite3.DatabaseError as error:  # not a database, damaged
+            raise BoardUnavailable(f"the leaderboard database {self.path} cannot be read: {error}; it is left as it "
+                                   "is (move it away or restore it from a copy)") from None
         finally:
             connection.close()
 
 
 class HubCopy:
-    """A copy of the board in a Hugging Face dataset repo: :meth:`push` uploads ``leaderboard.jsonl`` with
-    ``huggingface_hub.HfApi.upload_file`` (``endpoint`` for a Hub other than huggingface.co)."""
+    """A copy of the board in a Hugging Face dataset repo: ``leaderboard.jsonl``, uploaded with
+    ``huggingface_hub.HfApi.upload_file`` (``endpoint`` for a Hub other than huggingface.co).
+
+    :meth:`push` asks for a copy and returns at once. One background thread makes the copies, one at a time, each of
+    the database as it is when that copy starts: pushes that come during an upload are one more copy after it, so
+    the last copy holds every row. An upload runs in a child process killed after ``timeout_s`` seconds (a Hub that
+    does not answer cannot hold the thread); a copy that fails is logged and tried again ``retry_s`` seconds later.
+    """
 
     def __init__(self, repo_id: str, token: Optional[str] = None, endpoint: Optional[str] = None,
-                 path_in_repo: str = "leaderboard.jsonl"):
+                 path_in_repo: str = "leaderboard.jsonl", *, timeout_s: float = 120, retry_s: float = 300):
         if not re.fullmatch(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+", repo_id or ""):
             raise ValueError(f"`repo_id` must be ORG/NAME, got {repo_id!r} (${REPO_ENV})")
+        for name, value in (("timeout_s", timeout_s), ("retry_s", retry_s)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+                raise ValueError(f"`{name}` must be a number of seconds > 0, got {value!r}")
         self.repo_id, self.token, self.endpoint, self.path_in_repo = repo_id, token, endpoint, path_in_repo
+        self.timeout_s, self.retry_s = timeout_s, retry_s
+        self.copies = 0  # copies that landed
+        self._state = threading.Condition()
+        self._board: Optional[Leaderboard] = None
+        self._wanted = self._busy = self._closed = False
+        self._thread: Optional[threading.Thread] = None
 
-    def push(self, board: Leaderboard) -> bool:
-        """Upload the board; return whether it went (a failure is logged, never raised)."""
-        from huggingface_hub import HfApi
+    def push(self, board: Leaderboard) -> None:
+        """Ask for a copy of ``board``; the background thread makes it (never raises, never waits)."""
+        with self._state:
+            self._board, self._wanted = board, True
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._work, name=f"hub-copy {self.repo_id}", daemon=True)
+                self._thread.start()
+            self._state.notify_all()
 
-        try:
-            HfApi(endpoint=self.endpoint, token=self.token).upload_file(
-                path_or_fileobj=board.export_jsonl(), path_in_repo=self.path_in_repo, repo_id=self.repo_id,
-                repo_type="dataset", commit_message="rococo-eval leaderboard: a new submission")
-        except Exception as error:  # the Hub's errors, a network's: the database keeps the submission
-            logger.warning("the leaderboard's copy to the dataset repo %s failed: %s", self.repo_id, error)
+    def wait(self, timeout: Optional[float] = None) -> bool:
+        """Wait until every copy asked for has landed; return whether it did within ``timeout`` seconds."""
+        with self._state:
+            return self._state.wait_for(lambda: not (self._wanted or self._busy), timeout)
+
+    def close(self) -> None:
+        """Stop the thread after its current upload; copies still wanted are not made."""
+        with self._state:
+            self._closed = True
+            self._state.notify_all()
+
+    def upload(self, board: Leaderboard) -> bool:
+        """Upload the board as it is now; return whether it landed (a failure is logged, never raised)."""
+        with tempfile.TemporaryDirectory(prefix="rococo-hub-copy-") as folder:
+            board_file = Path(folder) / "leaderboard.jsonl"
+            board_file.write_bytes(board.export_jsonl())
+            env = {**os.environ, **({"HF_TOKEN": self.token} if self.token else {})}
+            command = [sys.executable, "-m", "rococo_eval.reporting.hub_upload", str(board_file), self.repo_id,
+                       self.path_in_repo] + ([self.endpoint] if self.endpoint else [])
+            try:
+                done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=self.timeout_s)
+            except subprocess.TimeoutExpired:
+                logger.warning("the leaderboard's copy to the dataset repo %s failed: no answer in %g s; tried again "
+                               "in %g s", self.repo_id, self.timeout_s, self.retry_s)
+                return False
+        if done.returncode != 0:
+            problem = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
+            logger.warning("the leaderboard's copy to the dataset repo %s failed: %s; tried again in %g s",
+                           self.repo_id, problem, self.retry_s)
             return False
+        self.copies += 1
         return True
+
+    def _work(self) -> None:
+        while True:
+            with self._state:
+                self._state.wait_for(lambda: self._wanted or self._closed)
+                if self._closed:
+                    return
+                board, self._wanted, self._busy = self._board, False, True
+            try:
+                landed = self.upload(board)
+            except Exception as error:  # the database's export: the copy is tried again
+                logger.warning("the leaderboard's copy to the dataset repo %s failed: %s", self.repo_id, error)
+                landed = False
+            with self._state:
+                self._busy = False
+                if not landed:
+                    self._wanted = True
+                    self._state.notify_all()
+                    if self._state.wait_for(lambda: self._closed, self.retry_s):
+                        return
+                self._state.notify_all()
+
+
+def rococo_galleries(captions_per_image: Sequence[int], attacks: Sequence[str] = ATTACKS) -> dict[str, tuple[int, int]]:
+    """``{gallery key: (queries, gallery items)}`` of RoCOCO's galleries, for images of ``captions_per_image``.
+
+    Example:
+        >>> rococo_galleries([5, 5], ["rand_voca"])
+        {'clean/image_to_text': (2, 10), 'clean/text_to_image': (10, 2), 'rand_voca/image_to_text': (2, 20)}
+    """
+    return {gallery_key(attack, direction): gallery_shape(attack, direction, captions_per_image)
+            for attack, direction in galleries(attacks)}
 
 
 def recall_at_1(summary_rows: Sequence[dict]) -> dict[str, float]:
@@ -286,13 +455,14 @@ def rate_allows(times: Sequence[float], now: float, limit: int = RATE_LIMIT, win
 
 
 def clean_text(value, field: str, required: bool = False) -> str:
-    """``value`` stripped of control characters and outer spaces, at most :data:`LIMITS` ``[field]`` characters.
+    """``value`` stripped of the characters of :data:`STRIPPED_CATEGORIES` (controls, formats such as a
+    right-to-left override, separators of lines) and of outer spaces, at most :data:`LIMITS` ``[field]`` characters.
 
     Example:
-        >>> clean_text("  my\\x00model\\n ", "model")
-        'mymodel'
+        >>> clean_text("  my\\x00model\\n ", "model"), clean_text("\\u202eexe.ledom\\x85", "model")
+        ('mymodel', 'exe.ledom')
     """
-    text = _CONTROL.sub("", str(value or "")).strip()
+    text = "".join(char for char in str(value or "") if unicodedata.category(char) not in STRIPPED_CATEGORIES).strip()
     if required and not text:
         raise ValueError(f"`{field}` is empty: give the model's name")
     if len(text) > LIMITS[field]:

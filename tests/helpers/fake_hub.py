@@ -6,25 +6,53 @@ from __future__ import annotations
 import base64
 import json
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
 class FakeHub:
     """A stand-in Hub on 127.0.0.1: it answers what ``huggingface_hub`` sends to create a repo and upload files
-    (create, validate-yaml, preupload, commit) and records every call; with ``fail``, every call is a 500."""
+    (create, validate-yaml, preupload, commit) and records every call; with ``fail``, every call is a ``fail_status`` error.
+
+    ``commit_delay_s`` makes each commit take that long; ``hang`` (set by :meth:`hang_commits`) holds every commit
+    unanswered until :meth:`answer_commits`. ``max_commits_at_once`` is how many commits were ever in flight together.
+    """
 
     def __init__(self, fail: bool = False):
         self.calls: list[tuple[str, bytes]] = []
         self.fail = fail
+        self.fail_status = 500  # huggingface_hub tries a 5xx again, with backoff (about 25 s); a 4xx once
+        self.commit_delay_s = 0.0
+        self.dropped: list[tuple[str, bytes]] = []
+        self.max_commits_at_once = 0
+        self._answering = threading.Event()
+        self._answering.set()
+        self._in_flight = 0
+        self._lock = threading.Lock()
         hub = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self):
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                hub.calls.append((self.path.split("?")[0], body))
                 path = self.path.split("?")[0]
+                if "/commit/" in path:
+                    with hub._lock:
+                        hub._in_flight += 1
+                        hub.max_commits_at_once = max(hub.max_commits_at_once, hub._in_flight)
+                    held = not hub._answering.is_set()
+                    try:
+                        hub._answering.wait()
+                        time.sleep(hub.commit_delay_s)
+                    finally:
+                        with hub._lock:
+                            hub._in_flight -= 1
+                    if held:  # a commit the Hub never answered is not applied
+                        hub.dropped.append((path, body))
+                        self.send_error(503)
+                        return
+                hub.calls.append((path, body))
                 if hub.fail:
-                    self.send_error(500)
+                    self.send_error(hub.fail_status)
                     return
                 if path == "/api/repos/create":
                     answer = {"url": f"{hub.url}/datasets/{json.loads(body)['organization']}/x"}
@@ -54,12 +82,30 @@ class FakeHub:
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
         threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
 
+    def hang_commits(self) -> None:
+        """From now on, hold every commit unanswered (a Hub that does not answer)."""
+        self._answering.clear()
+
+    def answer_commits(self) -> None:
+        """Answer the commits held, and every later one."""
+        self._answering.set()
+
     def close(self) -> None:
+        self._answering.set()
         self.httpd.shutdown()
         self.httpd.server_close()
 
     def committed_files(self) -> dict[str, bytes]:
-        (_, body), = [call for call in self.calls if "/commit/" in call[0]]
-        lines = [json.loads(line) for line in body.splitlines()]
-        return {line["value"]["path"]: base64.b64decode(line["value"]["content"])
-                for line in lines if line["key"] == "file"}
+        """The files of the one commit made (fails unless there was exactly one)."""
+        (files,) = self.commits()
+        return files
+
+    def commits(self) -> list[dict[str, bytes]]:
+        """The files of every commit answered, in the order they landed."""
+        commits = []
+        for path, body in list(self.calls):
+            if "/commit/" in path and not self.fail:
+                lines = [json.loads(line) for line in body.splitlines()]
+                commits.append({line["value"]["path"]: base64.b64decode(line["value"]["content"])
+                                for line in lines if line["key"] == "file"})
+        return commits

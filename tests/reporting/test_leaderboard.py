@@ -6,18 +6,42 @@ import sqlite3
 
 import pytest
 
-from rococo_eval.reporting.leaderboard import COLUMNS, PUBLISHED, SUBMITTED, Leaderboard, rate_allows
+from rococo_eval.catalog import gallery_key
+from rococo_eval.reporting.leaderboard import (
+    COLUMNS,
+    PUBLISHED,
+    SUBMITTED,
+    BoardUnavailable,
+    HubCopy,
+    Leaderboard,
+    rate_allows,
+    rococo_galleries,
+)
 
-ROWS = [{"attack": "clean", "direction": "image_to_text", "recall@1": 51.0},
-        {"attack": "clean", "direction": "text_to_image", "recall@1": 30.5},
-        {"attack": "rand_voca", "direction": "image_to_text", "clean_recall@1": 51.0, "recall@1": 40.0},
-        {"attack": "danger", "direction": "image_to_text", "clean_recall@1": 51.0, "recall@1": 44.0},
-        {"attack": "mix_seed1", "direction": "text_to_image", "clean_recall@1": 30.5, "recall@1": 20.0},
-        {"attack": "mix", "direction": "text_to_image", "seeds": (1, 10), "recall@1": 21.0}]
+GALLERIES = rococo_galleries([5] * 7 + [6])  # RoCOCO's layout on 8 images
+
+
+def counted(rows):
+    """``rows`` with the shapes of their galleries, as an evaluation's summary rows carry them."""
+    return [{**row, **dict(zip(("num_queries", "num_gallery"), GALLERIES.get(gallery_key(row["attack"],
+                                                                                         row["direction"]), ())))}
+            for row in rows]
+
+
+ROWS = counted([{"attack": "clean", "direction": "image_to_text", "recall@1": 51.0},
+                {"attack": "clean", "direction": "text_to_image", "recall@1": 30.5},
+                {"attack": "rand_voca", "direction": "image_to_text", "clean_recall@1": 51.0, "recall@1": 40.0},
+                {"attack": "danger", "direction": "image_to_text", "clean_recall@1": 51.0, "recall@1": 44.0},
+                {"attack": "mix_seed1", "direction": "text_to_image", "clean_recall@1": 30.5, "recall@1": 20.0},
+                {"attack": "mix", "direction": "text_to_image", "seeds": (1, 10), "recall@1": 21.0}])
+
+
+def board_at(path, copy=None, **options):
+    return Leaderboard(path, copy, galleries=GALLERIES, **options)
 
 
 def test_the_board_starts_with_the_published_rows_each_under_its_source(tmp_path):
-    rows = {row["model"]: row for row in Leaderboard(tmp_path / "board.sqlite3").rows()}
+    rows = {row["model"]: row for row in board_at(tmp_path / "board.sqlite3").rows()}
     vse = "VSE infinity, WSL grid + BERT"  # the paper's variant, named
     assert set(rows) == {"CLIP ViT-B/32", "BLIP (paper v1)", "BLIP (paper v5)", f"{vse} (paper v1)",
                          f"{vse} (paper v5)"} and {row["kind"] for row in rows.values()} == {PUBLISHED}
@@ -36,12 +60,12 @@ def test_a_board_of_an_earlier_version_gets_the_current_published_rows_and_keeps
     """A board made when the VSE infinity rows did not name their variant: reopened, it has the current published
     rows only, and every submitted row."""
     path = tmp_path / "board.sqlite3"
-    board = Leaderboard(path)
+    board = board_at(path)
     assert board.submit(ROWS, model="my model")[0]
     with sqlite3.connect(path) as connection:
         connection.execute("UPDATE submissions SET model = 'VSE infinity (paper v1)', digest = 'old' "
                            "WHERE model = 'VSE infinity, WSL grid + BERT (paper v1)'")
-    models = [row["model"] for row in Leaderboard(path).rows()]
+    models = [row["model"] for row in board_at(path).rows()]
     assert "VSE infinity (paper v1)" not in models and models.count("VSE infinity, WSL grid + BERT (paper v1)") == 1
     assert "my model" in models and len(models) == 6
 
@@ -49,8 +73,8 @@ def test_a_board_of_an_earlier_version_gets_the_current_published_rows_and_keeps
 def test_a_submission_survives_a_restart_and_is_kept_once(tmp_path):
     path = tmp_path / "board.sqlite3"
     stamp = datetime.datetime(2026, 12, 1, 12, 0, tzinfo=datetime.timezone.utc)
-    assert Leaderboard(path).submit(ROWS, model="my model", link="https://example.org/m", note="first", now=stamp)[0]
-    again = Leaderboard(path)  # the app restarted on the same file
+    assert board_at(path).submit(ROWS, model="my model", link="https://example.org/m", note="first", now=stamp)[0]
+    again = board_at(path)  # the app restarted on the same file
     added, message = again.submit(ROWS, model="my model", precision="bf16")
     assert not added and "on the board already" in message
     mine = again.rows(kind=SUBMITTED)
@@ -75,14 +99,14 @@ def test_a_submission_survives_a_restart_and_is_kept_once(tmp_path):
     ({"model": "m", "note": "n" * 501}, "`note` has 501 characters; at most 500"),
 ])
 def test_bad_submissions_are_refused_by_name_and_nothing_is_stored(tmp_path, fields, problem):
-    board = Leaderboard(tmp_path / "board.sqlite3")
+    board = board_at(tmp_path / "board.sqlite3")
     with pytest.raises(ValueError, match=problem.replace("(", r"\(")):
         board.submit(ROWS, **fields)
     assert board.rows(kind=SUBMITTED) == []
 
 
 def test_markup_in_a_name_is_kept_as_text(tmp_path):
-    board = Leaderboard(tmp_path / "board.sqlite3")
+    board = board_at(tmp_path / "board.sqlite3")
     board.submit(ROWS, model="<b>bold</b>\n model")
     assert board.rows(search="bold")[0]["model"] == "<b>bold</b> model"  # shown by the page as plain text
 
@@ -95,11 +119,10 @@ def test_a_session_is_rate_limited():
 def test_each_submission_copies_the_board_to_the_dataset_repo(tmp_path, fake_hub):
     import json
 
-    from rococo_eval.reporting.leaderboard import HubCopy
-
-    board = Leaderboard(tmp_path / "board.sqlite3", HubCopy("org/board", token="hf_x", endpoint=fake_hub.url))
+    board = board_at(tmp_path / "board.sqlite3", HubCopy("org/board", token="hf_x", endpoint=fake_hub.url))
     board.submit(ROWS, model="copied model")
     assert not board.submit(ROWS, model="copied model")[0]  # nothing new: no second copy
+    assert board.copy.wait(60) and board.copy.copies == 1
     commits = [path for path, _ in fake_hub.calls if "/commit/" in path]
     assert commits == ["/api/datasets/org/board/commit/main"]
     lines = [json.loads(line) for line in fake_hub.committed_files()["leaderboard.jsonl"].decode().splitlines()]
@@ -109,12 +132,12 @@ def test_each_submission_copies_the_board_to_the_dataset_repo(tmp_path, fake_hub
 def test_a_failed_copy_keeps_the_submission(tmp_path, fake_hub, caplog):
     import logging
 
-    from rococo_eval.reporting.leaderboard import HubCopy
-
     caplog.set_level(logging.WARNING, logger="rococo_eval")
-    fake_hub.fail = True
-    board = Leaderboard(tmp_path / "board.sqlite3", HubCopy("org/board", endpoint=fake_hub.url))
-    assert board.submit(ROWS, model="kept model")[0] and fake_hub.calls
+    fake_hub.fail, fake_hub.fail_status = True, 403
+    board = board_at(tmp_path / "board.sqlite3", HubCopy("org/board", endpoint=fake_hub.url, retry_s=0.5))
+    assert board.submit(ROWS, model="kept model")[0]
+    assert not board.copy.wait(8) and len(fake_hub.calls) >= 2  # still wanted: tried again
+    board.copy.close()
     assert board.rows(kind=SUBMITTED)[0]["model"] == "kept model" and "copy to the dataset repo org/board failed" in (
         caplog.text)
     with pytest.raises(ValueError, match="`repo_id` must be ORG/NAME"):
@@ -122,24 +145,24 @@ def test_a_failed_copy_keeps_the_submission(tmp_path, fake_hub, caplog):
 
 
 def test_an_evaluation_at_other_settings_is_refused(tmp_path):
-    board = Leaderboard(tmp_path / "board.sqlite3")
+    board = board_at(tmp_path / "board.sqlite3")
     rows = [{**row, "settings": "ties optimistic, bootstrap 0"} for row in ROWS]
     with pytest.raises(ValueError, match="the evaluation used ties optimistic, bootstrap 0: the board takes"):
         board.submit(rows, model="m")
-    nan = [{"attack": "danger", "direction": "image_to_text", "clean_recall@1": float("nan"), "recall@1": 40.0}]
+    nan = counted([{"attack": "danger", "direction": "image_to_text", "clean_recall@1": float("nan"), "recall@1": 40.0}])
     assert board.submit(nan, model="m")[0] and board.rows(kind=SUBMITTED)[0]["clean R@1 (i2t)"] is None
 
 
 def test_an_r1_that_the_order_of_a_compact_files_ties_decides_is_refused(tmp_path):
     """A re-ranker's R@1 with bounds is refused; a bounded clean R@1 of an attacked row is not taken as the clean
     one (the board shows decided numbers only)."""
-    board = Leaderboard(tmp_path / "board.sqlite3")
+    board = board_at(tmp_path / "board.sqlite3")
     rows = [dict(row, **({"recall@1_bounds": (39.0, 41.0)} if row["attack"] == "danger" else {})) for row in ROWS]
     with pytest.raises(ValueError, match=r"the R@1 of danger/image_to_text depends on the order of a re-ranker's"):
         board.submit(rows, model="m")
     assert not board.rows(kind=SUBMITTED)
-    attacked = [{"attack": "danger", "direction": "image_to_text", "clean_recall@1": 50.0,
-                 "clean_recall@1_bounds": (50.0, 52.0), "recall@1": 40.0}]
+    attacked = counted([{"attack": "danger", "direction": "image_to_text", "clean_recall@1": 50.0,
+                         "clean_recall@1_bounds": (50.0, 52.0), "recall@1": 40.0}])
     assert board.submit(attacked, model="m")[0]
     [row] = board.rows(kind=SUBMITTED)
     assert row["clean R@1 (i2t)"] is None and row["danger R@1"] == 40.0
@@ -151,7 +174,136 @@ def test_the_means_are_over_every_attack(tmp_path):
     rows = [{"attack": attack, "direction": "image_to_text", "recall@1": 40.0 + n} for n, attack in enumerate(TEXT_ATTACKS)]
     rows += [{"attack": attack, "direction": "text_to_image", "recall@1": 20.0 + n}
              for n, attack in enumerate(IMAGE_ATTACKS)]
-    board = Leaderboard(tmp_path / "board.sqlite3")
-    assert board.submit(rows, model="complete")[0]
+    board = board_at(tmp_path / "board.sqlite3")
+    assert board.submit(counted(rows), model="complete")[0]
     [row] = board.rows(kind=SUBMITTED)
     assert row["text attacks R@1 (i2t, mean)"] == 41.5 and row["image attacks R@1 (t2i, mean)"] == 22.5
+
+
+@pytest.mark.parametrize("rows, problem", [
+    # issue 29's fake row: a 3 x 6 custom layout named after an attack, its gallery name taken from the file name
+    ([{"attack": "rand_voca", "direction": "image_to_text", "recall@1": 100.0, "clean_recall@1": 100.0,
+       "num_queries": 3, "num_gallery": 6, "file": "rand_voca.npz"}],
+     r"rand_voca/image_to_text \(file rand_voca.npz\) has 3 queries x 6 gallery items; RoCOCO's is 8 x 81"),
+    ([{"attack": "my_gallery", "direction": "image_to_text", "recall@1": 100.0, "num_queries": 8, "num_gallery": 81}],
+     "my_gallery/image_to_text is not a RoCOCO gallery: the board takes the standard galleries only"),
+    ([{"attack": "clean", "direction": "image_to_text", "recall@1": 100.0}],
+     "clean/image_to_text has None queries x None gallery items"),
+])
+def test_a_row_needs_a_rococo_gallery_of_its_real_shape(tmp_path, rows, problem):
+    board = board_at(tmp_path / "board.sqlite3")
+    with pytest.raises(ValueError, match=problem):
+        board.submit(rows, model="fake")
+    assert board.rows(kind=SUBMITTED) == []
+
+
+def test_a_board_without_galleries_takes_no_submission(tmp_path):
+    board = Leaderboard(tmp_path / "board.sqlite3")  # a Space without RoCOCO's annotations
+    with pytest.raises(ValueError, match="this board takes no submissions: it was opened without RoCOCO's galleries"):
+        board.submit(ROWS, model="m")
+    assert len(board.rows()) == 5  # the published rows are shown
+
+
+def test_the_hourly_limit_holds_for_everyone_together(tmp_path):
+    """Sixteen sessions at once (threads, each its own connection): the board takes its hourly limit and refuses
+    the rest by name; an hour later it takes more."""
+    import concurrent.futures
+
+    board = board_at(tmp_path / "board.sqlite3", hourly_limit=5)
+    now = datetime.datetime(2026, 12, 2, 10, 0, tzinfo=datetime.timezone.utc)
+
+    def submit(number):
+        try:
+            return board.submit(ROWS, model=f"model {number}", now=now)[0]
+        except ValueError as error:
+            return str(error)
+
+    with concurrent.futures.ThreadPoolExecutor(16) as pool:
+        answers = list(pool.map(submit, range(16)))
+    assert answers.count(True) == 5 and len(board.rows(kind=SUBMITTED)) == 5
+    refusals = [answer for answer in answers if answer is not True]
+    assert len(refusals) == 11 and all(
+        "the board took 5 submissions in the last hour, its limit for everyone together (5)" in answer
+        for answer in refusals)
+    assert board.submit(ROWS, model="later", now=now + datetime.timedelta(minutes=61))[0]
+    with pytest.raises(ValueError, match="`hourly_limit` must be a whole number >= 0, got -1"):
+        board_at(tmp_path / "other.sqlite3", hourly_limit=-1)
+
+
+@pytest.mark.parametrize("name, shown", [
+    ("\u202eexe.ledom-doog", "exe.ledom-doog"),  # a right-to-left override would show it as good-model.exe
+    ("bad\x85\x9b\x9cname", "badname"),  # C1 controls
+    ("zero\u200bwidth\u2066isolate\u2069\u2028line\ufeff", "zerowidthisolateline"),
+])
+def test_names_links_and_notes_lose_every_control_and_format_character(tmp_path, name, shown):
+    board = board_at(tmp_path / "board.sqlite3")
+    assert board.submit(ROWS, model=name, note=f"note {name}", link=f"https://example.org/{name}")[0]
+    [row] = board.rows(kind=SUBMITTED)
+    assert (row["model"], row["note"], row["link"]) == (shown, f"note {shown}", f"https://example.org/{shown}")
+    assert board.rows(search=shown[:6])[0]["model"] == shown
+
+
+def test_a_database_that_cannot_be_read_is_named_and_left_as_it_is(tmp_path):
+    path = tmp_path / "board.sqlite3"
+    path.write_bytes(b"not a database, " * 512)
+    before = path.read_bytes()
+    with pytest.raises(BoardUnavailable, match=f"the leaderboard database {path} cannot be read: file is not a "
+                                               "database; it is left as it is"):
+        board_at(path)
+    assert path.read_bytes() == before
+
+
+def test_a_lock_held_too_long_is_named(tmp_path):
+    path = tmp_path / "board.sqlite3"
+    board = board_at(path, lock_timeout_s=0.5)
+    other = sqlite3.connect(path, isolation_level=None)
+    other.execute("BEGIN EXCLUSIVE")  # another process holds the file
+    try:
+        with pytest.raises(BoardUnavailable, match=f"{path} stayed locked by another process for 0.5 s: try again"):
+            board.submit(ROWS, model="waiting")
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+    assert board.submit(ROWS, model="waiting")[0]
+
+
+def test_copies_are_made_one_at_a_time_and_the_last_holds_every_row(tmp_path, fake_hub):
+    """Nine submissions at once against a slow Hub: one upload at a time, each of the database when it starts, so
+    the last commit holds all nine rows (issue 29: the last of nine unordered pushes held eight)."""
+    import concurrent.futures
+    import json
+
+    fake_hub.commit_delay_s = 0.3
+    board = board_at(tmp_path / "board.sqlite3", HubCopy("org/board", endpoint=fake_hub.url))
+    with concurrent.futures.ThreadPoolExecutor(9) as pool:
+        assert all(pool.map(lambda n: board.submit(ROWS, model=f"model {n}")[0], range(9)))
+    assert board.copy.wait(120)
+    commits = fake_hub.commits()
+    assert fake_hub.max_commits_at_once == 1 and 1 <= len(commits) <= 9
+    last = [json.loads(line)["model"] for line in commits[-1]["leaderboard.jsonl"].decode().splitlines()]
+    assert sorted(model for model in last if model.startswith("model ")) == [f"model {n}" for n in range(9)]
+    assert board.copy.copies == len(commits)
+
+
+def test_a_hub_that_does_not_answer_never_holds_a_submission(tmp_path, fake_hub, caplog):
+    """Submissions return at once while the Hub holds every commit; each upload is killed after its timeout and
+    tried again, and once the Hub answers, the copy holds every row."""
+    import json
+    import logging
+    import time
+
+    caplog.set_level(logging.WARNING, logger="rococo_eval")
+    fake_hub.hang_commits()
+    board = board_at(tmp_path / "board.sqlite3", HubCopy("org/board", endpoint=fake_hub.url, timeout_s=3,
+                                                         retry_s=0.5))
+    for number in range(3):
+        started = time.monotonic()
+        assert board.submit(ROWS, model=f"model {number}")[0]
+        assert time.monotonic() - started < 2
+    assert not board.copy.wait(8)  # held: killed after 3 s, tried again
+    assert "copy to the dataset repo org/board failed: no answer in 3 s; tried again in 0.5 s" in caplog.text
+    fake_hub.answer_commits()
+    assert board.copy.wait(60)
+    assert fake_hub.dropped, "the Hub held at least one commit"
+    last = [json.loads(line)["model"] for line in fake_hub.commits()[-1]["leaderboard.jsonl"].decode().splitlines()]
+    assert [model for model in last if model.startswith("model ")] == ["model 0", "model 1", "model 2"]

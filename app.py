@@ -53,6 +53,7 @@ from rococo_recall import TIE_POLICIES
 logger = logging.getLogger("rococo_app")
 
 OUTPUT_MAX_AGE_S = 3600
+BOARD_RETRY_S = 60  # an unavailable leaderboard is opened again at most this often
 # Requests other than evaluations (detect, explore, compare) that run at once: each reads a file header, a few
 # images or a small table, so 4 keep the page responsive for several users in little memory. Evaluations have
 # their own limit, `concurrency`.
@@ -99,8 +100,9 @@ def build_app(source=None, captions_per_image=None, *, concurrency: int = 2, out
     if captions_per_image is None and source is not None:
         captions_per_image = list(source.captions_per_image)
     output_root = Path(output_dir or tempfile.mkdtemp(prefix="rococo-app-"))
-    board, board_problem = open_board(leaderboard_db, output_root, source, captions_per_image)
-    handlers = Handlers(source, captions_per_image, output_root, board, board_problem)
+    reopen = functools.partial(open_board, leaderboard_db, output_root, source, captions_per_image)
+    board, board_problem = reopen()
+    handlers = Handlers(source, captions_per_image, output_root, board, board_problem, reopen)
     with gr.Blocks(title="RoCOCO robustness evaluation", delete_cache=(OUTPUT_MAX_AGE_S, OUTPUT_MAX_AGE_S)) as demo:
         gr.Markdown(_intro(captions_per_image))
         note = _availability_note(source, captions_per_image, problem)
@@ -160,15 +162,19 @@ class Handlers:
     """What the page's buttons do, for one source: plain functions of the components' values.
 
     A ``ValueError`` from the functions they call becomes a ``gr.Error`` the page shows. ``board`` is the
-    leaderboard, or None with ``board_problem`` saying why it is unavailable.
+    leaderboard, or None with ``board_problem`` saying why it is unavailable; ``reopen`` (returning ``(board,
+    problem)`` as :func:`open_board`) tries again, at most every :data:`BOARD_RETRY_S` seconds, so that a board
+    that was locked or unreadable at start comes back once it is fixed.
     """
 
-    def __init__(self, source, captions_per_image, output_root: Path, board=None, board_problem: str = ""):
+    def __init__(self, source, captions_per_image, output_root: Path, board=None, board_problem: str = "",
+                 reopen=None):
         self.source = source
         self.captions_per_image = captions_per_image
         self.output_root = output_root
         self.board = board
         self.board_problem = board_problem or ("" if board is not None else "this Space keeps no leaderboard")
+        self._reopen, self._tried = reopen, time.monotonic()
 
     def detect(self, files):
         return detect_layouts(files, self.captions_per_image, adversarial_per_image_of(self.source),
@@ -275,6 +281,10 @@ class Handlers:
         return message, self.leaderboard(search, kind), times
 
     def _board(self):
+        if self.board is None and self._reopen is not None and time.monotonic() - self._tried >= BOARD_RETRY_S:
+            self._tried = time.monotonic()
+            self.board, problem = self._reopen()
+            self.board_problem = problem or self.board_problem
         if self.board is None:
             raise leaderboard.BoardUnavailable(self.board_problem)
         return self.board

@@ -769,8 +769,8 @@ def _check_bootstrap(bootstrap):
 
 
 def _check_seed(seed):
-    if not _is_integer(seed) or seed < 0:
-        raise ValueError(f"`seed` must be a non-negative int, got {seed!r}")
+    if seed is not None and (not _is_integer(seed) or seed < 0):  # None: NumPy's fresh entropy
+        raise ValueError(f"`seed` must be a non-negative int or None, got {seed!r}")
 
 
 def _check_query_index(query_index, num_queries, earlier):

@@ -54,6 +54,9 @@ DEFAULT_MAX_UPLOAD_MB = 2048
 # images take 0.17 MB, a mask of the 50,010-item gallery 0.35 MB), while the Python lists json makes of it stay
 # near half a GB (7.5 bytes per JSON byte, measured).
 MAX_SIDE_FILE_BYTES = 64 << 20
+# 4 MiB for a side file as JSON: over 10 times RoCOCO's, while the lists json makes of it stay near 30 MB (the .npy
+# form is bounded by MAX_SIDE_FILE_BYTES: it is read as one array).
+MAX_JSON_SIDE_FILE_BYTES = 4 << 20
 SCORE_SUFFIXES = (".npy", ".npz", ".safetensors")
 SCORE_KEYS = ("scores", "predictions", "similarity")
 LAYOUT_KEYS = ("references", "adversarial")
@@ -72,6 +75,10 @@ MAX_SAFETENSORS_TENSORS = 256
 # {name: {"shape": [...]}}; references [[...], ...]; adversarial a flat list (nested lists are refused after parsing)
 MAX_JSON_DEPTH = {"safetensors header": 3, "references": 2, "adversarial": 2}
 MAX_NPZ_MEMBERS = 64
+# An .npz's central directory, read from its end record before zipfile parses it (300,000 empty members took zipfile
+# 2.3 s and 172 MB to list): 64 members with their names fit in a few kB.
+MAX_NPZ_DIRECTORY_BYTES = 64 << 10
+_JSON_SCAN_BYTES = 1 << 20  # the depth of a JSON document is counted this many bytes at a time
 
 
 @dataclass(frozen=True)
@@ -374,18 +381,53 @@ def _members(path: Path) -> dict[str, tuple[str, tuple[int, ...]]]:
             with open(path, "rb") as handle:
                 return {"": _npy_header(handle)}
         if suffix == ".npz":
+            _check_zip_directory(path)
             with zipfile.ZipFile(path) as archive:
                 members = {}
-                if len(archive.namelist()) > MAX_NPZ_MEMBERS:
-                    raise ValueError(f"it holds {len(archive.namelist())} arrays, over the limit of {MAX_NPZ_MEMBERS}")
-                for name in archive.namelist():
-                    with archive.open(name) as handle:
-                        members[name.removesuffix(".npy")] = _npy_header(handle)
+                for info in archive.infolist():
+                    if info.flag_bits & 0x1 or info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
+                        raise ValueError(f"its array {info.filename[:80]!r} is encrypted or compressed with method "
+                                         f"{info.compress_type}; NumPy writes stored or deflated arrays only")
+                    with archive.open(info) as handle:
+                        members[info.filename.removesuffix(".npy")] = _npy_header(handle)
                 return members
     except (ValueError, OSError, zipfile.BadZipFile, EOFError, KeyError, TypeError, zlib.error,
-            NotImplementedError) as error:
+            NotImplementedError, RuntimeError) as error:
         raise ValueError(f"{path.name}: not a readable {suffix} file ({error})") from None
     raise ValueError(f"{path.name}: unsupported file type {suffix!r}; expected one of {', '.join(SCORE_SUFFIXES)}")
+
+
+def _check_zip_directory(path: Path) -> None:
+    """Check an archive's member count and central directory size from its end record (the last 64 kB and 22 bytes
+    of the file, with the zip64 record it may point to), before zipfile reads the directory.
+
+    Raises:
+        ValueError: no end record, more than :data:`MAX_NPZ_MEMBERS` members, or a directory over
+            :data:`MAX_NPZ_DIRECTORY_BYTES`.
+    """
+    size = os.path.getsize(path)
+    with open(path, "rb") as handle:
+        tail_start = max(0, size - (1 << 16) - 22)
+        handle.seek(tail_start)
+        tail = handle.read()
+        end = tail.rfind(b"PK\x05\x06")
+        if end < 0 or len(tail) - end < 22:
+            raise ValueError("no zip end record: not an .npz archive")
+        members, directory_bytes = struct.unpack("<HI", tail[end + 10:end + 16])  # entries in all, directory size
+        if (members == 0xFFFF or directory_bytes == 0xFFFFFFFF) and end >= 20 and tail[end - 20:end - 16] == b"PK\x06\x07":
+            (record,) = struct.unpack("<Q", tail[end - 12:end - 4])
+            if record > size - 56:
+                raise ValueError("its zip64 end record lies outside the file")
+            handle.seek(record)
+            zip64 = handle.read(56)
+            if zip64[:4] != b"PK\x06\x06":
+                raise ValueError("its zip64 end record is damaged")
+            members, directory_bytes = struct.unpack("<QQ", zip64[32:48])
+    if members > MAX_NPZ_MEMBERS:
+        raise ValueError(f"it holds {members} arrays, over the limit of {MAX_NPZ_MEMBERS}")
+    if directory_bytes > MAX_NPZ_DIRECTORY_BYTES:
+        raise ValueError(f"its zip directory is {_bytes(directory_bytes)}, over the limit of "
+                         f"{_bytes(MAX_NPZ_DIRECTORY_BYTES)} (an .npz's lists a few arrays)")
 
 
 def _npy_header(handle) -> tuple[str, tuple[int, ...]]:
@@ -447,6 +489,9 @@ def read_safetensors_header(path) -> tuple[dict, dict, int]:
         raise ValueError(f"{path.name}: not a readable .safetensors file ({error})") from None
 
 
+_JSON_STRINGS = re.compile(rb'"(?:[^"\\]|\\.)*"')
+
+
 def parse_json(raw: bytes, what: str, max_depth: int):
     """``raw`` parsed as JSON, after checking that it nests at most ``max_depth`` deep (the check is linear, and a
     deeper document never reaches the parser, whose recursion it would exhaust).
@@ -462,12 +507,17 @@ def parse_json(raw: bytes, what: str, max_depth: int):
         ...
         ValueError: the references JSON nests 3 deep, deeper than its 2
     """
-    strings = re.compile(rb'"(?:[^"\\]|\\.)*"')
-    skeleton = np.frombuffer(strings.sub(b"", raw), dtype=np.uint8)
-    steps = np.isin(skeleton, (ord("["), ord("{"))).astype(np.int32) - np.isin(skeleton, (ord("]"), ord("}")))
-    depth = int(np.cumsum(steps).max()) if len(steps) else 0
-    if depth > max_depth:
-        raise ValueError(f"the {what} JSON nests {depth} deep, deeper than its {max_depth}")
+    skeleton = np.frombuffer(_JSON_STRINGS.sub(b"", raw), dtype=np.uint8)
+    depth = deepest = 0
+    for start in range(0, len(skeleton), _JSON_SCAN_BYTES):  # a few MB of temporaries, whatever the document's size
+        part = skeleton[start:start + _JSON_SCAN_BYTES]
+        steps = ((part == ord("[")) | (part == ord("{"))).astype(np.int8) - ((part == ord("]")) | (part == ord("}")))
+        levels = np.cumsum(steps, dtype=np.int64) + depth
+        deepest, depth = max(deepest, int(levels.max())), int(levels[-1])
+        del steps, levels
+    del skeleton
+    if deepest > max_depth:
+        raise ValueError(f"the {what} JSON nests {deepest} deep, deeper than its {max_depth}")
     try:
         return json.loads(raw)
     except (ValueError, UnicodeDecodeError, RecursionError) as error:
@@ -498,7 +548,7 @@ def _safetensors_header(path: Path) -> dict[str, tuple[dict, int]]:
 
 def _safetensors_dtype(code: str, numpy: bool = False) -> str:
     if code not in _SAFETENSORS_DTYPES:
-        raise ValueError(f"unsupported safetensors dtype {code}")
+        raise ValueError(f"unsupported safetensors dtype {str(code)[:40]!r}")
     if numpy:
         return _SAFETENSORS_DTYPES[code]
     return "bfloat16" if code == "BF16" else np.dtype(_SAFETENSORS_DTYPES[code]).name
@@ -544,7 +594,7 @@ def _read_member(path: Path, key: str | None) -> np.ndarray:
         if spec["dtype"] == "BF16":
             return (raw.astype(np.uint32) << 16).view(np.float32)
         return raw
-    except (ValueError, OSError, zipfile.BadZipFile, EOFError, zlib.error, NotImplementedError) as error:
+    except (ValueError, OSError, zipfile.BadZipFile, EOFError, zlib.error, NotImplementedError, RuntimeError) as error:
         raise ValueError(f"{path.name}: cannot read {key or 'the array'} ({error})") from None
 
 
@@ -553,6 +603,7 @@ def _read_side_file(path, name: str, limit: int):
     check_size(path, limit)
     suffix = path.suffix.lower()
     if suffix == ".json":
+        check_size(path, min(limit, MAX_JSON_SIDE_FILE_BYTES))
         try:
             values = parse_json(path.read_bytes(), name, MAX_JSON_DEPTH[name])
         except ValueError as error:

@@ -302,7 +302,8 @@ def _read_shards(folder: Path, count: int, drop: bool = True) -> dict[tuple[int,
         match = _SHARD.fullmatch(checked_stem(path) or "")
         start, stop = (int(match[1]), int(match[2])) if match else (0, 0)
         overlaps = any(start < b and a < stop for a, b in shards)
-        problem = ("not a shard of this set's rows" if not match or stop > count or start >= stop
+        problem = ("has no digest of its content in its name (an earlier version's shard)" if checked_stem(path) is None
+                   else "not a shard of this set's rows" if not match or stop > count or start >= stop
                    else "overlaps another shard" if overlaps else None)
         rows = None
         if problem is None:
@@ -334,11 +335,9 @@ def _finished_files(folder: Path) -> list[Path]:
 def _read_finished(folder: Path, count: int) -> Optional[np.ndarray]:
     """The finished embeddings of the set, checked; None when there are none, or when they fail their checks (then
     dropped with a warning naming the file, so that the set is embedded again). A finished file of an earlier
-    version, without a digest in its name, is dropped so."""
+    version, without a digest in its name, is adopted (:func:`_adopt_finished`)."""
     for stale in folder.glob(f"{COMPLETE}.npy"):
-        logger.warning("%s has no digest of its content in its name (an earlier version's cache): embedded again",
-                       stale)
-        stale.unlink(missing_ok=True)
+        _adopt_finished(stale, count)
     for path in _finished_files(folder):
         try:
             return _read_rows(path, count)
@@ -346,6 +345,24 @@ def _read_finished(folder: Path, count: int) -> Optional[np.ndarray]:
             logger.warning("cached embeddings %s are dropped and embedded again: %s", path, error)
             path.unlink(missing_ok=True)
     return None
+
+
+def _adopt_finished(stale: Path, count: int) -> None:
+    """Adopt an earlier version's finished file (``embeddings.npy``, with no digest in its name): when it holds
+    ``count`` finite float32 rows, it is written again under its digest (with a warning: its bytes before now cannot
+    be checked); otherwise it is dropped, and the set embedded again. Either way the old name goes."""
+    try:
+        rows = np.load(stale, allow_pickle=False)
+        if rows.dtype != np.float32 or rows.ndim != 2 or rows.shape[0] != count or rows.shape[1] < 1:
+            raise ValueError(f"holds {rows.dtype} of shape {rows.shape}, not {count} float32 rows")
+        if not np.isfinite(rows).all():
+            raise ValueError("holds non-finite values")
+        adopted = _save_rows(stale.parent, COMPLETE, rows)
+        logger.warning("%s (an earlier version's cache, without a digest of its content) is kept as %s: its dtype, "
+                       "shape and values were checked, its bytes cannot be", stale, adopted.name)
+    except (OSError, ValueError, EOFError) as error:
+        logger.warning("%s (an earlier version's cache) is dropped and embedded again: %s", stale, error)
+    stale.unlink(missing_ok=True)
 
 
 def _read_rows(path: Path, count: int) -> np.ndarray:

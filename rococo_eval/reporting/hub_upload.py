@@ -2,16 +2,22 @@
 (:class:`rococo_eval.reporting.leaderboard.HubCopy`), which kills it when the Hub does not answer in time.
 
 ``python -m rococo_eval.reporting.hub_upload FILE REPO_ID PATH_IN_REPO [ENDPOINT]``, with the token in ``$HF_TOKEN``
-(never on the command line). Exit status 0 when the commit landed; otherwise 1, with the problem on the last line
+(never on the command line). With ``$ROCOCO_HUB_UPLOAD_DEADLINE_S``, the process ends itself (SIGALRM) after that
+many seconds, so that it cannot outlive a parent that died before killing it. Exit status 0 when the commit landed; otherwise 1, with the problem on the last line
 of stderr.
 """
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 
 
 def main(argv=None) -> int:
+    deadline = os.environ.get("ROCOCO_HUB_UPLOAD_DEADLINE_S", "")
+    if deadline.isdigit() and int(deadline) > 0:
+        signal.alarm(int(deadline))  # the default action ends the process
     from huggingface_hub import HfApi
 
     args = sys.argv[1:] if argv is None else argv

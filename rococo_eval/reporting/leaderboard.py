@@ -238,8 +238,13 @@ class Leaderboard:
         for kind_, model, link, precision, note, source, stamp, results in entries:
             if kind not in ("all", kind_) or search.lower() not in model.lower():
                 continue
-            rows.append(board_row(json.loads(results), model=model, kind=kind_, link=link, precision=precision,
-                                  note=note, source=source, submitted=stamp))
+            try:
+                results = json.loads(results)
+            except ValueError:
+                raise BoardUnavailable(f"the leaderboard database {self.path.name} holds a row ({model!r}) whose "
+                                       "results cannot be read: it is left as it is") from None
+            rows.append(board_row(results, model=model, kind=kind_, link=link, precision=precision, note=note,
+                                  source=source, submitted=stamp))
         return sorted(rows, key=lambda row: -(_number(row["text attacks R@1 (i2t, mean)"])))
 
     def export_jsonl(self) -> bytes:
@@ -259,20 +264,22 @@ class Leaderboard:
         try:
             connection = sqlite3.connect(self.path, timeout=self.lock_timeout_s)
         except sqlite3.Error as error:
-            raise BoardUnavailable(f"the leaderboard database {self.path} cannot be opened: {error}") from None
+            raise BoardUnavailable(f"the leaderboard database {self.path.name} cannot be opened: {error}") from None
         try:
             with connection:
                 if immediate:
                     connection.execute("BEGIN IMMEDIATE")
                 yield connection
-        except sqlite3.OperationalError as error:
-            if "locked" in str(error) or "busy" in str(error):
-                raise BoardUnavailable(f"the leaderboard database {self.path} stayed locked by another process for "
+        except sqlite3.DatabaseError as error:
+            logger.error("the leaderboard database %s: %s", self.path, error)  # the full path for the operator
+            name = self.path.name  # the page and the API name the file only
+            if isinstance(error, sqlite3.OperationalError) and ("locked" in str(error) or "busy" in str(error)):
+                raise BoardUnavailable(f"the leaderboard database {name} stayed locked by another process for "
                                        f"{self.lock_timeout_s:g} s: try again later") from None
-            raise BoardUnavailable(f"the leaderboard database {self.path} cannot be used: {error}") from None
-        except sqlite3.DatabaseError as error:  # not a database, damaged
-            raise BoardUnavailable(f"the leaderboard database {self.path} cannot be read: {error}; it is left as it "
-                                   "is (move it away or restore it from a copy)") from None
+            if type(error) is sqlite3.DatabaseError or "malformed" in str(error):  # not a database, damaged
+                raise BoardUnavailable(f"the leaderboard database {name} cannot be read: {error}; it is left as it "
+                                       "is (move it away or restore it from a copy)") from None
+            raise BoardUnavailable(f"the leaderboard database {name} cannot be used: {error}") from None
         finally:
             connection.close()
 
@@ -327,7 +334,8 @@ class HubCopy:
         with tempfile.TemporaryDirectory(prefix="rococo-hub-copy-") as folder:
             board_file = Path(folder) / "leaderboard.jsonl"
             board_file.write_bytes(board.export_jsonl())
-            env = {**os.environ, **({"HF_TOKEN": self.token} if self.token else {})}
+            env = {**os.environ, **({"HF_TOKEN": self.token} if self.token else {}),
+                   "ROCOCO_HUB_UPLOAD_DEADLINE_S": str(math.ceil(self.timeout_s) + 5)}  # it ends itself too
             command = [sys.executable, "-m", "rococo_eval.reporting.hub_upload", str(board_file), self.repo_id,
                        self.path_in_repo] + ([self.endpoint] if self.endpoint else [])
             try:

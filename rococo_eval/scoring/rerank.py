@@ -123,12 +123,15 @@ class PairStore:
                 self._next = max(self._next, int(match[1]) + 1)
             try:
                 if match is None:
-                    raise ValueError("not a checked shard of this store")
+                    raise ValueError("not a checked shard of this store (an earlier version's has no digest of its "
+                                     "content in its name)")
                 self._pending.append(_read_pairs(path))
             except (OSError, ValueError) as error:
                 logger.warning("ITM cache shard %s is dropped (its pairs are computed again): %s", path, error)
                 if not self.shard_suffix:  # while other processes write, an unreadable shard is left alone
                     path.unlink(missing_ok=True)
+                else:  # left alone, and read (and reported) once
+                    self._read.add(path.name)
                 continue
             self._read.add(path.name)
 

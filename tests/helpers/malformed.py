@@ -60,7 +60,50 @@ def malformed_files(folder: Path) -> dict[str, Path]:
         "float shape": safetensors_with_header(folder / "float_shape.safetensors", entry([2.0, 3]), matrix),
         "bool shape": safetensors_with_header(folder / "bool_shape.safetensors", entry([True, 3]), matrix),
         "corrupt deflate": corrupt_npz(folder / "corrupt.npz"),
+        "65 members": many_members(folder / "many.npz", 65),
+        "encrypted member": encrypted_npz(folder / "encrypted.npz"),
+        "LZMA member": lzma_npz(folder / "lzma.npz"),
+        "long dtype": safetensors_with_header(folder / "long_dtype.safetensors", json.dumps(
+            {"scores": {"dtype": "F32\n" + "X" * 5000, "shape": [2, 3], "data_offsets": [0, 24]}}).encode(), matrix),
     }
+
+
+def many_members(path: Path, count: int) -> Path:
+    """An archive of ``count`` empty stored members, its bytes written directly (zipfile takes long to write many)."""
+    local, central, offset = [], [], 0
+    for number in range(count):
+        name = f"a{number}.npy".encode()
+        header = struct.pack("<4sHHHHHIIIHH", b"PK\x03\x04", 20, 0, 0, 0, 0, 0, 0, 0, len(name), 0) + name
+        central.append(struct.pack("<4sHHHHHHIIIHHHHHII", b"PK\x01\x02", 20, 20, 0, 0, 0, 0, 0, 0, 0, len(name), 0, 0,
+                                   0, 0, 0, offset) + name)
+        local.append(header)
+        offset += len(header)
+    directory = b"".join(central)
+    entries = min(count, 0xFFFF)
+    end = struct.pack("<4sHHHHIIH", b"PK\x05\x06", 0, 0, entries, entries, len(directory), offset, 0)
+    path.write_bytes(b"".join(local) + directory + end)
+    return path
+
+
+def encrypted_npz(path: Path) -> Path:
+    """An ``.npz`` whose one member is marked encrypted (in its local and central headers)."""
+    buffer = io.BytesIO()
+    np.savez(buffer, scores=np.zeros((2, 3), dtype=np.float32))
+    data = bytearray(buffer.getvalue())
+    for signature, flag_offset in ((b"PK\x03\x04", 6), (b"PK\x01\x02", 8)):
+        position = data.find(signature)
+        data[position + flag_offset] |= 0x1
+    path.write_bytes(bytes(data))
+    return path
+
+
+def lzma_npz(path: Path) -> Path:
+    """An ``.npz`` whose member is LZMA-compressed (NumPy writes stored or deflated members only)."""
+    buffer = io.BytesIO()
+    np.save(buffer, np.zeros((2, 3), dtype=np.float32))
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_LZMA) as archive:
+        archive.writestr("scores.npy", buffer.getvalue())
+    return path
 
 
 def deep_references(path: Path, depth: int = 200_000) -> Path:

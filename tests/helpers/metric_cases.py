@@ -108,8 +108,8 @@ BAD_INPUTS = [
                                                                    "of range"),
     (dict(references=[0, [1, np.uint64(2**63)]]), "`references\\[1\\]` holds 9223372036854775808, out of range"),
     (dict(references=[0, [1, 2.0]]), "`references\\[1\\]` must be an int or a list of ints, got \\[1, 2.0\\]"),
-    (dict(bootstrap=2, seed=-1), "`seed` must be a non-negative int, got -1"),
-    (dict(bootstrap=2, seed=1.5), "`seed` must be a non-negative int, got 1.5"),
+    (dict(bootstrap=2, seed=-1), "`seed` must be a non-negative int or None, got -1"),
+    (dict(bootstrap=2, seed=1.5), "`seed` must be a non-negative int or None, got 1.5"),
 ]
 
 

@@ -11,7 +11,7 @@ import pytest
 from rococo_eval.cli import main
 from rococo_eval.io.scorefiles import MAX_SAFETENSORS_HEADER_BYTES, read_header, read_references, read_scores
 from helpers import REPO_ROOT
-from helpers.malformed import deep_references, huge_header, malformed_files
+from helpers.malformed import deep_references, huge_header, malformed_files, many_members
 
 
 @pytest.fixture(scope="module")
@@ -32,6 +32,10 @@ EXPECTED = {
     "float shape": "tensor 'scores' has shape [2.0, 3], not a list of non-negative ints",
     "bool shape": "tensor 'scores' has shape [True, 3], not a list of non-negative ints",
     "corrupt deflate": "not a readable .npz file (Error -3 while decompressing data",
+    "65 members": "not a readable .npz file (it holds 65 arrays, over the limit of 64)",
+    "encrypted member": "its array 'scores.npy' is encrypted or compressed with method 0",
+    "LZMA member": "its array 'scores.npy' is encrypted or compressed with method 14",
+    "long dtype": "unsupported safetensors dtype 'F32\\nXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX'",
 }
 
 
@@ -52,9 +56,8 @@ def test_a_huge_header_is_refused_from_its_length(huge):
         read_header(huge)
 
 
-def test_refusing_a_huge_header_reads_eight_bytes_of_it(huge):
-    """Measured in a process of its own: the refusal moves its peak memory (VmHWM) by under 10 MB, not by the 100 MB
-    header (the parse of which took 1.5 GB before)."""
+def _peak_growth_kb(path) -> int:
+    """How much reading ``path``'s header (and being refused) moves a fresh process's peak memory (VmHWM), in kB."""
     script = (
         "import sys\n"
         "from rococo_eval.io.scorefiles import read_header\n"
@@ -66,9 +69,32 @@ def test_refusing_a_huge_header_reads_eight_bytes_of_it(huge):
         "except ValueError:\n"
         "    pass\n"
         "print(peak() - before)\n")
-    done = subprocess.run([sys.executable, "-c", script, str(huge)], capture_output=True, text=True, check=True,
+    done = subprocess.run([sys.executable, "-c", script, str(path)], capture_output=True, text=True, check=True,
                           env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
-    assert int(done.stdout) < 10 * 1024  # kB
+    return int(done.stdout)
+
+
+def test_refusing_a_huge_header_reads_eight_bytes_of_it(huge):
+    """Measured in a process of its own: the refusal moves its peak memory (VmHWM) by under 10 MB, not by the 100 MB
+    header (the parse of which took 1.5 GB before)."""
+    assert _peak_growth_kb(huge) < 10 * 1024
+
+
+def test_an_npz_of_many_members_is_refused_from_its_end_record(tmp_path):
+    """300,000 members (a 27 MB file): refused from the count in the archive's end record, before zipfile lists them
+    (which took 2.3 s and 172 MB)."""
+    path = many_members(tmp_path / "many.npz", 300_000)
+    with pytest.raises(ValueError, match="many.npz: not a readable .npz file \\(it holds 65535 arrays, over the limit"):
+        read_header(path)
+    assert _peak_growth_kb(path) < 10 * 1024
+
+
+def test_a_references_json_over_its_limit_is_refused_before_parsing(tmp_path):
+    path = tmp_path / "references.json"
+    path.write_text("[" + ", ".join(["[1234567, 1234568]"] * 300_000) + "]")  # 6 MB
+    with pytest.raises(ValueError, match=r"references.json: the file is \d+ bytes \(5.\d MB\), over the limit of "
+                                         r"4194304 bytes \(4.0 MB\)"):
+        read_references(path)
 
 
 def test_a_references_file_nested_deep_is_refused(tmp_path):

@@ -178,7 +178,7 @@ def _safetensors(header: bytes, data_bytes: int) -> bytes:
     ("size.safetensors", _safetensors(b'{"s":{"dtype":"F32","shape":[2,2],"data_offsets":[0,12]}}', 16),
      "tensor 's' has data offsets that do not fit its shape or the file"),
     ("dtype.safetensors", _safetensors(b'{"s":{"dtype":"F8_E4M3","shape":[1],"data_offsets":[0,1]}}', 1),
-     "unsupported safetensors dtype F8_E4M3"),
+     "unsupported safetensors dtype 'F8_E4M3'"),
 ])
 def test_corrupt_files(tmp_path, name, content, problem):
     (tmp_path / name).write_bytes(content)

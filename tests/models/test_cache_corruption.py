@@ -107,6 +107,24 @@ def test_a_damaged_shard_is_named_dropped_and_encoded_again(tmp_path, caplog, ho
     assert f"cache shard {shard} is dropped" in caplog.text and not shard.exists()
 
 
+@pytest.mark.parametrize("kept", [True, False])
+def test_an_earlier_versions_finished_file_is_adopted_when_it_holds_the_rows(tmp_path, caplog, kept):
+    """A cache of an earlier version (``embeddings.npy``, no digest in its name): adopted under its digest when it
+    holds the set's finite float32 rows (a day of embedding is not thrown away), else dropped and embedded again."""
+    cache = EmbeddingCache(tmp_path)
+    cache.embeddings(Letters(), ITEMS)
+    folder = cache.folder(Letters(), ITEMS)
+    _finished(folder).unlink()
+    np.save(folder / "embeddings.npy", EXPECTED if kept else EXPECTED[:-1])
+    model = Letters()
+    with caplog.at_level(logging.WARNING, logger="rococo_eval"):
+        np.testing.assert_array_equal(cache.embeddings(model, ITEMS), EXPECTED)
+    assert model.encoded == (0 if kept else len(ITEMS)) and not (folder / "embeddings.npy").exists()
+    assert (f"{folder / 'embeddings.npy'} (an earlier version's cache, without a digest of its content) is kept as "
+            f"{_finished(folder).name}" if kept else "(an earlier version's cache) is dropped and embedded again: holds "
+            "float32 of shape (9, 3), not 10 float32 rows") in caplog.text
+
+
 def test_a_damaged_manifest_is_written_anew(tmp_path, caplog):
     cache = EmbeddingCache(tmp_path)
     cache.embeddings(Letters(), ITEMS)

@@ -115,6 +115,8 @@ def _run_models(out: Path, work: Path) -> None:
         records.append({"image": f"images/{i:03d}.png", "caption": captions_of(i)})
     (images / "set.json").write_text(json.dumps(records))
     benchmark = make_benchmark(images / "set.json", work / "benchmark", seeds=[1, 7], cache_dir=work / "attack-cache")
+    (work / "clip").mkdir()
+    (work / "blip").mkdir()
     clip, blip = make_tiny_hf_clip(work / "clip"), make_tiny_blip(work / "blip")
     common = ["--benchmark", str(benchmark), "--batch-size", "4", "--quiet"]
     _cli(cli, ["run", "--model", clip, "--cache-dir", str(work / "cache-clip"), "--out", str(out / "run-clip"),

@@ -5,55 +5,44 @@
 images, for the Explore tab, from ``$ROCOCO_IMAGES_DIR`` (the folder holding ``val2014/``) when set.
 ``$ROCOCO_BENCHMARK_DIR`` serves a benchmark made by ``rococo-eval attack`` instead of RoCOCO.
 Every action is an API endpoint (``/detect``, ``/evaluate``, ``/flipped``, ``/explore``, ``/explore_random``,
-``/compare``, ``/submit``, ``/leaderboard``), so ``gradio_client`` can do what the page does. The leaderboard lives in
-the SQLite database at ``$ROCOCO_LEADERBOARD_DB`` (:mod:`rococo_eval.reporting.leaderboard`). Each request carries its own data: nothing
-a user uploads or gets back is kept in this process beyond the request and the user's session.
+``/compare``, ``/submit``, ``/leaderboard``), so ``gradio_client`` can do what the page does. This file only builds
+the page and wires each button to a handler (:mod:`rococo_eval.space.handlers`); what the handlers call lives in
+:mod:`rococo_eval.space`. The leaderboard lives in the SQLite database at ``$ROCOCO_LEADERBOARD_DB``
+(:mod:`rococo_eval.space.leaderboard`). Each request carries its own data: nothing a user uploads or gets back is
+kept in this process beyond the request and the user's session.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
-import os
-import random
-import shutil
 import tempfile
-import time
 from pathlib import Path
 from types import SimpleNamespace
 
 import gradio as gr
-import pandas as pd
 
-from rococo_eval.catalog import CLEAN, DIRECTIONS, IMAGE_ATTACK_METHODS, TEXT_ATTACKS, gallery_key
+from rococo_eval.catalog import CLEAN, DIRECTIONS, IMAGE_ATTACK_METHODS, TEXT_ATTACKS
 from rococo_eval.data.annotations import OFFICIAL_COMMIT, OFFICIAL_REPOSITORY, PAPER_URL
 from rococo_eval.detection import CUSTOM
 from rococo_eval.io import scorefiles
-from rococo_eval.io.atomic import write_atomic
 from rococo_eval.layout import describe_orders, gallery_shape
-from rococo_eval.reporting import leaderboard, report
 from rococo_eval.reporting.analysis import DEFAULT_MIN_COUNT
-from rococo_eval.scoring.plan import adversarial_per_image_of, attacks_of
-from rococo_eval.space import (
+from rococo_eval.scoring.plan import attacks_of
+from rococo_eval.space import leaderboard
+from rococo_eval.space.handlers import OUTPUT_MAX_AGE_S, Handlers, open_board
+from rococo_eval.space.logic import (
     ALL_GALLERIES,
     IMAGE_ATTACK_HEADERS,
     LAYOUT_HEADERS,
     MAX_BOOTSTRAP,
     WORD_HEADERS,
     compare_rows,
-    detect_layouts,
-    evaluate_files,
-    explore,
-    flipped_view,
     source_and_problem,
-    write_outputs,
 )
+from rococo_eval.space.views import board_table, table
 from rococo_recall import TIE_POLICIES
 
-logger = logging.getLogger("rococo_app")
-
-OUTPUT_MAX_AGE_S = 3600
-BOARD_RETRY_S = 60  # an unavailable leaderboard is opened again at most this often
 # Requests other than evaluations (detect, explore, compare) that run at once: each reads a file header, a few
 # images or a small table, so 4 keep the page responsive for several users in little memory. Evaluations have
 # their own limit, `concurrency`.
@@ -72,27 +61,23 @@ _NO_ANNOTATIONS = (
 )
 
 
-def table(rows) -> pd.DataFrame:
-    """The rows as the page shows them (see :func:`rococo_eval.reporting.report.format_rows`)."""
-    headers, cells = report.format_rows(rows)
-    return pd.DataFrame(cells, columns=headers)
-
-
 def build_app(source=None, captions_per_image=None, *, concurrency: int = 2, output_dir=None,
               leaderboard_db=None) -> gr.Blocks:
-    """Build the Space's page: three tabs whose buttons call :class:`Handlers`, each also an API endpoint.
+    """Build the Space's page: five tabs whose buttons call :class:`~rococo_eval.space.handlers.Handlers`, each
+    also an API endpoint.
 
     Args:
-        source: a :class:`rococo_eval.data.source.RococoSource` (or anything with its caption and image methods and
-            its ``adversarial_per_image``);
-            None opens one (see :func:`rococo_eval.space.source_and_problem`) unless ``captions_per_image`` is given.
+        source: a :class:`rococo_eval.data.source.Source` (RoCOCO's or a generated benchmark's, or anything with
+            the members of it that the page uses);
+            None opens one (see :func:`rococo_eval.space.logic.source_and_problem`) unless ``captions_per_image``
+            is given.
         captions_per_image: caption counts of the standard layouts; default the source's.
         concurrency: how many evaluations run at once (each holds at most one score matrix in memory).
         output_dir: where per-request result files go (default a fresh temporary folder); files older than an
             hour are removed as new requests come.
         leaderboard_db: the leaderboard's SQLite file (default ``$ROCOCO_LEADERBOARD_DB``, else
             ``/data/leaderboard.sqlite3`` on a Space's persistent storage, else ``leaderboard.sqlite3`` in
-            ``output_dir``, which a restart loses); see :func:`open_board`.
+            ``output_dir``, which a restart loses); see :func:`~rococo_eval.space.handlers.open_board`.
     """
     problem = ""
     if source is None and captions_per_image is None:
@@ -127,167 +112,6 @@ def build_app(source=None, captions_per_image=None, *, concurrency: int = 2, out
                       api_visibility="private")
     demo.queue(default_concurrency_limit=LIGHT_REQUEST_CONCURRENCY)
     return demo
-
-
-def open_board(path, output_root: Path, source, captions_per_image):
-    """The leaderboard (:class:`rococo_eval.reporting.leaderboard.Leaderboard`) and, when it cannot be used, None
-    and why: the Space still scores, and says the board is unavailable; the file is left as it is.
-
-    The database is ``path``, else ``$ROCOCO_LEADERBOARD_DB``, else the default (:func:`_default_board_path`).
-    It takes rows of RoCOCO's galleries (their shapes from ``captions_per_image``) when the Space serves RoCOCO;
-    serving a generated benchmark, or without annotations, it is shown and takes none. Everyone together may submit
-    ``$ROCOCO_LEADERBOARD_HOURLY_LIMIT`` times an hour (default
-    :data:`~rococo_eval.reporting.leaderboard.HOURLY_LIMIT`); ``$ROCOCO_LEADERBOARD_REPO`` (and ``$HF_TOKEN``)
-    copies the board to a dataset repo (:class:`~rococo_eval.reporting.leaderboard.HubCopy`).
-
-    Raises:
-        ValueError: ``$ROCOCO_LEADERBOARD_HOURLY_LIMIT`` or ``$ROCOCO_LEADERBOARD_REPO`` is not valid.
-    """
-    board_path = path or os.environ.get(leaderboard.DB_ENV) or _default_board_path(output_root)
-    limit = os.environ.get(leaderboard.HOURLY_LIMIT_ENV, "").strip() or str(leaderboard.HOURLY_LIMIT)
-    if not limit.isdigit():
-        raise ValueError(f"${leaderboard.HOURLY_LIMIT_ENV} must be a whole number >= 0, got {limit!r}")
-    repo = os.environ.get(leaderboard.REPO_ENV)
-    copy = leaderboard.HubCopy(repo, token=os.environ.get("HF_TOKEN")) if repo else None
-    rococo = captions_per_image is not None and getattr(source, "benchmark", None) is None
-    galleries = leaderboard.rococo_galleries(captions_per_image) if rococo else None
-    try:
-        return leaderboard.Leaderboard(board_path, copy, galleries=galleries, hourly_limit=int(limit)), ""
-    except leaderboard.BoardUnavailable as error:
-        logger.error("the leaderboard is unavailable: %s", error)
-        return None, str(error)
-
-
-class Handlers:
-    """What the page's buttons do, for one source: plain functions of the components' values.
-
-    A ``ValueError`` from the functions they call becomes a ``gr.Error`` the page shows. ``board`` is the
-    leaderboard, or None with ``board_problem`` saying why it is unavailable; ``reopen`` (returning ``(board,
-    problem)`` as :func:`open_board`) tries again, at most every :data:`BOARD_RETRY_S` seconds, so that a board
-    that was locked or unreadable at start comes back once it is fixed.
-    """
-
-    def __init__(self, source, captions_per_image, output_root: Path, board=None, board_problem: str = "",
-                 reopen=None):
-        self.source = source
-        self.captions_per_image = captions_per_image
-        self.output_root = output_root
-        self.board = board
-        self.board_problem = board_problem or ("" if board is not None else "this Space keeps no leaderboard")
-        self._reopen, self._tried = reopen, time.monotonic()
-
-    def detect(self, files):
-        return detect_layouts(files, self.captions_per_image, adversarial_per_image_of(self.source),
-                              attacks_of(self.source))
-
-    def evaluate(self, files, layouts=None, references=None, adversarial=None, ties="pessimistic", bootstrap=0):
-        try:
-            evaluation = evaluate_files(files, layouts, references, adversarial,
-                                        captions_per_image=self.captions_per_image, ties=ties,
-                                        bootstrap=_int(bootstrap, "bootstrap"), source=self.source,
-                                        adversarial_per_image=adversarial_per_image_of(self.source),
-                                        attacks=attacks_of(self.source))
-            json_path, chart_path = write_outputs(evaluation, _fresh_folder(self.output_root), self.source)
-        except ValueError as error:
-            logger.info("evaluation refused: %s", error)
-            problem = str(error)
-        else:
-            return self._evaluated(evaluation, json_path, chart_path)
-        # raised here, outside the handler: the error holds no context, whose frames would keep the uploads mapped
-        raise gr.Error(problem, duration=None, title="Cannot evaluate", print_exception=False)
-
-    def _evaluated(self, evaluation, json_path, chart_path):
-        settings = evaluation.meta.get("settings")
-        rows = evaluation.rows if not settings else [  # the leaderboard takes default settings only
-            {**row, "settings": f"ties {settings['ties']}, bootstrap {settings['bootstrap']}"} for row in evaluation.rows]
-        # the leaderboard's rows: the standard galleries only, whose references come from the annotations
-        standard = [row for row in rows if gallery_key(row["attack"], row["direction"]) in evaluation.layouts]
-        return (evaluation.message, table(evaluation.rows), str(chart_path), str(json_path), rows, standard,
-                evaluation.failures)
-
-    def flipped(self, failures, gallery=ALL_GALLERIES, page=1, min_count=DEFAULT_MIN_COUNT):
-        """One page of flipped queries (see :func:`rococo_eval.space.flipped_view`), its CSV (every flipped
-        query of the filter), the by-word table and chart, and the image attacks' table."""
-        gallery = gallery or ALL_GALLERIES
-        try:
-            min_count = _int(min_count, "min_count")
-            view = flipped_view(failures, self.source, gallery, _int(page, "page"), min_count)
-            folder = _fresh_folder(self.output_root)
-            csv_path = write_atomic(folder / "flipped_queries.csv", lambda handle: handle.write(view.csv.encode()))
-            by_word = {attack: words for attack, words in (failures.by_word if failures else {}).items()
-                       if gallery in (ALL_GALLERIES, f"{attack}/image_to_text")}
-            chart = None
-            if by_word:
-                chart = str(report.plot_word_rates({"by_word": by_word}, folder / "words.png", min_count))
-        except ValueError as error:
-            raise gr.Error(str(error), title="Cannot show flipped queries", print_exception=False) from None
-        return (view.note, view.html, str(csv_path), pd.DataFrame(view.words, columns=WORD_HEADERS), chart,
-                pd.DataFrame(view.image_attacks, columns=IMAGE_ATTACK_HEADERS))
-
-    def first_flipped(self, failures, min_count=DEFAULT_MIN_COUNT):
-        """What the tab shows after an evaluation: the gallery filter's new choices, and the first page of every
-        gallery's flipped queries."""
-        choices = [ALL_GALLERIES] + (failures.attacked() if failures is not None else [])
-        return (gr.Dropdown(choices=choices, value=ALL_GALLERIES), 1,
-                *self.flipped(failures, ALL_GALLERIES, 1, min_count))
-
-    def show(self, index):
-        try:
-            return explore(self.source, _int(index, "index"))
-        except ValueError as error:
-            raise gr.Error(str(error), title="Cannot show this image", print_exception=False) from None
-
-    def show_random(self):
-        index = random.randrange(len(self.source.captions_per_image)) if self.source is not None else 0
-        return (index, *self.show(index))
-
-    def compare(self, user_rows):
-        return table(compare_rows(user_rows))
-
-    def leaderboard(self, search="", kind="all"):
-        """The board, filtered by a model-name search and by kind (all, published, submitted)."""
-        try:
-            return board_table(self._board().rows(search or "", kind or "all"))
-        except leaderboard.BoardUnavailable as error:
-            raise gr.Error(f"the leaderboard is unavailable: {error}", title="Cannot show the leaderboard",
-                           print_exception=False) from None
-
-    def fresh_board(self, search="", kind="all"):
-        """The board as the database holds it when a page loads (empty, as the tab says, when it is unavailable)."""
-        try:
-            return board_table(self._board().rows(search or "", kind or "all"))
-        except leaderboard.BoardUnavailable:
-            return board_table([])
-
-    def submit(self, board_rows, model, link="", precision="fp32", note="", times=None, search="", kind="all"):
-        """Submit this session's last evaluation (the rows of its RoCOCO galleries); return the message, the board
-        and the session's submission times (:func:`rococo_eval.reporting.leaderboard.rate_allows` limits them)."""
-        times = list(times or [])
-        now = time.time()
-        if not leaderboard.rate_allows(times, now):
-            raise gr.Error(f"at most {leaderboard.RATE_LIMIT} submissions every {leaderboard.RATE_WINDOW_S // 60} "
-                           "minutes from one session: try again later", title="Cannot submit", print_exception=False)
-        try:
-            if not board_rows:
-                raise ValueError("the last evaluation scored no RoCOCO gallery: the board takes the standard "
-                                 "galleries, scored on the annotations' layouts (custom layouts are no row); "
-                                 "evaluate RoCOCO score files first")
-            added, message = self._board().submit(board_rows, model=model, link=link, precision=precision,
-                                                  note=note)
-        except (ValueError, leaderboard.BoardUnavailable) as error:
-            raise gr.Error(str(error), title="Cannot submit", print_exception=False) from None
-        if added:
-            times.append(now)
-        return message, self.leaderboard(search, kind), times
-
-    def _board(self):
-        if self.board is None and self._reopen is not None and time.monotonic() - self._tried >= BOARD_RETRY_S:
-            self._tried = time.monotonic()
-            self.board, problem = self._reopen()
-            self.board_problem = problem or self.board_problem
-        if self.board is None:
-            raise leaderboard.BoardUnavailable(self.board_problem)
-        return self.board
 
 
 def _availability_note(source, captions_per_image, problem: str) -> str:
@@ -374,23 +198,6 @@ def _compare_tab() -> SimpleNamespace:
     return tab
 
 
-def _default_board_path(output_root: Path) -> Path:
-    """A Space's persistent storage (``/data``) when it has one; else the output folder, which a restart loses."""
-    persistent = Path("/data")
-    if persistent.is_dir() and os.access(persistent, os.W_OK):
-        return persistent / "leaderboard.sqlite3"
-    logger.warning("the leaderboard is in %s, which does not outlive this process: set %s to keep it",
-                   output_root, leaderboard.DB_ENV)
-    return output_root / "leaderboard.sqlite3"
-
-
-def board_table(rows) -> pd.DataFrame:
-    """The leaderboard's rows as the page shows them: numbers with two decimals, every text as plain text."""
-    cells = [["" if row[name] is None else f"{row[name]:.2f}" if isinstance(row[name], float) else str(row[name])
-              for name in leaderboard.COLUMNS] for row in rows]
-    return pd.DataFrame(cells, columns=leaderboard.COLUMNS)
-
-
 def _leaderboard_tab(problem: str = "") -> SimpleNamespace:
     """The Leaderboard tab: the board (sortable by clicking a header, filled when a page loads), a search and a
     filter by kind; ``problem`` says why the board is unavailable."""
@@ -475,6 +282,8 @@ def _layout_help(attacks) -> str:
             f"image-to-text gallery: {describe_orders()}. Both orders have the same shape, so the order is read "
             "from the scores only when they clearly show it (the note says so); otherwise it stays blank and "
             "Evaluate refuses the file until you choose it.")
+
+
 _FLIPPED_HELP = ("**Queries the attacks flipped**: correct at rank 1 on the clean gallery, wrong once the adversarial "
                  "items are added, largest margin (winning adversarial score minus best correct score) first. "
                  "**By word** (text attacks): among the images correct on the clean gallery with an adversarial "
@@ -504,29 +313,8 @@ def _intro(captions_per_image) -> str:
                    "the scores when they clearly show it, else you choose it.")
 
 
-def _fresh_folder(root: Path) -> Path:
-    """A new folder for one request's files; folders older than ``OUTPUT_MAX_AGE_S`` are removed."""
-    root.mkdir(parents=True, exist_ok=True)
-    now = time.time()
-    for old in root.iterdir():
-        try:
-            if now - old.stat().st_mtime > OUTPUT_MAX_AGE_S:
-                shutil.rmtree(old, ignore_errors=True)
-        except FileNotFoundError:
-            continue
-    return Path(tempfile.mkdtemp(dir=root))
-
-
 def _shorten(text: str, limit: int = 400) -> str:
     return text if len(text) <= limit else text[:limit - 1] + "…"
-
-
-def _int(value, name: str) -> int:
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
-    raise ValueError(f"`{name}` must be a whole number, got {value!r}")
 
 
 demo = build_app()

@@ -38,8 +38,7 @@ counts = RococoSource().captions_per_image
 started = time.perf_counter()
 [planned] = plan_score_files([ScoreRequest(sys.argv[1])], counts)
 result = score_planned([planned])[planned.key]
-scalars = {name: value for name, value in result.items() if isinstance(value, (int, float, list, tuple))}
-print(json.dumps({"seconds": time.perf_counter() - started, "peak_mb": peak_mb(), "result": scalars}))
+print(json.dumps({"seconds": time.perf_counter() - started, "peak_mb": peak_mb(), "result": result.metrics}))
 """
 
 

@@ -5,7 +5,7 @@
 RoCOCO's real annotation files ($ROCOCO_ANNOTATIONS_DIR) and 5,000 generated test images (tiny JPEGs with COCO's
 file names: the item sets' fingerprints need image files) make the benchmark. The file holds random unit vectors
 for the 160,010 items: 5,000 test images, 30,000 altered images, 25,010 captions and 100,000 adversarial
-captions. It is scored in a child process by ``rococo_eval.space.evaluate_files`` (all 12 galleries, with the
+captions. It is scored in a child process by ``rococo_eval.space.logic.evaluate_files`` (all 12 galleries, with the
 failure analysis), which prints its peak resident memory (``VmHWM``: ``ru_maxrss`` would also count the parent's
 memory at the fork) and its time; the file's size is printed beside them.
 """
@@ -33,7 +33,7 @@ def peak_mb():  # this process's own peak resident memory: VmHWM starts afresh a
         return next(int(line.split()[1]) for line in status if line.startswith("VmHWM:")) / 1024
 
 from rococo_eval.data.source import RococoSource
-from rococo_eval.space import evaluate_files
+from rococo_eval.space.logic import evaluate_files
 source = RococoSource(images_dir=sys.argv[2])
 started = time.perf_counter()
 evaluation = evaluate_files([sys.argv[1]], source=source)

@@ -13,7 +13,8 @@ import-linter contracts in ``pyproject.toml``), bottom to top:
   folders;
 - :mod:`rococo_eval.scoring`: a model's galleries, two-stage re-ranking, and the one planner of score files;
 - :mod:`rococo_eval.reporting`: the failure analysis and the report (one schema);
-- :mod:`rococo_eval.cli` and :mod:`rococo_eval.space`: the command and the Space's logic.
+- :mod:`rococo_eval.cli` and :mod:`rococo_eval.space`: the command, and the Space's logic, views, handlers and
+  leaderboard.
 
 The names in ``__all__`` are the public API, imported from here on first use (so that ``import rococo_eval``
 stays cheap and loads no model library).
@@ -39,7 +40,10 @@ _PUBLIC = {
     "gallery_layout": "rococo_eval.layout",
     "choose_layout": "rococo_eval.detection",
     "read_scores": "rococo_eval.io.scorefiles",
+    "Source": "rococo_eval.data.source",
     "RococoSource": "rococo_eval.data.source",
+    "BenchmarkSource": "rococo_eval.data.source",
+    "open_source": "rococo_eval.data.source",
     "load_queries_and_gallery": "rococo_eval.data.dataset",
     "metric_inputs_for": "rococo_eval.data.dataset",
     "export_dataset": "rococo_eval.data.export",

@@ -155,6 +155,23 @@ def galleries(attacks) -> list[tuple[str, str]]:
     return [(CLEAN, IMAGE_TO_TEXT), (CLEAN, TEXT_TO_IMAGE)] + [(a, attack_direction(a)) for a in attacks]
 
 
+def select_attacks(attacks, text_attacks=TEXT_ATTACKS, image_attacks=IMAGE_ATTACKS) -> tuple[str, ...]:
+    """The attacks that ``attacks`` names among ``text_attacks`` and ``image_attacks`` (RoCOCO's, or a source's own),
+    in their order: attack names and the groups ``all``, ``text`` and ``image``, as a list or one comma-separated
+    string. The one reading of ``--attacks`` and of ``evaluate_model(attacks=...)``.
+
+    Example:
+        >>> select_attacks("rand_voca, image")
+        ('rand_voca', 'mix_seed1', 'mix_seed10', 'mix_seed100', 'patch_seed1', 'patch_seed10', 'patch_seed100')
+        >>> select_attacks(["mix_seed7", "danger"], ["danger"], ["mix_seed7"])
+        ('danger', 'mix_seed7')
+    """
+    names = [part.strip() for part in attacks.split(",")] if isinstance(attacks, str) else list(attacks)
+    known = tuple(text_attacks) + tuple(image_attacks)
+    groups = {"all": known, "text": tuple(text_attacks), "image": tuple(image_attacks)}
+    return select_names(names, known, groups, argument="attacks")
+
+
 def select_names(names, choices, groups=None, *, argument: str = "strategies") -> tuple[str, ...]:
     """The members of ``choices`` that ``names`` select, in the order of ``choices``: each name is a choice or
     one of ``groups`` (a name standing for several choices). ``argument`` names the argument in the errors.

@@ -23,7 +23,7 @@ import tempfile
 import warnings
 from pathlib import Path
 
-from rococo_eval.catalog import ATTACKS, CLEAN, DIRECTIONS, IMAGE_ATTACKS, SEEDS, TEXT_ATTACKS, select_names
+from rococo_eval.catalog import ATTACKS, CLEAN, DIRECTIONS, SEEDS, select_attacks
 from rococo_eval.detection import CUSTOM
 from rococo_eval.io.download import DEFAULT_IMAGE_WORKERS, MAX_DEFAULT_IMAGE_WORKERS, default_cache_dir
 from rococo_eval.layout import ORDERS, describe_orders
@@ -66,7 +66,7 @@ def main(argv=None) -> int:
         return 130
     except (CommandError, ValueError, ImportError, OSError) as error:
         logger.debug("details", exc_info=True)
-        print(f"rococo-eval: {where}error: {error}", file=sys.stderr)
+        print(f"rococo-eval: {where}error: {as_flags(str(error), args)}", file=sys.stderr)
         return 1
     except Exception:
         if where:
@@ -217,26 +217,21 @@ def run_command(args) -> Path:
     """
     import datetime
 
-    from rococo_eval.data.source import RococoSource, fetch_images
+    from rococo_eval.data.source import RococoSource, fetch_images, open_source
     from rococo_eval.models.adapters import parse_model_name
     from rococo_eval.processes import ONE, join
+    from rococo_eval.scoring.galleries import check_saving
 
     models = model_names(args.model, args.models_file)
     for name in models:
         parse_model_name(name)
-    if args.compact_scores and not args.save_scores:
-        raise CommandError("--compact-scores says how --save-scores writes the score matrices: give --save-scores DIR")
-    if args.save_embeddings and (len(models) > 1 or not str(args.save_embeddings).endswith(".safetensors")):
-        raise CommandError(f"--save-embeddings {args.save_embeddings!r}: give one file ending in .safetensors, "
-                           "for one model")
-    if args.save_embeddings:
-        try:
-            import safetensors  # noqa: F401  (checked before the work, not after it)
-        except ImportError:
-            raise CommandError("--save-embeddings needs safetensors: pip install safetensors") from None
-    benchmark = (RococoSource(args.annotations_dir, images_dir=args.images_dir, benchmark=args.benchmark)
+    check_saving(save_scores=args.save_scores, compact_scores=args.compact_scores, save_embeddings=args.save_embeddings)
+    if args.save_embeddings and len(models) > 1:
+        raise CommandError(f"--save-embeddings {args.save_embeddings!r}: one file holds one model's embeddings; give "
+                           "one model")
+    benchmark = (open_source(args.annotations_dir, images_dir=args.images_dir, benchmark=args.benchmark)
                  if args.benchmark else None)
-    attacks = parse_attacks(args.attacks, *((benchmark.text_attacks, benchmark.image_attacks) if benchmark else ()))
+    attacks = select_attacks(args.attacks, *((benchmark.text_attacks, benchmark.image_attacks) if benchmark else ()))
     out = writable_folder(args.out)
     cache_dir = Path(args.cache_dir).expanduser() if args.cache_dir else default_cache_dir()
     images_dir = Path(args.images_dir).expanduser() if args.images_dir else cache_dir / "coco"
@@ -303,13 +298,12 @@ def _run_model(args, name: str, source, attacks, images_dir: Path, cache_dir: Pa
     from rococo_eval.evaluation import evaluate_model
     from rococo_eval.models.adapters import load_model
     from rococo_eval.reporting.report import to_text_table
+    from rococo_eval.scoring.galleries import check_saving
 
     model = load_model(name, device=device, precision=args.precision)
     out = writable_folder(out) if processes.is_main else None
-    if args.compact_scores and not hasattr(model, "match"):  # on every process, before any work
-        raise CommandError(f"--compact-scores: {name} is a dual encoder, and every score of its galleries is its own "
-                           "(a compact file keeps a re-ranker's top k, the rest at -100): save its full matrices "
-                           "(--save-scores alone) or its embeddings (--save-embeddings)")
+    check_saving(model, save_scores=args.save_scores, compact_scores=args.compact_scores,  # on every process, before
+                 save_embeddings=args.save_embeddings)                                    # any work
     save_scores = writable_folder(scores_dir) if scores_dir is not None and processes.is_main else None
     embeddings = Path(args.save_embeddings).expanduser() if args.save_embeddings and processes.is_main else None
     report = evaluate_model(model, source, attacks=attacks, out=out, cache_dir=cache_dir, batch_size=args.batch_size,
@@ -379,7 +373,7 @@ def score_command(args) -> Path:
     Every file's gallery is settled before any is scored (:func:`rococo_eval.scoring.plan.plan_score_files`), so
     a file that cannot be placed stops the command before the work.
     """
-    from rococo_eval.data.source import RococoSource
+    from rococo_eval.data.source import open_source
     from rococo_eval.scoring.embeddingsfile import is_embeddings_file
     from rococo_eval.scoring.plan import (
         PlanError,
@@ -392,8 +386,8 @@ def score_command(args) -> Path:
 
     out = writable_folder(args.out)
     embeddings = any(is_embeddings_file(path) for _, path in map(split_file_argument, args.files))
-    source = RococoSource(args.annotations_dir, benchmark=args.benchmark,
-                          **({"images_dir": args.images_dir} if embeddings and args.images_dir else {}))
+    source = open_source(args.annotations_dir, benchmark=args.benchmark,
+                         **({"images_dir": args.images_dir} if embeddings and args.images_dir else {}))
     attacks = source.text_attacks + source.image_attacks
     if embeddings:
         return _score_embeddings_file(args, source, out)
@@ -407,8 +401,7 @@ def score_command(args) -> Path:
         results = score_planned(plans)
     except PlanError as error:
         raise CommandError(str(error)) from None
-    layouts = {planned.key: planned.layout for planned in plans}
-    _report(results, out, report_meta(plans), args.quiet, layouts, source)
+    _report(results, out, report_meta(plans), args.quiet, source)
     return out
 
 
@@ -428,17 +421,11 @@ def table_command(args) -> Path:
 
 def _score_embeddings_file(args, source, out: Path) -> Path:
     """``rococo-eval score FILE.safetensors``: every gallery that the embeddings file covers, as ``run`` scores it."""
-    from rococo_eval.scoring.embeddingsfile import read_embeddings_file, score_embeddings
-    from rococo_eval.scoring.galleries import gallery_layouts
+    from rococo_eval.scoring.embeddingsfile import score_embeddings_file
 
-    if len(args.files) != 1:
-        raise CommandError("an embeddings file holds every gallery a report needs: give it alone, without score files")
-    path = split_file_argument(args.files[0])[1]
-    vectors, metadata, attacks = read_embeddings_file(path, source)
-    results = score_embeddings(vectors, source, attacks, metadata["similarity"])
-    meta = {"model": metadata.get("model"), "similarity": metadata["similarity"],
-            "embeddings_file": str(path), "attacks": list(attacks)}
-    _report(results, out, meta, args.quiet, gallery_layouts(source, attacks), source)
+    paths = [split_file_argument(argument)[1] for argument in args.files]
+    results, meta, _ = score_embeddings_file(paths, source)
+    _report(results, out, meta, args.quiet, source)
     return out
 
 
@@ -464,27 +451,6 @@ def attack_command(args) -> Path:
     if not args.quiet and processes.is_main:
         print(f"rococo-eval: benchmark written to {out}", file=sys.stderr)
     return out
-
-
-def parse_attacks(text: str, text_attacks=TEXT_ATTACKS, image_attacks=IMAGE_ATTACKS) -> tuple[str, ...]:
-    """The attacks named by ``--attacks``: a comma-separated list of attacks and the groups all, text, image,
-    among ``text_attacks`` and ``image_attacks`` (RoCOCO's, or a generated benchmark's).
-
-    Example:
-        >>> parse_attacks("rand_voca, image")
-        ('rand_voca', 'mix_seed1', 'mix_seed10', 'mix_seed100', 'patch_seed1', 'patch_seed10', 'patch_seed100')
-        >>> parse_attacks("rand")
-        Traceback (most recent call last):
-        ...
-        rococo_eval.cli.CommandError: unknown attack 'rand'; choose from all, text, image, same_concept, ...
-    """
-    attacks = tuple(text_attacks) + tuple(image_attacks)
-    groups = {"all": attacks, "text": tuple(text_attacks), "image": tuple(image_attacks)}
-    names = [part.strip() for part in text.split(",")]
-    unknown = [name for name in names if name not in groups and name not in attacks]
-    if unknown:
-        raise CommandError(f"unknown attack {unknown[0]!r}; choose from " + ", ".join(list(groups) + list(attacks)))
-    return select_names(names, attacks, groups, argument="attacks")
 
 
 def split_file_argument(argument: str) -> tuple[str, Path]:
@@ -560,19 +526,33 @@ def _ask_order_by_spec(choice, request) -> str:
             f"{choice.attack}:{choice.direction}:dataset={path}")
 
 
-def _report(results: dict, out: Path, meta: dict, quiet: bool, layouts: dict, source) -> None:
-    """Write the report (:func:`rococo_eval.reporting.report.write_report`), print its table on stdout."""
-    from rococo_eval.reporting.analysis import split_per_query
+def _report(results: dict, out: Path, meta: dict, quiet: bool, source) -> None:
+    """Write the report (:func:`rococo_eval.reporting.report.write_report`) of ``results`` (GalleryResults by
+    gallery key), print its table on stdout."""
     from rococo_eval.reporting.report import summary_rows, to_text_table, write_report
 
-    write_report(results, out, meta, layouts=layouts, source=source)
-    print(to_text_table(summary_rows({key: split_per_query(result)[0] for key, result in results.items()})))
+    write_report(results, out, meta, source=source)
+    print(to_text_table(summary_rows({key: result.metrics for key, result in results.items()})))
     if not quiet:
         print(f"rococo-eval: report written to {out}", file=sys.stderr)
 
 
 def _progress(args) -> bool:
     return not args.quiet and sys.stderr.isatty()
+
+
+def as_flags(message: str, args) -> str:
+    """``message`` of a check below the command, with each argument it names (```compact_scores```) written as the
+    command's option (``--compact-scores``): the checks live once, in the functions the command calls.
+
+    Example:
+        >>> as_flags("`compact_scores` needs `save_scores`; `k` is fine", argparse.Namespace(compact_scores=True,
+        ...                                                                               save_scores=None))
+        '--compact-scores needs --save-scores; `k` is fine'
+    """
+    options = set(vars(args)) - {"command", "handler", "files", "reports"}  # the positionals are no options
+    return re.sub(r"`([a-z_]+)`", lambda match: f"--{match.group(1).replace('_', '-')}" if match.group(1) in options
+                  else match.group(0), message)
 
 
 def _configure_logging(verbose: int, quiet: bool, progress_notes: bool = False) -> None:

@@ -24,15 +24,14 @@ import logging
 from pathlib import Path
 from typing import Optional, Sequence, Union
 
-from rococo_eval.catalog import select_names
+from rococo_eval.catalog import select_attacks as catalog_select_attacks
 from rococo_eval.io.download import default_cache_dir
 from rococo_eval.models.cache import DEFAULT_BATCH_SIZE, EmbeddingCache
 from rococo_eval.models.custom import as_image_text_model
 from rococo_eval.models.similarity import DEFAULT_SIMILARITY
 from rococo_eval.processes import ONE
-from rococo_eval.reporting.analysis import split_per_query
 from rococo_eval.reporting.report import summary_rows, write_report
-from rococo_eval.scoring.galleries import gallery_layouts, score_model
+from rococo_eval.scoring.galleries import check_saving, score_model
 from rococo_eval.scoring.rerank import DEFAULT_CANDIDATES, Reranker
 
 logger = logging.getLogger(__name__)
@@ -50,7 +49,7 @@ def evaluate_model(model, source=None, *, attacks: Union[str, Sequence[str]] = "
         model: a model of this package, or any object with ``encode_images`` and ``encode_texts`` and the
             optional hooks of :mod:`rococo_eval.models.custom` (scored as its ``similarity`` says:
             cosine by default).
-        source: the benchmark (:class:`~rococo_eval.data.source.RococoSource`); default: RoCOCO with the COCO
+        source: the benchmark (a :class:`~rococo_eval.data.source.Source`); default: RoCOCO with the COCO
             test images in ``images_dir``, or the generated benchmark folder ``benchmark``.
         attacks: ``"all"``, ``"text"``, ``"image"``, or attack names (a list, or one comma-separated string).
         annotations_dir: the official annotation files (default ``$ROCOCO_ANNOTATIONS_DIR``, else the pinned
@@ -81,15 +80,7 @@ def evaluate_model(model, source=None, *, attacks: Union[str, Sequence[str]] = "
         TypeError: ``model`` lacks ``encode_images`` or ``encode_texts``.
     """
     model = as_image_text_model(model, name)
-    if save_embeddings is not None and hasattr(model, "match"):
-        raise ValueError(f"`save_embeddings`: {model.name} is scored in two stages (ITC, then its ITM head), and an "
-                         "embeddings file holds the first stage only: save its score matrices (save_scores) instead")
-    if compact_scores and not hasattr(model, "match"):
-        raise ValueError(f"`compact_scores`: {model.name} is a dual encoder, and every score of its galleries is its "
-                         "own (a compact file keeps a re-ranker's top k, the rest at -100): save its full matrices "
-                         "(save_scores alone) or its embeddings (save_embeddings)")
-    if compact_scores and save_scores is None:
-        raise ValueError("`compact_scores` says how to save the score matrices: give `save_scores` too")
+    check_saving(model, save_scores=save_scores, compact_scores=compact_scores, save_embeddings=save_embeddings)
     if source is None:
         source = default_source(images_dir, benchmark, annotations_dir, cache_dir)
     attacks = select_attacks(attacks, source)
@@ -127,17 +118,17 @@ def evaluate_model(model, source=None, *, attacks: Union[str, Sequence[str]] = "
         report_meta["embeddings_file"] = str(save_embeddings)
         logger.info("embeddings of %d item sets saved to %s", len(sets), save_embeddings)
     if out is not None:
-        write_report(results, Path(out), report_meta, layouts=gallery_layouts(source, attacks), source=source)
-    scalars = {key: split_per_query(result)[0] for key, result in results.items()}
-    return {"meta": report_meta, "results": scalars, "summary": summary_rows(scalars)}
+        write_report(results, Path(out), report_meta, source=source)
+    metrics = {key: result.metrics for key, result in results.items()}
+    return {"meta": report_meta, "results": metrics, "summary": summary_rows(metrics)}
 
 
 def default_source(images_dir=None, benchmark=None, annotations_dir=None, cache_dir=None):
     """RoCOCO with the COCO test images in ``images_dir``, or the generated benchmark folder ``benchmark``."""
-    from rococo_eval.data.source import RococoSource
+    from rococo_eval.data.source import RococoSource, open_source
 
     if benchmark is not None:
-        return RococoSource(annotations_dir, images_dir=images_dir, benchmark=benchmark)
+        return open_source(annotations_dir, images_dir=images_dir, benchmark=benchmark)
     if images_dir is None:
         raise ValueError("`images_dir` is None: every RoCOCO gallery needs the 5,000 COCO test images (the folder "
                          "holding val2014/), or give `benchmark`, a folder made by `rococo-eval attack`")
@@ -154,7 +145,4 @@ def select_attacks(attacks: Union[str, Sequence[str]], source) -> tuple[str, ...
         >>> select_attacks("text", Source()), select_attacks(["mix_seed1", "danger"], Source())
         (('rand_voca', 'danger'), ('danger', 'mix_seed1'))
     """
-    names = [part.strip() for part in attacks.split(",")] if isinstance(attacks, str) else list(attacks)
-    known = tuple(source.text_attacks) + tuple(source.image_attacks)
-    groups = {"all": known, "text": tuple(source.text_attacks), "image": tuple(source.image_attacks)}
-    return select_names(names, known, groups, argument="attacks")
+    return catalog_select_attacks(attacks, source.text_attacks, source.image_attacks)

@@ -19,7 +19,7 @@ from PIL import Image
 import app
 from helpers import REPO_ROOT
 from helpers.space_app import CAPTIONS, DECIDING_CAPTIONS, TinySource, clear_scores, free_port, serve
-from rococo_eval import space
+from rococo_eval.space import logic
 from rococo_eval.catalog import IMAGE_ATTACKS
 from rococo_eval.layout import gallery_layout
 from rococo_eval.io.atomic import write_json
@@ -289,10 +289,11 @@ def test_clear_scores_show_their_order(tmp_path):
             assert misread["recall@1"] < 5 < expected["recall@1"] - 50
             decided = f"the scores decide the {order} order (of 80 sampled queries"
 
-            [row] = space.detect_layouts([str(path)], DECIDING_CAPTIONS)
+            [row] = logic.detect_layouts([str(path)], DECIDING_CAPTIONS)
             assert row[1:4] == ["danger", "image_to_text", order] and decided in row[4]
-            evaluation = space.evaluate_files([str(path)], captions_per_image=DECIDING_CAPTIONS)
-            assert as_saved(evaluation.results, tmp_path, "functions") == {"danger/image_to_text": expected}
+            evaluation = logic.evaluate_files([str(path)], captions_per_image=DECIDING_CAPTIONS)
+            assert as_saved({key: result.metrics for key, result in evaluation.results.items()}, tmp_path,
+                            "functions") == {"danger/image_to_text": expected}
             assert decided in evaluation.message
 
             [row] = client.predict([handle_file(path)], api_name="/detect")["data"]
@@ -379,7 +380,7 @@ def test_flipped_queries_after_an_evaluation(url, tmp_path):
     total = len(text_flips) + len(image_flips)
     assert note.startswith(f"{total} flipped queries (rand_voca/image_to_text: "
                                                 f"{len(text_flips)}, mix_seed10/text_to_image: {len(image_flips)})")
-    assert f"page 1 of {-(-total // space.FLIPPED_PAGE_SIZE)}, rows 1–10" in note
+    assert f"page 1 of {-(-total // logic.FLIPPED_PAGE_SIZE)}, rows 1–10" in note
     lines = Path(csv_path).read_text().splitlines()
     assert len(lines) == 1 + total
     shown = [line.split(",") for line in lines[1:]]
@@ -389,7 +390,7 @@ def test_flipped_queries_after_an_evaluation(url, tmp_path):
     assert {int(cells[2]) for cells in shown[len(text_flips):]} == set(image_flips.tolist())
     assert html.count("<tr>") == 10 and "<mark>war</mark>" in html and "dog → war" in html
     assert html.count('src="data:image/jpeg;base64,') >= 10  # the tiny source has images
-    assert words["headers"] == space.WORD_HEADERS
+    assert words["headers"] == logic.WORD_HEADERS
     clean_correct = int((text["clean_rank"] == 0).sum())
     replaced = [row for row in words["data"] if row[1] == "replaced"]
     assert replaced[0][:4] == ["rand_voca", "replaced", "dog", clean_correct]
@@ -610,9 +611,10 @@ def test_concurrent_evaluations_are_isolated_and_memory_stays_bounded(real_app, 
 def test_the_space_scores_image_attacks_of_other_seeds(benchmark, tmp_path):
     """A generated benchmark's mix_seed7 (not a RoCOCO seed): the page's handlers detect it from the file name and
     score it, as `rococo-eval score --benchmark` does."""
-    from app import Handlers, _layout_help
+    from app import _layout_help
     from rococo_eval.scoring.plan import attacks_of
-    from rococo_eval.space import source_and_problem
+    from rococo_eval.space.handlers import Handlers
+    from rococo_eval.space.logic import source_and_problem
 
     source, _ = source_and_problem(benchmark=benchmark)
     layout = source.gallery("mix_seed7")
@@ -758,7 +760,7 @@ def test_sessions_share_an_hourly_limit(tmp_path, monkeypatch):
 def test_a_database_that_cannot_be_read_leaves_scoring_working(tmp_path, monkeypatch):
     """A damaged leaderboard file: the Space starts, scores, says the board is unavailable, and leaves the file; once
     the file is moved away, the board comes back without a restart."""
-    monkeypatch.setattr(app, "BOARD_RETRY_S", 0)
+    monkeypatch.setattr("rococo_eval.space.handlers.BOARD_RETRY_S", 0)
     database = tmp_path / "board.sqlite3"
     database.write_bytes(b"SQLite format 2\x00" + bytes(range(256)) * 16)
     before = database.read_bytes()

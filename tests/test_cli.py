@@ -32,7 +32,7 @@ from rococo_eval.catalog import CLEAN, IMAGE_TO_TEXT, TEXT_TO_IMAGE, attack_dire
 from rococo_eval.data.benchmark import make_benchmark
 from rococo_eval.data.dataset import metric_inputs_for
 from rococo_eval.layout import gallery_layout
-from rococo_eval.data.source import RococoSource
+from rococo_eval.data.source import BenchmarkSource, RococoSource
 from helpers.http_server import UNREACHABLE
 from helpers.sparse_files import sparse_npy
 
@@ -329,7 +329,20 @@ def test_run_without_images_says_how_to_get_them(tmp_path, monkeypatch, capsys):
 
 def test_unknown_attack(tmp_path, capsys):
     assert run("--model", "hf:x", "--attacks", "rand_voca,mixup", "--out", tmp_path) == 1
-    assert "unknown attack 'mixup'" in capsys.readouterr().err
+    error = capsys.readouterr().err  # the library's check, in the command's words
+    assert "rococo-eval: error: --attacks must be among ('same_concept'" in error and "got 'mixup'" in error
+    assert "('all', 'text', 'image')" in error
+
+
+def test_errors_of_checks_below_the_command_name_its_options(tmp_path, capsys):
+    """The saving options are checked once, below the command (rococo_eval.scoring.galleries.check_saving), and the
+    command names them as its options."""
+    assert run("--model", "hf:x", "--compact-scores", "--out", tmp_path) == 1
+    assert "--compact-scores says how --save-scores writes the score matrices: give --save-scores too" in \
+        capsys.readouterr().err
+    assert run("--model", "hf:x", "--save-embeddings", tmp_path / "e.npz", "--out", tmp_path) == 1
+    assert f"--save-embeddings {str(tmp_path / 'e.npz')!r}: give a file ending in .safetensors" in \
+        capsys.readouterr().err
 
 
 def test_python_dash_m_shows_the_subcommands():
@@ -389,7 +402,7 @@ def test_run_scores_galleries_smaller_than_ten_at_the_cutoffs_they_allow(image_s
                                                                          capsys):
     """`run`, `score` and the Space score a gallery of fewer than ten items at the cut-offs it allows."""
     from rococo_eval.scoring.plan import attacks_of
-    from rococo_eval.space import evaluate_files
+    from rococo_eval.space.logic import evaluate_files
 
     records = json.loads((image_set / "set.json").read_text())[5:11]  # six images, all captions attackable
     (tmp_path / "six.json").write_text(json.dumps(records))
@@ -415,9 +428,9 @@ def test_run_scores_galleries_smaller_than_ten_at_the_cutoffs_they_allow(image_s
     expected = rococo_recall.rococo_recall(scores, **metric_inputs_for("clean", "text_to_image", benchmark=bench),
                                            k=(1, 5))
     assert {name: scored[name] for name in expected} == expected and "recall@10" not in scored
-    source = RococoSource(benchmark=bench)
+    source = BenchmarkSource(bench)
     space = evaluate_files([str(tmp_path / "clean_text_to_image.npy")], source=source,
                            captions_per_image=source.captions_per_image, attacks=attacks_of(source))
-    assert space.results["clean/text_to_image"]["recall@5"] == expected["recall@5"]
-    assert "recall@10" not in space.results["clean/text_to_image"]
+    assert space.results["clean/text_to_image"].metrics["recall@5"] == expected["recall@5"]
+    assert "recall@10" not in space.results["clean/text_to_image"].metrics
     assert "Scored at R@1 and R@5 only: the gallery has 6 items." in space.message

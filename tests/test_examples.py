@@ -42,7 +42,7 @@ def test_the_probabilistic_example_is_scored_by_csd_as_run_scores_its_callable(b
     import numpy as np
 
     from rococo_recall import rococo_recall
-    from rococo_eval.data.source import RococoSource
+    from rococo_eval.data.source import BenchmarkSource
 
     example = REPO_ROOT / "examples" / "probabilistic_model.py"
     done = subprocess.run([sys.executable, str(example), "--benchmark", str(benchmark), "--cache-dir",
@@ -60,7 +60,7 @@ def test_the_probabilistic_example_is_scored_by_csd_as_run_scores_its_callable(b
         from probabilistic_model import TinyGaussianModel
     finally:
         sys.path.remove(str(REPO_ROOT / "examples"))
-    source = RococoSource(benchmark=benchmark)
+    source = BenchmarkSource(benchmark)
     model = TinyGaussianModel()
     (image_means, image_sigmas), (text_means, text_sigmas) = (
         model.encode_images([source.original_image(i) for i in range(source.num_images)]),

@@ -7,8 +7,8 @@ Into ``OUT`` (which must not exist) go, each in its own folder:
 - ``score/``: ``rococo-eval score`` of real-layout matrices made from RoCOCO's annotations (the clean image-to-text
   gallery, ``rand_voca`` in the official order, ``mix_seed1``), seeded noise with planted signal;
 - ``compact/``: ``rococo-eval score`` of a compact (top-16) file of the same ``rand_voca`` matrix;
-- ``space/``: the Space's download for the same three files (:func:`rococo_eval.space.evaluate_files` and
-  :func:`rococo_eval.space.write_outputs`);
+- ``space/``: the Space's download for the same three files (:func:`rococo_eval.space.logic.evaluate_files` and
+  :func:`rococo_eval.space.logic.write_outputs`);
 - ``run-clip/`` and ``run-blip/``: ``rococo-eval run`` of a tiny random CLIP (with ``--save-embeddings``) and a tiny
   random BLIP (``--rerank-k 5``) on a benchmark generated from a 12-image set (the tests' helpers);
 - ``embeddings/``: ``rococo-eval score`` of the CLIP run's embeddings file;
@@ -69,7 +69,7 @@ def _score_files(out: Path, work: Path, annotations: str) -> None:
     from rococo_eval.data.source import RococoSource
     from rococo_eval.io.savedscores import write_top_k
     from rococo_eval.layout import gallery_layout
-    from rococo_eval.space import evaluate_files, write_outputs
+    from rococo_eval.space.logic import evaluate_files, write_outputs
 
     source = RococoSource(annotations)
     captions = list(source.captions_per_image)

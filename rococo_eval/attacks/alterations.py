@@ -67,7 +67,7 @@ class AlteredImages(Sequence):
     again, with its group.
 
     Args:
-        source: a :class:`~rococo_eval.data.source.RococoSource` with images (anything with ``num_images``,
+        source: a :class:`~rococo_eval.data.source.Source` with images (anything with ``num_images``,
             ``original_image(i)`` and ``alteration(i, attack)``).
         attack: an image attack of ``source``, e.g. ``"mix_seed1"``.
         workers: threads that make groups at once (0: the calling thread makes them).

@@ -9,7 +9,7 @@ and ``patch`` with :mod:`rococo_eval.attacks.images`, partners drawn by
   ``templates/benchmark_card.md``; ``data/``), with the same columns as RoCOCO's plus ``candidates`` on caption
   rows: the word-choice evidence of each adversarial caption;
 - the benchmark's own files (:mod:`rococo_eval.data.manifest`): annotation files in the official JSON format, the
-  partner tables, a manifest with the sha256 of each. ``RococoSource(benchmark=FOLDER)`` reads them, so the
+  partner tables, a manifest with the sha256 of each. ``BenchmarkSource(FOLDER)`` reads them, so the
   export's rows, ``metric_inputs_for(..., benchmark=FOLDER)``, ``rococo-eval run/score --benchmark FOLDER`` and
   the Space work on it unchanged.
 
@@ -76,7 +76,7 @@ from rococo_eval.data.manifest import (
     write_manifest,
     write_mix_tables,
 )
-from rococo_eval.data.source import ImageFolderError, RococoSource
+from rococo_eval.data.source import BenchmarkSource, ImageFolderError
 from rococo_eval.io.atomic import write_json
 from rococo_eval.processes import ONE
 from rococo_eval.version import __version__
@@ -272,7 +272,7 @@ def make_benchmark(data, out_dir, *, image_root=None, strategies: Iterable[str] 
                                details={"input": image_set.description, "strategies": list(strategies),
                                         "text_seed": seed, "image_seeds": list(seeds), "encoder": encoder,
                                         "rococo_eval": __version__, **plan.details})
-        source = RococoSource(benchmark=staging)
+        source = BenchmarkSource(staging)
         configs = text + image_attacks + [CAPTIONS_CONFIG, IMAGES_CONFIG]
         splits = write_tables(source, configs, staging, workers=workers, progress=progress)
         card = _card(splits, source, read_benchmark(staging).files, plan, text, image_attacks, strategies, seed,
@@ -395,7 +395,7 @@ def _write_benchmark_files(folder: Path, image_set: ImageTextSet, plan: _Plan, t
                    images_dir=images_dir, details=details)
 
 
-def _card(splits, source: RococoSource, files: dict, plan: _Plan, text, image_attacks, strategies, seed, seeds,
+def _card(splits, source: BenchmarkSource, files: dict, plan: _Plan, text, image_attacks, strategies, seed, seeds,
           encoder, description: str) -> str:
     """The README.md of a benchmark: ``templates/benchmark_card.md`` filled with its YAML header, the config table,
     how it was made (the plan's counts, dropped images, the attack settings) and the sha256 of its own files."""

@@ -20,7 +20,7 @@ import datasets
 from rococo_eval.catalog import CLEAN, TEXT_ATTACKS, gallery_direction
 from rococo_eval.data.annotations import resolve_annotations_dir
 from rococo_eval.data.configs import dataset_splits
-from rococo_eval.data.source import RococoSource
+from rococo_eval.data.source import RococoSource, open_source
 
 
 @functools.lru_cache(maxsize=8)
@@ -68,7 +68,7 @@ def metric_inputs_for(attack: str, direction: str | None = None, order: str | No
     """
     gallery_direction(attack, direction)
     if benchmark is not None:
-        return RococoSource(annotations_dir, benchmark=benchmark).gallery(attack, direction, order).metric_inputs()
+        return open_source(annotations_dir, benchmark=benchmark).gallery(attack, direction, order).metric_inputs()
     folder = resolve_annotations_dir(annotations_dir, names=(CLEAN,) + ((attack,) if attack in TEXT_ATTACKS else ()))
     return _source_for(Path(folder).resolve()).gallery(attack, direction, order).metric_inputs()
 

@@ -67,7 +67,7 @@ from rococo_eval.data.configs import (
     table_features,
     tables_of,
 )
-from rococo_eval.data.source import RococoSource, fetch_images
+from rococo_eval.data.source import RococoSource, Source, fetch_images
 from rococo_eval.io.download import (
     COCO_IMAGE_BASE_URL,
     COCO_TERMS_URL,
@@ -213,7 +213,7 @@ def source_for_configs(configs: Iterable[str], annotations_dir=None, images_dir=
     return RococoSource(annotations_dir, images_dir=images_dir, cache_dir=cache_dir)
 
 
-def write_tables(source: RococoSource, configs: Iterable[str], folder, *, workers: int | None = None,
+def write_tables(source: Source, configs: Iterable[str], folder, *, workers: int | None = None,
                  progress: bool = False) -> dict[str, dict[str, list[str]]]:
     """Write the tables ``configs`` read from ``source`` as ``folder/data/*.parquet``; return config -> split ->
     files, what :func:`configs_yaml` lists in a dataset card. The caption tables of a source with word-choice
@@ -242,7 +242,7 @@ def _select_configs(configs, include_queries: bool) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def _write_table(source: RococoSource, table: str, folder: Path, workers, progress: bool) -> list[str]:
+def _write_table(source: Source, table: str, folder: Path, workers, progress: bool) -> list[str]:
     """Write one table as ``data/<table>-0000k-of-0000n.parquet``; return the relative paths in row order."""
     features = table_features(table, evidence=source.has_evidence)
     schema = features.arrow_schema
@@ -267,7 +267,7 @@ def _write_table(source: RococoSource, table: str, folder: Path, workers, progre
     return paths
 
 
-def table_num_rows(source: RococoSource, table: str) -> int:
+def table_num_rows(source: Source, table: str) -> int:
     """The number of rows of ``table``.
 
     Example:
@@ -281,7 +281,7 @@ def table_num_rows(source: RococoSource, table: str) -> int:
     return source.num_images
 
 
-def table_rows(source: RococoSource, table: str, workers: int | None = 1) -> Iterator[dict]:
+def table_rows(source: Source, table: str, workers: int | None = 1) -> Iterator[dict]:
     """The rows of ``table`` in order, as dicts of its features (images as ``{"bytes", "path"}``).
 
     Args:
@@ -317,7 +317,7 @@ def table_rows(source: RococoSource, table: str, workers: int | None = 1) -> Ite
     return _in_order(altered_row, range(source.num_images), workers)
 
 
-def _original_caption_rows(source: RococoSource) -> Iterator[dict]:
+def _original_caption_rows(source: Source) -> Iterator[dict]:
     image_of_caption = [i for i, count in enumerate(source.captions_per_image) for _ in range(count)]
     evidence = {"candidates": None} if source.has_evidence else {}
     for image_index, caption in zip(image_of_caption, source.ground_truth_captions()):
@@ -325,7 +325,7 @@ def _original_caption_rows(source: RococoSource) -> Iterator[dict]:
                "source_caption_index": None, "replacements": None, **evidence}
 
 
-def _adversarial_caption_rows(source: RococoSource, attack: str) -> Iterator[dict]:
+def _adversarial_caption_rows(source: Source, attack: str) -> Iterator[dict]:
     ground_truth = source.ground_truth_captions()
     captions = source.adversarial_captions(attack)  # read first: the file gives its captions per image
     per_image = source.adversarial_per_image
@@ -338,7 +338,7 @@ def _adversarial_caption_rows(source: RococoSource, attack: str) -> Iterator[dic
                **extra}
 
 
-def _image_row(source: RococoSource, index: int, data: bytes, partner, box) -> dict:
+def _image_row(source: Source, index: int, data: bytes, partner, box) -> dict:
     name = source.file_name(index)
     return {"image_index": index, "file_name": name, "image": {"bytes": data, "path": name},
             "is_adversarial": partner is not None, "partner_index": partner,

@@ -1,8 +1,8 @@
 """A generated benchmark's own files: its manifest, and reading each file checked against the sha256 it lists.
 
 :func:`rococo_eval.data.benchmark.make_benchmark` writes a RoCOCO-style benchmark of any image-text set. Beside the
-Parquet export (``README.md``, ``data/``) its folder holds what :class:`rococo_eval.data.source.RococoSource` reads
-in place of RoCOCO's pinned files (``RococoSource(benchmark=FOLDER)``)::
+Parquet export (``README.md``, ``data/``) its folder holds what :class:`rococo_eval.data.source.BenchmarkSource`
+reads in place of RoCOCO's pinned files (``BenchmarkSource(FOLDER)``)::
 
     FOLDER/benchmark/manifest.json               this manifest: attacks, counts, image folder, sha256 of each file
     FOLDER/benchmark/annotations/clean.json      the ground-truth captions, in the official JSON format
@@ -12,7 +12,7 @@ in place of RoCOCO's pinned files (``RococoSource(benchmark=FOLDER)``)::
     FOLDER/benchmark/images/                     the images, when the input held them (a Hugging Face dataset)
 
 The manifest names the image folder relative to ``FOLDER`` when it lies inside it, else as an absolute path; a
-``RococoSource`` may be given another one (``images_dir``).
+``BenchmarkSource`` may be given another one (``images_dir``).
 
 Example:
     >>> import json, tempfile

@@ -1,15 +1,21 @@
-"""The data source: one checked copy of the annotation files and, optionally, of the COCO images.
+"""The data sources: one checked copy of a benchmark's annotation files and, optionally, of its images.
 
-:class:`RococoSource` owns what the benchmark's data is: the ground-truth and adversarial captions, the images
-and their altered copies, and the galleries built from them. It reads every count from the annotation records
-(images, captions per image, adversarial captions per image), so its captions and galleries describe whichever
-image-text set the files hold; RoCOCO on the COCO 5K test split is the one they hold today. The image attacks'
-partners and boxes are RoCOCO's published tables (:func:`rococo_eval.attacks.images.load_mix_table`), made for its
-5,000 test images. A benchmark generated for another image-text set (:mod:`rococo_eval.data.benchmark`) is read the
-same way, from its folder's own files and partner tables (``RococoSource(benchmark=FOLDER)``, see
-:mod:`rococo_eval.data.manifest`). Everything that needs the data reads it through a source: the ``datasets`` builder
-(``rococo_dataset.py``), the Parquet export (:mod:`rococo_eval.data.export`), the app and the command line. This
-module also checks image folders (:class:`ImageFolderError`) and fills them (:func:`fetch_images`).
+A :class:`Source` owns what a benchmark's data is: the ground-truth and adversarial captions, the images and their
+altered copies, the galleries built from them, and the facts that set one benchmark apart from another (its
+attacks, adversarial captions per image, word-choice evidence, whether it is RoCOCO itself, how a model card names
+it). Two kinds implement it:
+
+- :class:`RococoSource`: RoCOCO's pinned annotation files (the COCO 5K test split) and its published partner tables
+  (:func:`rococo_eval.attacks.images.load_mix_table`), made for its 5,000 test images;
+- :class:`BenchmarkSource`: a benchmark generated for another image-text set (:mod:`rococo_eval.data.benchmark`),
+  from its folder's own files and partner tables (see :mod:`rococo_eval.data.manifest`).
+
+Both read every count from the annotation records (images, captions per image, adversarial captions per image), so
+their captions and galleries describe whichever image-text set the files hold. :func:`open_source` opens either, as
+the front ends' options say (``--benchmark``, ``benchmark=``). Everything that needs the data reads it through a
+source: the ``datasets`` builder (``rococo_dataset.py``), the Parquet export (:mod:`rococo_eval.data.export`), the
+app and the command line. This module also checks image folders (:class:`ImageFolderError`) and fills them
+(:func:`fetch_images`).
 
 Example:
     >>> source = RococoSource()  # annotations from $ROCOCO_ANNOTATIONS_DIR, else the pinned download
@@ -21,13 +27,16 @@ Example:
 
 from __future__ import annotations
 
+import abc
 import functools
 import logging
+import os
 from pathlib import Path, PurePosixPath
+from typing import Protocol
 
 from PIL import Image
 
-from rococo_eval.attacks.images import alter_image, encode_jpeg, load_mix_table
+from rococo_eval.attacks.images import MixTable, alter_image, encode_jpeg, load_mix_table
 from rococo_eval.catalog import CLEAN, IMAGE_ATTACKS, TEXT_ATTACKS, gallery_direction, parse_image_attack
 from rococo_eval.data.annotations import OFFICIAL_COMMIT, AnnotationError, read_annotation_file
 from rococo_eval.data.manifest import read_benchmark
@@ -43,83 +52,132 @@ from rococo_eval.layout import GalleryLayout, caption_offsets, gallery_layout
 
 logger = logging.getLogger(__name__)
 
+ROCOCO_CARD_DATASET = ("rococo", "RoCOCO")  # how a model card names RoCOCO: (dataset type, dataset name)
+
 
 class ImageFolderError(ValueError):
     """A COCO image folder lacks test images or is laid out differently (the root must hold ``val2014/``)."""
 
 
-class RococoSource:
-    """One checked copy of the annotation files, and optionally a COCO image folder.
+class Source(Protocol):
+    """What callers read of a benchmark's data: its captions, images, galleries and the facts that set it apart.
 
-    Annotation files are read once per source, each checked against its pinned sha256 and against the clean
-    file (same images, same ground-truth captions, then :attr:`adversarial_per_image` adversarial ones, the
-    same number for every image and every text attack). The image folder, when given, is checked at once for
-    every image of the clean file; each image is fully decoded when read.
-
-    Args:
-        annotations_dir: folder holding the official files; None uses ``$ROCOCO_ANNOTATIONS_DIR``, else
-            downloads the pinned files into ``cache_dir`` as they are needed.
-        images_dir: the COCO root: the folder holding ``val2014/COCO_val2014_....jpg``. None means no
-            images (captions and galleries still work); :func:`fetch_images` fills such a folder.
-        cache_dir: cache of downloaded annotation files (default :func:`~rococo_eval.io.download.default_cache_dir`).
-        benchmark: instead of RoCOCO's files, a folder written by :func:`rococo_eval.data.benchmark.make_benchmark`:
-            its annotation files and partner tables, checked against its manifest's sha256, and its attacks
-            (:attr:`text_attacks`, :attr:`image_attacks`). ``images_dir`` defaults to the image folder the
-            manifest records. Not together with ``annotations_dir``.
+    :class:`RococoSource` (RoCOCO's files) and :class:`BenchmarkSource` (a generated benchmark) implement it;
+    :func:`open_source` opens either. A test may pass any object with the members its code uses.
 
     Attributes:
-        captions_per_image: the number of ground-truth captions of each image, in the clean file's order
-            (in RoCOCO 5, or 6 for ten images).
-        image_files: the images as ``"val2014/COCO_val2014_....jpg"``, in the clean file's order.
-        images_dir: the checked COCO root, or None.
-        text_attacks, image_attacks: the attacks of the source: RoCOCO's, or those of ``benchmark``.
-
-    Raises:
-        AnnotationError: an annotation file is missing, corrupt or inconsistent with the clean file.
-        ImageFolderError: ``images_dir`` lacks some images; the message names them and what to do.
+        text_attacks, image_attacks: the source's attacks, in catalogue order.
+        captions_per_image: the number of ground-truth captions of each image, in the clean file's order.
+        image_files: each image's path relative to :attr:`images_dir`, in the clean file's order.
+        images_dir: the checked image folder, or None (captions, galleries and score files need no images).
+        is_rococo: whether the source is RoCOCO's own image-text set, whose galleries the leaderboard ranks.
+        has_evidence: whether the text attacks' word-choice evidence is recorded (:meth:`caption_evidence`).
+        card_dataset: ``(type, name)`` of the dataset under which a model card lists results on this source
+            (:func:`rococo_eval.reporting.report.model_card_metadata`).
 
     Example:
-        >>> source = RococoSource()
-        >>> source.image_files[0], source.captions_per_image[83], source.images_dir is None
-        ('val2014/COCO_val2014_000000391895.jpg', 6, True)
-        >>> source.ground_truth_captions()[415]  # image 83's first caption (images 0..82 have 5 each)
-        'Muffins and other pastries on display ground and purchase'
-        >>> source.adversarial_captions("rand_voca")[5 * 83]  # made from it
-        'viewers and other pastries on display ground and purchase'
+        >>> source: Source = RococoSource()
+        >>> source.is_rococo, source.has_evidence, source.card_dataset
+        (True, False, ('rococo', 'RoCOCO'))
     """
 
-    def __init__(self, annotations_dir=None, images_dir=None, cache_dir=None, *, benchmark=None):
-        if benchmark is not None and annotations_dir is not None:
-            raise ValueError("pass `annotations_dir` (RoCOCO's files) or `benchmark` (a generated benchmark), not both")
-        self._benchmark = None if benchmark is None else read_benchmark(benchmark)
-        self.text_attacks = TEXT_ATTACKS if self._benchmark is None else self._benchmark.text_attacks
-        self.image_attacks = IMAGE_ATTACKS if self._benchmark is None else self._benchmark.image_attacks
-        recorded = None if self._benchmark is None else self._benchmark.images_dir
-        if images_dir is None and recorded is not None:
-            if recorded.is_dir():
-                images_dir = recorded
-            else:  # captions, galleries and score files need no images: go on without them
-                logger.info("the benchmark's image folder %s is not here: no images (pass `images_dir`)", recorded)
-        self._annotations_dir = annotations_dir
-        self._cache_dir = cache_dir
-        self._mix_tables: dict = {}
+    text_attacks: tuple[str, ...]
+    image_attacks: tuple[str, ...]
+    captions_per_image: list[int]
+    image_files: list[str]
+    images_dir: Path | None
+    is_rococo: bool
+    has_evidence: bool
+    card_dataset: tuple[str, str]
+
+    @property
+    def num_images(self) -> int: ...
+
+    @property
+    def adversarial_per_image(self) -> int: ...
+
+    def ground_truth_captions(self) -> list[str]: ...
+
+    def adversarial_captions(self, attack: str) -> list[str]: ...
+
+    def adversarial_sources(self, attack: str) -> list[int]: ...
+
+    def caption_evidence(self, attack: str) -> list[list[dict]] | None: ...
+
+    def file_name(self, index: int) -> str: ...
+
+    def original_image_bytes(self, index: int) -> bytes: ...
+
+    def original_image(self, index: int) -> Image.Image: ...
+
+    def alteration(self, index: int, attack: str) -> tuple[int, tuple[int, int, int, int] | None]: ...
+
+    def altered_image_bytes(self, index: int, attack: str) -> bytes: ...
+
+    def altered_image(self, index: int, attack: str) -> Image.Image: ...
+
+    def mix_table(self, attack: str) -> MixTable: ...
+
+    def gallery(self, attack: str, direction: str | None = None, order: str | None = None) -> GalleryLayout: ...
+
+
+def open_source(annotations_dir=None, images_dir=None, cache_dir=None, *, benchmark=None) -> Source:
+    """RoCOCO's source (:class:`RococoSource`), or with ``benchmark`` the generated benchmark in that folder
+    (:class:`BenchmarkSource`): what the front ends open from their options (``--benchmark``, ``benchmark=``).
+
+    Args:
+        annotations_dir, images_dir, cache_dir: as for :class:`RococoSource`; with ``benchmark``, ``images_dir`` as
+            for :class:`BenchmarkSource` and ``cache_dir`` unused.
+        benchmark: a folder written by :func:`rococo_eval.data.benchmark.make_benchmark`, or None for RoCOCO.
+            Not together with ``annotations_dir``.
+
+    Example:
+        >>> type(open_source()).__name__
+        'RococoSource'
+        >>> open_source("annotations", benchmark="bench")
+        Traceback (most recent call last):
+        ...
+        ValueError: pass `annotations_dir` (RoCOCO's files) or `benchmark` (a generated benchmark), not both
+    """
+    if benchmark is None:
+        return RococoSource(annotations_dir, images_dir=images_dir, cache_dir=cache_dir)
+    if annotations_dir is not None:
+        raise ValueError("pass `annotations_dir` (RoCOCO's files) or `benchmark` (a generated benchmark), not both")
+    return BenchmarkSource(benchmark, images_dir=images_dir)
+
+
+class _AnnotatedSource(abc.ABC):
+    """What both sources share: captions read from annotation records (each file once, checked against the clean
+    file), images read from a checked folder, altered copies and galleries.
+
+    A subclass sets its attacks, then calls ``__init__`` (which reads the clean file), then sets ``images_dir``;
+    it reads an annotation file's records in ``_records_of`` and an image attack's table in ``_table_of``.
+    """
+
+    def __init__(self, adversarial_per_image: int | None = None):
         self._records: dict[str, list[dict]] = {}
         self._layouts: dict[tuple, GalleryLayout] = {}
-        self._adversarial_per_image: int | None = None
+        self._adversarial_per_image = adversarial_per_image
         clean = self._read(CLEAN)
         self.captions_per_image = [len(record["caption"]) for record in clean]
         self.image_files = [record["image"] for record in clean]
-        if images_dir is None:
-            self.images_dir = None
-        elif self._benchmark is None:
-            self.images_dir = _check_images_dir(Path(images_dir), self.image_files)
-        else:
-            self.images_dir = _check_benchmark_images(Path(images_dir), self.image_files, self._benchmark.root)
+        self.images_dir = None
+
+    @abc.abstractmethod
+    def _records_of(self, name: str) -> list[dict]:
+        """The records of annotation file ``name`` (``"clean"`` or a text attack), checked as the source's kind is."""
+
+    @abc.abstractmethod
+    def _table_of(self, attack: str) -> MixTable:
+        """The partner (and box) table of image attack ``attack`` (one of :attr:`image_attacks`)."""
+
+    @abc.abstractmethod
+    def _no_images_advice(self) -> str:
+        """How to give the source its images, for the error of a source without them."""
 
     def _read(self, name: str) -> list[dict]:
         if name not in self._records:
-            records = (read_annotation_file(name, self._annotations_dir, cache_dir=self._cache_dir)
-                       if self._benchmark is None else self._benchmark.records(name))
+            records = self._records_of(name)
             if name != CLEAN:
                 self._adversarial_per_image = _check_against_clean(name, records, self._records[CLEAN],
                                                                    self._adversarial_per_image)
@@ -134,7 +192,8 @@ class RococoSource:
     def adversarial_per_image(self) -> int:
         """The number of adversarial captions of each image in a text attack's file (5 in RoCOCO): the captions
         that follow its ground-truth ones, the same for every image and every text attack. Read from the text
-        attack files this source has read, or from the first text attack's file if it has read none.
+        attack files this source has read, or from the first text attack's file if it has read none (a generated
+        benchmark's manifest records it).
 
         Raises:
             ValueError: the source (a generated benchmark) has no text attack.
@@ -161,52 +220,12 @@ class RococoSource:
         return [caption for record, num_gt in zip(self._read(attack), self.captions_per_image)
                 for caption in record["caption"][num_gt:]]
 
-    def adversarial_sources(self, attack: str) -> list[int]:
-        """For each adversarial caption of text attack ``attack`` (in :meth:`adversarial_captions`' order), the
-        ground-truth caption it was made from, as an index into :meth:`ground_truth_captions`. In RoCOCO's files
-        adversarial caption ``j`` of an image comes from its ground-truth caption ``j``; a generated benchmark
-        records its own (it may skip a caption that has no candidate word).
-
-        Example:
-            >>> RococoSource().adversarial_sources("danger")[5 * 83:5 * 83 + 6]  # image 83 has 6 captions
-            [415, 416, 417, 418, 419, 421]
-        """
-        self._check_text_attack(attack)
-        if self._benchmark is not None:
-            return [row["source_caption_index"] for row in self._benchmark.adversarial_rows(attack)]
-        per_image, offsets = self.adversarial_per_image, caption_offsets(self.captions_per_image)
-        return [int(offsets[i]) + j for i in range(self.num_images) for j in range(per_image)]
-
-    def caption_evidence(self, attack: str) -> list[list[dict]] | None:
-        """For each adversarial caption of ``attack``, the candidate words of its source caption with their
-        Embedding-Influence scores (``[{"word", "position", "influence"}]``), as a generated benchmark records
-        them; None for RoCOCO's files, which do not record how a word was chosen.
-
-        Example:
-            >>> RococoSource().caption_evidence("danger") is None
-            True
-        """
-        self._check_text_attack(attack)
-        if self._benchmark is None:
-            return None
-        return [row["candidates"] for row in self._benchmark.adversarial_rows(attack)]
-
-    @property
-    def benchmark(self):
-        """The generated benchmark this source reads (:class:`rococo_eval.data.manifest.Benchmark`); None: RoCOCO."""
-        return self._benchmark
-
-    @property
-    def has_evidence(self) -> bool:
-        """Whether the text attacks' word-choice evidence is recorded (a generated benchmark)."""
-        return self._benchmark is not None
-
     def _check_text_attack(self, attack: str) -> None:
         if attack not in self.text_attacks:
             raise ValueError(f"`attack` must be one of the text attacks {self.text_attacks}, got {attack!r}")
 
     def file_name(self, index: int) -> str:
-        """The COCO ``file_name`` of image ``index``.
+        """The file name of image ``index`` (COCO's ``file_name`` in RoCOCO).
 
         Example:
             >>> RococoSource().file_name(0)
@@ -215,7 +234,7 @@ class RococoSource:
         return PurePosixPath(self.image_files[self._check_index(index)]).name
 
     def original_image_bytes(self, index: int) -> bytes:
-        """The bytes of image ``index``'s COCO file, checked to decode fully.
+        """The bytes of image ``index``'s file, checked to decode fully.
 
         Raises:
             ValueError: the source has no ``images_dir``, or ``index`` is out of range.
@@ -225,7 +244,8 @@ class RococoSource:
         return self._open_original(index)[0]
 
     def original_image(self, index: int) -> Image.Image:
-        """Image ``index`` as COCO publishes it, decoded (errors as :meth:`original_image_bytes`).
+        """Image ``index`` as its file holds it (as COCO publishes it, in RoCOCO), decoded (errors as
+        :meth:`original_image_bytes`).
 
         Example:
             >>> RococoSource().original_image(0)  # doctest: +ELLIPSIS
@@ -237,11 +257,7 @@ class RococoSource:
 
     def _open_original(self, index: int) -> tuple[bytes, Image.Image]:
         if self.images_dir is None:
-            raise ValueError(
-                "this RococoSource has no `images_dir`: pass the COCO root holding val2014/ "
-                f"(RococoSource(images_dir=...)), or download the {self.num_images:,} images with "
-                "rococo_eval.data.source.fetch_images(source, folder)"
-            )
+            raise ValueError(f"this {type(self).__name__} has no `images_dir`: {self._no_images_advice()}")
         path = self.images_dir / self.image_files[self._check_index(index)]
         fetch = f"rococo_eval.data.source.fetch_images(source, {str(self.images_dir)!r})"
         try:
@@ -253,7 +269,7 @@ class RococoSource:
 
     def alteration(self, index: int, attack: str) -> tuple[int, tuple[int, int, int, int] | None]:
         """The partner image of ``index``'s altered copy, and for ``patch`` its box ``(row0, row1, col0, col1)``
-        in the 384 x 384 image, from the published table (:func:`rococo_eval.attacks.images.load_mix_table`).
+        in the 384 x 384 image, from the attack's table (:meth:`mix_table`).
 
         Example:
             >>> source = RococoSource()
@@ -279,9 +295,9 @@ class RococoSource:
         """:meth:`altered_image_bytes`, decoded: the image a model sees when it reads the official file."""
         return decode_image(self.altered_image_bytes(index, attack), f"the altered copy of image {index}")
 
-    def mix_table(self, attack: str):
+    def mix_table(self, attack: str) -> MixTable:
         """The partner (and box) table of image attack ``attack``: RoCOCO's published one
-        (:func:`rococo_eval.attacks.images.load_mix_table`), or the benchmark's own.
+        (:func:`rococo_eval.attacks.images.load_mix_table`), or a generated benchmark's own.
 
         Example:
             >>> RococoSource().mix_table("patch_seed10").box.shape
@@ -289,11 +305,7 @@ class RococoSource:
         """
         if attack not in self.image_attacks:
             raise ValueError(f"`attack` must be one of the image attacks {self.image_attacks}, got {attack!r}")
-        if self._benchmark is not None:
-            if attack not in self._mix_tables:  # read (and checked) once per source
-                self._mix_tables[attack] = self._benchmark.mix_table(attack)
-            return self._mix_tables[attack]
-        return _mix_table(*parse_image_attack(attack))
+        return self._table_of(attack)
 
     def gallery(self, attack: str, direction: str | None = None, order: str | None = None) -> GalleryLayout:
         """The layout of one gallery: queries, ``references``, ``adversarial`` mask and gallery order.
@@ -334,6 +346,182 @@ class RococoSource:
         if not 0 <= index < self.num_images:
             raise ValueError(f"`index` must be in 0..{self.num_images - 1}, got {index}")
         return index
+
+
+class RococoSource(_AnnotatedSource):
+    """RoCOCO's data: one checked copy of its annotation files, and optionally a COCO image folder.
+
+    Annotation files are read once per source, each checked against its pinned sha256 and against the clean
+    file (same images, same ground-truth captions, then :attr:`adversarial_per_image` adversarial ones, the
+    same number for every image and every text attack). The image folder, when given, is checked at once for
+    every image of the clean file; each image is fully decoded when read. The image attacks' partners and boxes
+    are RoCOCO's published tables (:func:`rococo_eval.attacks.images.load_mix_table`). Implements :class:`Source`.
+
+    Args:
+        annotations_dir: folder holding the official files; None uses ``$ROCOCO_ANNOTATIONS_DIR``, else
+            downloads the pinned files into ``cache_dir`` as they are needed.
+        images_dir: the COCO root: the folder holding ``val2014/COCO_val2014_....jpg``. None means no
+            images (captions and galleries still work); :func:`fetch_images` fills such a folder.
+        cache_dir: cache of downloaded annotation files (default :func:`~rococo_eval.io.download.default_cache_dir`).
+
+    Attributes:
+        captions_per_image: the number of ground-truth captions of each image, in the clean file's order
+            (in RoCOCO 5, or 6 for ten images).
+        image_files: the images as ``"val2014/COCO_val2014_....jpg"``, in the clean file's order.
+        images_dir: the checked COCO root, or None.
+        text_attacks, image_attacks: RoCOCO's attacks (:data:`rococo_eval.catalog.TEXT_ATTACKS`,
+            :data:`~rococo_eval.catalog.IMAGE_ATTACKS`).
+        is_rococo: True: the leaderboard ranks RoCOCO's galleries.
+        has_evidence: False: RoCOCO's files do not record how a word was chosen.
+        card_dataset: ``("rococo", "RoCOCO")``.
+
+    Raises:
+        AnnotationError: an annotation file is missing, corrupt or inconsistent with the clean file.
+        ImageFolderError: ``images_dir`` lacks some images; the message names them and what to do.
+
+    Example:
+        >>> source = RococoSource()
+        >>> source.image_files[0], source.captions_per_image[83], source.images_dir is None
+        ('val2014/COCO_val2014_000000391895.jpg', 6, True)
+        >>> source.ground_truth_captions()[415]  # image 83's first caption (images 0..82 have 5 each)
+        'Muffins and other pastries on display ground and purchase'
+        >>> source.adversarial_captions("rand_voca")[5 * 83]  # made from it
+        'viewers and other pastries on display ground and purchase'
+    """
+
+    text_attacks = TEXT_ATTACKS
+    image_attacks = IMAGE_ATTACKS
+    is_rococo = True
+    has_evidence = False
+    card_dataset = ROCOCO_CARD_DATASET
+
+    def __init__(self, annotations_dir=None, images_dir=None, cache_dir=None):
+        self._annotations_dir = annotations_dir
+        self._cache_dir = cache_dir
+        super().__init__()
+        if images_dir is not None:
+            self.images_dir = _check_images_dir(Path(images_dir), self.image_files)
+
+    def _records_of(self, name: str) -> list[dict]:
+        return read_annotation_file(name, self._annotations_dir, cache_dir=self._cache_dir)
+
+    def _table_of(self, attack: str) -> MixTable:
+        return _mix_table(*parse_image_attack(attack))
+
+    def _no_images_advice(self) -> str:
+        return ("pass the COCO root holding val2014/ (RococoSource(images_dir=...)), or download the "
+                f"{self.num_images:,} images with rococo_eval.data.source.fetch_images(source, folder)")
+
+    def adversarial_sources(self, attack: str) -> list[int]:
+        """For each adversarial caption of text attack ``attack`` (in :meth:`adversarial_captions`' order), the
+        ground-truth caption it was made from, as an index into :meth:`ground_truth_captions`: in RoCOCO's files
+        adversarial caption ``j`` of an image comes from its ground-truth caption ``j``.
+
+        Example:
+            >>> RococoSource().adversarial_sources("danger")[5 * 83:5 * 83 + 6]  # image 83 has 6 captions
+            [415, 416, 417, 418, 419, 421]
+        """
+        self._check_text_attack(attack)
+        per_image, offsets = self.adversarial_per_image, caption_offsets(self.captions_per_image)
+        return [int(offsets[i]) + j for i in range(self.num_images) for j in range(per_image)]
+
+    def caption_evidence(self, attack: str) -> None:
+        """None: RoCOCO's files do not record how a word was chosen (a generated benchmark does:
+        :meth:`BenchmarkSource.caption_evidence`).
+
+        Example:
+            >>> RococoSource().caption_evidence("danger") is None
+            True
+        """
+        self._check_text_attack(attack)
+        return None
+
+
+class BenchmarkSource(_AnnotatedSource):
+    """A benchmark generated for another image-text set: the folder written by
+    :func:`rococo_eval.data.benchmark.make_benchmark` (see :mod:`rococo_eval.data.manifest`), read as RoCOCO's files
+    are. Implements :class:`Source`.
+
+    Its annotation files and partner tables are checked against its manifest's sha256 when read, and its text
+    attacks' files against the clean file and the manifest's adversarial captions per image.
+
+    Args:
+        folder: the benchmark folder.
+        images_dir: the folder the images' paths are relative to; None uses the one the manifest records, or none
+            when that folder is not here (captions, galleries and score files need no images).
+
+    Attributes:
+        benchmark: the folder's manifest (:class:`rococo_eval.data.manifest.Benchmark`).
+        text_attacks, image_attacks: the benchmark's attacks (its image attacks may have other seeds than RoCOCO's).
+        is_rococo: False: the leaderboard ranks RoCOCO's galleries only.
+        has_evidence: True: each adversarial caption's word-choice evidence is recorded (:meth:`caption_evidence`).
+        card_dataset: ``("rococo-generated", "RoCOCO-style benchmark: <folder name>")``.
+
+    Raises:
+        BenchmarkError: ``folder`` is not a generated benchmark, or one of its files changed since it was written.
+        ImageFolderError: ``images_dir`` lacks some of the benchmark's images.
+
+    Example:
+        >>> import tempfile
+        >>> from rococo_eval.data.manifest import ANNOTATIONS, write_manifest
+        >>> from rococo_eval.io.atomic import write_json
+        >>> folder = Path(tempfile.mkdtemp()) / "dogs"
+        >>> records = [{"image": "a.jpg", "caption": ["a dog", "a brown dog"]},
+        ...            {"image": "b.jpg", "caption": ["a cat"]}]
+        >>> _ = write_json(records, folder / ANNOTATIONS.format(name="clean"), compact=True)
+        >>> _ = write_manifest(folder, text_attacks=[], image_attacks=[], adversarial_per_image=None,
+        ...                    images_dir=None, details={})
+        >>> source = BenchmarkSource(folder)
+        >>> source.captions_per_image, source.is_rococo, source.card_dataset
+        ([2, 1], False, ('rococo-generated', 'RoCOCO-style benchmark: dogs'))
+    """
+
+    is_rococo = False
+    has_evidence = True
+
+    def __init__(self, folder, images_dir=None):
+        self.benchmark = read_benchmark(folder)
+        self.text_attacks = self.benchmark.text_attacks
+        self.image_attacks = self.benchmark.image_attacks
+        self._mix_tables: dict[str, MixTable] = {}
+        super().__init__(self.benchmark.adversarial_per_image)
+        recorded = self.benchmark.images_dir
+        if images_dir is None and recorded is not None:
+            if recorded.is_dir():
+                images_dir = recorded
+            else:  # captions, galleries and score files need no images: go on without them
+                logger.info("the benchmark's image folder %s is not here: no images (pass `images_dir`)", recorded)
+        if images_dir is not None:
+            self.images_dir = _check_benchmark_images(Path(images_dir), self.image_files, self.benchmark.root)
+
+    @property
+    def card_dataset(self) -> tuple[str, str]:
+        return "rococo-generated", f"RoCOCO-style benchmark: {Path(self.benchmark.root).name}"
+
+    def _records_of(self, name: str) -> list[dict]:
+        return self.benchmark.records(name)
+
+    def _table_of(self, attack: str) -> MixTable:
+        if attack not in self._mix_tables:  # read (and checked) once per source
+            self._mix_tables[attack] = self.benchmark.mix_table(attack)
+        return self._mix_tables[attack]
+
+    def _no_images_advice(self) -> str:
+        return ("pass the folder its image paths are relative to (BenchmarkSource(folder, images_dir=...), "
+                "--images-dir)")
+
+    def adversarial_sources(self, attack: str) -> list[int]:
+        """For each adversarial caption of text attack ``attack`` (in :meth:`adversarial_captions`' order), the
+        ground-truth caption it was made from, as an index into :meth:`ground_truth_captions`, as the benchmark
+        records it (it may skip a caption that has no candidate word)."""
+        self._check_text_attack(attack)
+        return [row["source_caption_index"] for row in self.benchmark.adversarial_rows(attack)]
+
+    def caption_evidence(self, attack: str) -> list[list[dict]]:
+        """For each adversarial caption of ``attack``, the candidate words of its source caption with their
+        Embedding-Influence scores (``[{"word", "position", "influence"}]``), as the benchmark records them."""
+        self._check_text_attack(attack)
+        return [row["candidates"] for row in self.benchmark.adversarial_rows(attack)]
 
 
 @functools.lru_cache(maxsize=None)
@@ -407,8 +595,8 @@ def fetch_images(source=None, dest_root=None, *, base_url=None, workers: int = D
     :func:`rococo_eval.io.download.download_coco_images`); the result is a folder to pass as ``images_dir``.
 
     Args:
-        source: a :class:`RococoSource`, or an annotations folder (None: ``$ROCOCO_ANNOTATIONS_DIR`` or the
-            pinned download) to read the list of images from.
+        source: a :class:`Source` (its :attr:`~Source.image_files`), or an annotations folder of RoCOCO (None:
+            ``$ROCOCO_ANNOTATIONS_DIR`` or the pinned download) to read the list of images from.
         dest_root: the COCO root to fill; None uses ``<cache>/coco`` (see
             :func:`~rococo_eval.io.download.default_cache_dir`).
         base_url: COCO's image server, or a mirror (``http(s)://``, ``file://`` or a folder) laid out the same;
@@ -425,7 +613,7 @@ def fetch_images(source=None, dest_root=None, *, base_url=None, workers: int = D
         ...
         ValueError: `workers` has to be a positive integer, got 0
     """
-    if not isinstance(source, RococoSource):
+    if source is None or isinstance(source, (str, os.PathLike)):
         source = RococoSource(source)
     dest_root = Path(dest_root) if dest_root is not None else default_cache_dir() / "coco"
     download_coco_images(source.image_files, dest_root, base_url=base_url, workers=workers, progress=progress)

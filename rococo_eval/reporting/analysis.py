@@ -43,17 +43,17 @@ import logging
 import math
 from collections import defaultdict
 from pathlib import Path
+from typing import Mapping
 
 import numpy as np
 
 from rococo_eval.attacks.replacements import find_replacements
 from rococo_eval.catalog import IMAGE_ATTACK_METHODS, IMAGE_TO_TEXT, TEXT_TO_IMAGE, is_image_attack, parse_image_attack
 from rococo_eval.layout import GalleryLayout
+from rococo_eval.results import GalleryResult
 
 logger = logging.getLogger(__name__)
 
-PER_QUERY_KEYS = ("rank", "clean_rank", "top1_adversarial", "top_index", "top_score", "best_correct_index",
-                  "best_correct_score")
 INSERTED = "(inserted)"
 DEFAULT_MIN_COUNT = 20
 FLIPPED_COLUMNS = ("attack", "direction", "query", "margin", "winner_score", "correct_score", "winner_column",
@@ -64,12 +64,12 @@ PER_QUERY_COLUMNS = ("gallery", "query", "rank", "clean_rank", "top1_adversarial
                      "top_score", "best_correct_column", "best_correct_row", "best_correct_score")
 
 
-def analyse(per_query_by_gallery: dict, layouts: dict, source=None) -> dict:
+def analyse(results: Mapping[str, GalleryResult], source=None) -> dict:
     """The whole analysis of one evaluation: flipped queries of every attacked gallery, by word, by method.
 
     Args:
-        per_query_by_gallery: ``{"<attack>/<direction>": per-query arrays}`` (see :func:`split_per_query`).
-        layouts: the layout of each of those galleries, same keys.
+        results: the evaluation's results by gallery key (``"<attack>/<direction>"``); those with a layout and
+            per-query arrays (:attr:`GalleryResult.analysable`) are analysed.
         source: the data source (captions, partners); without it flipped queries carry indices only and
             the by-word tables are left out.
 
@@ -83,23 +83,23 @@ def analyse(per_query_by_gallery: dict, layouts: dict, source=None) -> dict:
         ...              "top_score": np.array([0.9, 0.8]), "best_correct_index": np.array([0, 1]),
         ...              "best_correct_score": np.array([0.7, 0.8])}
         >>> key = "patch_seed10/text_to_image"
-        >>> result = analyse({key: per_query}, {key: gallery_layout("patch_seed10", "text_to_image", [1, 1])})
+        >>> layout = gallery_layout("patch_seed10", "text_to_image", [1, 1])
+        >>> result = analyse({key: GalleryResult({}, per_query, layout)})
         >>> result["galleries"][key]["flipped"], [row["group"] for row in result["image_attacks"]]
         (1, ['patch', 'seed 10'])
     """
     galleries = {}
-    for key, per_query in per_query_by_gallery.items():
-        layout = layouts[key]
+    for key, (per_query, layout) in _analysable(results).items():
         if layout.num_adversarial:
             attack = key.partition("/")[0]
             rows = flipped_queries(per_query, layout, attack, source)
             galleries[key] = {"attack": attack, "direction": layout.direction,
                               "clean_correct": int((np.asarray(per_query["clean_rank"]) == 0).sum()),
                               "flipped": len(rows), "flipped_queries": rows}
-    return {"galleries": galleries, **vulnerability(per_query_by_gallery, layouts, source)}
+    return {"galleries": galleries, **vulnerability(results, source)}
 
 
-def vulnerability(per_query_by_gallery: dict, layouts: dict, source=None) -> dict:
+def vulnerability(results: Mapping[str, GalleryResult], source=None) -> dict:
     """The by-word tables of the text attacks (with a ``source``) and the by-method table of the image attacks.
 
     Returns:
@@ -107,31 +107,22 @@ def vulnerability(per_query_by_gallery: dict, layouts: dict, source=None) -> dic
         for the galleries ``"<attack>/<direction>"`` of standard attacks among the keys.
 
     Example:
-        >>> vulnerability({}, {})
+        >>> vulnerability({})
         {'by_word': {}, 'image_attacks': []}
     """
-    by_word, image_attacks = {}, {}
-    for key, per_query in per_query_by_gallery.items():
-        layout, attack = layouts[key], key.partition("/")[0]
+    by_word, image_attacks, layouts = {}, {}, {}
+    for key, (per_query, layout) in _analysable(results).items():
+        attack = key.partition("/")[0]
         if layout.num_adversarial and layout.direction == IMAGE_TO_TEXT and source is not None:
             by_word[attack] = word_vulnerability(per_query, layout, attack, source)
         if layout.direction == TEXT_TO_IMAGE and is_image_attack(attack):
-            image_attacks[attack] = per_query
-    return {"by_word": by_word, "image_attacks": image_attack_vulnerability(
-        image_attacks, {attack: layouts[f"{attack}/{TEXT_TO_IMAGE}"] for attack in image_attacks})}
+            image_attacks[attack], layouts[attack] = per_query, layout
+    return {"by_word": by_word, "image_attacks": image_attack_vulnerability(image_attacks, layouts)}
 
 
-def split_per_query(result: dict) -> tuple[dict, dict]:
-    """Split one metric result into its scalar outputs and its per-query arrays (:data:`PER_QUERY_KEYS`).
-
-    Example:
-        >>> scalars, arrays = split_per_query({"recall@1": 50.0, "rank": np.array([0, 3])})
-        >>> scalars, sorted(arrays)
-        ({'recall@1': 50.0}, ['rank'])
-    """
-    scalars = {key: value for key, value in result.items() if key not in PER_QUERY_KEYS}
-    arrays = {key: np.asarray(value) for key, value in result.items() if key in PER_QUERY_KEYS}
-    return scalars, arrays
+def _analysable(results: Mapping[str, GalleryResult]) -> dict[str, tuple[dict, GalleryLayout]]:
+    """The per-query arrays and layout of each result the analysis can read, by key."""
+    return {key: (result.per_query, result.layout) for key, result in results.items() if result.analysable}
 
 
 def flipped_mask(per_query: dict) -> np.ndarray:
@@ -152,7 +143,7 @@ def flipped_queries(per_query: dict, layout: GalleryLayout, attack: str = "", so
         per_query: the metric's per-query arrays for this gallery (extra keys are ignored).
         layout: the gallery's layout, in the order the scores were given.
         attack: the attack's name (a text attack's captions, an image attack's partners come from it).
-        source: a :class:`~rococo_eval.data.source.RococoSource` (or anything with its caption methods,
+        source: a :class:`~rococo_eval.data.source.Source` (or anything with its caption methods,
             ``captions_per_image``, ``adversarial_per_image`` and ``alteration``); None gives indices only.
 
     Returns:
@@ -305,7 +296,7 @@ def image_attack_vulnerability(per_query_by_attack: dict, layouts: dict) -> list
     return rows
 
 
-def per_query_columns(per_query_by_gallery: dict, layouts: dict) -> dict[str, np.ndarray]:
+def per_query_columns(results: Mapping[str, GalleryResult]) -> dict[str, np.ndarray]:
     """The per-query export: one row per query of every gallery, as columns (:data:`PER_QUERY_COLUMNS`).
 
     ``gallery`` is the gallery's key (``"rand_voca/image_to_text"``), ``query`` the query index; the top-1
@@ -317,14 +308,13 @@ def per_query_columns(per_query_by_gallery: dict, layouts: dict) -> dict[str, np
         >>> per_query = {"rank": np.array([1]), "clean_rank": np.array([0]), "top1_adversarial": np.array([True]),
         ...              "top_index": np.array([1]), "top_score": np.array([0.9]),
         ...              "best_correct_index": np.array([0]), "best_correct_score": np.array([0.4])}
-        >>> columns = per_query_columns({"mix_seed1/text_to_image": per_query},
-        ...                             {"mix_seed1/text_to_image": gallery_layout("mix_seed1", "text_to_image", 1)})
+        >>> layout = gallery_layout("mix_seed1", "text_to_image", 1)
+        >>> columns = per_query_columns({"mix_seed1/text_to_image": GalleryResult({}, per_query, layout)})
         >>> columns["gallery"].tolist(), columns["top_row"].tolist(), columns["best_correct_row"].tolist()
         (['mix_seed1/text_to_image'], [1], [0])
     """
     parts = defaultdict(list)
-    for key, per_query in per_query_by_gallery.items():
-        layout = layouts[key]
+    for key, (per_query, layout) in _analysable(results).items():
         _check(per_query, layout, ("top1_adversarial",))
         count = layout.num_queries
         top, best = np.asarray(per_query["top_index"]), np.asarray(per_query["best_correct_index"])
@@ -342,7 +332,7 @@ def per_query_columns(per_query_by_gallery: dict, layouts: dict) -> dict[str, np
     return {name: np.concatenate(parts[name]) if parts[name] else np.array([]) for name in PER_QUERY_COLUMNS}
 
 
-def write_per_query_parquet(per_query_by_gallery: dict, layouts: dict, path) -> Path:
+def write_per_query_parquet(results: Mapping[str, GalleryResult], path) -> Path:
     """Write :func:`per_query_columns` as a Parquet file, atomically.
 
     Example:
@@ -352,8 +342,8 @@ def write_per_query_parquet(per_query_by_gallery: dict, layouts: dict, path) -> 
         ...              "top_index": np.array([0]), "top_score": np.array([0.9]),
         ...              "best_correct_index": np.array([0]), "best_correct_score": np.array([0.9])}
         >>> key = "clean/text_to_image"
-        >>> path = write_per_query_parquet({key: per_query}, {key: gallery_layout("clean", "text_to_image", 1)},
-        ...                                Path(tempfile.mkdtemp()) / "per_query.parquet")
+        >>> result = GalleryResult({}, per_query, gallery_layout("clean", "text_to_image", 1))
+        >>> path = write_per_query_parquet({key: result}, Path(tempfile.mkdtemp()) / "per_query.parquet")
         >>> pq.read_table(path).to_pydict()["gallery"]
         ['clean/text_to_image']
     """
@@ -362,7 +352,7 @@ def write_per_query_parquet(per_query_by_gallery: dict, layouts: dict, path) -> 
 
     from rococo_eval.io.atomic import write_atomic
 
-    columns = per_query_columns(per_query_by_gallery, layouts)
+    columns = per_query_columns(results)
     table = pa.table({name: _arrow_array(values.astype(object) if name == "gallery" else values)
                       for name, values in columns.items()})
     return write_atomic(path, lambda handle: pq.write_table(table, handle))

@@ -21,21 +21,23 @@ import math
 import platform
 import re
 from pathlib import Path
+from typing import Mapping
 
 import numpy as np
 
 from rococo_eval.attacks.replacements import highlight
 from rococo_eval.catalog import CLEAN, DIRECTIONS, IMAGE_ATTACK_METHODS, TEXT_ATTACKS, TEXT_TO_IMAGE, parse_image_attack
 from rococo_eval.data.annotations import OFFICIAL_COMMIT, OFFICIAL_REPOSITORY
+from rococo_eval.data.source import ROCOCO_CARD_DATASET
 from rococo_eval.io.atomic import write_atomic, write_json
 from rococo_eval.reporting.analysis import (
     DEFAULT_MIN_COUNT,
     analyse,
     flipped_csv,
     most_damaging,
-    split_per_query,
     write_per_query_parquet,
 )
+from rococo_eval.results import GalleryResult
 from rococo_eval.version import __version__
 
 logger = logging.getLogger(__name__)
@@ -89,7 +91,8 @@ REFERENCE_RESULTS: list[dict] = [
 ]
 
 
-def write_report(results: dict, out: Path, meta: dict, layouts=None, source=None, analysis=None) -> dict[str, Path]:
+def write_report(results: Mapping[str, GalleryResult], out: Path, meta: dict, source=None,
+                 analysis=None) -> dict[str, Path]:
     """Write ``report.json``, ``report.md``, ``recall.png`` and ``model-card.md`` (:func:`model_card_metadata`) into
     ``out``: the one report of ``rococo-eval run``, ``rococo-eval score`` and the Space.
 
@@ -97,8 +100,7 @@ def write_report(results: dict, out: Path, meta: dict, layouts=None, source=None
     the score files of :func:`rococo_eval.scoring.plan.report_meta`), ``results`` (the metric's scalar outputs by
     gallery key), ``summary`` (:func:`summary_rows`) and, with per-query arrays, ``analysis``.
 
-    Results that carry the metric's per-query arrays (``per_query=True``) and have a layout in ``layouts``
-    also get the failure analysis (:func:`rococo_eval.reporting.analysis.analyse`, with captions and partners from
+    Results that carry the metric's per-query arrays and a layout (:attr:`GalleryResult.analysable`) also get the failure analysis (:func:`rococo_eval.reporting.analysis.analyse`, with captions and partners from
     ``source``): ``per_query.parquet`` (every query's ranks and top-1 item), ``flipped.csv`` (every flipped
     query), ``words.png`` (by-word chart, text attacks), its tables in ``report.md`` and, with the
     :data:`REPORT_FLIPPED` largest margins per gallery, in ``report.json``'s ``analysis``.
@@ -110,16 +112,14 @@ def write_report(results: dict, out: Path, meta: dict, layouts=None, source=None
         the paths written, by kind (``json``, ``markdown``, ``model_card``, ``chart``, and ``per_query``, ``flipped``,
         ``words`` with the analysis).
     """
-    split = {key: split_per_query(result) for key, result in results.items()}
-    results = {key: scalars for key, (scalars, _) in split.items()}
-    per_query = {key: arrays for key, (_, arrays) in split.items() if arrays and key in (layouts or {})}
-    rows = summary_rows(results)
+    metrics = {key: result.metrics for key, result in results.items()}
+    rows = summary_rows(metrics)
     meta = {"rococo_eval": __version__, "python": platform.python_version(), **meta}
-    paths, document = {}, {"meta": meta, "results": results, "summary": rows}
-    if analysis is None and per_query:
-        analysis = analyse(per_query, layouts, source)
+    paths, document = {}, {"meta": meta, "results": metrics, "summary": rows}
+    if analysis is None and any(result.analysable for result in results.values()):
+        analysis = analyse(results, source)
     if analysis is not None:
-        paths["per_query"] = write_per_query_parquet(per_query, layouts, out / "per_query.parquet")
+        paths["per_query"] = write_per_query_parquet(results, out / "per_query.parquet")
         every_flip = [row for gallery in analysis["galleries"].values() for row in gallery["flipped_queries"]]
         text = flipped_csv(every_flip).encode("utf-8")
         paths["flipped"] = write_atomic(out / "flipped.csv", lambda handle: handle.write(text))
@@ -133,7 +133,8 @@ def write_report(results: dict, out: Path, meta: dict, layouts=None, source=None
     if analysis is not None:
         markdown += "\n" + analysis_markdown(analysis) + "\n"
     paths["markdown"] = write_atomic(out / "report.md", lambda handle: handle.write(markdown.encode("utf-8")))
-    card = model_card_metadata(rows, meta.get("model"), getattr(source, "benchmark", None)).encode("utf-8")
+    dataset = None if source is None else source.card_dataset
+    card = model_card_metadata(rows, meta.get("model"), dataset).encode("utf-8")
     paths["model_card"] = write_atomic(out / "model-card.md", lambda handle: handle.write(card))
     try:
         paths["chart"] = plot_recall(rows, out / "recall.png")
@@ -146,16 +147,16 @@ def write_report(results: dict, out: Path, meta: dict, layouts=None, source=None
 
 
 
-def model_card_metadata(rows, model_name=None, benchmark=None) -> str:
+def model_card_metadata(rows, model_name=None, dataset: tuple[str, str] | None = None) -> str:
     """The results as Hugging Face model-card metadata (``model-index``, made by huggingface_hub's
     ``ModelCardData``), a YAML block for an author to paste at the top of a model's README.
 
     Each gallery row gives its R@1 (``recall@1``), and an attacked one its false rate (``false_rate``), under the
     task ``image-text-retrieval`` and the dataset ``rococo`` with the attack as its config; a mean over seeds has
-    the method (``mix``, ``patch``) as its config. A generated ``benchmark``
-    (:class:`~rococo_eval.data.manifest.Benchmark`) is named as such (``rococo-generated``, with its folder's
-    name), not as RoCOCO. A number with bounds (what a compact file's ties decide) is left out: a model card gives
-    decided numbers only.
+    the method (``mix``, ``patch``) as its config. ``dataset`` is the dataset's ``(type, name)`` as the results'
+    source gives it (:attr:`~rococo_eval.data.source.Source.card_dataset`: a generated benchmark is named as such,
+    ``rococo-generated`` with its folder's name, not as RoCOCO); None: RoCOCO. A number with bounds (what a compact
+    file's ties decide) is left out: a model card gives decided numbers only.
 
     Example:
         >>> rows = [{"attack": "rand_voca", "direction": "image_to_text", "recall@1": 37.5, "false_rate": 60.0}]
@@ -164,8 +165,7 @@ def model_card_metadata(rows, model_name=None, benchmark=None) -> str:
     """
     from huggingface_hub import EvalResult, ModelCardData
 
-    dataset_type, dataset_name = ("rococo", "RoCOCO") if benchmark is None else (
-        "rococo-generated", f"RoCOCO-style benchmark: {Path(benchmark.root).name}")
+    dataset_type, dataset_name = ROCOCO_CARD_DATASET if dataset is None else dataset
     results = []
     for row in rows:
         if row.get("recall@1") is None:

@@ -29,7 +29,7 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
-from typing import Mapping
+from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -38,6 +38,7 @@ from rococo_eval.data.configs import CAPTIONS_CONFIG, IMAGES_CONFIG
 from rococo_eval.io.atomic import write_atomic
 from rococo_eval.io.scorefiles import parse_json, read_safetensors_header
 from rococo_eval.models.similarity import DEFAULT_SIMILARITY, SIMILARITIES, check_similarity, score_vectors
+from rococo_eval.results import GalleryResult
 from rococo_eval.scoring.galleries import (
     adversarial_captions,
     altered_images,
@@ -45,6 +46,7 @@ from rococo_eval.scoring.galleries import (
     original_images,
     score_embedding_gallery,
 )
+from rococo_eval.scoring.plan import ScoringOptions
 
 logger = logging.getLogger(__name__)
 
@@ -119,8 +121,8 @@ def write_embeddings_from_rows(path, vectors: Mapping[tuple[str, str], np.ndarra
         vectors: ``{(config, split): rows}``, one row per row of ``load_dataset(..., config, split=split)``, in its
             order: ``("images", "test")`` and ``("captions", "test")`` (every gallery needs them), and each attack's
             ``(attack, "adversarial")``. An attack's ``original`` split may stand for the query config it repeats.
-        source: the benchmark the rows are of (:class:`~rococo_eval.data.source.RococoSource` with the COCO test
-            images: the image sets' fingerprints read the image files).
+        source: the benchmark the rows are of (a :class:`~rococo_eval.data.source.Source` with its images, e.g.
+            RoCOCO's with the COCO test images: the image sets' fingerprints read the image files).
         model_name: the model's name, as the report will give it.
         similarity: how the model scores (:mod:`rococo_eval.models.similarity`); for ``csd`` each value of
             ``vectors`` is a pair ``(means, log_sigmas)``.
@@ -260,7 +262,7 @@ def expected_name(source, attack: str) -> str:
 
 
 def score_embeddings(vectors: Mapping[str, np.ndarray], source, attacks, similarity: str,
-                     **metric_kwargs) -> dict[str, dict]:
+                     **metric_kwargs) -> dict[str, GalleryResult]:
     """Both clean galleries and each attack's, scored from the item sets' vectors by ``similarity`` (the file's
     metadata says which) exactly as ``run`` scores a dual encoder
     (:func:`~rococo_eval.scoring.galleries.score_embedding_gallery`, with per-query arrays); ``metric_kwargs``
@@ -271,8 +273,32 @@ def score_embeddings(vectors: Mapping[str, np.ndarray], source, attacks, similar
     for attack, direction in galleries(attacks):
         key = gallery_key(attack, direction)
         results[key] = score_embedding_gallery(source, attack, direction, named, similarity, **metric_kwargs)
-        logger.info("%s: R@1 %.2f", key, results[key]["recall@1"])
+        logger.info("%s: R@1 %.2f", key, results[key].metrics["recall@1"])
     return results
+
+
+def score_embeddings_file(paths: Sequence, source, options: ScoringOptions = ScoringOptions(),
+                          name: str = "") -> tuple[dict[str, GalleryResult], dict, dict]:
+    """The one path of an embeddings file given to ``rococo-eval score`` or uploaded to the Space: every gallery it
+    covers scored as ``run`` scores it (:func:`score_embeddings`), and what the report records of it.
+
+    Args:
+        paths: the files given; an embeddings file must come alone.
+        source: the benchmark whose items the file holds (with its images, whose fingerprints the file's must match).
+        options: how the metric ranks (:class:`~rococo_eval.scoring.plan.ScoringOptions`).
+        name: how the report names the file (default: its path as given).
+
+    Returns:
+        ``(results, meta, metadata)``: the results by gallery key, the report's ``meta`` and the file's metadata.
+    """
+    if len(paths) != 1:
+        raise ValueError("an embeddings file holds every gallery a report needs: give it alone, without score files")
+    vectors, metadata, attacks = read_embeddings_file(paths[0], source)
+    results = score_embeddings(vectors, source, attacks, metadata["similarity"], ties=options.ties,
+                               bootstrap=options.bootstrap)
+    meta = {"model": metadata.get("model"), "similarity": metadata["similarity"],
+            "embeddings_file": name or str(paths[0]), "attacks": list(attacks), **options.report_entries()}
+    return results, meta, metadata
 
 
 def _metadata(path: Path) -> dict:

@@ -22,6 +22,7 @@ from rococo_eval.layout import gallery_vectors, recall_cutoffs
 from rococo_eval.models.cache import EmbeddingCache, ItemSet, LazyImages, embeddings_of_all
 from rococo_eval.models.similarity import DEFAULT_SIMILARITY, SCORE_DTYPES, score_blocks, similarity_of
 from rococo_eval.processes import ONE
+from rococo_eval.results import GalleryResult
 
 logger = logging.getLogger(__name__)
 
@@ -59,8 +60,45 @@ def gallery_layouts(source, attacks) -> dict:
             for attack, direction in galleries(attacks)}
 
 
+def check_saving(model=None, *, save_scores=None, compact_scores: bool = False, save_embeddings=None) -> None:
+    """The one check of what a run saves beside its report, made before any work by every path that runs a model
+    (:func:`score_model`, ``evaluate_model``, ``rococo-eval run`` on each process); with ``model`` None, only what
+    needs no model.
+
+    Raises:
+        ValueError: ``compact_scores`` without ``save_scores``, or for a dual encoder (whose every score is its own);
+            ``save_embeddings`` not a ``.safetensors`` file, without safetensors installed, or for a model scored in
+            two stages (an embeddings file holds the first stage only).
+
+    Example:
+        >>> check_saving(compact_scores=True)
+        Traceback (most recent call last):
+        ...
+        ValueError: `compact_scores` says how `save_scores` writes the score matrices: give `save_scores` too
+    """
+    if compact_scores and save_scores is None:
+        raise ValueError("`compact_scores` says how `save_scores` writes the score matrices: give `save_scores` too")
+    if save_embeddings is not None:
+        if not str(save_embeddings).endswith(".safetensors"):
+            raise ValueError(f"`save_embeddings` {str(save_embeddings)!r}: give a file ending in .safetensors")
+        try:
+            import safetensors  # noqa: F401  (checked before the work, not after it)
+        except ImportError:
+            raise ValueError("`save_embeddings` needs safetensors: pip install safetensors") from None
+    if model is None:
+        return
+    name = getattr(model, "name", type(model).__name__)
+    if compact_scores and not hasattr(model, "match"):
+        raise ValueError(f"`compact_scores`: {name} is a dual encoder, and every score of its galleries is its own "
+                         "(a compact file keeps a re-ranker's top k, the rest at -100): save its full matrices "
+                         "(`save_scores` alone) or its embeddings (`save_embeddings`)")
+    if save_embeddings is not None and hasattr(model, "match"):
+        raise ValueError(f"`save_embeddings`: {name} is scored in two stages (ITC, then its ITM head), and an "
+                         "embeddings file holds the first stage only: save its score matrices (`save_scores`) instead")
+
+
 def score_gallery(layout, queries: np.ndarray, originals: np.ndarray, adversarial: Optional[np.ndarray] = None,
-                  similarity: str = DEFAULT_SIMILARITY, **metric_kwargs) -> dict:
+                  similarity: str = DEFAULT_SIMILARITY, **metric_kwargs) -> GalleryResult:
     """Score one gallery from embeddings with the RoCOCO Recall metric, which ranks the scores block by block.
 
     Args:
@@ -79,7 +117,7 @@ def score_gallery(layout, queries: np.ndarray, originals: np.ndarray, adversaria
         >>> layout = gallery_layout("mix_seed1", "text_to_image", [1, 1])
         >>> eye = np.eye(2, dtype=np.float32)
         >>> result = score_gallery(layout, eye, eye, 0.5 * eye[::-1], k=1)
-        >>> result["recall@1"], result["false_rate"]
+        >>> result.metrics["recall@1"], result.metrics["false_rate"]
         (100.0, 0.0)
     """
     from rococo_recall import rococo_recall  # the metric (with numpy only): loaded where a gallery is scored
@@ -87,13 +125,13 @@ def score_gallery(layout, queries: np.ndarray, originals: np.ndarray, adversaria
     pool = [originals] if adversarial is None else [originals, adversarial]
     gallery = gallery_vectors(pool, layout.gallery_rows)
     if similarity == DEFAULT_SIMILARITY:
-        return rococo_recall(query_embeddings=queries, gallery_embeddings=gallery, **layout.metric_inputs(),
-                             **metric_kwargs)
+        return GalleryResult.of(rococo_recall(query_embeddings=queries, gallery_embeddings=gallery,
+                                              **layout.metric_inputs(), **metric_kwargs), layout)
     return block_metric(_similarity_blocks(similarity, layout, queries, gallery), layout, **metric_kwargs)
 
 
 def score_embedding_gallery(source, attack: str, direction: str, vectors, similarity: str = DEFAULT_SIMILARITY,
-                            **metric_kwargs) -> dict:
+                            **metric_kwargs) -> GalleryResult:
     """One gallery of a dual encoder scored from its item sets' vectors (``vectors["images"]``,
     ``vectors["captions"]`` and, for an attack, ``vectors[attack]``) by its ``similarity``, at the cut-offs the
     gallery allows, with the per-query arrays: what ``run`` and an embeddings file
@@ -106,7 +144,7 @@ def score_embedding_gallery(source, attack: str, direction: str, vectors, simila
 
 
 def score_model(model, source, attacks: Sequence[str], cache: EmbeddingCache, reranker=None,
-                save_scores=None, processes=ONE, compact_scores: bool = False) -> dict[str, dict]:
+                save_scores=None, processes=ONE, compact_scores: bool = False) -> dict[str, GalleryResult]:
     """Embed what ``attacks`` need (through ``cache``), then score both clean galleries and each attack.
 
     Args:
@@ -124,12 +162,13 @@ def score_model(model, source, attacks: Sequence[str], cache: EmbeddingCache, re
             rank 0 scores the galleries. ``cache`` must be a folder they all see.
 
     Returns:
-        ``{"<attack>/<direction>": metric outputs}`` for every gallery of :func:`galleries`, official order, with
-        the per-query arrays (``per_query=True``) that the report's failure analysis reads; on the processes
-        other than rank 0, ``{}``. A two-stage model's galleries are ranked from their re-ranked candidates
+        ``{"<attack>/<direction>": GalleryResult}`` for every gallery of :func:`galleries`, official order, with
+        the per-query arrays that the report's failure analysis reads; on the processes other than rank 0,
+        ``{}``. A two-stage model's galleries are ranked from their re-ranked candidates
         (``rococo_recall(top_columns=...)``), so a number that the order of the -100 block decides has its
         ``<name>_bounds``.
     """
+    check_saving(model if reranker is None else None, save_scores=save_scores, compact_scores=compact_scores)
     item_sets = {"images": original_images(source), "captions": ground_truth_captions(source)}
     item_sets.update({attack: adversarial_captions(source, attack) if attack in TEXT_ATTACKS
                       else altered_images(source, attack, cache.workers) for attack in attacks})
@@ -141,9 +180,6 @@ def score_model(model, source, attacks: Sequence[str], cache: EmbeddingCache, re
                             progress=cache.progress, processes=processes)
     if reranker is not None and reranker.processes != processes:
         raise ValueError(f"the reranker's processes ({reranker.processes}) are not score_model's ({processes})")
-    if compact_scores and reranker is None:
-        raise ValueError(f"`compact_scores`: {getattr(model, 'name', model)!r} is a dual encoder, every score of "
-                         "its galleries its own; save its full matrices or its embeddings instead")
     results = {}
     if not processes.is_main and reranker is None:
         return results  # a dual encoder's work ends with its embeddings
@@ -179,13 +215,14 @@ def score_model(model, source, attacks: Sequence[str], cache: EmbeddingCache, re
                                 vectors[name]) for name in [query_key] + pool_keys}
             results[key] = _score_reranked(reranker, layout, sides[query_key], [sides[name] for name in pool_keys],
                                            k, save_scores, compact_scores, attack, direction)
-        logger.info("%s: R@1 %.2f", key, results[key]["recall@1"])
+        logger.info("%s: R@1 %.2f", key, results[key].metrics["recall@1"])
     if reranker is not None:
         reranker.finish()
     return results
 
 
-def _score_reranked(reranker, layout, queries, pool, k, save_scores, compact_scores, attack, direction) -> dict:
+def _score_reranked(reranker, layout, queries, pool, k, save_scores, compact_scores, attack,
+                    direction) -> GalleryResult:
     """One gallery of a two-stage model: its re-ranked candidates (saved, compact or whole, when asked), ranked by
     the metric as the full matrix, with the bounds of what the -100 block's order decides."""
     from rococo_recall import rococo_recall  # the metric (with numpy only): loaded where a gallery is scored
@@ -204,17 +241,18 @@ def _score_reranked(reranker, layout, queries, pool, k, save_scores, compact_sco
                 for start, rows in full_blocks(columns, top_scores, layout.num_gallery):
                     writer.write(start, rows)
         logger.info("%s/%s: scores saved to %s", attack, direction, path)
-    return rococo_recall(top_columns=columns, top_scores=top_scores, fill=FILL, num_gallery=layout.num_gallery,
-                         **layout.metric_inputs(), k=k, per_query=True)
+    return GalleryResult.of(rococo_recall(top_columns=columns, top_scores=top_scores, fill=FILL,
+                                          num_gallery=layout.num_gallery, **layout.metric_inputs(), k=k,
+                                          per_query=True), layout)
 
 
-def block_metric(blocks, layout, writer=None, ties: str = "pessimistic", **metric_kwargs) -> dict:
+def block_metric(blocks, layout, writer=None, ties: str = "pessimistic", **metric_kwargs) -> GalleryResult:
     """The RoCOCO Recall of a gallery given as ``(first row, rows)`` blocks; each block also goes to ``writer``.
 
     Example:
         >>> from rococo_eval.layout import gallery_layout
         >>> layout = gallery_layout("clean", "text_to_image", [1, 1])
-        >>> block_metric([(0, np.eye(2, dtype=np.float32))], layout, k=1)["recall@1"]
+        >>> block_metric([(0, np.eye(2, dtype=np.float32))], layout, k=1).metrics["recall@1"]
         100.0
     """
     from rococo_recall import RankAccumulator  # the metric (with numpy only): loaded where a gallery is scored
@@ -225,7 +263,7 @@ def block_metric(blocks, layout, writer=None, ties: str = "pessimistic", **metri
         accumulator.update(rows, references[start:start + len(rows)])
         if writer is not None:
             writer.write(start, rows)
-    return accumulator.compute(**metric_kwargs)
+    return GalleryResult.of(accumulator.compute(**metric_kwargs), layout)
 
 
 def _embedding_blocks(layout, queries: np.ndarray, pool: Sequence[np.ndarray],

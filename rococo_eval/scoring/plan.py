@@ -26,7 +26,7 @@ Example:
     >>> [planned] = plan_score_files([ScoreRequest(folder / "clean_text_to_image.npy")], [2, 1])
     >>> planned.key, planned.layout.num_gallery, planned.cutoffs
     ('clean/text_to_image', 2, (1,))
-    >>> score_planned([planned])["clean/text_to_image"]["recall@1"]
+    >>> score_planned([planned])["clean/text_to_image"].metrics["recall@1"]
     100.0
 """
 
@@ -38,13 +38,17 @@ import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
-from rococo_eval.catalog import ATTACKS, IMAGE_ATTACKS, TEXT_ATTACKS, gallery_key
+from rococo_eval.catalog import ATTACKS, gallery_key
 from rococo_eval.detection import CUSTOM, LayoutChoice, choose_layout
 from rococo_eval.io import scorefiles
 from rococo_eval.layout import ADVERSARIAL_PER_IMAGE, GalleryLayout, gallery_layout, recall_cutoffs
+from rococo_eval.results import GalleryResult
 from rococo_recall import TIE_POLICIES
+
+if TYPE_CHECKING:
+    from rococo_eval.data.source import Source
 
 logger = logging.getLogger(__name__)
 
@@ -89,6 +93,15 @@ class ScoringOptions:
     def is_default(self) -> bool:
         """Whether these are the metric's defaults (pessimistic ties, no bootstrap)."""
         return self.ties == TIE_POLICIES[0] and self.bootstrap == 0
+
+    def report_entries(self) -> dict:
+        """What a report's ``meta`` records of these options: ``settings``, when they are not the defaults.
+
+        Example:
+            >>> ScoringOptions().report_entries(), ScoringOptions(bootstrap=10).report_entries()
+            ({}, {'settings': {'ties': 'pessimistic', 'bootstrap': 10}})
+        """
+        return {} if self.is_default else {"settings": {"ties": self.ties, "bootstrap": self.bootstrap}}
 
 
 @dataclass(frozen=True)
@@ -144,30 +157,31 @@ def _give_the_order(choice: LayoutChoice, request: ScoreRequest) -> str:
     return "give its order: official or dataset"
 
 
-def attacks_of(source) -> tuple[str, ...]:
-    """The attacks a score file may name: a generated benchmark's own (its image attacks may have other seeds than
-    RoCOCO's), else RoCOCO's.
+def attacks_of(source: Source | None) -> tuple[str, ...]:
+    """The attacks a score file may name: the source's own (a generated benchmark's image attacks may have other
+    seeds than RoCOCO's); without a source (no annotations at hand), RoCOCO's.
 
     Example:
         >>> attacks_of(None) == ATTACKS
         True
     """
-    return (tuple(getattr(source, "text_attacks", TEXT_ATTACKS))
-            + tuple(getattr(source, "image_attacks", IMAGE_ATTACKS)))
+    if source is None:
+        return ATTACKS
+    return tuple(source.text_attacks) + tuple(source.image_attacks)
 
 
-def adversarial_per_image_of(source) -> int:
-    """The adversarial captions per image of the galleries a source's text attacks make: a generated benchmark's
-    own (``RococoSource(benchmark=...)``), else RoCOCO's 5.
+def adversarial_per_image_of(source: Source | None) -> int:
+    """The adversarial captions per image of the galleries a source's text attacks make
+    (:attr:`~rococo_eval.data.source.Source.adversarial_per_image`); RoCOCO's 5 without a source, or for a source
+    without text attacks (then no gallery has adversarial captions).
 
     Example:
         >>> adversarial_per_image_of(None)
         5
     """
-    benchmark = getattr(source, "benchmark", None)
-    if benchmark is None or benchmark.adversarial_per_image is None:
+    if source is None or not source.text_attacks:
         return ADVERSARIAL_PER_IMAGE
-    return benchmark.adversarial_per_image
+    return source.adversarial_per_image
 
 
 def plan_score_files(requests: Sequence[ScoreRequest], captions_per_image, *,
@@ -236,8 +250,9 @@ def plan_each(requests: Sequence[ScoreRequest], captions_per_image, *,
     return kept, problems
 
 
-def score_planned(plans: Sequence[PlannedFile], options: ScoringOptions = ScoringOptions()) -> dict[str, dict]:
-    """Score each planned file with the metric: ``{key: outputs}``, per-query arrays included.
+def score_planned(plans: Sequence[PlannedFile],
+                  options: ScoringOptions = ScoringOptions()) -> dict[str, GalleryResult]:
+    """Score each planned file with the metric: ``{key: GalleryResult}``, per-query arrays included.
 
     A file whose scores the metric refuses (a NaN, references out of range) is named in one :class:`PlanError`
     with every other such file.
@@ -248,7 +263,8 @@ def score_planned(plans: Sequence[PlannedFile], options: ScoringOptions = Scorin
     return results
 
 
-def score_each(plans: Sequence[PlannedFile], options: ScoringOptions = ScoringOptions()) -> tuple[dict, list[str]]:
+def score_each(plans: Sequence[PlannedFile],
+               options: ScoringOptions = ScoringOptions()) -> tuple[dict[str, GalleryResult], list[str]]:
     """:func:`score_planned` without refusing: the results of the files the metric scores, and one line per file it
     refuses. No score matrix outlives its file's turn: a refused file's memory map is closed before the next."""
     from rococo_recall import rococo_recall  # the metric (with numpy only): loaded where a gallery is scored
@@ -260,8 +276,9 @@ def score_each(plans: Sequence[PlannedFile], options: ScoringOptions = ScoringOp
         try:
             scores = scorefiles.read_scores(planned.request.path, planned.info.key)
             given = scores.metric_arguments() if planned.info.is_compact else {"predictions": scores}
-            results[planned.key] = rococo_recall(**given, **planned.inputs, k=planned.cutoffs, ties=options.ties,
-                                                 bootstrap=options.bootstrap, per_query=True)
+            outputs = rococo_recall(**given, **planned.inputs, k=planned.cutoffs, ties=options.ties,
+                                    bootstrap=options.bootstrap, per_query=True)
+            results[planned.key] = GalleryResult.of(outputs, planned.layout)
         except ValueError as error:
             problems.append(_with_name(planned.request.name, error))
             continue
@@ -283,9 +300,7 @@ def report_meta(plans: Sequence[PlannedFile], options: ScoringOptions = ScoringO
                                     "note": planned.choice.note,
                                     **({"candidates": planned.info.candidates} if planned.info.is_compact else {})}
                       for planned in plans}}
-    if not options.is_default:
-        meta["settings"] = {"ties": options.ties, "bootstrap": options.bootstrap}
-    return meta
+    return {**meta, **options.report_entries()}
 
 
 def detect_file_layout(request: ScoreRequest, captions_per_image, *, adversarial_per_image: int = ADVERSARIAL_PER_IMAGE,

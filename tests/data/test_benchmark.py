@@ -19,7 +19,7 @@ from rococo_eval.attacks.replacements import tokens
 from rococo_eval.cli import main
 from rococo_eval.data.dataset import load_queries_and_gallery, metric_inputs_for
 from rococo_eval.data.manifest import ANNOTATIONS, MANIFEST
-from rococo_eval.data.source import ImageFolderError, RococoSource
+from rococo_eval.data.source import BenchmarkSource, ImageFolderError
 
 
 def load(folder, config, split, tmp_path):
@@ -127,7 +127,7 @@ def test_a_hugging_face_dataset_input_copies_its_images(image_set, tmp_path):
     assert manifest["images_dir"] == "benchmark/images"
     originals = load(out, "images", "test", tmp_path).cast_column("image", datasets.Image(decode=False))
     assert originals[5]["image"]["bytes"] == (image_set / "images" / "005.png").read_bytes()
-    source = RococoSource(benchmark=out)
+    source = BenchmarkSource(out)
     assert source.original_image(5).size == (56, 45)
     with pytest.raises(ValueError, match="`caption_column` 'text' is not a column"):
         read_image_text_set(image_set / "hf", image_column="picture", caption_column="text")

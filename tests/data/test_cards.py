@@ -19,7 +19,7 @@ from rococo_eval.data.annotations import ANNOTATION_FILES
 from rococo_eval.data.benchmark import _card, _Plan, make_benchmark
 from rococo_eval.data.export import DATASET_CITATION, _dataset_card, fill_template
 from rococo_eval.data.manifest import MANIFEST, read_benchmark
-from rococo_eval.data.source import RococoSource
+from rococo_eval.data.source import BenchmarkSource, RococoSource
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TEMPLATES = ["dataset_card.md", "benchmark_card.md", "coco_citation.bib"]
@@ -72,7 +72,7 @@ def test_the_benchmark_card_fills_its_template(mix_benchmark):
 
 
 def test_the_benchmark_card_lists_the_first_dropped_images(mix_benchmark):
-    source = RococoSource(benchmark=mix_benchmark)
+    source = BenchmarkSource(mix_benchmark)
     splits = {"mix_seed3": {"original": ["data/o.parquet"], "adversarial": ["data/a.parquet"]}}
     drops = [{"image": f"img/{i}.jpg", "reason": "no caption"} for i in range(23)]
     plan = _Plan((), (), 4, {}, {"images": 2, "images_in": 25, "captions_in": 120, "empty_captions": 3,

@@ -5,6 +5,7 @@ what is missing or misplaced.
 Images come from the generated COCO-like folder of ``conftest.py`` (5,000 tiny JPEGs named as the test split).
 """
 
+import inspect
 import io
 import json
 import shutil
@@ -18,8 +19,8 @@ from rococo_eval.catalog import TEXT_ATTACKS
 from rococo_eval.data.annotations import AnnotationError
 from rococo_eval.data.dataset import metric_inputs_for
 from rococo_eval.data.export import table_rows
-from rococo_eval.data.manifest import ANNOTATIONS, MANIFEST, BenchmarkError
-from rococo_eval.data.source import ImageFolderError, RococoSource
+from rococo_eval.data.manifest import ANNOTATIONS, MANIFEST, BenchmarkError, read_benchmark
+from rococo_eval.data.source import BenchmarkSource, ImageFolderError, RococoSource, Source, open_source
 from rococo_dataset import RococoDataset
 
 
@@ -184,8 +185,8 @@ def test_image_folder_laid_out_differently(annotations_dir, coco_root, where, hi
     assert hint.format(root=coco_root) in str(caught.value)
 
 
-def test_rococo_source_reads_the_folder_and_checks_it(benchmark, tmp_path):
-    source = RococoSource(benchmark=benchmark)
+def test_benchmark_source_reads_the_folder_and_checks_it(benchmark, tmp_path):
+    source = BenchmarkSource(benchmark)
     assert source.text_attacks == ("same_concept", "diff_concept", "rand_voca", "danger")
     assert source.image_attacks == ("mix_seed1", "mix_seed7", "patch_seed1", "patch_seed7")
     assert source.gallery("danger", order="official").num_gallery == 59 + 48
@@ -198,9 +199,7 @@ def test_rococo_source_reads_the_folder_and_checks_it(benchmark, tmp_path):
     path = copy / ANNOTATIONS.format(name="danger")
     path.write_text(path.read_text().replace("criminal", "thief"))
     with pytest.raises(BenchmarkError, match="changed since its manifest was written"):
-        RococoSource(benchmark=copy).adversarial_captions("danger")
-    with pytest.raises(ValueError, match="not both"):
-        RococoSource(annotations_dir=tmp_path, benchmark=benchmark)
+        BenchmarkSource(copy).adversarial_captions("danger")
 
 
 def test_a_benchmark_without_its_images_still_gives_its_galleries(benchmark, tmp_path):
@@ -209,8 +208,10 @@ def test_a_benchmark_without_its_images_still_gives_its_galleries(benchmark, tmp
     manifest = json.loads((copy / MANIFEST).read_text())
     manifest["images_dir"] = str(tmp_path / "images-elsewhere")  # recorded on another machine
     (copy / MANIFEST).write_text(json.dumps(manifest))
-    source = RococoSource(benchmark=copy)
+    source = BenchmarkSource(copy)
     assert source.images_dir is None
+    with pytest.raises(ValueError, match=r"this BenchmarkSource has no `images_dir`: pass the folder its image paths"):
+        source.original_image(0)
     inputs = metric_inputs_for("mix_seed7", "text_to_image", benchmark=copy)
     expected = source.gallery("mix_seed7", "text_to_image").metric_inputs()
     assert inputs.keys() == expected.keys()
@@ -221,4 +222,43 @@ def test_a_benchmark_without_its_images_still_gives_its_galleries(benchmark, tmp
 def test_a_benchmark_whose_images_moved_says_where_to_point(benchmark, tmp_path):
     with pytest.raises(ImageFolderError, match=f"lacks 12 of the 12 images of the benchmark '{benchmark}', for "
                                                "example 'images/000.png': pass the folder"):
-        RococoSource(benchmark=benchmark, images_dir=tmp_path)
+        BenchmarkSource(benchmark, images_dir=tmp_path)
+
+
+def _protocol_members() -> set[str]:
+    return set(Source.__annotations__) | {name for name in vars(Source) if not name.startswith("_")}
+
+
+@pytest.mark.parametrize("kind", ["rococo", "benchmark"])
+def test_both_sources_have_every_member_of_the_protocol(annotations_dir, benchmark, kind):
+    """Looked up without calling a property (``isinstance`` on a Protocol would read them on Python 3.11)."""
+    source = RococoSource(annotations_dir) if kind == "rococo" else BenchmarkSource(benchmark)
+    absent = object()
+    missing = [name for name in sorted(_protocol_members()) if inspect.getattr_static(source, name, absent) is absent]
+    assert {"text_attacks", "is_rococo", "card_dataset", "gallery", "adversarial_per_image"} <= _protocol_members()
+    assert missing == []
+    typed: Source = source  # what the front ends hold
+    assert typed.num_images == len(typed.image_files) == len(typed.captions_per_image)
+
+
+def test_each_source_states_its_own_facts(annotations_dir, benchmark):
+    rococo, generated = RococoSource(annotations_dir), BenchmarkSource(benchmark)
+    assert (rococo.is_rococo, rococo.has_evidence, rococo.card_dataset) == (True, False, ("rococo", "RoCOCO"))
+    assert (rococo.text_attacks, rococo.caption_evidence("danger")) == (TEXT_ATTACKS, None)
+    assert (generated.is_rococo, generated.has_evidence) == (False, True)
+    assert generated.card_dataset == ("rococo-generated", "RoCOCO-style benchmark: bench")
+    manifest = read_benchmark(benchmark)
+    assert generated.benchmark == manifest and generated.adversarial_per_image == manifest.adversarial_per_image
+    evidence, sources = generated.caption_evidence("danger"), generated.adversarial_sources("danger")
+    assert len(evidence) == len(generated.adversarial_captions("danger")) == len(sources)
+    assert {"word", "position", "influence"} <= set(evidence[0][0])
+    assert generated.images_dir == manifest.images_dir  # the image folder the manifest records
+
+
+def test_open_source_opens_the_kind_its_options_name(annotations_dir, benchmark, tmp_path):
+    rococo = open_source(annotations_dir)
+    assert type(rococo) is RococoSource and rococo.images_dir is None
+    generated = open_source(benchmark=benchmark, images_dir=read_benchmark(benchmark).images_dir)
+    assert type(generated) is BenchmarkSource and generated.text_attacks == BenchmarkSource(benchmark).text_attacks
+    with pytest.raises(ValueError, match=r"pass `annotations_dir` \(RoCOCO's files\) or `benchmark` .*not both"):
+        open_source(annotations_dir=tmp_path, benchmark=benchmark)

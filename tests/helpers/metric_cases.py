@@ -113,8 +113,15 @@ BAD_INPUTS = [
 ]
 
 
+def outputs(result):
+    """The metric's outputs in one dict: a ``GalleryResult``'s numbers and per-query arrays, or a metric's dict."""
+    return {**result.metrics, **result.per_query} if hasattr(result, "metrics") else result
+
+
 def assert_same_results(results, expected):
+    """Each gallery's outputs (GalleryResults or the metric's dicts) are equal, name by name."""
     assert set(results) == set(expected)
     for key, output in expected.items():
-        for name, value in output.items():
-            np.testing.assert_array_equal(results[key][name], value, err_msg=f"{key} {name}")
+        assert set(outputs(results[key])) == set(outputs(output)), key
+        for name, value in outputs(output).items():
+            np.testing.assert_array_equal(outputs(results[key])[name], value, err_msg=f"{key} {name}")

@@ -3,7 +3,7 @@
 **The set** (:func:`make_official_set`): the ground-truth and ``rand_voca`` captions of ten real test images (0-8
 and 83, which has six captions), from the real annotation files; the images are generated JPEGs of COCO-like sizes
 (one grayscale), and their altered copies are the ``mix`` attack of the project's own table, written once as files.
-The project reads it as a generated benchmark folder (``RococoSource(benchmark=...)``); the official code reads
+The project reads it as a generated benchmark folder (``BenchmarkSource(folder)``); the official code reads
 ``annotations/`` (its dataset's file names) and ``images/`` (with the altered copies under ``mix_seed1/``).
 
 **The reference environment** (``.venv-reference``, which ``make reference-env`` builds and ``make test`` requires:
@@ -27,7 +27,7 @@ from rococo_eval.attacks.images import make_mix_table
 from rococo_eval.catalog import CLEAN
 from rococo_eval.data.annotations import read_annotation_file
 from rococo_eval.data.manifest import ADVERSARIAL_ROWS, ANNOTATIONS, write_manifest, write_mix_tables
-from rococo_eval.data.source import RococoSource
+from rococo_eval.data.source import BenchmarkSource
 from rococo_eval.io.atomic import write_json
 from helpers import REPO_ROOT
 
@@ -55,7 +55,7 @@ class OfficialSet:
     benchmark: Path
     images_dir: Path
     ann_root: Path
-    source: RococoSource
+    source: BenchmarkSource
 
     def itm_eval_task(self, image_size: int = 384) -> dict:
         """What ``blip_official_run.py itm-eval`` needs to build the official datasets of this set."""
@@ -98,7 +98,7 @@ def make_official_set(root: Path, annotations_dir) -> OfficialSet:
     write_mix_tables(benchmark, {IMAGE_ATTACK: make_mix_table("mix", 1, len(clean))})
     write_manifest(benchmark, text_attacks=[ATTACK], image_attacks=[IMAGE_ATTACK], adversarial_per_image=5,
                    images_dir=images_dir, details={"made by": __name__})
-    source = RococoSource(benchmark=benchmark)
+    source = BenchmarkSource(benchmark)
     (images_dir / IMAGE_ATTACK).mkdir()
     for index in range(source.num_images):  # the altered copies, as files for the official datasets
         altered = source.altered_image_bytes(index, IMAGE_ATTACK)

@@ -7,7 +7,8 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from rococo_eval.catalog import IMAGE_ATTACKS
+from rococo_eval.catalog import IMAGE_ATTACKS, TEXT_ATTACKS
+from rococo_eval.data.source import ROCOCO_CARD_DATASET
 from rococo_eval.layout import gallery_layout
 
 CAPTIONS = [5] * 13 + [6] + [5] * 15 + [6]  # 30 images, 152 captions
@@ -15,10 +16,13 @@ DECIDING_CAPTIONS = [5] * 40 + [6] + [5] * 39  # 80 images: enough queries for t
 
 
 class TinySource:
-    """A RoCOCO-like source of 30 images: the caption "A dog ..." whose "dog" each text attack replaces."""
+    """A RoCOCO-like source of 30 images: the caption "A dog ..." whose "dog" each text attack replaces. It stands
+    for RoCOCO (its galleries go on the leaderboard)."""
 
     WORDS = {"same_concept": "cat", "diff_concept": "car", "rand_voca": "war", "danger": "weapon"}
+    text_attacks, image_attacks = TEXT_ATTACKS, IMAGE_ATTACKS
     adversarial_per_image = 5
+    is_rococo, card_dataset = True, ROCOCO_CARD_DATASET
 
     def __init__(self, captions_per_image, images=True):
         self.captions_per_image = list(captions_per_image)

@@ -292,7 +292,7 @@ def test_the_command_names_the_bad_checkpoint(case, tmp_path, capsys):
     status = main(["run", "--model", f"blip:{missing}", "--benchmark", str(case["benchmark"]), "--out",
                    str(tmp_path / "report"), "--cache-dir", str(tmp_path / "cache"), "--quiet"])
     assert status == 1
-    assert f"rococo-eval: error: `model` 'blip:{missing}': no such file" in capsys.readouterr().err
+    assert f"rococo-eval: error: --model 'blip:{missing}': no such file" in capsys.readouterr().err
 
 
 def test_settings_beside_the_checkpoint_are_checked(case, tmp_path):

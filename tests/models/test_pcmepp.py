@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from rococo_eval.cli import main
-from rococo_eval.data.source import RococoSource
+from rococo_eval.data.source import BenchmarkSource
 from rococo_eval.models.adapters import ModelError, load_model
 from rococo_eval.models.pcmepp import read_config
 from rococo_eval.models.similarity import score_vectors
@@ -46,7 +46,7 @@ def test_run_writes_a_full_report_scored_by_csd(pcmepp_name, ran, benchmark):
     """Every gallery, the failure analysis, ``similarity: csd``; the clean image-to-text matrix is the CSD of the
     model's own means and log sigmas."""
     report = _report(ran / "report")
-    source = RococoSource(benchmark=benchmark)
+    source = BenchmarkSource(benchmark)
     assert len(report["results"]) == 2 + len(source.text_attacks) + len(source.image_attacks)
     assert report["meta"]["similarity"] == "csd" and (ran / "report" / "per_query.parquet").is_file()
     model = load_model(pcmepp_name, device="cpu")
@@ -69,7 +69,7 @@ def test_the_embeddings_file_scores_as_run_through_score_and_the_space(ran, benc
     from safetensors import safe_open
 
     from helpers.space_app import serve
-    from rococo_eval.space import source_and_problem
+    from rococo_eval.space.logic import source_and_problem
 
     with safe_open(str(ran / "model.safetensors"), "np") as handle:
         assert handle.metadata()["similarity"] == "csd" and handle.metadata()["normalized"] == "false"

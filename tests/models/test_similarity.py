@@ -8,7 +8,7 @@ import pytest
 
 from rococo_recall import rococo_recall
 from rococo_eval import evaluate_model
-from rococo_eval.data.source import RococoSource
+from rococo_eval.data.source import BenchmarkSource
 from rococo_eval.models.custom import as_image_text_model
 from rococo_eval.models.similarity import SIMILARITIES, normalised, score_blocks, score_vectors, similarity_of
 from rococo_eval.scoring.embeddingsfile import (
@@ -132,7 +132,7 @@ def test_a_cosine_model_keeps_its_rows_and_its_fingerprint():
 def test_evaluate_model_scores_as_the_model_says(similarity, benchmark, tmp_path):
     """Every gallery of a ``dot`` or ``csd`` model equals the metric of the score matrix computed by hand from the
     model's own outputs; the report and the embeddings file say how it was scored, and the file scores the same."""
-    source = RococoSource(benchmark=benchmark)
+    source = BenchmarkSource(benchmark)
     model = Colours(similarity)
     report = evaluate_model(model, source, cache_dir=tmp_path / "cache", out=tmp_path / "report",
                             save_embeddings=tmp_path / "model.safetensors")
@@ -150,13 +150,13 @@ def test_evaluate_model_scores_as_the_model_says(similarity, benchmark, tmp_path
     vectors, metadata, attacks = read_embeddings_file(tmp_path / "model.safetensors", source)
     assert metadata["similarity"] == similarity and metadata["normalized"] == "false"
     rescored = score_embeddings(vectors, source, attacks, metadata["similarity"])
-    assert {key: value["recall@1"] for key, value in rescored.items()} == \
+    assert {key: value.metrics["recall@1"] for key, value in rescored.items()} == \
         {key: value["recall@1"] for key, value in report["results"].items()}
 
 
 def test_embeddings_from_rows_take_pairs_for_csd(benchmark, tmp_path):
     """write_embeddings_from_rows makes csd rows from (means, log_sigmas) pairs, as run makes them from a model."""
-    source = RococoSource(benchmark=benchmark)
+    source = BenchmarkSource(benchmark)
     model = Colours("csd")
     images = [source.original_image(index) for index in range(source.num_images)]
     rows = {("images", "test"): model.encode_images(images),
@@ -173,7 +173,7 @@ def test_embeddings_from_rows_take_pairs_for_csd(benchmark, tmp_path):
 
 
 def test_a_file_with_an_unknown_similarity_is_refused(benchmark, tmp_path):
-    source = RococoSource(benchmark=benchmark)
+    source = BenchmarkSource(benchmark)
     rows = {("images", "test"): np.ones((source.num_images, 3)),
             ("captions", "test"): np.ones((len(source.ground_truth_captions()), 3))}
     path = write_embeddings_from_rows(tmp_path / "model.safetensors", rows, source, "m")

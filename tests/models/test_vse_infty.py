@@ -13,7 +13,7 @@ import torch
 from PIL import Image
 
 from rococo_eval.cli import main
-from rococo_eval.data.source import RococoSource
+from rococo_eval.data.source import BenchmarkSource
 from rococo_eval.models.adapters import ModelError, load_model
 from rococo_eval.models.vse_infty import imageio_pixels
 from helpers.tiny_models import (
@@ -34,7 +34,7 @@ def states():
 
 @pytest.fixture(scope="module")
 def region_folder(tmp_path_factory, benchmark):
-    return write_region_features(tmp_path_factory.mktemp("regions"), RococoSource(benchmark=benchmark),
+    return write_region_features(tmp_path_factory.mktemp("regions"), BenchmarkSource(benchmark),
                                  np.random.default_rng(3))
 
 
@@ -48,7 +48,7 @@ def test_run_writes_a_full_report_for_each_variant(variant, benchmark, region_fo
                  str(tmp_path / "cache"), "--save-embeddings", str(tmp_path / "model.safetensors"), "--out",
                  str(tmp_path / "report"), "--quiet"]) == 0
     report = json.loads((tmp_path / "report" / "report.json").read_text())
-    source = RococoSource(benchmark=benchmark)
+    source = BenchmarkSource(benchmark)
     assert len(report["results"]) == 2 + len(source.text_attacks) + len(source.image_attacks)
     assert report["meta"]["similarity"] == "dot" and report["meta"]["model"] == name
     assert (tmp_path / "report" / "per_query.parquet").is_file() and (tmp_path / "report" / "report.md").is_file()
@@ -66,7 +66,7 @@ def test_the_region_variant_reads_the_features_of_each_image_set(benchmark, regi
     from rococo_eval.models.cache import EmbeddingCache
     from rococo_eval.scoring.galleries import altered_images, original_images
 
-    source = RococoSource(benchmark=benchmark)
+    source = BenchmarkSource(benchmark)
     folder = tmp_path / "shuffled"
     folder.mkdir()
     order = np.random.default_rng(0).permutation(source.num_images)
@@ -96,7 +96,7 @@ def test_region_features_of_the_wrong_size_or_ids_are_refused_by_set(damage, pro
     from rococo_eval.models.cache import EmbeddingCache
     from rococo_eval.scoring.galleries import original_images
 
-    source = RococoSource(benchmark=benchmark)
+    source = BenchmarkSource(benchmark)
     folder = tmp_path / "features"
     folder.mkdir()
     array, ids = np.load(region_folder / "original_ims.npy"), (region_folder / "original_ids.txt").read_text().split()
@@ -302,7 +302,7 @@ def test_the_command_names_a_missing_checkpoint(benchmark, tmp_path, capsys):
     missing = tmp_path / "model_best.pth"
     assert main(["run", "--model", f"vse:{missing}", "--benchmark", str(benchmark), "--out", str(tmp_path / "report"),
                  "--cache-dir", str(tmp_path / "cache"), "--quiet"]) == 1
-    assert f"rococo-eval: error: `model` 'vse:{missing}': no such file" in capsys.readouterr().err
+    assert f"rococo-eval: error: --model 'vse:{missing}': no such file" in capsys.readouterr().err
 
 
 def test_images_the_official_loader_cannot_read_are_refused():

@@ -16,7 +16,8 @@ from rococo_eval.reporting import analysis
 from rococo_eval.attacks.replacements import find_replacements
 from rococo_eval.reporting.report import write_report
 from rococo_eval.layout import caption_offsets, gallery_layout
-from rococo_eval.data.source import RococoSource
+from rococo_eval.data.source import ROCOCO_CARD_DATASET, RococoSource
+from rococo_eval.results import PER_QUERY_KEYS, GalleryResult
 from rococo_recall import rococo_recall
 
 
@@ -25,6 +26,7 @@ class HandSource:
 
     captions_per_image = [2, 2, 3, 2]
     adversarial_per_image = 2
+    card_dataset = ROCOCO_CARD_DATASET
     GROUND_TRUTH = ["a man on a bike", "a dog on a table",                        # image 0: rows 0, 1
                     "a man with a kite", "a boy with a kite",                     # image 1: rows 2, 3
                     "a woman at a table", "a cat on a sofa", "a cat on a couch",  # image 2: rows 4, 5, 6
@@ -159,7 +161,7 @@ def test_per_query_export_and_errors(tmp_path):
     layout, scores = hand_text_gallery()
     per_query = rococo_recall(scores, **layout.metric_inputs(), per_query=True)
     key = "rand_voca/image_to_text"
-    path = analysis.write_per_query_parquet({key: per_query}, {key: layout}, tmp_path / "per_query.parquet")
+    path = analysis.write_per_query_parquet({key: GalleryResult.of(per_query, layout)}, tmp_path / "per_query.parquet")
     table = pq.read_table(path).to_pydict()
     assert list(table) == list(analysis.PER_QUERY_COLUMNS)
     assert table["query"] == [0, 1, 2, 3] and table["gallery"] == [key] * 4
@@ -175,18 +177,18 @@ def test_per_query_export_and_errors(tmp_path):
         analysis.flipped_queries({"rank": [0], "clean_rank": [0]}, layout)
     with pytest.raises(ValueError, match=r"one entry per query of the layout \(4\)"):
         analysis.flipped_queries({name: value[:2] for name, value in per_query.items()
-                                  if name in analysis.PER_QUERY_KEYS}, layout)
+                                  if name in PER_QUERY_KEYS}, layout)
 
 
 def test_the_report_carries_the_analysis(tmp_path, capsys):
     text_layout, text_scores = hand_text_gallery()
     image_layout, image_scores = hand_image_galleries()
-    results = {"rand_voca/image_to_text": rococo_recall(text_scores, **text_layout.metric_inputs(), per_query=True)}
-    layouts = {"rand_voca/image_to_text": text_layout}
+    results = {"rand_voca/image_to_text": GalleryResult.of(
+        rococo_recall(text_scores, **text_layout.metric_inputs(), per_query=True), text_layout)}
     for attack, matrix in image_scores.items():
-        results[f"{attack}/text_to_image"] = rococo_recall(matrix, **image_layout.metric_inputs(), k=1, per_query=True)
-        layouts[f"{attack}/text_to_image"] = image_layout
-    paths = write_report(results, tmp_path, {"model": "hand"}, layouts=layouts, source=HandSource())
+        results[f"{attack}/text_to_image"] = GalleryResult.of(
+            rococo_recall(matrix, **image_layout.metric_inputs(), k=1, per_query=True), image_layout)
+    paths = write_report(results, tmp_path, {"model": "hand"}, source=HandSource())
     assert set(paths) == {"json", "markdown", "model_card", "chart", "per_query", "flipped", "words"}
     document = json.loads(paths["json"].read_text())
     assert "rank" not in document["results"]["rand_voca/image_to_text"]  # per-query arrays live in the Parquet file
@@ -336,12 +338,13 @@ def test_writing_the_per_query_file_does_not_import_pandas():
         import numpy as np
         from rococo_eval.reporting import analysis
         from rococo_eval.layout import gallery_layout
+        from rococo_eval.results import GalleryResult
         key = "clean/text_to_image"
         per_query = {"rank": np.array([0, 2]), "clean_rank": np.array([0, 2]), "top1_adversarial": np.zeros(2, bool),
                      "top_index": np.array([0, 1]), "top_score": np.array([0.9, 0.8]),
                      "best_correct_index": np.array([0, 0]), "best_correct_score": np.array([0.9, 0.5])}
-        analysis.write_per_query_parquet({key: per_query}, {key: gallery_layout("clean", "text_to_image", [1, 1])},
-                                         sys.argv[1])
+        layout = gallery_layout("clean", "text_to_image", [1, 1])
+        analysis.write_per_query_parquet({key: GalleryResult({}, per_query, layout)}, sys.argv[1])
         print("pandas" in sys.modules)
     """
     import tempfile

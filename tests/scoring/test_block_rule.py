@@ -45,5 +45,5 @@ def test_scores_from_embeddings_saved_and_reread_are_the_same_bits(tmp_path):
     made = np.concatenate([block for _, block in embedding_score_blocks(queries, images)])
     assert np.array_equal(np.load(path), made)  # same bits, not just close
     for name in ("top_score", "best_correct_score", "top_index", "rank"):
-        assert np.array_equal(from_embeddings[name], saved[name]), name
-        assert np.array_equal(from_embeddings[name], reread[name]), name
+        assert np.array_equal(from_embeddings.per_query[name], saved.per_query[name]), name
+        assert np.array_equal(from_embeddings.per_query[name], reread[name]), name

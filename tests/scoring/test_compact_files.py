@@ -62,7 +62,7 @@ def test_the_space_scores_the_compact_files_as_run_does(compact_run, benchmark, 
     from gradio_client import Client, handle_file
 
     from helpers.space_app import serve
-    from rococo_eval.space import source_and_problem
+    from rococo_eval.space.logic import source_and_problem
 
     source, _ = source_and_problem(benchmark=benchmark)
     demo = app.build_app(source=source, output_dir=tmp_path / "outputs")

@@ -9,7 +9,7 @@ import pytest
 from safetensors.numpy import load_file, save_file
 
 from rococo_eval.cli import main
-from rococo_eval.data.source import RococoSource
+from rococo_eval.data.source import BenchmarkSource
 from rococo_eval.scoring.embeddingsfile import read_embeddings_file, write_embeddings_file
 
 
@@ -76,7 +76,7 @@ def test_unnormalised_rows_are_normalised_with_a_warning(saved, benchmark, tmp_p
 
     path = partial(saved, tmp_path, {"images/original", "captions/ground_truth"}, double)
     caplog.set_level(logging.WARNING, logger="rococo_eval")  # the command sets its level (-q: errors only)
-    source = RococoSource(benchmark=benchmark)
+    source = BenchmarkSource(benchmark)
     vectors, _, attacks = read_embeddings_file(path, source)
     assert attacks == () and "rows not of unit length" in caplog.text
     assert np.allclose(np.linalg.norm(vectors["captions/ground_truth"], axis=1), 1)
@@ -125,7 +125,7 @@ def test_the_space_scores_the_file_as_run_does(saved, benchmark, tmp_path):
     from gradio_client import Client, handle_file
 
     from helpers.space_app import serve
-    from rococo_eval.space import source_and_problem
+    from rococo_eval.space.logic import source_and_problem
 
     source, _ = source_and_problem(benchmark=benchmark)
     demo = app.build_app(source=source, output_dir=tmp_path / "outputs")
@@ -141,7 +141,7 @@ def test_the_space_scores_the_file_as_run_does(saved, benchmark, tmp_path):
 
 
 def test_a_space_without_images_refuses_the_file(saved):
-    from rococo_eval.space import evaluate_files
+    from rococo_eval.space.logic import evaluate_files
 
     with pytest.raises(ValueError, match="this Space has no images, so it cannot check an embeddings file"):
         evaluate_files([saved / "model.safetensors"], source=None)
@@ -229,7 +229,8 @@ def test_a_file_from_the_load_dataset_rows_scores_as_run(export_folder, source, 
     attacks = ["rand_voca", "patch_seed10"]
     model = RowsModel(source, attacks)
     ran = score_model(as_image_text_model(model), source, attacks, EmbeddingCache(tmp_path / "cache"))
-    assert ran["rand_voca/image_to_text"]["recall@1"] > 10 and ran["rand_voca/image_to_text"]["false_rate"] > 10
+    assert ran["rand_voca/image_to_text"].metrics["recall@1"] > 10
+    assert ran["rand_voca/image_to_text"].metrics["false_rate"] > 10
 
     splits = [("images", "test"), ("captions", "test"), ("rand_voca", "adversarial"), ("patch_seed10", "adversarial")]
     rows = {}
@@ -247,8 +248,8 @@ def test_a_file_from_the_load_dataset_rows_scores_as_run(export_folder, source, 
     shuffled[("captions", "test")] = rows[("captions", "test")][::-1]  # another order: other results
     vectors, _, _ = read_embeddings_file(write_embeddings_from_rows(tmp_path / "bad.safetensors", shuffled, source,
                                                                     model.name), source)
-    assert score_embeddings(vectors, source, covered, metadata["similarity"])["clean/image_to_text"]["recall@1"] < \
-        ran["clean/image_to_text"]["recall@1"]
+    rescored = score_embeddings(vectors, source, covered, metadata["similarity"])
+    assert rescored["clean/image_to_text"].metrics["recall@1"] < ran["clean/image_to_text"].metrics["recall@1"]
 
 
 @pytest.mark.parametrize("change, problem", [

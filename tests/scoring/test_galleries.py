@@ -36,8 +36,8 @@ def test_the_gallery_is_the_concatenated_pool_in_the_layouts_order(attack, embed
     assert gallery.dtype == np.float32 and np.array_equal(gallery, np.concatenate(pool)[layout.gallery_rows])
     result = score_gallery(layout, images, *pool, per_query=True)
     expected = rococo_recall(images @ gallery.T, **layout.metric_inputs(), per_query=True)
-    assert result.keys() == expected.keys()
-    assert all(np.array_equal(result[name], expected[name]) for name in result)
+    assert [*result.metrics, *result.per_query] == list(expected) and result.layout is layout
+    assert all(np.array_equal(value, expected[name]) for name, value in {**result.metrics, **result.per_query}.items())
 
 
 def test_rows_outside_the_pool_are_refused(embeddings):
@@ -79,7 +79,7 @@ def test_dual_encoders_save_their_scores_too(hf_name, tiny_source, tmp_path):
     saved = score_model(model, tiny_source, ["rand_voca"], cache, save_scores=tmp_path / "scores")
     for key, output in usual.items():
         for name in ("recall@1", "recall@5", "recall@10", "false_rate", "clean_recall@1"):
-            assert saved[key][name] == pytest.approx(output[name]), (key, name)
+            assert saved[key].metrics[name] == pytest.approx(output.metrics[name]), (key, name)
     images = cache.embeddings(model, original_images(tiny_source))
     captions = np.concatenate([cache.embeddings(model, ground_truth_captions(tiny_source)),
                                cache.embeddings(model, adversarial_captions(tiny_source, "rand_voca"))])

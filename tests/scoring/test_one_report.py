@@ -15,10 +15,10 @@ from PIL import Image
 
 from rococo_eval.cli import main
 from rococo_eval.data.benchmark import make_benchmark
-from rococo_eval.data.source import RococoSource
+from rococo_eval.data.source import BenchmarkSource
 from rococo_eval.io.savedscores import score_file_name
 from rococo_eval.scoring.plan import PlanError, ScoreRequest, adversarial_per_image_of, attacks_of, plan_score_files
-from rococo_eval.space import evaluate_files, write_outputs
+from rococo_eval.space.logic import evaluate_files, write_outputs
 
 NOUNS = ("dog", "cat", "horse", "bird", "car", "boat", "train", "cow")
 
@@ -56,7 +56,7 @@ def _score_files(source, folder) -> list:
 
 
 def test_the_command_and_the_space_write_the_same_report(benchmark, tmp_path, monkeypatch):
-    source = RococoSource(benchmark=benchmark)
+    source = BenchmarkSource(benchmark)
     paths = _score_files(source, tmp_path)
     monkeypatch.chdir(tmp_path)  # the command names each file as given: here by its name, as the Space does
     assert main(["score", "--benchmark", str(benchmark), "--out", "cli", "-q", *[path.name for path in paths]]) == 0
@@ -77,7 +77,7 @@ def test_the_command_and_the_space_write_the_same_report(benchmark, tmp_path, mo
 
 
 def test_the_command_and_the_space_refuse_alike(benchmark, tmp_path):
-    source = RococoSource(benchmark=benchmark)
+    source = BenchmarkSource(benchmark)
     paths = _score_files(source, tmp_path)
     np.save(tmp_path / "odd.npy", np.zeros((3, 3), np.float32))
     requests = [ScoreRequest(path, path.name) for path in (paths[1], paths[1], tmp_path / "odd.npy")]

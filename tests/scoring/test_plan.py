@@ -45,8 +45,9 @@ def test_a_planned_file_scores_as_the_metric_on_its_layout(tmp_path):
 
     expected = rococo_recall(np.load(path), **layout.metric_inputs(), ties="optimistic", bootstrap=4, per_query=True)
     result = score_planned([planned], ScoringOptions("optimistic", 4))["rand_voca/image_to_text"]
-    assert result["recall@1"] == expected["recall@1"] and result["recall@1_ci"] == expected["recall@1_ci"]
-    assert np.array_equal(result["rank"], expected["rank"])
+    assert result.metrics["recall@1"] == expected["recall@1"]
+    assert result.metrics["recall@1_ci"] == expected["recall@1_ci"]
+    assert np.array_equal(result.per_query["rank"], expected["rank"]) and result.layout is planned.layout
     meta = report_meta([planned], ScoringOptions("optimistic", 4))
     assert meta == {"files": {"rand_voca/image_to_text": {"path": "r.npy", "order": "official",
                                                           "note": planned.choice.note}},
@@ -78,7 +79,8 @@ def test_custom_layouts_only_where_allowed(tmp_path):
     assert choice.attack == "custom"
     [planned] = plan_score_files([request], CAPTIONS, custom=True)
     assert planned.key == "mine/custom" and not planned.is_standard
-    assert score_planned([planned])["mine/custom"]["recall@1"] == 100.0
+    scored = score_planned([planned])["mine/custom"]
+    assert scored.metrics["recall@1"] == 100.0 and scored.layout is None and not scored.analysable
     with pytest.raises(PlanError, match="mine.npz: custom layouts have no place in a RoCOCO report"):
         plan_score_files([ScoreRequest(tmp_path / "mine.npz", "mine.npz", attack="custom")], CAPTIONS)
 

@@ -22,7 +22,7 @@ from rococo_eval.catalog import CLEAN, IMAGE_TO_TEXT, TEXT_TO_IMAGE
 from rococo_eval.scoring.rerank import FILL, PairStore, Reranker, Side
 from rococo_eval.models.blip import Blip2Reranker, pre_caption
 from rococo_eval.io.savedscores import score_file_name
-from helpers.metric_cases import assert_same_results
+from helpers.metric_cases import assert_same_results, outputs
 from helpers.reference_metric import official_itm_eval
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -42,7 +42,7 @@ def run_galleries(model, source, cache_dir, attacks=("rand_voca",), k=10, save_s
 
 
 def without_bounds(results):
-    return {key: {name: value for name, value in output.items() if not name.endswith("_bounds")}
+    return {key: {name: value for name, value in outputs(output).items() if not name.endswith("_bounds")}
             for key, output in results.items()}
 
 
@@ -237,7 +237,8 @@ def test_bf16_agrees_with_fp32(blip_name, tiny_source, tmp_path):
         np.testing.assert_allclose(matrices["bf16"][name][both], fp32[both], atol=0.15, err_msg=name)
     for key, output in results["fp32"].items():
         for name in ("recall@1", "recall@5", "recall@10"):
-            assert abs(results["bf16"][key][name] - output[name]) <= 2 * 100 / output["num_queries"], (key, name)
+            assert abs(results["bf16"][key].metrics[name] - output.metrics[name]) <= \
+                2 * 100 / output.metrics["num_queries"], (key, name)
 
 
 @pytest.fixture(scope="module")
@@ -271,16 +272,17 @@ def test_saved_matrices_give_the_reported_numbers_and_the_official_ones(saved_sc
         assert_same_results({key: rococo_recall.rococo_recall(scores, **layout.metric_inputs(), per_query=True)},
                             without_bounds({key: results[key]}))
         official = official_itm_eval(scores, [list(r) for r in layout.references], layout.adversarial)
+        metrics = results[key].metrics
         for name, value in official.items():
-            assert results[key][name] == pytest.approx(value, abs=1e-9), (key, name)
+            assert metrics[name] == pytest.approx(value, abs=1e-9), (key, name)
         assert not any(name.startswith(("recall@", "r_mean", "false_rate")) and name.endswith("_bounds")
-                       for name in results[key]), key  # k >= 10: the whole gallery's numbers are decided
+                       for name in metrics), key  # k >= 10: the whole gallery's numbers are decided
         optimistic = rococo_recall.rococo_recall(scores, **layout.metric_inputs(), ties="optimistic")
-        for name in results[key]:
+        for name in metrics:
             if name.endswith("_bounds") and "recall@" in name:
                 bounded += 1
                 base = name.removesuffix("_bounds")
-                assert results[key][name] == (results[key][base], optimistic[base]), (key, name)
+                assert metrics[name] == (metrics[base], optimistic[base]), (key, name)
     assert bounded  # the tiny attacked galleries re-rank fewer than 10 clean candidates for some queries
 
 

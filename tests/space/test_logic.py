@@ -1,5 +1,6 @@
-"""rococo_eval.space: the functions behind the Space's page, called directly (``test_app.py`` goes through the app's
-API): the source it starts from, the layouts it builds, what it explores and evaluates."""
+"""rococo_eval.space.logic: the functions behind the Space's page, called directly (``test_app.py`` goes through the
+app's API): the source it starts from, the layouts it builds, what it explores (shown by rococo_eval.space.views)
+and evaluates."""
 
 import time
 
@@ -8,7 +9,7 @@ import pytest
 
 from helpers.http_server import refused_url
 from helpers.space_app import CAPTIONS
-from rococo_eval import space
+from rococo_eval.space import logic, views
 from rococo_eval.scoring import plan
 from rococo_eval.data.benchmark import make_benchmark
 
@@ -19,7 +20,7 @@ def test_space_without_annotations_fails_at_once(tmp_path, real_retry_delays, mo
     monkeypatch.setenv("ROCOCO_ANNOTATIONS_BASE_URL", refused_url())
     monkeypatch.setenv("ROCOCO_CACHE_DIR", str(tmp_path))
     started = time.monotonic()
-    source, problem = space.source_and_problem()
+    source, problem = logic.source_and_problem()
     assert time.monotonic() - started < 20
     assert source is None
     assert "(Connection refused)" in problem and "$ROCOCO_ANNOTATIONS_DIR" in problem
@@ -36,21 +37,22 @@ def test_explore_the_real_captions(annotations_dir):
     """Image 1533's danger caption 4 is its source caption unchanged: a real quirk, shown as such."""
     from rococo_eval.data.source import RococoSource
 
-    captions, images, note = space.explore(RococoSource(annotations_dir), 1533)
+    exploration = logic.explore(RococoSource(annotations_dir), 1533)
+    captions = views.caption_table_html(exploration.ground_truth, exploration.altered)
     danger = [row.split("</td>")[5] for row in captions.split("<tr>")[2:]]
     assert danger[4] == "<td>a close up ofa dog looking out of a window<br><small>same as the ground truth</small>"
-    assert "<mark>weapon</mark>" in danger[0] and images == [] and "ROCOCO_IMAGES_DIR" in note
+    assert "<mark>weapon</mark>" in danger[0] and exploration.images == [] and "ROCOCO_IMAGES_DIR" in exploration.note
 
 
 def test_the_space_explores_and_evaluates_the_benchmark(benchmark, image_set, tmp_path):
     from rococo_eval.scoring.plan import adversarial_per_image_of
-    from rococo_eval.space import evaluate_files, explore, source_and_problem
+    from rococo_eval.space.logic import evaluate_files, explore, source_and_problem
 
     source, problem = source_and_problem(benchmark=benchmark)
     assert problem == ""
-    html, images, note = explore(source, 0)
-    assert "danger" in html and [label for _, label in images] == ["original", "mix_seed1", "mix_seed7",
-                                                                   "patch_seed1", "patch_seed7"]
+    exploration = explore(source, 0)
+    assert "danger" in exploration.altered and [label for _, label in exploration.images] == [
+        "original", "mix_seed1", "mix_seed7", "patch_seed1", "patch_seed7"]
     # the Space's layouts follow the benchmark's adversarial captions per image (4 here, RoCOCO's 5 by default)
     folder = make_benchmark(image_set / "set.json", tmp_path / "five", strategies=["danger"], per_image=5)
     five, _ = source_and_problem(benchmark=folder)
@@ -63,12 +65,12 @@ def test_the_space_explores_and_evaluates_the_benchmark(benchmark, image_set, tm
     evaluation = evaluate_files([str(tmp_path / "bench_danger.npy")], [["bench_danger.npy", "", "", "official"]],
                                 captions_per_image=source.captions_per_image, source=source,
                                 adversarial_per_image=adversarial_per_image_of(source))
-    assert evaluation.results["danger/image_to_text"]["recall@1"] == 100.0
+    assert evaluation.results["danger/image_to_text"].metrics["recall@1"] == 100.0
 
 
 def test_the_compare_tab_keeps_the_bounds_of_a_compact_files_numbers():
     from rococo_eval.reporting.report import format_rows
-    from rococo_eval.space import compare_rows
+    from rococo_eval.space.logic import compare_rows
 
     mine = [{"attack": "rand_voca", "direction": "image_to_text", "recall@1": 40.0, "recall@1_bounds": (40.0, 42.0),
              "file": "blip_top256.npz"}]

@@ -1,28 +1,27 @@
-"""What the Space does, without the page: detect layouts, score uploads, write outputs, explore the attacks.
+"""What the Space does, without the page: detect layouts, score uploads, write outputs, list flipped queries, explore
+the attacks, compare with published numbers.
 
-``app.py`` wires these functions to gradio; they take and return plain values, so each is tested on its own.
-Each request carries its own data: nothing a user uploads or gets back is kept beyond the request.
+Every function takes and returns plain values (rows, captions, images, dataclasses), so each is tested on its own;
+:mod:`rococo_eval.space.views` turns them into HTML and tables, :mod:`rococo_eval.space.handlers` calls them for the
+page. Each request carries its own data: nothing a user uploads or gets back is kept beyond the request.
 """
 
 from __future__ import annotations
 
-import base64
-import html
-import io
 import logging
 import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Sequence
 
 import pandas as pd
 
-from rococo_eval.attacks.replacements import find_replacements, highlight
-from rococo_eval.catalog import ATTACKS, IMAGE_ATTACKS, TEXT_ATTACKS, gallery_key
+from rococo_eval.catalog import ATTACKS, gallery_key
 from rococo_eval.layout import ADVERSARIAL_PER_IMAGE, caption_offsets
 from rococo_eval.reporting import analysis, report
-from rococo_eval.scoring.embeddingsfile import is_embeddings_file, read_embeddings_file, score_embeddings
-from rococo_eval.scoring.galleries import gallery_layouts
+from rococo_eval.results import GalleryResult
+from rococo_eval.scoring.embeddingsfile import is_embeddings_file, score_embeddings_file
 from rococo_eval.scoring.plan import (
     PlanError,
     ScoreRequest,
@@ -34,35 +33,39 @@ from rococo_eval.scoring.plan import (
 )
 from rococo_recall import DEFAULT_K
 
+if TYPE_CHECKING:
+    from rococo_eval.data.source import Source
+
 logger = logging.getLogger(__name__)
 
 IMAGES_DIR_ENV = "ROCOCO_IMAGES_DIR"
 BENCHMARK_DIR_ENV = "ROCOCO_BENCHMARK_DIR"  # a folder made by `rococo-eval attack`, served instead of RoCOCO
 LAYOUT_HEADERS = ["file", "attack", "direction", "order", "note"]
 MAX_BOOTSTRAP = 1000
-THUMBNAIL_PX = 128
+FLIPPED_PAGE_SIZE = 10
+ALL_GALLERIES = "all"
+WORD_HEADERS = ["attack", "grouped by", "word", "images", "successes", "success rate (%)"]
+IMAGE_ATTACK_HEADERS = ["group", "galleries", "clean-correct queries", "flipped", "success rate (%)",
+                        "won by own altered image"]
+_IMAGE_ATTACK_KEYS = ("group", "galleries", "clean_correct", "flipped", "success_rate", "own_image_wins")
 _COMPARE_KEYS = ("model", "attack", "direction", "clean_recall@1", "recall@1", "recall@5", "recall@10",
                  "r_mean", "false_rate", "source")
 
 
-FLIPPED_PAGE_SIZE = 10
-ALL_GALLERIES = "all"
-
-
 @dataclass
 class Failures:
-    """What the failure analysis of one evaluation keeps: per-query arrays and layouts of the standard
-    galleries scored, and their by-word and by-method tables (:func:`rococo_eval.reporting.analysis.vulnerability`).
-    Flipped queries are listed from these on demand (:func:`flipped_view`)."""
+    """What the failure analysis of one evaluation keeps: the results of the standard galleries scored (with their
+    per-query arrays and layouts), and their by-word and by-method tables
+    (:func:`rococo_eval.reporting.analysis.vulnerability`). Flipped queries are listed from these on demand
+    (:func:`flipped_view`)."""
 
-    per_query: dict
-    layouts: dict
+    results: dict[str, GalleryResult]
     by_word: dict
     image_attacks: list
 
     def attacked(self) -> list[str]:
         """The keys of the galleries with adversarial items, in evaluation order."""
-        return [key for key, layout in self.layouts.items() if layout.num_adversarial]
+        return [key for key, result in self.results.items() if result.layout.num_adversarial]
 
 
 @dataclass
@@ -70,18 +73,16 @@ class Evaluation:
     """What one evaluation request produced.
 
     Attributes:
-        results: the metric's scalar outputs by gallery key (the per-query arrays are in ``failures``).
+        results: each gallery's result by key; a standard gallery's has its layout (a custom layout's has none).
         meta: what the report records of the files and settings (:func:`rococo_eval.scoring.plan.report_meta`).
-        layouts: the layouts of the standard galleries scored, by key.
         rows: the summary rows the page shows, each with its ``file``.
         message: what the page says of the evaluation.
         failures: what the page's failure analysis reads (None when no standard gallery was scored).
         analysis: the report's failure analysis (:func:`rococo_eval.reporting.analysis.analyse`), made once.
     """
 
-    results: dict
+    results: dict[str, GalleryResult]
     meta: dict
-    layouts: dict
     rows: list
     message: str
     failures: Failures | None = None
@@ -90,27 +91,56 @@ class Evaluation:
 
 @dataclass
 class FlippedView:
-    """One page of flipped queries and the tables beside it (:func:`flipped_view`)."""
+    """One page of flipped queries and the tables beside it (:func:`flipped_view`).
 
-    html: str
+    Attributes:
+        rows: the page's flipped queries (:func:`rococo_eval.reporting.analysis.flipped_queries` rows), shown by
+            :func:`rococo_eval.space.views.flipped_html`; None before any attacked gallery is evaluated (no page).
+        note: what the page shows, and of how many.
+        csv: every flipped query of the filter, as CSV text.
+        words: the by-word rows (:data:`WORD_HEADERS`).
+        image_attacks: the by-method and by-seed rows (:data:`IMAGE_ATTACK_HEADERS`).
+    """
+
+    rows: list | None
     note: str
     csv: str
     words: list
     image_attacks: list
 
 
-def source_and_problem(images_dir=None, benchmark=None):
+@dataclass
+class Exploration:
+    """One test image of the Explore tab (:func:`explore`).
+
+    Attributes:
+        ground_truth: its ground-truth captions.
+        altered: each text attack's captions made from them, by attack (shown by
+            :func:`rococo_eval.space.views.caption_table_html`).
+        images: ``(PIL image, label)`` pairs: the original, then each image attack's altered copy (empty when
+            the images are not available).
+        note: which image it is, and why its images are missing when they are.
+    """
+
+    ground_truth: list
+    altered: dict
+    images: list
+    note: str
+
+
+def source_and_problem(images_dir: str | os.PathLike | None = None,
+                       benchmark: str | os.PathLike | None = None) -> tuple[Source | None, str]:
     """Open the RoCOCO annotations (and images, when ``images_dir`` or ``$ROCOCO_IMAGES_DIR`` is set), or the
     benchmark folder ``benchmark`` (default ``$ROCOCO_BENCHMARK_DIR``) made by ``rococo-eval attack``.
 
     Returns ``(source, problem)``: the source or None, and what went wrong, for the page.
     """
-    from rococo_eval.data.source import ImageFolderError, RococoSource
+    from rococo_eval.data.source import ImageFolderError, open_source
 
     images_dir = images_dir or os.environ.get(IMAGES_DIR_ENV) or None
     benchmark = benchmark or os.environ.get(BENCHMARK_DIR_ENV) or None
     try:
-        return RococoSource(images_dir=images_dir, benchmark=benchmark), ""
+        return open_source(images_dir=images_dir, benchmark=benchmark), ""
     except ImageFolderError as error:
         logger.warning("images unavailable: %s", error)
         problem = f"images unavailable: {error}"
@@ -118,17 +148,18 @@ def source_and_problem(images_dir=None, benchmark=None):
         logger.warning("RoCOCO annotations unavailable: %s", error)
         return None, str(error)
     try:
-        return RococoSource(benchmark=benchmark), problem
+        return open_source(benchmark=benchmark), problem
     except (OSError, ValueError) as error:
         return None, str(error)
 
 
-def detect_layouts(paths, captions_per_image, adversarial_per_image=ADVERSARIAL_PER_IMAGE,
-                   attacks=ATTACKS) -> list[list[str]]:
+def detect_layouts(paths: Sequence[str] | None, captions_per_image: Sequence[int] | None,
+                   adversarial_per_image: int = ADVERSARIAL_PER_IMAGE,
+                   attacks: Sequence[str] = ATTACKS) -> list[list[str]]:
     """One layout row (``LAYOUT_HEADERS``) per uploaded file: detected, or blank with why.
 
-    ``attacks`` are those a file may be of (:func:`attacks_of`). The shape and name come from the header; the
-    order of an attacked image-to-text gallery comes from the scores when they clearly show it
+    ``attacks`` are those a file may be of (:func:`rococo_eval.scoring.plan.attacks_of`). The shape and name come
+    from the header; the order of an attacked image-to-text gallery comes from the scores when they clearly show it
     (:func:`rococo_eval.detection.decide_order`), else it stays blank and the note asks for it.
     """
     rows = []
@@ -143,9 +174,10 @@ def detect_layouts(paths, captions_per_image, adversarial_per_image=ADVERSARIAL_
     return rows
 
 
-def evaluate_files(paths, layouts=None, references=None, adversarial=None, *, captions_per_image=None,
-                   ties="pessimistic", bootstrap=0, source=None,
-                   adversarial_per_image=ADVERSARIAL_PER_IMAGE, attacks=ATTACKS) -> Evaluation:
+def evaluate_files(paths: Sequence[str] | None, layouts=None, references: str | None = None,
+                   adversarial: str | None = None, *, captions_per_image: Sequence[int] | None = None,
+                   ties: str = "pessimistic", bootstrap: int = 0, source=None,
+                   adversarial_per_image: int = ADVERSARIAL_PER_IMAGE, attacks: Sequence[str] = ATTACKS) -> Evaluation:
     """Score every uploaded file that can be scored on its layout; the message names every other file and its problem
     (one bad file does not hide the others' results), and one ``ValueError`` lists them all when none can be scored.
 
@@ -176,56 +208,42 @@ def evaluate_files(paths, layouts=None, references=None, adversarial=None, *, ca
     if not scored:
         raise PlanError(problems)
     plans = [planned for planned in plans if planned.key in scored]
-    results, per_query = {}, {}
-    for key, result in scored.items():
-        results[key], per_query[key] = analysis.split_per_query(result)
-    standard = {planned.key: planned.layout for planned in plans if planned.is_standard}
-    per_query = {key: arrays for key, arrays in per_query.items() if key in standard}
-    rows = report.summary_rows(results)
+    rows = report.summary_rows({key: result.metrics for key, result in scored.items()})
     files = {planned.key: planned.request.name for planned in plans}
     for row in rows:
         row["file"] = files.get(gallery_key(row["attack"], row["direction"]), "")
     lines = [f"- `{planned.request.name}` ({planned.info.shape[0]} x {planned.info.shape[1]}, {planned.info.dtype}"
              + (f", compact: top {planned.info.candidates} per query" if planned.info.is_compact else "") + "):"
              f" {planned.choice.note}" + _cutoffs_note(planned.cutoffs, planned.info.shape[1]) for planned in plans]
-    message = f"Scored {len(results)} file(s), ties {ties}, bootstrap {bootstrap}:\n" + "\n".join(lines)
+    message = f"Scored {len(scored)} file(s), ties {ties}, bootstrap {bootstrap}:\n" + "\n".join(lines)
     if problems:
         message += f"\n\nNot scored ({len(problems)}):\n" + "\n".join(f"- {problem}" for problem in problems)
-    failures = found = None
-    if per_query:
-        found = analysis.analyse(per_query, standard, source)
-        failures = Failures(per_query, standard, found["by_word"], found["image_attacks"])
-    return Evaluation(results, report_meta(plans, options), standard, rows, message, failures, found)
+    return Evaluation(scored, report_meta(plans, options), rows, message, *_failures(scored, source))
 
 
-def evaluate_embeddings_file(paths, source, options: ScoringOptions) -> Evaluation:
+def evaluate_embeddings_file(paths: Sequence[str], source, options: ScoringOptions) -> Evaluation:
     """Score an uploaded embeddings file (:mod:`rococo_eval.scoring.embeddingsfile`): every gallery it covers, as
     ``run`` scores them. It needs the benchmark's images, whose fingerprint the file's must match."""
-    if len(paths) != 1:
-        raise ValueError("an embeddings file holds every gallery a report needs: upload it alone, without score files")
     if source is None or source.images_dir is None:
         raise ValueError("this Space has no images, so it cannot check an embeddings file's fingerprints: it scores "
                          f"embeddings files when {IMAGES_DIR_ENV} (or {BENCHMARK_DIR_ENV}) names the images")
-    vectors, metadata, attacks = read_embeddings_file(paths[0], source)
-    scored = score_embeddings(vectors, source, attacks, metadata["similarity"], ties=options.ties,
-                              bootstrap=options.bootstrap)
-    results, per_query = {}, {}
-    for key, result in scored.items():
-        results[key], per_query[key] = analysis.split_per_query(result)
-    layouts = gallery_layouts(source, attacks)
-    rows = report.summary_rows(results)
     name = Path(paths[0]).name
+    scored, meta, metadata = score_embeddings_file(paths, source, options, name)
+    rows = report.summary_rows({key: result.metrics for key, result in scored.items()})
     for row in rows:
         row["file"] = name
-    meta = {"model": metadata.get("model"), "similarity": metadata["similarity"],
-            "embeddings_file": name, "attacks": list(attacks)}
-    if not options.is_default:
-        meta["settings"] = {"ties": options.ties, "bootstrap": options.bootstrap}
-    found = analysis.analyse(per_query, layouts, source)
     message = (f"Scored the embeddings file `{name}` ({metadata.get('model')}, dimension {metadata.get('dimension')}): "
-               f"{len(results)} galleries, ties {options.ties}, bootstrap {options.bootstrap}.")
-    return Evaluation(results, meta, layouts, rows, message,
-                      Failures(per_query, layouts, found["by_word"], found["image_attacks"]), found)
+               f"{len(scored)} galleries, ties {options.ties}, bootstrap {options.bootstrap}.")
+    return Evaluation(scored, meta, rows, message, *_failures(scored, source))
+
+
+def _failures(results: dict[str, GalleryResult], source) -> tuple[Failures | None, dict | None]:
+    """The failure analysis of the standard galleries among ``results``, made once for the page and the report."""
+    standard = {key: result for key, result in results.items() if result.analysable}
+    if not standard:
+        return None, None
+    found = analysis.analyse(standard, source)
+    return Failures(standard, found["by_word"], found["image_attacks"]), found
 
 
 def _ask_order_in_table(choice, request) -> str:
@@ -248,9 +266,7 @@ def _cutoffs_note(cutoffs, num_gallery: int) -> str:
 def write_outputs(evaluation: Evaluation, folder: Path, source=None) -> tuple[Path, Path]:
     """Write the report of one evaluation into ``folder``: the same ``report.json`` (and ``recall.png``) as
     ``rococo-eval score`` writes for the same files (:func:`rococo_eval.reporting.report.write_report`)."""
-    per_query = evaluation.failures.per_query if evaluation.failures is not None else {}
-    results = {key: {**result, **per_query.get(key, {})} for key, result in evaluation.results.items()}
-    paths = report.write_report(results, folder, evaluation.meta, layouts=evaluation.layouts, source=source,
+    paths = report.write_report(evaluation.results, folder, evaluation.meta, source=source,
                                 analysis=evaluation.analysis)
     return paths["json"], paths["chart"]
 
@@ -261,7 +277,7 @@ def flipped_view(failures: Failures | None, source=None, gallery: str = ALL_GALL
 
     Args:
         failures: the evaluation's :class:`Failures` (None: nothing evaluated yet).
-        source: captions and images to show (None: indices only).
+        source: the captions the rows quote (None: indices only); the views show its images.
         gallery: ``"all"`` or one attacked gallery's key (``"rand_voca/image_to_text"``): the filter of the
             page, of the CSV and of the by-word table.
         page: 1-based page of ``page_size`` flipped queries; each gallery's are in margin order, galleries in
@@ -269,9 +285,9 @@ def flipped_view(failures: Failures | None, source=None, gallery: str = ALL_GALL
         min_count: the fewest clean-correct images a word needs to enter the by-word table.
 
     Returns:
-        a :class:`FlippedView`: the page as HTML (images as inline thumbnails when the source has them), a
-        note saying what is shown, every flipped query of the filter as CSV, the by-word rows
-        (:data:`WORD_HEADERS`) and the by-method rows (:data:`IMAGE_ATTACK_HEADERS`).
+        a :class:`FlippedView`: the page's rows (with their captions when ``source`` has them), a note saying what
+        is shown, every flipped query of the filter as CSV, the by-word rows (:data:`WORD_HEADERS`) and the
+        by-method rows (:data:`IMAGE_ATTACK_HEADERS`).
 
     Raises:
         ValueError: ``gallery`` is not among the choices, ``page`` is out of range, or ``min_count`` < 1.
@@ -284,7 +300,9 @@ def flipped_view(failures: Failures | None, source=None, gallery: str = ALL_GALL
         ...              "top_score": np.array([0.75, 0.8]), "best_correct_index": np.array([0, 1]),
         ...              "best_correct_score": np.array([0.5, 0.8])}
         >>> key = "mix_seed1/text_to_image"
-        >>> view = flipped_view(Failures({key: per_query}, {key: layout}, {}, []))
+        >>> view = flipped_view(Failures({key: GalleryResult({}, per_query, layout)}, {}, []))
+        >>> [(row["attack"], row["direction"], row["query"], row["margin"]) for row in view.rows]
+        [('mix_seed1', 'text_to_image', 0, 0.25)]
         >>> view.note
         '1 flipped queries (mix_seed1/text_to_image: 1); page 1 of 1, rows 1–1, largest margin first.'
         >>> view.csv.splitlines()[1][:36]
@@ -292,18 +310,19 @@ def flipped_view(failures: Failures | None, source=None, gallery: str = ALL_GALL
     """
     if failures is None or not failures.attacked():
         empty = "Evaluate score files of attacked galleries first: their flipped queries show here."
-        return FlippedView("", empty, analysis.flipped_csv([]), [], [])
+        return FlippedView(None, empty, analysis.flipped_csv([]), [], [])
     choices = [ALL_GALLERIES] + failures.attacked()
     if gallery not in choices:
         raise ValueError(f"`gallery` must be one of {', '.join(choices)}, got {gallery!r}")
     keys = failures.attacked() if gallery == ALL_GALLERIES else [gallery]
-    rows = [row for key in keys for row in analysis.flipped_queries(failures.per_query[key], failures.layouts[key],
+    results = failures.results
+    rows = [row for key in keys for row in analysis.flipped_queries(results[key].per_query, results[key].layout,
                                                                     key.partition("/")[0], source)]
     pages = max(1, -(-len(rows) // page_size))
     if isinstance(page, bool) or not isinstance(page, int) or not 1 <= page <= pages:
         raise ValueError(f"`page` must be a whole number from 1 to {pages}, got {page!r}")
     shown = rows[(page - 1) * page_size:page * page_size]
-    counts = ", ".join(f"{key}: {int(analysis.flipped_mask(failures.per_query[key]).sum())}" for key in keys)
+    counts = ", ".join(f"{key}: {int(analysis.flipped_mask(results[key].per_query).sum())}" for key in keys)
     note = (f"{len(rows)} flipped queries ({counts}); page {page} of {pages}, rows {(page - 1) * page_size + 1}–"
             f"{(page - 1) * page_size + len(shown)}, largest margin first." if rows else
             f"No query was flipped ({counts}).")
@@ -313,53 +332,11 @@ def flipped_view(failures: Failures | None, source=None, gallery: str = ALL_GALL
              for kind in ("replaced", "replacement") for row in analysis.most_damaging(table[kind], min_count)]
     methods = [[row[name] if name != "success_rate" else round(row[name], 2) for name in _IMAGE_ATTACK_KEYS]
                for row in failures.image_attacks]
-    return FlippedView(flipped_html(shown, source), note, analysis.flipped_csv(rows), words, methods)
+    return FlippedView(shown, note, analysis.flipped_csv(rows), words, methods)
 
 
-WORD_HEADERS = ["attack", "grouped by", "word", "images", "successes", "success rate (%)"]
-IMAGE_ATTACK_HEADERS = ["group", "galleries", "clean-correct queries", "flipped", "success rate (%)",
-                        "won by own altered image"]
-_IMAGE_ATTACK_KEYS = ("group", "galleries", "clean_correct", "flipped", "success_rate", "own_image_wins")
 
-
-def flipped_html(rows, source=None) -> str:
-    """An HTML table of flipped queries (:func:`rococo_eval.reporting.analysis.flipped_queries` rows): image-to-text
-    rows show the query image, its best correct caption and the winning adversarial caption with the replaced
-    word marked; text-to-image rows the caption, its image, the altered image that won and that image's
-    partner. Images appear when ``source`` has an ``images_dir``.
-
-    Example:
-        >>> row = {"attack": "danger", "direction": "image_to_text", "query": 4, "margin": 0.1, "winner_score": 0.5,
-        ...        "correct_score": 0.4, "image": 4, "correct_caption": "A man on a bike.",
-        ...        "winner_source_caption": "A man on a bike.", "winner_caption": "a criminal on a bike"}
-        >>> "a <mark>criminal</mark> on a bike" in flipped_html([row])
-        True
-    """
-    body = []
-    for row in rows:
-        scores = (f"margin {row['margin']:.4f}<br><small>winner {row['winner_score']:.4f}<br>"
-                  f"correct {row['correct_score']:.4f}</small>")
-        query_image = _figure(source, row["image"], None, f"image {row['image']}")
-        cells = [f"{html.escape(row['attack'])}<br><small>query {row['query']}</small>", scores]
-        if row["direction"] == "image_to_text":
-            winner = (_marked(row["winner_source_caption"], row["winner_caption"]) if row.get("winner_caption")
-                      else f"gallery row {row['winner_row']}")
-            if not row.get("own_image", True):
-                winner += f"<br><small>(a caption of image {row['winner_image']})</small>"
-            correct = row.get("correct_caption") or f"gallery row {row['correct_row']}"
-            cells += [query_image, "<small>best correct caption</small><br>" + html.escape(correct, quote=False),
-                      "<small>winning adversarial caption</small><br>" + winner]
-        else:
-            winner, partner = row.get("winner_image"), row.get("partner_image")
-            caption = html.escape(row.get("query_caption") or f"caption {row['query']}", quote=False)
-            cells += ["<small>query caption</small><br>" + caption, query_image,
-                      _figure(source, winner, row["attack"], f"altered image {winner}"),
-                      _figure(source, partner, None, f"its partner, image {partner}")]
-        body.append("<tr>" + "".join(f"<td>{cell}</td>" for cell in cells) + "</tr>")
-    return f'<table class="rococo-flipped"><tbody>{"".join(body)}</tbody></table>'
-
-
-def compare_rows(user_rows) -> list[dict]:
+def compare_rows(user_rows: Sequence[dict] | None) -> list[dict]:
     """The published reference results, then this session's own rows, on the columns they share."""
     mine = [{**row, "model": "your upload", "source": f"this session: {row.get('file') or 'mean over seeds'}"}
             for row in user_rows or []]
@@ -369,10 +346,25 @@ def compare_rows(user_rows) -> list[dict]:
     return [{key: value for key, value in row.items() if shown(key)} for row in report.REFERENCE_RESULTS + mine]
 
 
-def explore(source, index):
-    """The captions of test image ``index`` beside each text attack's, and its images when available.
+def explore(source: Source | None, index: int) -> Exploration:
+    """The captions of test image ``index``, each text attack's made from them, and its images when available.
 
-    Returns ``(captions_html, images, note)``; ``images`` is a list of ``(PIL image, label)``.
+    Raises:
+        ValueError: ``source`` is None (no annotations), or ``index`` is not one of its images.
+
+    Example:
+        >>> class Source:
+        ...     captions_per_image, adversarial_per_image, image_files = [2, 1], 1, ["a.jpg", "b.jpg"]
+        ...     text_attacks, images_dir = ["danger"], None
+        ...     def ground_truth_captions(self):
+        ...         return ["A dog runs.", "A dog sits.", "A cat."]
+        ...     def adversarial_captions(self, attack):
+        ...         return ["A weapon runs.", "A gun."]
+        >>> exploration = explore(Source(), 0)
+        >>> exploration.ground_truth, exploration.altered, exploration.images
+        (['A dog runs.', 'A dog sits.'], {'danger': ['A weapon runs.']}, [])
+        >>> exploration.note[:22]
+        'Image 0: `a.jpg`. The '
     """
     if source is None:
         raise ValueError("the RoCOCO annotation files are not available here (see the note at the top)")
@@ -381,54 +373,21 @@ def explore(source, index):
         raise ValueError(f"`index` must be an image index from 0 to {last}, got {index!r}")
     offsets = caption_offsets(source.captions_per_image)
     ground_truth = source.ground_truth_captions()[offsets[index]:offsets[index + 1]]
-    text_attacks = getattr(source, "text_attacks", TEXT_ATTACKS)  # a generated benchmark's, or RoCOCO's
-    per_image = source.adversarial_per_image if text_attacks else 0
+    per_image = source.adversarial_per_image if source.text_attacks else 0
     altered = {attack: source.adversarial_captions(attack)[per_image * index:per_image * (index + 1)]
-               for attack in text_attacks}
+               for attack in source.text_attacks}
     images, note = [], f"Image {index}: `{source.image_files[index]}`."
-    if getattr(source, "images_dir", "") is None:
+    if source.images_dir is None:
         note += (f" The COCO images are not available here: set ${IMAGES_DIR_ENV} to a COCO root holding "
                  "`val2014/` to see the original beside its altered copies.")
-        return caption_table_html(ground_truth, altered), images, note
+        return Exploration(ground_truth, altered, images, note)
     try:
         images.append((source.original_image(index), "original"))
         images += [(source.altered_image(index, attack), attack)
-                   for attack in getattr(source, "image_attacks", IMAGE_ATTACKS)]
+                   for attack in source.image_attacks]
     except (OSError, ValueError) as error:
         images, note = [], note + f" Cannot show its images: {error}"
-    return caption_table_html(ground_truth, altered), images, note
-
-
-def caption_table_html(ground_truth, altered) -> str:
-    """An HTML table: each ground-truth caption beside the captions each attack made from it, changes marked."""
-    head = "".join(f"<th>{html.escape(attack)}</th>" for attack in altered)
-    body = []
-    for j, caption in enumerate(ground_truth):
-        cells = "".join(f"<td>{_marked(caption, captions[j]) if j < len(captions) else '—'}</td>"
-                        for captions in altered.values())
-        body.append(f"<tr><td>{j}</td><td>{html.escape(caption, quote=False)}</td>{cells}</tr>")
-    return (f'<table class="rococo-captions"><thead><tr><th>#</th><th>ground truth</th>{head}</tr></thead>'
-            f"<tbody>{''.join(body)}</tbody></table>")
-
-
-def _figure(source, index, attack, label) -> str:
-    """A thumbnail of image ``index`` (its altered copy under ``attack``) with ``label``, or the label alone."""
-    if index is None:
-        return ""
-    caption = f"<figcaption>{html.escape(label)}</figcaption>"
-    if source is None or getattr(source, "images_dir", None) is None:
-        return f"<figure>{caption}</figure>"
-    try:
-        image = source.original_image(index) if attack is None else source.altered_image(index, attack)
-    except (OSError, ValueError) as error:
-        logger.warning("cannot show image %s: %s", index, error)
-        return f"<figure>{caption}</figure>"
-    thumbnail = image.convert("RGB")
-    thumbnail.thumbnail((THUMBNAIL_PX, THUMBNAIL_PX))
-    buffer = io.BytesIO()
-    thumbnail.save(buffer, format="JPEG", quality=85)
-    data = base64.b64encode(buffer.getvalue()).decode("ascii")
-    return f'<figure><img src="data:image/jpeg;base64,{data}" alt="{html.escape(label)}">{caption}</figure>'
+    return Exploration(ground_truth, altered, images, note)
 
 
 def _layout_rows(layouts, names) -> dict[str, list[str]]:
@@ -446,14 +405,3 @@ def _layout_rows(layouts, names) -> dict[str, list[str]]:
                              f"({', '.join(names)})")
         chosen[cells[0]] = cells[1:4]
     return chosen
-
-
-def _marked(original: str, altered: str) -> str:
-    """``altered`` as HTML with the words that replaced ``original``'s marked, and what they replaced."""
-    changes = find_replacements(original, altered)
-    text = html.escape(altered, quote=False)
-    for word in dict.fromkeys(change.replacement for change in changes if change.replacement):
-        text = highlight(text, html.escape(word, quote=False), mark="\x00")
-    text = re.sub("\x00(.*?)\x00", r"<mark>\1</mark>", text)
-    summary = "; ".join(f"{c.original or '∅'} → {c.replacement or '∅'}" for c in changes) or "same as the ground truth"
-    return f"{text}<br><small>{html.escape(summary, quote=False)}</small>"

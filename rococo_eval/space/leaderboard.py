@@ -79,6 +79,7 @@ from typing import Mapping, Optional, Sequence
 
 from rococo_eval.catalog import ATTACKS, CLEAN, IMAGE_ATTACKS, TEXT_ATTACKS, galleries, gallery_key
 from rococo_eval.layout import gallery_shape
+from rococo_eval.models import adapters
 from rococo_eval.reporting.report import REFERENCE_RESULTS, VSE_INFINITY
 
 logger = logging.getLogger(__name__)
@@ -86,7 +87,7 @@ logger = logging.getLogger(__name__)
 DB_ENV = "ROCOCO_LEADERBOARD_DB"
 REPO_ENV = "ROCOCO_LEADERBOARD_REPO"
 HOURLY_LIMIT_ENV = "ROCOCO_LEADERBOARD_HOURLY_LIMIT"
-PRECISIONS = ("fp32", "fp16", "bf16", "other")
+PRECISIONS = (*adapters.PRECISIONS, "other")  # the precisions a run takes, and any other
 LIMITS = {"model": 100, "link": 300, "note": 500}
 RATE_LIMIT, RATE_WINDOW_S = 3, 600
 HOURLY_LIMIT = 30  # submissions an hour from everyone together
@@ -336,7 +337,7 @@ class HubCopy:
             board_file.write_bytes(board.export_jsonl())
             env = {**os.environ, **({"HF_TOKEN": self.token} if self.token else {}),
                    "ROCOCO_HUB_UPLOAD_DEADLINE_S": str(math.ceil(self.timeout_s) + 5)}  # it ends itself too
-            command = [sys.executable, "-m", "rococo_eval.reporting.hub_upload", str(board_file), self.repo_id,
+            command = [sys.executable, "-m", "rococo_eval.space.hub_upload", str(board_file), self.repo_id,
                        self.path_in_repo] + ([self.endpoint] if self.endpoint else [])
             try:
                 done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=self.timeout_s)

@@ -1,4 +1,4 @@
-"""rococo_eval.reporting.leaderboard: the SQLite board survives a restart, starts with the published rows, keeps a
+"""rococo_eval.space.leaderboard: the SQLite board survives a restart, starts with the published rows, keeps a
 result once, and refuses what it cannot show safely."""
 
 import datetime
@@ -7,7 +7,7 @@ import sqlite3
 import pytest
 
 from rococo_eval.catalog import gallery_key
-from rococo_eval.reporting.leaderboard import (
+from rococo_eval.space.leaderboard import (
     COLUMNS,
     PUBLISHED,
     SUBMITTED,
@@ -103,6 +103,15 @@ def test_bad_submissions_are_refused_by_name_and_nothing_is_stored(tmp_path, fie
     with pytest.raises(ValueError, match=problem.replace("(", r"\(")):
         board.submit(ROWS, **fields)
     assert board.rows(kind=SUBMITTED) == []
+
+
+def test_a_submission_may_name_any_precision_a_run_takes_or_other(tmp_path):
+    from rococo_eval.models.adapters import PRECISIONS as RUN_PRECISIONS
+
+    board = board_at(tmp_path / "board.sqlite3")
+    for number, precision in enumerate([*RUN_PRECISIONS, "other"]):
+        assert board.submit(ROWS[:number + 1], model="m", precision=precision)[0], precision
+    assert sorted(row["precision"] for row in board.rows(kind=SUBMITTED)) == sorted([*RUN_PRECISIONS, "other"])
 
 
 def test_markup_in_a_name_is_kept_as_text(tmp_path):

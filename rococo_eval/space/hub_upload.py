@@ -1,10 +1,10 @@
 """Upload one file to a Hugging Face dataset repo: the child process of the leaderboard's copy
-(:class:`rococo_eval.reporting.leaderboard.HubCopy`), which kills it when the Hub does not answer in time.
+(:class:`rococo_eval.space.leaderboard.HubCopy`), which kills it when the Hub does not answer in time.
 
-``python -m rococo_eval.reporting.hub_upload FILE REPO_ID PATH_IN_REPO [ENDPOINT]``, with the token in ``$HF_TOKEN``
+``python -m rococo_eval.space.hub_upload FILE REPO_ID PATH_IN_REPO [ENDPOINT]``, with the token in ``$HF_TOKEN``
 (never on the command line). With ``$ROCOCO_HUB_UPLOAD_DEADLINE_S``, the process ends itself (SIGALRM) after that
-many seconds, so that it cannot outlive a parent that died before killing it. Exit status 0 when the commit landed; otherwise 1, with the problem on the last line
-of stderr.
+many seconds, so that it cannot outlive a parent that died before killing it. Exit status 0 when the commit landed;
+otherwise 1, with the problem on the last line of stderr.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ def main(argv=None) -> int:
 
     args = sys.argv[1:] if argv is None else argv
     if len(args) not in (3, 4):
-        print("usage: python -m rococo_eval.reporting.hub_upload FILE REPO_ID PATH_IN_REPO [ENDPOINT]", file=sys.stderr)
+        print("usage: python -m rococo_eval.space.hub_upload FILE REPO_ID PATH_IN_REPO [ENDPOINT]", file=sys.stderr)
         return 2
     path, repo_id, path_in_repo, *endpoint = args
     try:

@@ -1,0 +1,243 @@
+"""What the Space's buttons do: :class:`Handlers` call :mod:`rococo_eval.space.logic` and
+:mod:`rococo_eval.space.views` with the components' values, and :func:`open_board` opens the leaderboard.
+
+``app.py`` builds the page and wires each button to a handler (each also an API endpoint). A ``ValueError`` from the
+logic becomes a ``gr.Error`` the page shows. Each request's files go to a fresh folder under the output folder,
+removed after :data:`OUTPUT_MAX_AGE_S` seconds.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import gradio as gr
+import pandas as pd
+
+from rococo_eval.catalog import gallery_key
+from rococo_eval.io.atomic import write_atomic
+from rococo_eval.reporting import report
+from rococo_eval.reporting.analysis import DEFAULT_MIN_COUNT
+from rococo_eval.scoring.plan import adversarial_per_image_of, attacks_of
+from rococo_eval.space import leaderboard
+from rococo_eval.space.logic import (
+    ALL_GALLERIES,
+    IMAGE_ATTACK_HEADERS,
+    WORD_HEADERS,
+    compare_rows,
+    detect_layouts,
+    evaluate_files,
+    explore,
+    flipped_view,
+    write_outputs,
+)
+from rococo_eval.space.views import board_table, caption_table_html, flipped_html, table
+
+logger = logging.getLogger(__name__)
+
+OUTPUT_MAX_AGE_S = 3600
+BOARD_RETRY_S = 60  # an unavailable leaderboard is opened again at most this often
+
+
+def open_board(path, output_root: Path, source, captions_per_image) -> tuple[leaderboard.Leaderboard | None, str]:
+    """The leaderboard (:class:`rococo_eval.space.leaderboard.Leaderboard`) and, when it cannot be used, None
+    and why: the Space still scores, and says the board is unavailable; the file is left as it is.
+
+    The database is ``path``, else ``$ROCOCO_LEADERBOARD_DB``, else the default (:func:`_default_board_path`).
+    It takes rows of RoCOCO's galleries (their shapes from ``captions_per_image``) when the Space serves RoCOCO
+    (:attr:`~rococo_eval.data.source.Source.is_rococo`); serving a generated benchmark, or without annotations, it is
+    shown and takes none. Everyone together may submit
+    ``$ROCOCO_LEADERBOARD_HOURLY_LIMIT`` times an hour (default
+    :data:`~rococo_eval.space.leaderboard.HOURLY_LIMIT`); ``$ROCOCO_LEADERBOARD_REPO`` (and ``$HF_TOKEN``)
+    copies the board to a dataset repo (:class:`~rococo_eval.space.leaderboard.HubCopy`).
+
+    Raises:
+        ValueError: ``$ROCOCO_LEADERBOARD_HOURLY_LIMIT`` or ``$ROCOCO_LEADERBOARD_REPO`` is not valid.
+    """
+    board_path = path or os.environ.get(leaderboard.DB_ENV) or _default_board_path(output_root)
+    limit = os.environ.get(leaderboard.HOURLY_LIMIT_ENV, "").strip() or str(leaderboard.HOURLY_LIMIT)
+    if not limit.isdigit():
+        raise ValueError(f"${leaderboard.HOURLY_LIMIT_ENV} must be a whole number >= 0, got {limit!r}")
+    repo = os.environ.get(leaderboard.REPO_ENV)
+    copy = leaderboard.HubCopy(repo, token=os.environ.get("HF_TOKEN")) if repo else None
+    rococo = captions_per_image is not None and (source is None or source.is_rococo)
+    galleries = leaderboard.rococo_galleries(captions_per_image) if rococo else None
+    try:
+        return leaderboard.Leaderboard(board_path, copy, galleries=galleries, hourly_limit=int(limit)), ""
+    except leaderboard.BoardUnavailable as error:
+        logger.error("the leaderboard is unavailable: %s", error)
+        return None, str(error)
+
+
+class Handlers:
+    """What the page's buttons do, for one source: plain functions of the components' values.
+
+    A ``ValueError`` from the functions they call becomes a ``gr.Error`` the page shows. ``board`` is the
+    leaderboard, or None with ``board_problem`` saying why it is unavailable; ``reopen`` (returning ``(board,
+    problem)`` as :func:`open_board`) tries again, at most every :data:`BOARD_RETRY_S` seconds, so that a board
+    that was locked or unreadable at start comes back once it is fixed.
+    """
+
+    def __init__(self, source, captions_per_image, output_root: Path, board=None, board_problem: str = "",
+                 reopen=None):
+        self.source = source
+        self.captions_per_image = captions_per_image
+        self.output_root = output_root
+        self.board = board
+        self.board_problem = board_problem or ("" if board is not None else "this Space keeps no leaderboard")
+        self._reopen, self._tried = reopen, time.monotonic()
+
+    def detect(self, files) -> list[list[str]]:
+        return detect_layouts(files, self.captions_per_image, adversarial_per_image_of(self.source),
+                              attacks_of(self.source))
+
+    def evaluate(self, files, layouts=None, references=None, adversarial=None, ties="pessimistic", bootstrap=0):
+        try:
+            evaluation = evaluate_files(files, layouts, references, adversarial,
+                                        captions_per_image=self.captions_per_image, ties=ties,
+                                        bootstrap=_int(bootstrap, "bootstrap"), source=self.source,
+                                        adversarial_per_image=adversarial_per_image_of(self.source),
+                                        attacks=attacks_of(self.source))
+            json_path, chart_path = write_outputs(evaluation, _fresh_folder(self.output_root), self.source)
+        except ValueError as error:
+            logger.info("evaluation refused: %s", error)
+            problem = str(error)
+        else:
+            return self._evaluated(evaluation, json_path, chart_path)
+        # raised here, outside the handler: the error holds no context, whose frames would keep the uploads mapped
+        raise gr.Error(problem, duration=None, title="Cannot evaluate", print_exception=False)
+
+    def _evaluated(self, evaluation, json_path, chart_path):
+        settings = evaluation.meta.get("settings")
+        label = settings and f"ties {settings['ties']}, bootstrap {settings['bootstrap']}"
+        # the leaderboard takes default settings only
+        rows = [{**row, "settings": label} for row in evaluation.rows] if settings else evaluation.rows
+        # the leaderboard's rows: the standard galleries only, whose references come from the annotations
+        standard_keys = {key for key, result in evaluation.results.items() if result.is_standard}
+        standard = [row for row in rows if gallery_key(row["attack"], row["direction"]) in standard_keys]
+        return (evaluation.message, table(evaluation.rows), str(chart_path), str(json_path), rows, standard,
+                evaluation.failures)
+
+    def flipped(self, failures, gallery=ALL_GALLERIES, page=1, min_count=DEFAULT_MIN_COUNT):
+        """One page of flipped queries as HTML (see :func:`rococo_eval.space.logic.flipped_view`), its CSV (every
+        flipped query of the filter), the by-word table and chart, and the image attacks' table."""
+        gallery = gallery or ALL_GALLERIES
+        try:
+            min_count = _int(min_count, "min_count")
+            view = flipped_view(failures, self.source, gallery, _int(page, "page"), min_count)
+            page_html = "" if view.rows is None else flipped_html(view.rows, self.source)
+            folder = _fresh_folder(self.output_root)
+            csv_path = write_atomic(folder / "flipped_queries.csv", lambda handle: handle.write(view.csv.encode()))
+            by_word = {attack: words for attack, words in (failures.by_word if failures else {}).items()
+                       if gallery in (ALL_GALLERIES, f"{attack}/image_to_text")}
+            chart = None
+            if by_word:
+                chart = str(report.plot_word_rates({"by_word": by_word}, folder / "words.png", min_count))
+        except ValueError as error:
+            raise gr.Error(str(error), title="Cannot show flipped queries", print_exception=False) from None
+        return (view.note, page_html, str(csv_path), pd.DataFrame(view.words, columns=WORD_HEADERS), chart,
+                pd.DataFrame(view.image_attacks, columns=IMAGE_ATTACK_HEADERS))
+
+    def first_flipped(self, failures, min_count=DEFAULT_MIN_COUNT):
+        """What the tab shows after an evaluation: the gallery filter's new choices, and the first page of every
+        gallery's flipped queries."""
+        choices = [ALL_GALLERIES] + (failures.attacked() if failures is not None else [])
+        return (gr.Dropdown(choices=choices, value=ALL_GALLERIES), 1,
+                *self.flipped(failures, ALL_GALLERIES, 1, min_count))
+
+    def show(self, index):
+        """Image ``index`` of the Explore tab: its captions beside each attack's as HTML, its images and a note."""
+        try:
+            exploration = explore(self.source, _int(index, "index"))
+            captions = caption_table_html(exploration.ground_truth, exploration.altered)
+        except ValueError as error:
+            raise gr.Error(str(error), title="Cannot show this image", print_exception=False) from None
+        return captions, exploration.images, exploration.note
+
+    def show_random(self):
+        index = random.randrange(len(self.source.captions_per_image)) if self.source is not None else 0
+        return (index, *self.show(index))
+
+    def compare(self, user_rows) -> pd.DataFrame:
+        return table(compare_rows(user_rows))
+
+    def leaderboard(self, search="", kind="all"):
+        """The board, filtered by a model-name search and by kind (all, published, submitted)."""
+        try:
+            return board_table(self._board().rows(search or "", kind or "all"))
+        except leaderboard.BoardUnavailable as error:
+            raise gr.Error(f"the leaderboard is unavailable: {error}", title="Cannot show the leaderboard",
+                           print_exception=False) from None
+
+    def fresh_board(self, search="", kind="all"):
+        """The board as the database holds it when a page loads (empty, as the tab says, when it is unavailable)."""
+        try:
+            return board_table(self._board().rows(search or "", kind or "all"))
+        except leaderboard.BoardUnavailable:
+            return board_table([])
+
+    def submit(self, board_rows, model, link="", precision="fp32", note="", times=None, search="", kind="all"):
+        """Submit this session's last evaluation (the rows of its RoCOCO galleries); return the message, the board
+        and the session's submission times (:func:`rococo_eval.space.leaderboard.rate_allows` limits them)."""
+        times = list(times or [])
+        now = time.time()
+        if not leaderboard.rate_allows(times, now):
+            raise gr.Error(f"at most {leaderboard.RATE_LIMIT} submissions every {leaderboard.RATE_WINDOW_S // 60} "
+                           "minutes from one session: try again later", title="Cannot submit", print_exception=False)
+        try:
+            if not board_rows:
+                raise ValueError("the last evaluation scored no RoCOCO gallery: the board takes the standard "
+                                 "galleries, scored on the annotations' layouts (custom layouts are no row); "
+                                 "evaluate RoCOCO score files first")
+            added, message = self._board().submit(board_rows, model=model, link=link, precision=precision,
+                                                  note=note)
+        except (ValueError, leaderboard.BoardUnavailable) as error:
+            raise gr.Error(str(error), title="Cannot submit", print_exception=False) from None
+        if added:
+            times.append(now)
+        return message, self.leaderboard(search, kind), times
+
+    def _board(self):
+        if self.board is None and self._reopen is not None and time.monotonic() - self._tried >= BOARD_RETRY_S:
+            self._tried = time.monotonic()
+            self.board, problem = self._reopen()
+            self.board_problem = problem or self.board_problem
+        if self.board is None:
+            raise leaderboard.BoardUnavailable(self.board_problem)
+        return self.board
+
+
+def _default_board_path(output_root: Path) -> Path:
+    """A Space's persistent storage (``/data``) when it has one; else the output folder, which a restart loses."""
+    persistent = Path("/data")
+    if persistent.is_dir() and os.access(persistent, os.W_OK):
+        return persistent / "leaderboard.sqlite3"
+    logger.warning("the leaderboard is in %s, which does not outlive this process: set %s to keep it",
+                   output_root, leaderboard.DB_ENV)
+    return output_root / "leaderboard.sqlite3"
+
+
+def _fresh_folder(root: Path) -> Path:
+    """A new folder for one request's files; folders older than ``OUTPUT_MAX_AGE_S`` are removed."""
+    root.mkdir(parents=True, exist_ok=True)
+    now = time.time()
+    for old in root.iterdir():
+        try:
+            if now - old.stat().st_mtime > OUTPUT_MAX_AGE_S:
+                shutil.rmtree(old, ignore_errors=True)
+        except FileNotFoundError:
+            continue
+    return Path(tempfile.mkdtemp(dir=root))
+
+
+def _int(value, name: str) -> int:
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    raise ValueError(f"`{name}` must be a whole number, got {value!r}")

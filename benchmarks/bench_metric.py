@@ -2,6 +2,7 @@
 
     python benchmarks/bench_metric.py [--directions image_to_text text_to_image] [--argsort-rows 200]
                                       [--methods floor metric ...] [--repeat 1] [--annotations-dir DIR]
+                                      [--previous OLD/rococo_recall.py]
 
 For each direction it builds the official layout from the caption counts of the clean annotation file (5,000 x
 50,010 image-to-text; 25,010 x 10,000 text-to-image; float32), read from ``--annotations-dir``, else
@@ -10,17 +11,18 @@ scores (one correct item lifted above noise, so that R@1 is about that of CLIP) 
 child process so that peak memory is its own:
 
 - floor: one ``np.max`` pass over the matrix (the memory-bandwidth floor);
-- metric: ``evaluate.load("rococo_recall.py").compute(...)`` on the default path (the numba kernel where numba is
-  installed);
+- metric: ``evaluate.load("rococo_recall.py").compute(...)``;
 - metric_per_query: the same with ``per_query=True`` (adds each query's rank, top-1 item and best correct item);
-- metric_numpy, metric_numpy_per_query: the same two on the pure NumPy path (``ROCOCO_RECALL_KERNEL=numpy``);
+- previous, previous_per_query: the same two with ``--previous``, the metric file of another version (for example
+  ``git show 8f57c84:rococo_recall.py``, saved as ``rococo_recall.py`` in a folder of its own: the version whose
+  numba kernel ranked in one compiled pass per row), on its default path;
 - argsort loop: the official per-row ``np.argsort`` loop, timed on ``--argsort-rows`` rows and scaled;
 - torchmetrics: ``RetrievalHitRate(top_k=1)`` on the largest slice of queries it can hold in the memory given
   by ``--torchmetrics-gb`` (it needs flat per-pair tensors: preds, target and an int64 index), scaled.
 
 Peak memory is the child's peak RSS above the RSS it had once the matrix was built (the extra memory). The metric
-is timed on its second ``compute`` on the matrix: the first, whose time is in the note, also loads the numba kernel
-(importing numba, and compiling the kernel where numba's cache does not hold it yet).
+is timed on its second ``compute`` on the matrix: the first, whose time is in the note, also pays what a first call
+pays (a previous version's numba kernel: importing numba, compiling the kernel where numba's cache does not hold it).
 """
 
 import argparse
@@ -40,7 +42,7 @@ sys.path.insert(0, str(ROOT))
 from rococo_eval.data.annotations import read_annotation_file  # noqa: E402
 from rococo_eval.layout import image_to_text_layout, text_to_image_layout  # noqa: E402
 
-METHODS = ("floor", "metric", "metric_per_query", "metric_numpy", "metric_numpy_per_query", "argsort", "torchmetrics")
+METHODS = ("floor", "metric", "metric_per_query", "previous", "previous_per_query", "argsort", "torchmetrics")
 
 
 def read_captions_per_image(annotations_dir=None):
@@ -88,12 +90,10 @@ def _child(task, direction, captions, options, queue):
     note = ""
     if task == "floor":
         scores.max(axis=1)
-    elif task.startswith("metric"):
+    elif task.startswith(("metric", "previous")):
         import evaluate
 
-        if task.startswith("metric_numpy"):
-            os.environ["ROCOCO_RECALL_KERNEL"] = "numpy"
-        metric = evaluate.load(str(ROOT / "rococo_recall.py"))
+        metric = evaluate.load(str(options.previous if task.startswith("previous") else ROOT / "rococo_recall.py"))
         per_query = task.endswith("per_query")
         start = time.perf_counter()
         metric.compute(predictions=scores, **inputs, per_query=per_query)
@@ -156,9 +156,14 @@ def main(argv=None):
                         help="what to measure (floor is always measured: the ratios need it)")
     parser.add_argument("--repeat", type=int, default=1, help="runs of each method; the fastest counts")
     parser.add_argument("--json", type=Path, help="also write the measurements here")
+    parser.add_argument("--previous", type=Path, help="rococo_recall.py of another version, for `previous`")
     parser.add_argument("--annotations-dir", help="folder of the official annotation files "
                                                   "(default $ROCOCO_ANNOTATIONS_DIR, else the pinned download)")
     options = parser.parse_args(argv)
+    if not options.previous:
+        options.methods = [task for task in options.methods if not task.startswith("previous")]
+    elif options.previous.name != "rococo_recall.py":
+        parser.error("--previous must be a file named rococo_recall.py (evaluate names the metric after its file)")
     captions = read_captions_per_image(options.annotations_dir)
     rows = []
     print("| direction | matrix | method | time (s) | x floor | argsort / metric | extra memory (MB) | "

@@ -41,14 +41,14 @@ def test_matches_sorting_reference(ties, levels, chunk_size):
 @settings(max_examples=150, deadline=None)
 @given(data=st.data())
 def test_matches_sorting_reference_hypothesis(data):
-    num_queries = data.draw(st.integers(1, 12))
-    num_gallery = data.draw(st.integers(1, 40))
+    num_queries = data.draw(st.integers(1, 10))
+    num_gallery = data.draw(st.integers(1, 300))  # across the packed bits' byte boundaries
     adversarial = np.array(data.draw(st.lists(st.booleans(), min_size=num_gallery, max_size=num_gallery)))
     clean = np.flatnonzero(~adversarial)
     if len(clean) == 0:
         adversarial[0] = False
         clean = np.array([0])
-    values = st.floats(-3, 3, allow_nan=False, width=32) | st.sampled_from([0.0, 1.0, -1.0])
+    values = st.floats(-3, 3, allow_nan=False, width=32) | st.sampled_from([0.0, -0.0, 1.0, 2.0, -1.0])
     scores = np.array(data.draw(st.lists(st.lists(values, min_size=num_gallery, max_size=num_gallery),
                                          min_size=num_queries, max_size=num_queries)), dtype=np.float32)
     references = [data.draw(st.lists(st.sampled_from(clean.tolist()), min_size=1, max_size=4))
@@ -56,7 +56,7 @@ def test_matches_sorting_reference_hypothesis(data):
     assume(not any(len(r) == num_gallery > 1 and set(r) <= {0, 1} for r in references))  # refused: see below
     ties = data.draw(st.sampled_from(["pessimistic", "optimistic"]))
     ks = tuple(sorted(set(data.draw(st.lists(st.integers(1, num_gallery), min_size=1, max_size=3)))))
-    chunk_size = data.draw(st.sampled_from([None, 1, 2, 5]))
+    chunk_size = data.draw(st.sampled_from([None, 1, 2, 4, 5]))
     result = compute(scores, references, adversarial, k=ks, ties=ties, chunk_size=chunk_size, per_query=True)
     expected, per_query = expected_outputs(scores, references, adversarial, ties, ks)
     assert_same(result, expected)
@@ -95,12 +95,9 @@ def test_blip_style_filled_scores():
 
 @pytest.mark.parametrize("ties", ["pessimistic", "optimistic"])
 @pytest.mark.parametrize("runs", [2, 9, 40])
-@pytest.mark.parametrize("limit", [10**9, 3, 0])
-def test_top_item_is_the_same_read_among_the_items_above_or_at_the_row_maximum(monkeypatch, ties, runs, limit):
-    """A query's top-1 item comes from the items above its best correct one when they are at most `limit`, else
-    from the items at the row maximum, else (more than `limit` of those too) is picked within the block: all give
-    the reference's item, ties between kinds at the top included."""
-    monkeypatch.setattr(rococo_recall, "_MIN_CANDIDATES", limit)
+def test_top_item_ties_between_kinds_at_the_top(ties, runs):
+    """A query's top-1 item, ties between kinds at the top included, is the reference's item, with and without
+    per_query, whatever the number of runs of items of one kind."""
     rng = np.random.default_rng(runs)
     num_gallery = 120
     adversarial = np.arange(num_gallery) * runs // num_gallery % 2 == 1  # `runs` runs, clean first
@@ -114,8 +111,7 @@ def test_top_item_is_the_same_read_among_the_items_above_or_at_the_row_maximum(m
     at_top = scores == scores.max(axis=1, keepdims=True)
     assert 0 < top1.sum() < len(top1)
     assert ((at_top & adversarial).any(axis=1) & (at_top & ~adversarial).any(axis=1)).any()  # a tie of both kinds
-    assert (at_top.sum(axis=1) > 3).any() and (at_top.sum(axis=1) <= 3).any()  # limit 3: both of its paths
-    # without per_query, the top-1 check by run maxima (up to 8 runs) or by the row maximum agrees
+    # without per_query, the top-1 check agrees
     assert compute(scores, references, adversarial, ties=ties, chunk_size=7)["false_rate"] == 100 * top1.sum() / 60
 
 
@@ -295,7 +291,8 @@ def test_official_text_to_image_layout_matches_itm_eval(captions_per_image):
 def test_metric_module_is_self_contained():
     source = (REPO_ROOT / "rococo_recall.py").read_text()
     top_level_imports = [line for line in source.splitlines() if line.startswith(("import ", "from "))]
-    assert all(line.split()[1].split(".")[0] in {"logging", "os", "sys", "concurrent", "dataclasses", "numpy"}
+    allowed = {"__future__", "logging", "os", "sys", "zlib", "concurrent", "dataclasses", "typing", "numpy"}
+    assert all(line.split()[1].split(".")[0] in allowed
                for line in top_level_imports)  # datasets and evaluate: imported for the metric class only
     assert rococo_recall.__doc__
 
@@ -412,7 +409,7 @@ def test_numpy_1_bit_count_fallback_agrees(monkeypatch):
     rng = np.random.default_rng(15)
     scores, references, adversarial = random_case(rng, 40, 200, 60, levels=7)
     expected = compute(scores, references, adversarial, per_query=True, chunk_size=3)
-    monkeypatch.setattr(rococo_recall, "_count_bits", rococo_recall._count_bits_by_table)
+    monkeypatch.delattr(np, "bitwise_count", raising=False)
     result = compute(scores, references, adversarial, per_query=True, chunk_size=3)
     for key, value in expected.items():
         np.testing.assert_array_equal(result[key], value)

@@ -108,7 +108,7 @@ def load_alone(python, tmp_path):
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     env = {key: value for key, value in os.environ.items()
-           if key not in ("PYTHONPATH", "PYTHONHOME", "ROCOCO_RECALL_KERNEL") and not key.startswith("HF_")}
+           if key not in ("PYTHONPATH", "PYTHONHOME") and not key.startswith("HF_")}
     env.update(HF_HOME=str(tmp_path / "hf"), HF_MODULES_CACHE=str(tmp_path / "modules"), HF_HUB_OFFLINE="1",
                HF_EVALUATE_OFFLINE="1", HF_DATASETS_OFFLINE="1")
     child = subprocess.run([str(python), "-I", "-c", CHILD, str(folder)], cwd=elsewhere, env=env,

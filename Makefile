@@ -43,8 +43,10 @@ $(WORDNET):
 	$(SUDO) apt-get update -qq
 	$(SUDO) DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wordnet-base >/dev/null
 
+# The suite runs on every core (pytest-xdist), one test file per worker at a time (docs/index.md).
+PARALLEL := -n auto --dist loadfile
 test: $(VENV)/.installed-test $(CHROMIUM) $(WORDNET) test-numpy1 reference-env
-	ROCOCO_REQUIRE_PY39=1 ROCOCO_REQUIRE_REFERENCE=1 $(BIN)/python -m pytest -q
+	ROCOCO_REQUIRE_PY39=1 ROCOCO_REQUIRE_REFERENCE=1 $(BIN)/python -m pytest -q $(PARALLEL) --durations=10
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir build/site  # the docs (mkdocs.yml)
 
 # evaluate copies rococo_recall.py alone into whatever environment loads it, as old as Python 3.9 with NumPy 1.24 (no
@@ -110,7 +112,7 @@ test-reference: $(VENV)/.installed-test reference-env
 		tests/models/test_vse_infty_official.py tests/models/test_pcmepp_official.py
 
 test-fast: $(VENV)/.installed-test $(CHROMIUM) $(WORDNET)
-	$(BIN)/python -m pytest -q -m "not slow"
+	$(BIN)/python -m pytest -q $(PARALLEL) -m "not slow"
 
 bench: $(VENV)/.installed-test
 	$(BIN)/python benchmarks/bench_metric.py

@@ -23,8 +23,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = "rococo_eval"
-# The metric's test cases (BAD_INPUTS: refused inputs and their messages): the first of these that exists.
-METRIC_CASES_PATHS = ("tests/helpers/metric_cases.py", "tests/metric_cases.py")
+# The metric's test cases (BAD_INPUTS: refused inputs and their messages).
+METRIC_CASES = ROOT / "tests" / "helpers" / "metric_cases.py"
 # The call every refused input changes one or two arguments of (as the metric's tests do).
 BASE_CALL = {"predictions": [[0.9, 0.1, 0.5], [0.2, 0.8, 0.1]], "references": [0, 1], "k": 1}
 REFERENCE_SECTION = "API reference"  # the nav section the layer pages are appended to
@@ -70,21 +70,12 @@ def table(header: list[str], rows: list[list[str]]) -> str:
 
 # ---------------------------------------------------------------------------------------------- refused inputs
 
-def metric_cases_path() -> Path:
-    """The metric's case module: the first of :data:`METRIC_CASES_PATHS` that exists."""
-    for relative in METRIC_CASES_PATHS:
-        if (ROOT / relative).is_file():
-            return ROOT / relative
-    raise FileNotFoundError(f"none of {METRIC_CASES_PATHS} exists under {ROOT}")
-
-
 def load_metric_cases():
-    """Import the metric's case module (its folder and ``tests/`` on the path, as pytest has them)."""
-    path = metric_cases_path()
-    for folder in (ROOT, ROOT / "tests", path.parent):
+    """Import the metric's case module, :data:`METRIC_CASES` (with ``tests/`` on the path, as pytest has it)."""
+    for folder in (ROOT, ROOT / "tests"):
         if str(folder) not in sys.path:
             sys.path.insert(0, str(folder))
-    spec = importlib.util.spec_from_file_location("_docs_metric_cases", path)
+    spec = importlib.util.spec_from_file_location("_docs_metric_cases", METRIC_CASES)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -118,7 +109,7 @@ def refused_inputs() -> list[tuple[dict, str]]:
         except ValueError as error:
             message = str(error)
         else:
-            raise ValueError(f"the metric accepted {overrides!r}, which {metric_cases_path().name} says it refuses")
+            raise ValueError(f"the metric accepted {overrides!r}, which {METRIC_CASES.name} says it refuses")
         if not re.search(expected, message):
             raise ValueError(f"for {overrides!r} the metric says {message!r}, the tests expect /{expected}/")
         refused.append((overrides, message))
@@ -130,7 +121,7 @@ def refused_inputs_table() -> str:
     base = ", ".join(f"{name}={_argument(value)}" for name, value in BASE_CALL.items())
     rows = [[code(", ".join(f"{name}={_argument(value)}" for name, value in overrides.items())), prose(message)]
             for overrides, message in refused_inputs()]
-    source = metric_cases_path().relative_to(ROOT).as_posix()
+    source = METRIC_CASES.relative_to(ROOT).as_posix()
     return (f"Each row changes the call `rococo_recall({base})`; the table is made when the docs are built, by "
             f"running the metric on every case of `BAD_INPUTS` in `{source}` (the cases the tests run).\n\n"
             + table(["input", "what the metric says"], rows))

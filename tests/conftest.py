@@ -12,6 +12,7 @@ from urllib.parse import urlsplit
 import datasets
 import numpy as np
 import pytest
+from filelock import FileLock
 from PIL import Image
 
 import rococo_eval.data.source
@@ -44,8 +45,11 @@ def pytest_configure(config):
     at the pinned URL paths for the whole session ($ROCOCO_ANNOTATIONS_BASE_URL points there) and downloads go
     to a temporary $ROCOCO_CACHE_DIR; each file is still checked against its pinned sha256. Without that copy
     the files come from their pinned URLs. Doctests of ``rococo_eval/`` see the same environment when this
-    conftest is loaded (``pytest`` from the repository root, as ``make test`` runs it).
+    conftest is loaded (``pytest`` from the repository root, as ``make test`` runs it). Under pytest-xdist each
+    worker sets this up for itself; the controller runs no test.
     """
+    if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
+        return
     if os.environ.get("ROCOCO_ANNOTATIONS_DIR") is not None or os.environ.get("ROCOCO_ANNOTATIONS_BASE_URL") \
             or not SHARED_ANNOTATIONS.is_dir():
         return
@@ -76,11 +80,37 @@ def pytest_unconfigure(config):
         shutil.rmtree(_annotation_mirror.pop("cache"), ignore_errors=True)
 
 
+def once_for_the_run(tmp_path_factory, name, build):
+    """A folder called ``name`` that ``build(folder)`` fills, once for the whole run.
+
+    pytest-xdist's workers each have their own session fixtures: they share this folder instead. The first worker
+    builds it under a file lock while the others wait, then reuse it (a build that failed is started again). Tests
+    only read these folders (``coco_copy`` is the one to damage). Without xdist, a folder of the session's own.
+    """
+    if os.environ.get("PYTEST_XDIST_WORKER") is None:
+        folder = tmp_path_factory.mktemp(name) / name
+        build(folder)
+        return folder
+    root = tmp_path_factory.getbasetemp().parent / name  # beside the workers' own temporary folders
+    folder, done = root / name, root / "built"
+    with FileLock(f"{root}.lock"):
+        if not done.exists():
+            shutil.rmtree(root, ignore_errors=True)
+            root.mkdir()
+            build(folder)
+            done.touch()
+    return folder
+
+
 @pytest.fixture(scope="session")
-def annotations_dir():
+def annotations_dir(tmp_path_factory):
     """The verified official annotation files: $ROCOCO_ANNOTATIONS_DIR, else the pinned download (from the
-    local server of :func:`pytest_configure` when it runs)."""
-    return resolve_annotations_dir()
+    local server of :func:`pytest_configure` when it runs). pytest-xdist's workers take turns, as they may
+    download into one cache: the first downloads, the others find the files."""
+    if os.environ.get("PYTEST_XDIST_WORKER") is None:
+        return resolve_annotations_dir()
+    with FileLock(tmp_path_factory.getbasetemp().parent / "annotations.lock"):
+        return resolve_annotations_dir()
 
 
 @pytest.fixture(scope="session")
@@ -103,15 +133,16 @@ def _doctest_cwd(request, monkeypatch):
 @pytest.fixture(scope="session")
 def coco_root(tmp_path_factory, clean_records):
     """A COCO root with the 5,000 test images as tiny JPEGs of varied sizes (every 50th grayscale)."""
-    root = tmp_path_factory.mktemp("coco") / "coco"
-    (root / "val2014").mkdir(parents=True)
-    rng = np.random.default_rng(0)
-    for index, record in enumerate(clean_records):
-        height, width = rng.integers(20, 48, 2)
-        small = rng.integers(0, 256, (4, 5, 3), dtype=np.uint8)
-        image = Image.fromarray(small).resize((int(width), int(height)), Image.Resampling.BILINEAR)
-        (image.convert("L") if index % 50 == 0 else image).save(root / record["image"], quality=90)
-    return root
+    def build(root):
+        (root / "val2014").mkdir(parents=True)
+        rng = np.random.default_rng(0)
+        for index, record in enumerate(clean_records):
+            height, width = rng.integers(20, 48, 2)
+            small = rng.integers(0, 256, (4, 5, 3), dtype=np.uint8)
+            image = Image.fromarray(small).resize((int(width), int(height)), Image.Resampling.BILINEAR)
+            (image.convert("L") if index % 50 == 0 else image).save(root / record["image"], quality=90)
+
+    return once_for_the_run(tmp_path_factory, "coco", build)
 
 
 @pytest.fixture(scope="session")
@@ -174,9 +205,8 @@ def hf_cache(tmp_path_factory):
 @pytest.fixture(scope="session")
 def export_folder(tmp_path_factory, annotations_dir, coco_root):
     """One export of a text and an image config (with their query configs), shared by several test modules."""
-    out = tmp_path_factory.mktemp("export") / "rococo"
-    return export_dataset(out, ["rand_voca", "patch_seed10"], annotations_dir=annotations_dir, images_dir=coco_root,
-                          workers=2)
+    return once_for_the_run(tmp_path_factory, "rococo", lambda out: export_dataset(
+        out, ["rand_voca", "patch_seed10"], annotations_dir=annotations_dir, images_dir=coco_root, workers=2))
 
 
 @pytest.fixture
@@ -215,34 +245,35 @@ def reads(monkeypatch):
 def image_set(tmp_path_factory):
     """The image-text set of ``helpers/image_text_set.py`` in every input format: Karpathy JSON, CSV, JSONL (images
     under ``root``), a dataset folder."""
-    root = tmp_path_factory.mktemp("image_set")
-    (root / "images").mkdir()
-    records, rows = [], []
-    for i in range(12):
-        pixels = np.random.default_rng(i).integers(0, 256, (40 + i, 56, 3), dtype=np.uint8)
-        Image.fromarray(pixels).save(root / "images" / f"{i:03d}.png")
-        records.append({"image": f"images/{i:03d}.png", "caption": captions_of(i)})
-        rows += [{"image": f"images/{i:03d}.png", "caption": caption} for caption in captions_of(i)]
-    (root / "set.json").write_text(json.dumps(records))
-    with open(root / "set.csv", "w", newline="") as handle:
-        writer = csv.DictWriter(handle, ["image", "caption"])
-        writer.writeheader()
-        writer.writerows(rows)
-    (root / "set.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
-    hf = datasets.Dataset.from_dict({"picture": [str(root / r["image"]) for r in records],
-                                     "sentences": [r["caption"] for r in records]},
-                                    features=datasets.Features({"picture": datasets.Image(),
-                                                                "sentences": [datasets.Value("string")]}))
-    (root / "hf").mkdir()
-    hf.to_parquet(str(root / "hf" / "train.parquet"))
-    return root
+    def build(root):
+        (root / "images").mkdir(parents=True)
+        records, rows = [], []
+        for i in range(12):
+            pixels = np.random.default_rng(i).integers(0, 256, (40 + i, 56, 3), dtype=np.uint8)
+            Image.fromarray(pixels).save(root / "images" / f"{i:03d}.png")
+            records.append({"image": f"images/{i:03d}.png", "caption": captions_of(i)})
+            rows += [{"image": f"images/{i:03d}.png", "caption": caption} for caption in captions_of(i)]
+        (root / "set.json").write_text(json.dumps(records))
+        with open(root / "set.csv", "w", newline="") as handle:
+            writer = csv.DictWriter(handle, ["image", "caption"])
+            writer.writeheader()
+            writer.writerows(rows)
+        (root / "set.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+        hf = datasets.Dataset.from_dict({"picture": [str(root / r["image"]) for r in records],
+                                         "sentences": [r["caption"] for r in records]},
+                                        features=datasets.Features({"picture": datasets.Image(),
+                                                                    "sentences": [datasets.Value("string")]}))
+        (root / "hf").mkdir()
+        hf.to_parquet(str(root / "hf" / "train.parquet"))
+
+    return once_for_the_run(tmp_path_factory, "image_set", build)
 
 
 @pytest.fixture(scope="session")
 def benchmark(image_set, tmp_path_factory):
     """Every strategy, RoCOCO's seed 1 and another seed, from the Karpathy JSON, through the API."""
-    out = tmp_path_factory.mktemp("benchmarks") / "bench"
-    return make_benchmark(image_set / "set.json", out, seeds=[1, 7], cache_dir=tmp_path_factory.mktemp("cache"))
+    return once_for_the_run(tmp_path_factory, "bench", lambda out: make_benchmark(
+        image_set / "set.json", out, seeds=[1, 7], cache_dir=out.parent / "cache"))
 
 
 @pytest.fixture(scope="module")

@@ -26,31 +26,35 @@ from rococo_eval.catalog import CLEAN, DIRECTIONS, IMAGE_ATTACK_METHODS, TEXT_AT
 from rococo_eval.data.annotations import OFFICIAL_COMMIT, OFFICIAL_REPOSITORY, PAPER_URL
 from rococo_eval.detection import CUSTOM
 from rococo_eval.io import scorefiles
-from rococo_eval.layout import describe_orders, gallery_shape
+from rococo_eval.layout import ORDERS, describe_orders, gallery_shape
 from rococo_eval.reporting.analysis import DEFAULT_MIN_COUNT
-from rococo_eval.scoring.plan import attacks_of
+from rococo_eval.scoring.plan import adversarial_per_image_of, attacks_of
 from rococo_eval.space import leaderboard
+from rococo_eval.space.example import SYNTHETIC_MODEL
 from rococo_eval.space.handlers import OUTPUT_MAX_AGE_S, Handlers, open_board
 from rococo_eval.space.logic import (
     ALL_GALLERIES,
     IMAGE_ATTACK_HEADERS,
     LAYOUT_HEADERS,
     MAX_BOOTSTRAP,
+    TRUST_ORDER_LABEL,
     WORD_HEADERS,
     compare_rows,
+    flipped_view,
     source_and_problem,
 )
-from rococo_eval.space.views import board_table, table
+from rococo_eval.space.views import BOARD_DATATYPES, BOARD_LEGEND, BOARD_VIEWS, BOARD_WIDTHS, board_shown, table
 from rococo_recall import TIE_POLICIES
 
 # Requests other than evaluations (detect, explore, compare) that run at once: each reads a file header, a few
 # images or a small table, so 4 keep the page responsive for several users in little memory. Evaluations have
 # their own limit, `concurrency`.
 LIGHT_REQUEST_CONCURRENCY = 4
-# The results table's columns (file, attack, direction, 4 clean recalls, 4 recalls, false rate, attack success,
-# 3 counts), wide enough for their numbers and for their headers to wrap between words; a table wider than the
-# page scrolls inside its frame.
-_RESULTS_WIDTHS = ["170px", "110px", "140px"] + ["84px"] * 12 + ["108px"]
+# The results table's columns (file, attack, direction, clean R@1, 3 recalls, R_mean, false rate, attack success),
+# wide enough for their numbers and for their headers to wrap between words, 1,112 px in all: the table fits a
+# 1280 px page (a wider one, with intervals, scrolls inside its frame).
+_RESULTS_WIDTHS = ["260px", "140px", "110px"] + ["86px"] * 7
+BOARD_VIEW = "means"  # the leaderboard's columns when a page opens
 _COMPARE_WIDTHS = ["11%", "17%", "10%", "6%", "6%", "6%", "6%", "6%", "6%", "26%"]
 _NO_ANNOTATIONS = (
     "**The RoCOCO annotation files are not available here**, so standard layouts and the Explore tab are off; "
@@ -89,13 +93,14 @@ def build_app(source=None, captions_per_image=None, *, concurrency: int = 2, out
     board, board_problem = reopen()
     handlers = Handlers(source, captions_per_image, output_root, board, board_problem, reopen)
     with gr.Blocks(title="RoCOCO robustness evaluation", delete_cache=(OUTPUT_MAX_AGE_S, OUTPUT_MAX_AGE_S)) as demo:
-        gr.Markdown(_intro(captions_per_image))
+        gr.Markdown(_intro(captions_per_image, adversarial_per_image_of(source)))
         note = _availability_note(source, captions_per_image, problem)
         if note:
             gr.Markdown(note, elem_id="annotations-note")
         user_rows, board_rows, failures = gr.State([]), gr.State([]), gr.State(None)
         with gr.Tab("Evaluate"):
-            evaluate_tab = _evaluate_tab(attacks_of(source))
+            evaluate_tab = _evaluate_tab(attacks_of(source), adversarial_per_image_of(source),
+                                         handlers.text_attacks())
         with gr.Tab("What fooled the model"):
             flipped_tab = _flipped_tab()
         with gr.Tab("Explore"):
@@ -103,10 +108,10 @@ def build_app(source=None, captions_per_image=None, *, concurrency: int = 2, out
         with gr.Tab("Compare"):
             compare_tab = _compare_tab()
         with gr.Tab("Leaderboard"):
-            board_tab = _leaderboard_tab(board_problem)
+            board_tab = _leaderboard_tab(board_problem, source)
         _wire(handlers, evaluate_tab, flipped_tab, explore_tab, compare_tab, user_rows, board_rows, failures,
               concurrency)
-        _wire_leaderboard(demo, handlers, evaluate_tab, board_tab, board_rows)
+        _wire_leaderboard(demo, handlers, evaluate_tab, board_tab, board_rows, user_rows)
         if source is not None:
             demo.load(handlers.show, explore_tab.index, [explore_tab.captions, explore_tab.images, explore_tab.note],
                       api_visibility="private")
@@ -123,15 +128,22 @@ def _availability_note(source, captions_per_image, problem: str) -> str:
     return ""
 
 
-def _evaluate_tab(attacks) -> SimpleNamespace:
-    """The Evaluate tab's components: uploads, layout table, options, and the results."""
+def _evaluate_tab(attacks, adversarial_per_image: int, text_attacks) -> SimpleNamespace:
+    """The Evaluate tab's components: the synthetic example, uploads, layout table (with an order list per text
+    attack), options, and the results (shown once there are some)."""
     tab = SimpleNamespace()
+    with gr.Row(equal_height=True):
+        tab.example = gr.Button("Try the synthetic example", variant="secondary", scale=1, elem_id="example-button")
+        gr.Markdown(_EXAMPLE_HELP)
     tab.files = gr.File(label="Score files (.npy, .npz, .safetensors), one per gallery", file_count="multiple",
                         file_types=list(scorefiles.SCORE_SUFFIXES), type="filepath")
-    gr.Markdown(_layout_help(attacks))
+    gr.Markdown(_layout_help(attacks, adversarial_per_image))
     tab.layouts = gr.Dataframe(headers=LAYOUT_HEADERS, type="array", interactive=True, wrap=True,
                                column_count=len(LAYOUT_HEADERS), label="layouts",
                                column_widths=["18%", "13%", "13%", "9%", "47%"])
+    with gr.Row():  # each shown when the table has a file of that text attack
+        tab.orders = [gr.Dropdown(list(ORDERS), value=None, label=f"order ({attack})", visible=False,
+                                  elem_id=f"order-{attack}") for attack in text_attacks]
     with gr.Accordion("Custom layout (references and adversarial items)", open=False):
         gr.Markdown(_CUSTOM_HELP)
         with gr.Row():
@@ -142,12 +154,15 @@ def _evaluate_tab(attacks) -> SimpleNamespace:
                                "score as the best correct one ranks above it, or below)")
         tab.bootstrap = gr.Number(value=0, precision=0, minimum=0, maximum=MAX_BOOTSTRAP,
                                   label=f"bootstrap resamples for 95% CIs (0 = none, at most {MAX_BOOTSTRAP})")
+    tab.trust_order = gr.Checkbox(value=False, label=TRUST_ORDER_LABEL, elem_id="trust-order")
     tab.run = gr.Button("Evaluate", variant="primary")
     tab.message = gr.Markdown(label="message", elem_id="evaluate-message")
+    # hidden until an evaluation fills them: an empty table would show placeholder headers
     tab.results = gr.Dataframe(label="results", interactive=False, wrap=True, elem_id="results-table",
-                               column_widths=_RESULTS_WIDTHS)
-    tab.chart = gr.Image(label="chart", type="filepath", interactive=False, elem_id="recall-chart")
-    tab.download = gr.File(label="json", interactive=False)
+                               column_widths=_RESULTS_WIDTHS, visible=False)
+    tab.chart = gr.Image(label="chart", type="filepath", interactive=False, elem_id="recall-chart", visible=False)
+    tab.download = gr.File(label="json", interactive=False, visible=False)
+    tab.precision = gr.State(None)  # the precision the evaluated files were saved in, for the submit form
     tab.form = _submit_form()
     return tab
 
@@ -163,9 +178,11 @@ def _flipped_tab() -> SimpleNamespace:
         tab.min_count = gr.Number(value=DEFAULT_MIN_COUNT, precision=0, minimum=1,
                                   label="fewest images a word needs to be listed")
         tab.show = gr.Button("Show")
-    tab.note = gr.Markdown(elem_id="flipped-note")
+    before = flipped_view(None)  # what the tab says before an evaluation
+    tab.note = gr.Markdown(before.note, elem_id="flipped-note")
     tab.queries = gr.HTML(elem_id="flipped-queries")
     tab.csv = gr.File(label="every flipped query of this filter (CSV)", interactive=False)
+    tab.words_note = gr.Markdown(before.words_note, elem_id="word-note")
     tab.words = gr.Dataframe(headers=WORD_HEADERS, label="attack success by word (text attacks)", interactive=False,
                              wrap=True, elem_id="word-table")
     tab.chart = gr.Image(label="most damaging words", type="filepath", interactive=False, elem_id="word-chart")
@@ -198,23 +215,37 @@ def _compare_tab() -> SimpleNamespace:
     return tab
 
 
-def _leaderboard_tab(problem: str = "") -> SimpleNamespace:
-    """The Leaderboard tab: the board (sortable by clicking a header, filled when a page loads), a search and a
-    filter by kind; ``problem`` says why the board is unavailable."""
+def _leaderboard_tab(problem: str = "", source=None) -> SimpleNamespace:
+    """The Leaderboard tab: the board (sortable from each header's menu, filled when a page loads), a search, a filter
+    by kind and the group of columns shown; ``problem`` says why the board is unavailable, and a generated benchmark's
+    ``source`` that its results do not go on it."""
     tab = SimpleNamespace()
     gr.Markdown("Clean and attacked R@1 (%) of every submitted evaluation, and the published numbers, each row with "
-                "its source. Click a column's header to sort by it. Submit your own from the Evaluate tab: an "
-                "evaluation of RoCOCO's galleries (custom layouts are not taken).")
+                "its source. " + _board_takes(source))
     if problem:
         gr.Markdown(f"**The leaderboard is unavailable**: {_shorten(problem)}. Scoring works as usual.",
                     elem_id="leaderboard-note")
     with gr.Row():
-        tab.search = gr.Textbox(label="model name holds", scale=3)
-        tab.kind = gr.Radio(["all", leaderboard.PUBLISHED, leaderboard.SUBMITTED], value="all", label="rows")
+        tab.search = gr.Textbox(label="model name holds", scale=2)
+        tab.kind = gr.Radio(["all", leaderboard.PUBLISHED, leaderboard.SUBMITTED], value="all", label="rows", scale=2)
+        tab.view = gr.Radio(list(BOARD_VIEWS), value=BOARD_VIEW, label="columns", scale=3,
+                            elem_id="leaderboard-view")
         tab.refresh = gr.Button("Refresh", scale=1)
-    tab.table = gr.Dataframe(value=board_table([]), label="leaderboard", interactive=False, wrap=True,
-                             datatype="str", max_height=1200, elem_id="leaderboard-table")
+    gr.Markdown(BOARD_LEGEND, elem_id="leaderboard-legend")
+    tab.table = gr.Dataframe(value=board_shown([], BOARD_VIEW), label="leaderboard", interactive=False, wrap=True,
+                             datatype=BOARD_DATATYPES[BOARD_VIEW], column_widths=BOARD_WIDTHS[BOARD_VIEW],
+                             max_height=1200,
+                             elem_id="leaderboard-table")
     return tab
+
+
+def _board_takes(source) -> str:
+    """What the board takes from this Space: RoCOCO's galleries, or nothing from a generated benchmark."""
+    if source is not None and not source.is_rococo:
+        return (f"This Space serves a generated benchmark ({source.card_dataset[1]}), not RoCOCO: its results are "
+                "not RoCOCO's and do not go on this board.")
+    return ("Submit your own from the Evaluate tab: an evaluation of RoCOCO's galleries (custom layouts and the "
+            "synthetic example are not taken).")
 
 
 def _submit_form() -> SimpleNamespace:
@@ -224,7 +255,8 @@ def _submit_form() -> SimpleNamespace:
         with gr.Row():
             form.model = gr.Textbox(label="model name", max_length=leaderboard.LIMITS["model"], elem_id="submit-model")
             form.link = gr.Textbox(label="link (https://...)", max_length=leaderboard.LIMITS["link"])
-            form.precision = gr.Dropdown(list(leaderboard.PRECISIONS), value="fp32", label="precision")
+            form.precision = gr.Dropdown(list(leaderboard.PRECISIONS), value="fp32", label="precision",
+                                         elem_id="submit-precision")
         form.note = gr.Textbox(label="note (optional)", max_length=leaderboard.LIMITS["note"])
         form.submit = gr.Button("Submit")
         form.message = gr.Textbox(label="submission", interactive=False, elem_id="submit-message")  # plain text
@@ -232,35 +264,46 @@ def _submit_form() -> SimpleNamespace:
     return form
 
 
-def _wire_leaderboard(demo, handlers: Handlers, evaluate_tab, board_tab, board_rows) -> None:
-    filters = [board_tab.search, board_tab.kind]
+def _wire_leaderboard(demo, handlers: Handlers, evaluate_tab, board_tab, board_rows, user_rows) -> None:
+    filters = [board_tab.search, board_tab.kind, board_tab.view]
     demo.load(handlers.fresh_board, filters, board_tab.table, api_visibility="private")  # the board of now
     board_tab.refresh.click(handlers.leaderboard, filters, board_tab.table, api_name="leaderboard")
-    board_tab.kind.change(handlers.leaderboard, filters, board_tab.table, api_visibility="private")
-    board_tab.search.submit(handlers.leaderboard, filters, board_tab.table, api_visibility="private")
+    for control in (board_tab.kind, board_tab.view):  # each view has its columns' widths
+        control.change(handlers.board_view, filters, board_tab.table, api_visibility="private")
+    board_tab.search.submit(handlers.board_view, filters, board_tab.table, api_visibility="private")
     form = evaluate_tab.form
     form.submit.click(handlers.submit, [board_rows, form.model, form.link, form.precision, form.note, form.times,
-                                        *filters], [form.message, board_tab.table, form.times], api_name="submit")
+                                        *filters, user_rows], [form.message, board_tab.table, form.times],
+                      api_name="submit")
 
 
 def _wire(handlers: Handlers, evaluate_tab, flipped_tab, explore_tab, compare_tab, user_rows, board_rows, failures,
           concurrency: int) -> None:
     """Connect the components to the handlers; each connection is also the named API endpoint."""
     evaluate_tab.files.change(handlers.detect, evaluate_tab.files, evaluate_tab.layouts, api_name="detect")
+    _wire_orders(handlers, evaluate_tab)
+    outputs = [evaluate_tab.message, evaluate_tab.results, evaluate_tab.chart, evaluate_tab.download, user_rows,
+               board_rows, failures, evaluate_tab.precision]
     evaluated = evaluate_tab.run.click(
         handlers.evaluate,
         [evaluate_tab.files, evaluate_tab.layouts, evaluate_tab.references, evaluate_tab.adversarial,
-         evaluate_tab.ties, evaluate_tab.bootstrap],
-        [evaluate_tab.message, evaluate_tab.results, evaluate_tab.chart, evaluate_tab.download, user_rows, board_rows,
-         failures],
-        api_name="evaluate", concurrency_limit=concurrency)
-    evaluated.success(handlers.compare, user_rows, compare_tab.table, api_name="show_comparison",
-                      api_visibility="private")
+         evaluate_tab.ties, evaluate_tab.bootstrap, evaluate_tab.trust_order], outputs, api_name="evaluate",
+        concurrency_limit=concurrency)
+    example = evaluate_tab.example.click(handlers.example, None, outputs, api_name="example",
+                                         concurrency_limit=concurrency)
     flipped_outputs = [flipped_tab.note, flipped_tab.queries, flipped_tab.csv, flipped_tab.words, flipped_tab.chart,
-                       flipped_tab.image_attacks]
-    evaluated.success(handlers.first_flipped, [failures, flipped_tab.min_count],
-                      [flipped_tab.gallery, flipped_tab.page, *flipped_outputs], api_name="show_flipped",
-                      api_visibility="private")
+                       flipped_tab.image_attacks, flipped_tab.words_note]
+    # the submit form's precision: the one the evaluated files were saved in (the example is not submitted)
+    evaluated.success(handlers.precision, [evaluate_tab.precision, evaluate_tab.form.precision],
+                      evaluate_tab.form.precision, api_name="upload_precision")
+    for done, name in ((evaluated, "evaluation"), (example, "example")):  # private: named apart from the public
+        done.success(_shown, None, [evaluate_tab.results, evaluate_tab.chart, evaluate_tab.download],
+                     api_name=f"show_{name}", api_visibility="private")
+        done.success(handlers.compare, user_rows, compare_tab.table, api_name=f"compare_{name}",
+                     api_visibility="private")
+        done.success(handlers.first_flipped, [failures, flipped_tab.min_count],
+                     [flipped_tab.gallery, flipped_tab.page, *flipped_outputs], api_name=f"flipped_{name}",
+                     api_visibility="private")
     flipped_tab.show.click(handlers.flipped, [failures, flipped_tab.gallery, flipped_tab.page, flipped_tab.min_count],
                            flipped_outputs, api_name="flipped")
     explore_outputs = [explore_tab.captions, explore_tab.images, explore_tab.note]
@@ -270,20 +313,40 @@ def _wire(handlers: Handlers, evaluate_tab, flipped_tab, explore_tab, compare_ta
     compare_tab.refresh.click(handlers.compare, user_rows, compare_tab.table, api_name="compare")
 
 
-def _layout_help(attacks) -> str:
-    """The layout table's help: the ``attacks`` a file may be of (RoCOCO's, or a generated benchmark's)."""
+def _wire_orders(handlers: Handlers, evaluate_tab) -> None:
+    """The order lists follow the layout table; choosing an order in one writes it, and a new note, into the table."""
+    evaluate_tab.layouts.change(handlers.order_lists, evaluate_tab.layouts, evaluate_tab.orders,
+                                api_visibility="private")
+    for attack, order in zip(handlers.text_attacks(), evaluate_tab.orders):
+        order.input(functools.partial(handlers.choose_order, attack),
+                    [evaluate_tab.files, evaluate_tab.layouts, order], evaluate_tab.layouts,
+                    api_visibility="private")
+
+
+def _shown():
+    """Show the results, the chart and the report once an evaluation has filled them."""
+    return gr.Dataframe(visible=True), gr.Image(visible=True), gr.File(visible=True)
+
+
+def _layout_help(attacks, adversarial_per_image: int) -> str:
+    """The layout table's help: the ``attacks`` a file may be of (RoCOCO's, or a generated benchmark's), and the orders
+    of a text attack's ``adversarial_per_image`` altered captions per image."""
     text_attacks = [attack for attack in attacks if attack in TEXT_ATTACKS]
     seeds = {method: [attack.rsplit("_seed", 1)[1] for attack in attacks if attack.startswith(f"{method}_seed")]
              for method in IMAGE_ATTACK_METHODS}
     names = ", ".join([CLEAN, *text_attacks, *(f"{method}_seed" + "/".join(numbers)
                                                  for method, numbers in seeds.items() if numbers)])
-    return ("**Layout of each file**, detected from its shape and name when you upload; edit a cell to choose. "
+    return ("**Layout of each file**, detected from its shape and name when you upload; edit a cell to change it, "
+            "and choose a text attack's order from its list under the table. "
             f"`attack`: {names}, or {CUSTOM}. `direction`: {' or '.join(DIRECTIONS)}. `order` of an attacked "
-            f"image-to-text gallery: {describe_orders()}. Both orders have the same shape, so the order is read "
-            "from the scores only when they clearly show it (the note says so); otherwise it stays blank and "
-            "Evaluate refuses the file until you choose it.")
+            f"image-to-text gallery: {describe_orders(adversarial_per_image)}. Both orders have the same shape, so the "
+            "order is read from the scores only when they clearly show it (the note says so); otherwise it stays blank "
+            "and Evaluate refuses the file until you choose it.")
 
 
+_EXAMPLE_HELP = (f"New here? The example scores a **{SYNTHETIC_MODEL}** on this Space's galleries (both clean ones, "
+                 "two text attacks, two image attacks) in seconds and fills every output: results, chart, "
+                 "*What fooled the model*, *Compare*. Nothing to upload.")
 _FLIPPED_HELP = ("**Queries the attacks flipped**: correct at rank 1 on the clean gallery, wrong once the adversarial "
                  "items are added, largest margin (winning adversarial score minus best correct score) first. "
                  "**By word** (text attacks): among the images correct on the clean gallery with an adversarial "
@@ -297,20 +360,27 @@ _CUSTOM_HELP = ("For a gallery that is not a standard RoCOCO one, set the file's
                 "arrays named `references` and `adversarial`.")
 
 
-def _intro(captions_per_image) -> str:
+def _intro(captions_per_image, adversarial_per_image: int) -> str:
+    """What a newcomer reads first: what the Space measures, how to try it, what to upload, where the answers are."""
     text = ("# RoCOCO: how robust is an image-text matching model?\n"
-            "Upload your model's score matrices (queries x gallery, higher = more similar), one per gallery: "
-            "image-to-text for the clean captions and each text attack, text-to-image for the clean images and "
-            "each image attack. Galleries and metric follow the official RoCOCO evaluation "
-            f"([paper]({PAPER_URL}), [code]({OFFICIAL_REPOSITORY})).")
+            "RoCOCO adds adversarial items to the galleries of an image-text test set: altered captions (one word "
+            "replaced) to the image-to-text gallery, altered images to the text-to-image gallery. This Space ranks "
+            "a model's scores on those galleries with the official metric ([paper]"
+            f"({PAPER_URL}), [code]({OFFICIAL_REPOSITORY})) and shows how much recall falls and what fooled it.\n\n"
+            "1. **Try it**: press *Try the synthetic example* on the Evaluate tab (a made-up model, scored in "
+            "seconds).\n"
+            "2. **Your model**: upload its score matrices (queries x gallery, higher = more similar), one per "
+            "gallery, and press *Evaluate*.\n"
+            "3. **Read**: the results and chart under *Evaluate*; flipped queries and damaging words in *What "
+            "fooled the model*; published numbers in *Compare* and the *Leaderboard*.")
     if captions_per_image is None:
         return text
-    shape = functools.partial(gallery_shape, captions_per_image=captions_per_image)
-    return text + (f"\n\nStandard shapes: image-to-text clean {shape(CLEAN, 'image_to_text')}, text attack "
+    shape = functools.partial(gallery_shape, captions_per_image=captions_per_image,
+                              adversarial_per_image=adversarial_per_image)
+    return text + (f"\n\nShapes here: image-to-text clean {shape(CLEAN, 'image_to_text')}, text attack "
                    f"{shape('rand_voca', 'image_to_text')}; text-to-image clean {shape(CLEAN, 'text_to_image')}, "
                    f"image attack {shape('mix_seed1', 'text_to_image')}. Put the attack's name in a file's name "
-                   "(`clip_rand_voca.npy`) and its layout is found for you; a text attack's order is read from "
-                   "the scores when they clearly show it, else you choose it.")
+                   "(`clip_rand_voca.npy`) and its layout is found for you.")
 
 
 def _shorten(text: str, limit: int = 400) -> str:

@@ -20,6 +20,7 @@ import os
 import re
 import sys
 import tempfile
+import time
 import warnings
 from pathlib import Path
 
@@ -150,6 +151,11 @@ def build_parser() -> argparse.ArgumentParser:
     score.add_argument("files", nargs="+", metavar="FILE", help="[ATTACK:DIRECTION:ORDER=]PATH")
     score.add_argument("--images-dir", help="COCO root holding val2014/: needed for an embeddings file, whose image "
                                             "fingerprints are checked against the images")
+    score.add_argument("--model-name", metavar="NAME",
+                       help="the model the files are of: the report's title, model-card.md's name and `table`'s row")
+    score.add_argument("--trust-order", action="store_true",
+                       help="score an attacked image-to-text gallery in the ORDER given (or named in the file name) "
+                            "even when its scores clearly show the other order, which is refused otherwise")
     score.set_defaults(handler=score_command)
 
     attack = commands.add_parser(
@@ -375,33 +381,39 @@ def score_command(args) -> Path:
     """
     from rococo_eval.data.source import open_source
     from rococo_eval.scoring.embeddingsfile import is_embeddings_file
+    from rococo_eval.scoring.consistency import report_entries
     from rococo_eval.scoring.plan import (
         PlanError,
         ScoreRequest,
         adversarial_per_image_of,
+        disagreements_of,
         plan_score_files,
         report_meta,
         score_planned,
     )
 
+    started = time.perf_counter()
+    model = _model_entry(args)
     out = writable_folder(args.out)
     embeddings = any(is_embeddings_file(path) for _, path in map(split_file_argument, args.files))
     source = open_source(args.annotations_dir, benchmark=args.benchmark,
                          **({"images_dir": args.images_dir} if embeddings and args.images_dir else {}))
     attacks = source.text_attacks + source.image_attacks
     if embeddings:
-        return _score_embeddings_file(args, source, out)
+        return _score_embeddings_file(args, source, out, model, started)
     requests = []
     for spec, path in map(split_file_argument, args.files):
         attack, direction, order = parse_layout_spec(spec, attacks)
         requests.append(ScoreRequest(path, attack=attack, direction=direction, order=order))
     try:
         plans = plan_score_files(requests, source.captions_per_image, attacks=attacks,
-                                 adversarial_per_image=adversarial_per_image_of(source), ask_order=_ask_order_by_spec)
+                                 adversarial_per_image=adversarial_per_image_of(source), ask_order=_ask_order_by_spec,
+                                 trust_given_order=args.trust_order, fix_order=_fix_order_by_spec)
         results = score_planned(plans)
     except PlanError as error:
         raise CommandError(str(error)) from None
-    _report(results, out, report_meta(plans), args.quiet, source)
+    meta = {**model, **report_meta(plans), **report_entries(disagreements_of(plans, results))}
+    _report(results, out, meta, args.quiet, source, time.perf_counter() - started)
     return out
 
 
@@ -419,13 +431,14 @@ def table_command(args) -> Path:
     return paths["markdown"]
 
 
-def _score_embeddings_file(args, source, out: Path) -> Path:
-    """``rococo-eval score FILE.safetensors``: every gallery that the embeddings file covers, as ``run`` scores it."""
+def _score_embeddings_file(args, source, out: Path, model: dict, started: float) -> Path:
+    """``rococo-eval score FILE.safetensors``: every gallery that the embeddings file covers, as ``run`` scores it
+    (``model``: the ``--model-name`` entry, over the file's own name; ``started``: the command's start)."""
     from rococo_eval.scoring.embeddingsfile import score_embeddings_file
 
     paths = [split_file_argument(argument)[1] for argument in args.files]
     results, meta, _ = score_embeddings_file(paths, source)
-    _report(results, out, meta, args.quiet, source)
+    _report(results, out, {**meta, **model}, args.quiet, source, time.perf_counter() - started)
     return out
 
 
@@ -526,15 +539,32 @@ def _ask_order_by_spec(choice, request) -> str:
             f"{choice.attack}:{choice.direction}:dataset={path}")
 
 
-def _report(results: dict, out: Path, meta: dict, quiet: bool, source) -> None:
+def _fix_order_by_spec(choice, request) -> str:
+    """How ``score`` says to fix a stated order that the scores contradict: the other spec, or ``--trust-order``."""
+    decided = choice.order_decision.order
+    return (f"give it as {choice.attack}:{choice.direction}:{decided}={request.path}, or add --trust-order to score "
+            f"it in the {choice.order} order all the same")
+
+
+def _model_entry(args) -> dict:
+    """The report's ``model`` that ``score --model-name`` gives (none without it: the report is as before)."""
+    name = (args.model_name or "").strip()
+    if args.model_name is not None and not name:
+        raise CommandError(f"--model-name {args.model_name!r} is blank: give the model's name, or leave the option out")
+    return {"model": name} if name else {}
+
+
+def _report(results: dict, out: Path, meta: dict, quiet: bool, source, seconds: float) -> None:
     """Write the report (:func:`rococo_eval.reporting.report.write_report`) of ``results`` (GalleryResults by
-    gallery key), print its table on stdout."""
+    gallery key), print its table on stdout and, unless ``quiet``, on stderr how long reading and scoring the files took
+    (``seconds``; never in the report, which stays the same for the same files)."""
     from rococo_eval.reporting.report import summary_rows, to_text_table, write_report
 
     write_report(results, out, meta, source=source)
     print(to_text_table(summary_rows({key: result.metrics for key, result in results.items()})))
     if not quiet:
-        print(f"rococo-eval: report written to {out}", file=sys.stderr)
+        galleries = f"{len(results)} galler{'y' if len(results) == 1 else 'ies'}"
+        print(f"rococo-eval: {galleries} scored in {seconds:.2f} s; report written to {out}", file=sys.stderr)
 
 
 def _progress(args) -> bool:

@@ -99,6 +99,20 @@ class OrderDecision:
         return (f"the scores do not decide the order ({counts}; deciding takes at least {ORDER_MIN_QUERIES} such "
                 f"queries, {ORDER_MIN_SHARE:.0%} of them one way)")
 
+    @property
+    def evidence(self) -> str:
+        """The counts behind the decision, the decided order's first.
+
+        Example:
+            >>> OrderDecision("official", 458, 53, 512).evidence
+            '458 of 512 sampled queries score their official-order ground truth higher, 53 their dataset-order one'
+        """
+        counts = {"official": self.official, "dataset": self.dataset}
+        first = self.order or "official"
+        second = "dataset" if first == "official" else "official"
+        return (f"{counts[first]} of {self.sampled} sampled queries score their {first}-order ground truth higher, "
+                f"{counts[second]} their {second}-order one")
+
 
 @dataclass(frozen=True)
 class LayoutChoice:

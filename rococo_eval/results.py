@@ -24,10 +24,8 @@ from typing import Any, Mapping, Optional
 import numpy as np
 
 from rococo_eval.layout import GalleryLayout
+from rococo_recall import PER_QUERY_KEYS  # the metric's per-query outputs, in its order
 
-# The metric's per-query outputs (``rococo_recall(..., per_query=True)``), in its order.
-PER_QUERY_KEYS = ("rank", "clean_rank", "top1_adversarial", "top_index", "top_score", "best_correct_index",
-                  "best_correct_score")
 
 
 @dataclass(frozen=True)
@@ -40,18 +38,23 @@ class GalleryResult:
         per_query: the metric's per-query arrays (:data:`PER_QUERY_KEYS`) by name; empty when they were not asked.
         layout: the gallery's layout, in the order the scores were given; None for a custom layout (a score file's
             own references), which has no failure analysis.
+        reranked: whether the scores are a re-ranker's (each query's top candidates re-scored, every other item at
+            one fill score), as a score file shows it: an attacked gallery's clean part is then ranked over other
+            candidates than its clean gallery (:mod:`rococo_eval.scoring.consistency`).
     """
 
     metrics: dict[str, Any]
     per_query: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
     layout: Optional[GalleryLayout] = field(default=None, repr=False)
+    reranked: bool = False
 
     @classmethod
-    def of(cls, outputs: Mapping[str, Any], layout: Optional[GalleryLayout] = None) -> GalleryResult:
+    def of(cls, outputs: Mapping[str, Any], layout: Optional[GalleryLayout] = None, *,
+           reranked: bool = False) -> GalleryResult:
         """Type the metric's ``outputs`` (one dict of numbers and, with ``per_query=True``, arrays)."""
         metrics = {key: value for key, value in outputs.items() if key not in PER_QUERY_KEYS}
         arrays = {key: np.asarray(value) for key, value in outputs.items() if key in PER_QUERY_KEYS}
-        return cls(metrics, arrays, layout)
+        return cls(metrics, arrays, layout, reranked)
 
     @property
     def is_standard(self) -> bool:

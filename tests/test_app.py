@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -73,7 +74,8 @@ def saved_results(answer):
 
 def test_every_action_has_an_endpoint(client):
     endpoints = client.view_api(print_info=False, return_format="dict")["named_endpoints"]
-    assert {"/detect", "/evaluate", "/flipped", "/explore", "/explore_random", "/compare"} <= set(endpoints)
+    assert {"/detect", "/evaluate", "/example", "/upload_precision", "/flipped", "/explore", "/explore_random",
+            "/compare", "/submit", "/leaderboard"} <= set(endpoints)
 
 
 def test_detect(client, tmp_path):
@@ -92,6 +94,26 @@ def test_detect(client, tmp_path):
     assert rows["images.npy"][1] == "" and "mix_seed1, mix_seed10, mix_seed100" in rows["images.npy"][4]
     assert rows["broken.npy"][1] == "" and "fits no RoCOCO layout" in rows["broken.npy"][4]
     assert rows["mine.npz"][1:4] == ["custom", "custom", "custom"]
+
+
+def test_detect_says_what_an_embeddings_file_is(client, tmp_path):
+    """Issue 31: an embeddings file was described as a file that "holds several arrays ... name the scores array";
+    /detect now says what it is and that it needs the images, before Evaluate."""
+    from safetensors.numpy import save_file
+
+    from rococo_eval.scoring.embeddingsfile import FORMAT
+
+    path = tmp_path / "clip.safetensors"
+    vectors = {"images/original": np.zeros((30, 4), np.float32), "captions/ground_truth": np.zeros((152, 4), "f4")}
+    save_file(vectors, str(path), metadata={"format": FORMAT, "version": "1"})
+    [row] = client.predict([handle_file(path)], api_name="/detect")["data"]
+    assert row[:4] == ["clip.safetensors", "", "", ""]
+    assert row[4].startswith("clip.safetensors: an embeddings file (a model's vectors of the images and captions")
+    assert "not a score matrix" in row[4] and "scores array" not in row[4]
+    assert "this Space has no images" not in row[4]  # the tiny source has its images
+    [without_images] = logic.detect_layouts([str(path)], CAPTIONS, source=TinySource(CAPTIONS, images=False))
+    assert without_images[4].endswith("so it cannot score it: score it with `rococo-eval score FILE` where the images "
+                                      "are")
 
 
 def test_evaluate_standard_galleries(client, tmp_path):
@@ -198,7 +220,7 @@ ERRORS = [
      "clean_rand_voca.npy: the file name 'clean_rand_voca.npy' names clean and rand_voca"),
     ("m_rand_voca.npy", np.zeros(SHAPES["attacked/image_to_text"], np.float32), None,
      r"m_rand_voca.npy: rand_voca image-to-text gallery \(shape \(30, 302\); attack named in the file name\); the "
-     r"scores do not decide the order .*: choose the order, official .* or dataset .*; set it in the `order` column"),
+     r"scores do not decide the order .*: choose the order, official .* or dataset .*; choose it from its order list"),
     ("danger.npy", np.zeros(SHAPES["attacked/image_to_text"], np.float32), ["danger.npy", "danger", "", ""],
      r"danger.npy: danger image-to-text gallery, as chosen; the scores do not decide the order"),
     ("wrong.npy", np.zeros((30, 302), np.float32), ["wrong.npy", "mix_seed1", "", ""],
@@ -259,7 +281,7 @@ def test_evaluate_waits_for_the_order_of_an_unclear_text_attack(client, tmp_path
     np.save(path, scores)
     detected = client.predict([handle_file(path)], api_name="/detect")["data"][0]
     assert detected[:4] == ["m_rand_voca.npy", "rand_voca", "image_to_text", ""]
-    unclear = r"m_rand_voca.npy: .*: choose the order, .*; set it in the `order` column of the layout table"
+    unclear = r"m_rand_voca.npy: .*: choose the order, .*; choose it from its order list under the layout table"
     with pytest.raises(AppError, match=unclear):
         client.predict([handle_file(path)], api_name="/evaluate")
     with pytest.raises(AppError, match=unclear):
@@ -303,6 +325,20 @@ def test_clear_scores_show_their_order(tmp_path):
             saved_file = saved_results(answer)["meta"]["files"]["danger/image_to_text"]
             assert saved_file["order"] == order and decided in saved_file["note"]
             assert decided in answer[0]
+
+            # issue 31: the other order stated in the layout table is refused, with the evidence
+            evidence = (f"the {other} order is given, but the scores decide the {order} order: 79 of 80 sampled "
+                        f"queries score their {order}-order ground truth higher, 0 their {other}-order one")
+            with pytest.raises(AppError) as raised:
+                client.predict([handle_file(path)], rows(["vit_danger.npy", "", "", other]), api_name="/evaluate")
+            assert evidence in str(raised.value)
+            assert (f"choose {order} from its order list under the layout table, or tick "
+                    f"“{logic.TRUST_ORDER_LABEL}” to score it in the {other} order all the same") in str(raised.value)
+            trusted = client.predict([handle_file(path)], rows(["vit_danger.npy", "", "", other]), None, None,
+                                     "pessimistic", 0, True, api_name="/evaluate")  # the page's override ticked
+            assert saved_results(trusted)["results"]["danger/image_to_text"]["recall@1"] == misread["recall@1"]
+            assert f"but the scores decide the {order} order (of 80 sampled queries" in trusted[0]
+            assert f"scored in the {other} order all the same, as asked" in trusted[0]
     finally:
         demo.close()
 
@@ -362,8 +398,9 @@ def test_flipped_queries_after_an_evaluation(url, tmp_path):
     """/flipped lists what the metric's per-query output says the attacks flipped, pages it, filters it by
     gallery, and serves every flipped query of the filter as CSV, with the by-word and by-method tables."""
     client = Client(url, verbose=False)
-    note, html, csv_path, words, chart, methods = client.predict("all", 1, 1, api_name="/flipped")
+    note, html, csv_path, words, chart, methods, words_note = client.predict("all", 1, 1, api_name="/flipped")
     assert "Evaluate score files of attacked galleries first" in note and html == "" and chart is None
+    assert words_note == "Evaluate score files of text attacks first: the words they replaced show here."
     text_layout, text_scores = layout_scores("rand_voca", "image_to_text", 21)
     image_layout, image_scores = layout_scores("mix_seed10", "text_to_image", 22)
     np.save(tmp_path / "m_rand_voca.npy", text_scores)
@@ -376,7 +413,7 @@ def test_flipped_queries_after_an_evaluation(url, tmp_path):
     image_flips = np.flatnonzero((image["clean_rank"] == 0) & (image["rank"] > 0))
     assert len(text_flips) >= 3 and len(image_flips) > 10
 
-    note, html, csv_path, words, chart, methods = client.predict("all", 1, 1, api_name="/flipped")
+    note, html, csv_path, words, chart, methods, words_note = client.predict("all", 1, 1, api_name="/flipped")
     total = len(text_flips) + len(image_flips)
     assert note.startswith(f"{total} flipped queries (rand_voca/image_to_text: "
                                                 f"{len(text_flips)}, mix_seed10/text_to_image: {len(image_flips)})")
@@ -396,8 +433,12 @@ def test_flipped_queries_after_an_evaluation(url, tmp_path):
     assert replaced[0][:4] == ["rand_voca", "replaced", "dog", clean_correct]
     assert Image.open(chart).format == "PNG"
     assert methods["data"][0][:4] == ["mix", "mix_seed10", int((image["clean_rank"] == 0).sum()), len(image_flips)]
+    assert words_note.startswith("Words replaced in at least 1 clean-correct images, highest success rate first")
+    words_note = client.predict("all", 1, 1000, api_name="/flipped")[6]  # the by-word table's empty state, explained
+    assert words_note.startswith(f"No word has 1000 clean-correct images yet: the most is {clean_correct} (dog). "
+                                 "Lower the fewest images a word needs")
 
-    note, html, csv_path, words, chart, methods = client.predict(
+    note, html, csv_path, words, chart, methods, words_note = client.predict(
         "mix_seed10/text_to_image", 2, 20, api_name="/flipped")
     assert note.startswith(f"{len(image_flips)} flipped queries (mix_seed10/text_to_image: {len(image_flips)}); "
                            "page 2 of")
@@ -405,7 +446,7 @@ def test_flipped_queries_after_an_evaluation(url, tmp_path):
     shown = min(20, len(image_flips) - 20)
     assert html.count("<tr>") == shown and html.count('src="data:image/jpeg;base64,') == 3 * shown
     assert len(Path(csv_path).read_text().splitlines()) == 1 + len(image_flips)
-    assert words["data"] == [] and chart is None  # no text attack under this filter
+    assert words["data"] == [] and chart is None and "no text attack (image-to-text)" in words_note  # none here
     with pytest.raises(AppError, match=r"`page` must be a whole number from 1 to \d+, got 99"):
         client.predict("all", 99, 20, api_name="/flipped")
     with pytest.raises(AppError, match="`gallery` must be one of all, rand_voca/image_to_text, "
@@ -612,7 +653,7 @@ def test_the_space_scores_image_attacks_of_other_seeds(benchmark, tmp_path):
     """A generated benchmark's mix_seed7 (not a RoCOCO seed): the page's handlers detect it from the file name and
     score it, as `rococo-eval score --benchmark` does."""
     from app import _layout_help
-    from rococo_eval.scoring.plan import attacks_of
+    from rococo_eval.scoring.plan import adversarial_per_image_of, attacks_of
     from rococo_eval.space.handlers import Handlers
     from rococo_eval.space.logic import source_and_problem
 
@@ -630,7 +671,8 @@ def test_the_space_scores_image_attacks_of_other_seeds(benchmark, tmp_path):
     assert "mix_seed7" in message
     evaluation_rows = handlers.evaluate([str(path)])[4]
     assert [(row["attack"], row["recall@1"]) for row in evaluation_rows] == [("mix_seed7", 100.0)]
-    assert "mix_seed1/7, patch_seed1/7, or custom" in _layout_help(attacks_of(source))  # the page's help says so
+    help_text = _layout_help(attacks_of(source), adversarial_per_image_of(source))
+    assert "mix_seed1/7, patch_seed1/7, or custom" in help_text  # the page's help says so
 
 
 def test_an_evaluation_is_submitted_and_the_board_survives_a_restart(tmp_path):
@@ -659,7 +701,7 @@ def test_an_evaluation_is_submitted_and_the_board_survives_a_restart(tmp_path):
     finally:
         restarted.close()
     assert [row[0] for row in board["data"]] == ["client model"]
-    assert board["data"][0][board["headers"].index("clean R@1 (i2t)")] == f"{expected:.2f}"
+    assert board["data"][0][board["headers"].index("clean i2t")] == round(expected, 4)  # a number: it sorts as one
 
 
 def test_malformed_files_are_named_one_by_one_and_do_not_hide_the_others(client, tmp_path):
@@ -722,12 +764,101 @@ def test_a_custom_layout_never_becomes_a_leaderboard_row(board_app, tmp_path):
     client.predict([handle_file(fake), handle_file(tmp_path / "clean.npy")],
                    rows(["rand_voca.npz", "custom", "image_to_text", ""], ["clean.npy", "", "", ""]),
                    api_name="/evaluate")
-    message, board = client.predict("honest model", "", "fp32", "", "", "submitted", api_name="/submit")
-    assert message == "added honest model to the board"
+    message, board = client.predict("honest model", "", "fp32", "", "", "submitted", "all", api_name="/submit")
+    assert message == ("added honest model to the board; not on the board, as custom layouts have no column there: "
+                       "rand_voca.npz (rand_voca/image_to_text) (their numbers are in the json download)")  # named
     [row] = board["data"]
     shown = dict(zip(board["headers"], row))
-    assert shown["clean R@1 (i2t)"] == f"{rococo_recall(scores, **layout.metric_inputs())['recall@1']:.2f}"
-    assert shown["rand_voca R@1"] == "" and shown["text attacks R@1 (i2t, mean)"] == ""
+    assert shown["clean i2t"] == round(rococo_recall(scores, **layout.metric_inputs())["recall@1"], 4)
+    assert shown["rand voca"] is None and shown["mean text"] is None  # no number, not a zero
+
+
+def test_the_synthetic_example_fills_every_output_and_is_never_submitted(board_app):
+    """Issue 31: /example scores a synthetic model, labelled so, on the Space's galleries: results, chart, report,
+    flipped queries, by-word and by-method tables, Compare; /submit refuses it."""
+    from rococo_eval.space.example import SYNTHETIC_MODEL
+
+    url, _ = board_app
+    client = Client(url, verbose=False)
+    message, results, chart, download = client.predict(api_name="/example")
+    assert message.startswith(f"**The synthetic example: a {SYNTHETIC_MODEL}.**") and "Scored 6 file(s)" in message
+    assert [row[results["headers"].index("attack")] for row in results["data"]] == [
+        "clean", "same_concept", "diff_concept", "clean", "mix_seed1", "patch_seed1"]
+    shown = [dict(zip(results["headers"], row)) for row in results["data"]]
+    assert [row["attack success"] for row in shown if row["attack"] == "clean"] == ["n/a", "n/a"]  # no attack
+    assert all(float(row["R@1"]) < float(row["clean R@1"]) for row in shown if row["attack"] != "clean")
+    assert Image.open(chart).format == "PNG" and len(saved_results((None, None, None, download))["results"]) == 6
+    note, html, _, words, _, methods, _ = client.predict("all", 1, 1, api_name="/flipped")
+    assert "flipped queries (same_concept/image_to_text: " in note and html.count("<tr>") == 10
+    assert {row[0] for row in words["data"]} == {"same_concept", "diff_concept"}
+    assert [row[0] for row in methods["data"]][:2] == ["mix", "patch"]
+    compared = client.predict(api_name="/compare")
+    assert [row[0] for row in compared["data"]][-6:] == [SYNTHETIC_MODEL] * 6
+    with pytest.raises(AppError, match=f"the last evaluation is the synthetic example \\({SYNTHETIC_MODEL}\\): the "
+                                       "board takes evaluations of real models"):
+        client.predict("synthetic", "", "fp32", "", "", "all", api_name="/submit")
+
+
+def test_the_example_without_annotations_says_why(tmp_path, monkeypatch):
+    monkeypatch.setenv("ROCOCO_ANNOTATIONS_DIR", str(tmp_path / "nowhere"))
+    demo = app.build_app(output_dir=tmp_path)
+    try:
+        with pytest.raises(AppError, match="the synthetic example scores this Space's galleries, whose layouts come "
+                                           "from the RoCOCO annotation files, and they are not available here"):
+            Client(serve(demo), verbose=False).predict(api_name="/example")
+    finally:
+        demo.close()
+
+
+def test_the_submit_form_takes_the_precision_of_the_upload(board_app, tmp_path):
+    """Issue 31: after a float16 upload the form's precision is fp16 (it stayed fp32), after bfloat16 bf16 (a
+    safetensors file written by hand: NumPy has no bfloat16)."""
+    client = Client(board_app[0], verbose=False)
+    assert client.predict(api_name="/upload_precision") == "fp32"  # nothing evaluated: as it was
+    _, scores = layout_scores("clean", "image_to_text", seed=8, dtype=np.float16)
+    np.save(tmp_path / "clean.npy", scores)
+    client.predict([handle_file(tmp_path / "clean.npy")], rows(["clean.npy", "", "", ""]), api_name="/evaluate")
+    assert client.predict(api_name="/upload_precision") == "fp16"
+    bfloat16 = (scores.astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)  # its upper half
+    header = {"scores": {"dtype": "BF16", "shape": list(scores.shape), "data_offsets": [0, bfloat16.nbytes]}}
+    encoded = json.dumps(header).encode()
+    (tmp_path / "clean_bf16.safetensors").write_bytes(len(encoded).to_bytes(8, "little") + encoded
+                                                      + bfloat16.tobytes())
+    client.predict([handle_file(tmp_path / "clean_bf16.safetensors")], rows(), api_name="/evaluate")
+    assert client.predict(api_name="/upload_precision") == "bf16"
+
+
+def test_a_generated_benchmarks_result_never_lands_on_rococos_board(benchmark, tmp_path):
+    """Issue 31: a Space serving a generated benchmark (12 images, seeds 1 and 7) scores its files; /submit refuses
+    them, naming the benchmark and every gallery (mix_seed7 among them), and the board keeps RoCOCO's rows only."""
+    from rococo_eval.space.logic import source_and_problem
+
+    source, _ = source_and_problem(benchmark=benchmark)
+    database = tmp_path / "board.sqlite3"
+    demo = app.build_app(source=source, output_dir=tmp_path / "outputs", leaderboard_db=database)
+    paths = []
+    for attack, direction in (("clean", "image_to_text"), ("mix_seed7", "text_to_image")):
+        layout = source.gallery(attack, direction)
+        scores = np.zeros((layout.num_queries, layout.num_gallery), dtype=np.float32)
+        for query, correct in enumerate(layout.references):
+            scores[query, list(correct)] = 1.0
+        paths.append(tmp_path / f"{attack}_{direction}.npy")
+        np.save(paths[-1], scores)
+    try:
+        client = Client(serve(demo), verbose=False)
+        message, *_ = client.predict([handle_file(path) for path in paths], rows(), api_name="/evaluate")
+        assert "Scored 2 file(s)" in message
+        with pytest.raises(AppError) as refused:
+            client.predict("benchmark model", "", "fp32", "", "", "all", api_name="/submit")
+        assert (f"this Space serves a generated benchmark ({source.card_dataset[1]}), not RoCOCO: its results are not "
+                "RoCOCO's, so the board takes none of them (this evaluation: clean/image_to_text, "
+                "mix_seed7/text_to_image)") in str(refused.value)
+        board = client.predict("", "all", "all", api_name="/leaderboard")
+        assert {row[1] for row in board["data"]} == {"published"}
+        assert "not RoCOCO: its results are not RoCOCO's and do not go on this board" in httpx.get(
+            f"{client.src}config", timeout=30).text
+    finally:
+        demo.close()
 
 
 def test_sessions_share_an_hourly_limit(tmp_path, monkeypatch):
@@ -784,3 +915,98 @@ def test_a_database_that_cannot_be_read_leaves_scoring_working(tmp_path, monkeyp
         assert "BLIP (paper v5)" in [row[0] for row in board["data"]]
     finally:
         demo.close()
+
+
+def test_the_page_gives_the_shapes_and_orders_of_the_benchmark_it_serves(tmp_path):
+    """Issue 31: a generated benchmark with 4 altered captions per image, not RoCOCO's 5: the page's standard shapes
+    and its help on the orders count 4."""
+    import gradio as gr
+
+    class FourAltered(TinySource):
+        adversarial_per_image = 4
+
+    demo = app.build_app(source=FourAltered(CAPTIONS), output_dir=tmp_path / "outputs")
+    texts = " ".join(block.value for block in demo.blocks.values()
+                     if isinstance(block, gr.Markdown) and isinstance(block.value, str))
+    assert "text attack (30, 272)" in texts and "then its 4 altered ones" in texts  # 152 + 4 x 30 captions
+    assert "(30, 302)" not in texts and "5 altered" not in texts
+
+
+def one_model_files(folder, galleries, seeds=None, dtypes=None, close=False):
+    """Score files of one model (:func:`helpers.one_model.one_model_scores`; ``seeds[attack]``: another model's) for
+    ``galleries``, ``(attack, direction)`` pairs, named for them; ``close``: close together, as cosine similarities,
+    before they are saved as ``dtypes[attack]``."""
+    from helpers.one_model import one_model_scores
+
+    folder.mkdir(exist_ok=True)
+    paths = []
+    for attack, direction in galleries:
+        layout = gallery_layout(attack, direction, CAPTIONS, "official" if direction == "image_to_text" else None)
+        scores = one_model_scores(layout, CAPTIONS, attack, (seeds or {}).get(attack, 0))
+        scores = (0.2 + 0.0002 * scores if close else scores).astype((dtypes or {}).get(attack, np.float32))
+        paths.append(folder / f"{attack}_{direction}.npy")
+        np.save(paths[-1], scores)
+    return paths
+
+
+IMAGE_GALLERIES = [("clean", "text_to_image"), ("mix_seed1", "text_to_image"), ("patch_seed10", "text_to_image")]
+
+
+def test_files_that_disagree_are_named_in_the_message_and_the_report(client, tmp_path):
+    """Issue 31: one model's files evaluate as before; a file of another model, or one saved in float16 beside float32
+    ones, is named with its clean numbers in the message and the report."""
+    agreeing = one_model_files(tmp_path / "one", IMAGE_GALLERIES)
+    message, _, _, download = client.predict([handle_file(path) for path in agreeing], api_name="/evaluate")
+    assert re.match(r"Scored 3 file\(s\) in \d+\.\d\d s, ties pessimistic, bootstrap 0:", message), message
+    assert "disagree" not in message and "consistency" not in json.loads(Path(download).read_text())["meta"]
+
+    other = one_model_files(tmp_path / "other", IMAGE_GALLERIES, seeds={"patch_seed10": 1})
+    message, _, _, download = client.predict([handle_file(path) for path in other], api_name="/evaluate")
+    saved = json.loads(Path(download).read_text())
+    clean = saved["results"]["clean/text_to_image"]["recall@1"]
+    patched = saved["results"]["patch_seed10/text_to_image"]["clean_recall@1"]
+    assert clean != patched
+    [found] = saved["meta"]["consistency"]
+    assert ("The files disagree (1), so they are not one model's files saved alike; the leaderboard refuses them:\n"
+            f"- {found['message']}") in message
+    assert (f"{clean:.2f} ({round(clean * 152 / 100)} of 152 queries) from clean_text_to_image.npy (the clean "
+            "gallery), mix_seed1_text_to_image.npy (the clean part of mix_seed1); "
+            f"{patched:.2f} ({round(patched * 152 / 100)} of 152 queries) from patch_seed10_text_to_image.npy "
+            "(the clean part of patch_seed10)") in found["message"]
+
+    rounded = one_model_files(tmp_path / "half", IMAGE_GALLERIES, dtypes={"mix_seed1": np.float16}, close=True)
+    message = client.predict([handle_file(path) for path in rounded], api_name="/evaluate")[0]
+    assert ("The files were saved as float32 (clean_text_to_image.npy, patch_seed10_text_to_image.npy) and float16 "
+            "(mix_seed1_text_to_image.npy): rounding to float16 ties and reorders close scores") in message
+
+
+def test_the_leaderboard_refuses_files_that_disagree(board_app, tmp_path):
+    """Issue 31: two files made independently gave clean R@1 80 and 90 and the board took both; now /submit refuses
+    them, naming the files and the numbers, and takes one model's files."""
+    from rococo_eval.space.leaderboard import Leaderboard
+
+    url, database = board_app
+    client = Client(url, verbose=False)
+    galleries = [("clean", "image_to_text"), ("rand_voca", "image_to_text"), *IMAGE_GALLERIES]
+    other = one_model_files(tmp_path / "other", galleries, seeds={"rand_voca": 1})
+    layouts = rows(["rand_voca_image_to_text.npy", "", "", "official"])
+    client.predict([handle_file(path) for path in other], layouts, api_name="/evaluate")
+    with pytest.raises(AppError) as raised:
+        client.predict("mixed model", "", "fp32", "", "", "all", api_name="/submit")
+    refusal = str(raised.value)
+    assert "the files of this evaluation disagree, so they are not one model's files saved alike: image-to-text: " \
+           "the clean R@1 differs between files: " in refusal
+    assert "from clean_image_to_text.npy (the clean gallery)" in refusal
+    assert "from rand_voca_image_to_text.npy (the clean part of rand_voca)" in refusal
+    assert "text-to-image" not in refusal  # the image attacks' files agree
+
+    one = one_model_files(tmp_path / "one", galleries)
+    answer = client.predict([handle_file(path) for path in one], layouts, api_name="/evaluate")
+    assert client.predict("one model", "", "fp32", "", "", "submitted", api_name="/submit")[0] == \
+        "added one model to the board"
+    [row] = Leaderboard(database).rows(kind="submitted")
+    results = saved_results(answer)["results"]
+    assert row["model"] == "one model"
+    assert row["rand_voca R@1"] == round(results["rand_voca/image_to_text"]["recall@1"], 4)
+    assert row["clean R@1 (i2t)"] == round(results["clean/image_to_text"]["recall@1"], 4)
+    assert row["clean R@1 (t2i)"] == round(results["clean/text_to_image"]["recall@1"], 4)

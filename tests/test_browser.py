@@ -11,6 +11,7 @@ import pytest
 
 import app
 from helpers.space_app import DECIDING_CAPTIONS, TinySource, clear_scores, serve
+from rococo_eval.space.views import BOARD_VIEWS
 from rococo_recall import rococo_recall
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -18,6 +19,7 @@ ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 TIMEOUT_MS = 30_000
+VIEWPORT = {"width": 1280, "height": 900}  # the issue's laptop screen
 
 @pytest.fixture(scope="module")
 def page(tmp_path_factory):
@@ -28,7 +30,7 @@ def page(tmp_path_factory):
     url = serve(demo)
     with sync_api.sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        page = browser.new_page(viewport={"width": 1400, "height": 1600})
+        page = browser.new_page(viewport=VIEWPORT)
         page.set_default_timeout(TIMEOUT_MS)
         page.goto(url, wait_until="load")
         page.get_by_role("button", name="Evaluate", exact=True).wait_for()
@@ -102,11 +104,10 @@ def test_what_fooled_the_model_after_an_evaluation(page, tmp_path):
     page.get_by_role("button", name="Evaluate", exact=True).wait_for()
     _upload_and_evaluate(page, path)
     page.locator("#results-table").get_by_role("row").filter(has_text=path.name).wait_for()
-    widths = page.evaluate("() => [document.documentElement.scrollWidth, document.documentElement.clientWidth]")
-    assert widths[0] <= widths[1], widths  # the results table does not widen the page: it scrolls in its frame
-    assert page.evaluate("() => { let e = document.querySelector('#results-table table'); while (e && !(['auto', "
-                         "'scroll'].includes(getComputedStyle(e).overflowX) && e.scrollWidth > e.clientWidth)) "
-                         "e = e.parentElement; return e !== null; }")
+    widths = page.evaluate("() => [document.documentElement.scrollWidth, document.documentElement.clientWidth, "
+                           "document.querySelector('#results-table table').scrollWidth, "
+                           "document.querySelector('#results-table').clientWidth]")
+    assert widths[0] <= widths[1] and widths[2] <= widths[3], widths  # at 1280 px: no sideways scrolling at all
     ARTIFACTS.mkdir(exist_ok=True)
     page.locator("#results-table").screenshot(path=str(ARTIFACTS / "browser-results-table.png"))
 
@@ -155,15 +156,23 @@ def test_an_unclear_order_is_asked_for_and_then_used(page, tmp_path):
     page.get_by_role("button", name="Evaluate", exact=True).wait_for()
     _upload_and_evaluate(page, path)
     page.locator("[data-testid=toast-body].error").get_by_text("noise_danger.npy").wait_for()
-    assert any("set it in the `order` column of the layout table" in text for text in _errors(page))
+    assert any("choose it from its order list under the layout table" in text for text in _errors(page))
     headers, rows = _table(page, "[aria-label=layouts]")
     assert rows[0][:3] == ["noise_danger.npy", "danger", "image_to_text"]  # and no order
     assert rows[0][3].startswith("danger image-to-text gallery") and "choose the order" in rows[0][3]
 
-    order_cell = page.get_by_role("grid", name="layouts").get_by_role("row").nth(1).get_by_role("gridcell").nth(3)
-    order_cell.dblclick()
-    page.keyboard.type("dataset")
-    page.keyboard.press("Enter")
+    order_list = page.locator("#order-danger")  # the order is chosen from a list, not typed
+    assert order_list.get_by_text("order of noise_danger.npy (danger)").is_visible()
+    assert not page.locator("#order-rand_voca").is_visible()  # no rand_voca file: no list
+    order_list.locator("input").click()
+    page.get_by_role("option", name="dataset", exact=True).click()
+    layouts = page.get_by_role("grid", name="layouts")
+    layouts.get_by_role("gridcell").filter(has_text="in the dataset order, as chosen").wait_for()
+    headers, rows = _table(page, "[aria-label=layouts]")
+    assert rows[0][:4] == ["noise_danger.npy", "danger", "image_to_text", "dataset"]
+    assert "as chosen" in rows[0][4] and "choose the order" not in " ".join(rows[0])  # the note is told
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "browser-order-list.png"))
     page.get_by_role("button", name="Evaluate", exact=True).click()
     page.locator("#results-table").get_by_role("row").filter(has_text=path.name).wait_for()
     headers, rows = _table(page, "#results-table")
@@ -175,27 +184,97 @@ def test_an_unclear_order_is_asked_for_and_then_used(page, tmp_path):
 
 
 def test_a_submitted_evaluation_appears_on_the_leaderboard(page, tmp_path):
+    """A float16 upload sets the form's precision to fp16; the submitted row is on the board, its name as text."""
     layout, scores = clear_scores("rand_voca", "official", seed=4)
     path = tmp_path / "board_rand_voca.npy"
-    np.save(path, scores)
+    np.save(path, scores.astype(np.float16))
     page.goto(page.url, wait_until="load")  # a fresh session: the earlier tests' uploads and layouts are gone
     page.get_by_role("button", name="Evaluate", exact=True).wait_for()
     _upload_and_evaluate(page, path)
     page.locator("#results-table").get_by_role("row").filter(has_text=path.name).wait_for()
     page.get_by_text("Submit this evaluation to the leaderboard").click()
+    precision = page.locator("#submit-precision input")
+    page.wait_for_function("input => input.value === 'fp16'", arg=precision.element_handle())  # from the upload
     page.locator("#submit-model textarea, #submit-model input").first.fill("<i>browser</i> model")
     page.get_by_role("button", name="Submit", exact=True).click()
     page.wait_for_function("() => document.querySelector('#submit-message textarea').value"
                            " === 'added <i>browser</i> model to the board'")
     page.get_by_role("tab", name="Leaderboard").click()
+    page.locator("#leaderboard-view").get_by_label("text attacks", exact=True).check()
     row = page.locator("#leaderboard-table").get_by_role("row").filter(has_text="<i>browser</i> model")
     row.wait_for()  # the name as text: no markup made of it
+    expected = rococo_recall(scores.astype(np.float16), **layout.metric_inputs())
+    row.filter(has_text=f"{expected['recall@1']:.2f}").wait_for()  # the text attacks' columns are shown
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "browser-leaderboard.png"), full_page=True)
-    expected = rococo_recall(scores, **layout.metric_inputs())
     cells = row.inner_text().split("\n")  # the columns (gradio_client's test checks each by its header)
-    assert "submitted" in cells and f"{expected['recall@1']:.2f}" in cells
+    assert any(cell.startswith("submitted 20") for cell in cells) and "fp16" in cells
     assert page.locator("#leaderboard-table").get_by_role("row").filter(has_text="BLIP (paper v5)").count() == 1
+    assert not _errors(page), _errors(page)
+
+
+def test_the_leaderboard_reads_at_1280_px(page):
+    """Issue 31: short headers (a header about 450 px tall pushed every row below the fold), the first row visible
+    without scrolling, the sources as links, sortable from a header's menu; each group of columns fits the page."""
+    page.goto(page.url, wait_until="load")
+    page.get_by_role("tab", name="Leaderboard").click()
+    board = page.locator("#leaderboard-table")
+    rows = board.get_by_role("row")
+    rows.filter(has_text="BLIP (paper v5)").wait_for()
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "browser-leaderboard-1280.png"))
+    header = board.locator("thead").bounding_box()
+    first = rows.nth(1).bounding_box()
+    print(f"\nleaderboard header {header['height']:.0f} px tall; first row from {first['y']:.0f} to "
+          f"{first['y'] + first['height']:.0f} px of {VIEWPORT['height']}")
+    assert header["height"] < 80  # two lines of header text, no one-letter-per-line wrapping
+    assert first["y"] + first["height"] <= VIEWPORT["height"]  # in the viewport, without scrolling
+    assert page.evaluate("() => window.scrollY") == 0
+    link = board.get_by_role("link", name="arXiv:2304.10727v5").first
+    assert link.get_attribute("href") == "https://arxiv.org/abs/2304.10727v5"
+    for view in ("means", "text attacks", "image attacks"):
+        page.locator("#leaderboard-view").get_by_label(view, exact=True).check()
+        page.wait_for_function("n => document.querySelectorAll('#leaderboard-table thead th').length === n",
+                               arg=len(BOARD_VIEWS[view]))
+        widths = page.evaluate("() => [document.querySelector('#leaderboard-table table').scrollWidth, "
+                               "document.querySelector('#leaderboard-table').clientWidth]")
+        assert widths[0] <= widths[1], (view, widths)  # no sideways scrolling
+        assert board.locator("thead").bounding_box()["height"] < 80, view
+    page.locator("#leaderboard-view").get_by_label("means", exact=True).check()
+    column = BOARD_VIEWS["means"].index("clean i2t")
+    board.get_by_role("columnheader").nth(column).hover()
+    board.get_by_role("columnheader").nth(column).get_by_role("button", name="Open cell menu").click()
+    page.get_by_role("menuitem", name="Sort ascending").click()
+    values = [rows.nth(i).get_by_role("gridcell").nth(column).inner_text().strip() for i in range(1, rows.count())]
+    numbers = [float(value) for value in values if value]
+    assert len(numbers) >= 5 and numbers == sorted(numbers), values
+    assert not _errors(page), _errors(page)
+
+
+def test_the_synthetic_example_shows_every_output(page):
+    """Issue 31: one button, nothing uploaded: results (with n/a where no attack exists), chart, flipped queries, the
+    by-word and by-method tables, Compare."""
+    page.goto(page.url, wait_until="load")
+    assert not page.locator("#results-table").is_visible()  # no empty table with placeholder headers before
+    page.get_by_role("button", name="Try the synthetic example").click()
+    page.locator("#results-table").get_by_role("row").filter(has_text="synthetic_patch_seed1").wait_for()
+    chart = page.locator("#recall-chart img")
+    chart.wait_for()
+    page.wait_for_function("img => img.complete && img.naturalWidth > 0", arg=chart.element_handle())
+    assert "synthetic demo model — not a real model" in page.locator("#evaluate-message").inner_text()
+    headers, rows = _table(page, "#results-table")
+    shown = [dict(zip(headers, row)) for row in rows]
+    assert [row["attack success"] for row in shown if row["attack"] == "clean"] == ["n/a", "n/a"]
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "browser-example.png"), full_page=True)
+    page.get_by_role("tab", name="What fooled the model").click()
+    page.locator("#flipped-note").get_by_text("flipped queries (same_concept/image_to_text:").wait_for()
+    assert page.locator("#flipped-queries table.rococo-flipped tr").count() == 10
+    _, words = _table(page, "#word-table")
+    _, methods = _table(page, "#image-attack-table")
+    assert {row[0] for row in words} == {"same_concept", "diff_concept"} and methods[0][0] == "mix"
+    page.get_by_role("tab", name="Compare").click()
+    page.get_by_role("row").filter(has_text="synthetic demo model").first.wait_for()
     assert not _errors(page), _errors(page)
 
 
@@ -214,14 +293,14 @@ def test_a_page_load_shows_the_board_of_now(page, tmp_path):
                "num_gallery": layout.num_gallery, **rococo_recall(scores, **layout.metric_inputs())}
         other = Leaderboard(database, galleries=rococo_galleries(DECIDING_CAPTIONS))
         assert other.submit([row], model="added elsewhere")[0]
-        fresh = page.context.browser.new_page(viewport={"width": 1400, "height": 1600})  # the module's browser
+        fresh = page.context.browser.new_page(viewport=VIEWPORT)  # the module's browser
         try:
             fresh.set_default_timeout(TIMEOUT_MS)
             fresh.goto(url, wait_until="load")
             fresh.get_by_role("tab", name="Leaderboard").click()
             board = fresh.locator("#leaderboard-table").get_by_role("row")
             board.filter(has_text="added elsewhere").wait_for()
-            assert board.filter(has_text=f"{row['recall@1']:.2f}").count() == 1
+            assert board.filter(has_text=f"{row['clean_recall@1']:.2f}").count() == 1  # its clean i2t
             assert not _errors(fresh), _errors(fresh)
         finally:
             fresh.close()

@@ -8,6 +8,7 @@ gallery in the dataset's order (a layout the command does not use).
 import csv
 import json
 import math
+import re
 import subprocess
 import sys
 import time
@@ -226,9 +227,13 @@ def test_score_reads_a_dataset_order_matrix_in_the_dataset_order(captions_per_im
     assert main(["score", f"rand_voca:dataset={path}", "--out", str(tmp_path / "given"), "--quiet"]) == 0
     assert_report_equals(tmp_path / "given", {"rand_voca/image_to_text": expected})
     caplog.clear()
-    assert main(["score", f"rand_voca:image_to_text:official={path}", "--out", str(tmp_path / "official")]) == 0
+    assert main(["score", f"rand_voca:image_to_text:official={path}", "--out", str(tmp_path / "refused")]) == 1
+    assert ("the official order is given, but the scores decide the dataset order: 511 of 512 sampled queries score "
+            "their dataset-order ground truth higher, 0 their official-order one") in capsys.readouterr().err
+    assert main(["score", f"rand_voca:image_to_text:official={path}", "--trust-order",
+                 "--out", str(tmp_path / "official")]) == 0
     official = rococo_recall.rococo_recall(scores, **layouts["official"].metric_inputs())
-    assert_report_equals(tmp_path / "official", {"rand_voca/image_to_text": official})  # used as given
+    assert_report_equals(tmp_path / "official", {"rand_voca/image_to_text": official})  # used as given, on request
     assert official["recall@1"] < 1
     assert "in the official order, as chosen; but the scores decide the dataset order" in caplog.text  # a warning
     capsys.readouterr()
@@ -245,6 +250,103 @@ def test_score_refuses_an_attacked_image_to_text_matrix_whose_order_is_unclear(s
     assert (f"give it as ATTACK:DIRECTION:ORDER=PATH, here rand_voca:image_to_text:official={path} or "
             f"rand_voca:image_to_text:dataset={path}") in error
     assert not (tmp_path / "report" / "report.json").exists()
+
+
+@pytest.mark.slow
+def test_score_refuses_a_stated_order_that_the_scores_contradict_unless_trusted(captions_per_image, tmp_path, capsys,
+                                                                               caplog):
+    """Issue 31: `score rand_voca:dataset=FILE` on an official-order matrix printed R@1 0.02 in silence. Only the
+    entries of the ground truth (official order) hold a score: enough for the scores to decide the order."""
+    path = sparse_npy(tmp_path / "mymodel_rand_voca.npy", (5000, 50010))
+    scores = np.load(path, mmap_mode="r+")
+    for query, references in enumerate(gallery_layout("rand_voca", IMAGE_TO_TEXT, captions_per_image,
+                                                      "official").references):
+        scores[query, list(references)] = 1.0
+    scores.flush()
+    del scores
+    assert main(["score", f"rand_voca:dataset={path}", "--out", str(tmp_path / "refused")]) == 1
+    error = capsys.readouterr().err
+    assert (f"rococo-eval: error: {path}: rand_voca image-to-text gallery: the dataset order is given, but the scores "
+            "decide the official order: 511 of 512 sampled queries score their official-order ground truth higher, "
+            "0 their dataset-order one.") in error
+    assert (f"give it as rand_voca:image_to_text:official={path}, or add --trust-order to score it in the dataset "
+            "order all the same") in error
+    assert not (tmp_path / "refused" / "report.json").exists()
+
+    assert main(["score", f"rand_voca:dataset={path}", "--trust-order", "--out", str(tmp_path / "trusted")]) == 0
+    note = json.loads((tmp_path / "trusted" / "report.json").read_text())["meta"]["files"]["rand_voca/image_to_text"]
+    assert note["order"] == "dataset"
+    assert ("but the scores decide the official order (of 512 sampled queries, 511 score their official-order ground "
+            "truth higher and 0 their dataset-order ground truth): check the order; scored in the dataset order all "
+            "the same, as asked") in note["note"]
+    assert note["note"] in caplog.text  # said on the terminal too, as a warning
+    assert "rococo-eval: 1 gallery scored in " in capsys.readouterr().err
+
+
+def benchmark_files(folder, source, seeds=None, dtype=np.float32):
+    """Score files of one model (``seeds[attack]``: another model's) for the benchmark's clean galleries, rand_voca
+    and mix_seed7, named for their galleries (rand_voca's order in its name, as `run --save-scores` names it)."""
+    from helpers.one_model import one_model_scores
+
+    folder.mkdir(exist_ok=True)
+    paths = []
+    for attack, direction in ((CLEAN, IMAGE_TO_TEXT), ("rand_voca", IMAGE_TO_TEXT), (CLEAN, TEXT_TO_IMAGE),
+                              ("mix_seed7", TEXT_TO_IMAGE)):
+        layout = source.gallery(attack, direction, "official" if attack == "rand_voca" else None)
+        path = folder / f"{attack}_{direction}_official_order.npy"
+        np.save(path, one_model_scores(layout, source.captions_per_image, attack, (seeds or {}).get(attack, 0), dtype))
+        paths.append(str(path))
+    return paths
+
+
+def test_score_says_when_the_files_disagree(benchmark, tmp_path, capsys, caplog):
+    """Issue 31: files of one evaluation whose clean numbers differ are named with their numbers, on the terminal, in
+    report.json's meta and in report.md; files of one model leave the report as it was."""
+    source = BenchmarkSource(benchmark)
+    agreeing = benchmark_files(tmp_path / "one", source)
+    assert main(["score", "--benchmark", str(benchmark), "--out", str(tmp_path / "agree"), *agreeing]) == 0
+    assert "disagree" not in caplog.text
+    assert "consistency" not in json.loads((tmp_path / "agree" / "report.json").read_text())["meta"]
+    assert "disagree" not in (tmp_path / "agree" / "report.md").read_text()
+
+    mixed = benchmark_files(tmp_path / "mixed", source, seeds={"mix_seed7": 1})
+    assert main(["score", "--benchmark", str(benchmark), "--out", str(tmp_path / "disagree"), *mixed]) == 0
+    report = json.loads((tmp_path / "disagree" / "report.json").read_text())
+    [found] = report["meta"]["consistency"]
+    clean = report["results"]["clean/text_to_image"]["recall@1"]
+    attacked = report["results"]["mix_seed7/text_to_image"]["clean_recall@1"]
+    assert clean != attacked and found["direction"] == TEXT_TO_IMAGE and found["cutoffs"][0] == 1
+    assert found["galleries"]["mix_seed7/text_to_image"] == {
+        "file": mixed[3], "dtype": "float32",
+        **{f"clean_recall@{k}": report["results"]["mix_seed7/text_to_image"][f"clean_recall@{k}"] for k in (1, 5, 10)
+           if f"clean_recall@{k}" in found["galleries"]["mix_seed7/text_to_image"]}}
+    assert f"{clean:.2f} ({round(clean * 59 / 100)} of 59 queries) from {mixed[2]} (the clean gallery)" in \
+        found["message"]
+    assert f"from {mixed[3]} (the clean part of mix_seed7)" in found["message"]
+    warned = [record for record in caplog.records if record.getMessage() == f"the files disagree: {found['message']}"]
+    assert [record.levelname for record in warned] == ["WARNING"]
+    assert f"## Files that disagree\n\n- {found['message']}\n" in (tmp_path / "disagree" / "report.md").read_text()
+
+
+def test_score_names_the_model_and_says_how_long_it_took(benchmark, tmp_path, capsys):
+    files = benchmark_files(tmp_path / "files", BenchmarkSource(benchmark))
+    out = tmp_path / "named"
+    assert main(["score", "--benchmark", str(benchmark), "--out", str(out), "--model-name", "my model", *files]) == 0
+    error = capsys.readouterr().err
+    assert re.search(rf"rococo-eval: 4 galleries scored in \d+\.\d\d s; report written to {re.escape(str(out))}\n",
+                     error), error
+    assert json.loads((out / "report.json").read_text())["meta"]["model"] == "my model"
+    assert (out / "report.md").read_text().startswith("# RoCOCO report: my model\n")
+    assert "- name: my model" in (out / "model-card.md").read_text()
+    assert main(["table", str(out), "--out", str(tmp_path / "table"), "-q"]) == 0
+    assert "| my model |" in capsys.readouterr().out
+    assert main(["score", "--benchmark", str(benchmark), "--out", str(tmp_path / "quiet"), "-q", *files]) == 0
+    assert capsys.readouterr().err == ""  # quiet: no time, no notes
+    unnamed = json.loads((tmp_path / "quiet" / "report.json").read_text())["meta"]
+    assert "model" not in unnamed  # without --model-name the report is as before
+    assert main(["score", "--benchmark", str(benchmark), "--out", str(tmp_path / "blank"), "--model-name", " ",
+                 *files]) == 1
+    assert "rococo-eval: error: --model-name ' ' is blank: give the model's name" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("name, shape, problem", [

@@ -8,9 +8,13 @@ user said of each file's layout, and both go through here:
    .choose_layout`: attack, direction and order from what was given, the file name, the shape and, for the
    order of an attacked image-to-text gallery, the scores), and refuses what cannot be scored exactly: every
    file's problem is listed in one :class:`PlanError`, before any file is scored.
+   A stated order (given, or in the file name) that the scores clearly contradict is refused with the evidence,
+   unless the caller trusts the given order (``trust_given_order``).
 2. :func:`score_planned` scores each planned file with the metric, at the cut-offs its gallery allows, with the
    per-query arrays the failure analysis reads.
-3. :func:`report_meta` is what the report (:func:`rococo_eval.reporting.report.write_report`) records of the files
+3. :func:`disagreements_of` says which files give different clean numbers for one direction
+   (:mod:`rococo_eval.scoring.consistency`).
+4. :func:`report_meta` is what the report (:func:`rococo_eval.reporting.report.write_report`) records of the files
    and of the :class:`ScoringOptions`.
 
 ``rococo-eval run --save-scores`` writes files this path reads back to the same bits (the one block rule of
@@ -32,19 +36,21 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Mapping, Optional, Sequence
 
 from rococo_eval.catalog import ATTACKS, gallery_key
 from rococo_eval.detection import CUSTOM, LayoutChoice, choose_layout
 from rococo_eval.io import scorefiles
 from rococo_eval.layout import ADVERSARIAL_PER_IMAGE, GalleryLayout, gallery_layout, recall_cutoffs
 from rococo_eval.results import GalleryResult
+from rococo_eval.scoring.consistency import Disagreement, disagreements, has_fill_block
 from rococo_recall import TIE_POLICIES
 
 if TYPE_CHECKING:
@@ -157,6 +163,11 @@ def _give_the_order(choice: LayoutChoice, request: ScoreRequest) -> str:
     return "give its order: official or dataset"
 
 
+def _give_or_trust(choice: LayoutChoice, request: ScoreRequest) -> str:
+    return (f"give the {choice.order_decision.order} order, or pass `trust_given_order=True` to score it in the "
+            f"{choice.order} order all the same")
+
+
 def attacks_of(source: Source | None) -> tuple[str, ...]:
     """The attacks a score file may name: the source's own (a generated benchmark's image attacks may have other
     seeds than RoCOCO's); without a source (no annotations at hand), RoCOCO's.
@@ -188,7 +199,8 @@ def plan_score_files(requests: Sequence[ScoreRequest], captions_per_image, *,
                      adversarial_per_image: int = ADVERSARIAL_PER_IMAGE, attacks=ATTACKS, custom: bool = False,
                      references=None, adversarial=None,
                      ask_order: Callable[[LayoutChoice, ScoreRequest], str] = _give_the_order,
-                     read_off_level: int = logging.WARNING) -> list[PlannedFile]:
+                     read_off_level: int = logging.WARNING, trust_given_order: bool = False,
+                     fix_order: Callable[[LayoutChoice, ScoreRequest], str] = _give_or_trust) -> list[PlannedFile]:
     """Settle every file's gallery before any is scored; raise one :class:`PlanError` listing every problem.
 
     Args:
@@ -206,13 +218,19 @@ def plan_score_files(requests: Sequence[ScoreRequest], captions_per_image, *,
             clear from the scores (the command asks for a spec, the Space for a cell of its table).
         read_off_level: the log level of a note on a layout read off the file rather than given (the command warns;
             the Space, where detection is the usual path, shows the notes on the page instead).
+        trust_given_order: score an attacked image-to-text gallery in the order stated (given, or in the file name)
+            even when its scores clearly show the other one (:func:`rococo_eval.detection.decide_order`); its note
+            keeps the evidence. False (the default) refuses such a file with the evidence.
+        fix_order: what to tell the user when a stated order is refused: how to give the other one, or to trust it
+            (the command names its spec and ``--trust-order``, the Space its layout table and checkbox).
 
     Returns:
         one :class:`PlannedFile` per request, in request order.
     """
     plans, problems = plan_each(requests, captions_per_image, adversarial_per_image=adversarial_per_image,
                                 attacks=attacks, custom=custom, references=references, adversarial=adversarial,
-                                ask_order=ask_order, read_off_level=read_off_level)
+                                ask_order=ask_order, read_off_level=read_off_level,
+                                trust_given_order=trust_given_order, fix_order=fix_order)
     if problems:
         raise PlanError(problems)
     return plans
@@ -222,7 +240,9 @@ def plan_each(requests: Sequence[ScoreRequest], captions_per_image, *,
               adversarial_per_image: int = ADVERSARIAL_PER_IMAGE, attacks=ATTACKS, custom: bool = False,
               references=None, adversarial=None,
               ask_order: Callable[[LayoutChoice, ScoreRequest], str] = _give_the_order,
-              read_off_level: int = logging.WARNING) -> tuple[list[PlannedFile], list[str]]:
+              read_off_level: int = logging.WARNING, trust_given_order: bool = False,
+              fix_order: Callable[[LayoutChoice, ScoreRequest], str] = _give_or_trust,
+              ) -> tuple[list[PlannedFile], list[str]]:
     """:func:`plan_score_files` without refusing: the files that can be planned, and one line per problem of the
     others (each naming its file), so that one bad file does not hide the others (the Space scores what it can).
     A gallery given by two files is a problem of the second."""
@@ -230,7 +250,7 @@ def plan_each(requests: Sequence[ScoreRequest], captions_per_image, *,
     for request in requests:
         try:
             plans.append(_plan_one(request, captions_per_image, adversarial_per_image, attacks, custom, references,
-                                   adversarial, ask_order))
+                                   adversarial, ask_order, trust_given_order, fix_order))
         except ValueError as error:
             problems.append(_with_name(request.name, error))
     first, kept = {}, []
@@ -278,7 +298,8 @@ def score_each(plans: Sequence[PlannedFile],
             given = scores.metric_arguments() if planned.info.is_compact else {"predictions": scores}
             outputs = rococo_recall(**given, **planned.inputs, k=planned.cutoffs, ties=options.ties,
                                     bootstrap=options.bootstrap, per_query=True)
-            results[planned.key] = GalleryResult.of(outputs, planned.layout)
+            reranked = planned.info.is_compact or has_fill_block(scores)
+            results[planned.key] = GalleryResult.of(outputs, planned.layout, reranked=reranked)
         except ValueError as error:
             problems.append(_with_name(planned.request.name, error))
             continue
@@ -287,6 +308,30 @@ def score_each(plans: Sequence[PlannedFile],
         logger.info("scored %s %s as %s in %.2f s", planned.request.name, planned.info.shape, planned.key,
                     time.perf_counter() - started)
     return results, problems
+
+
+def disagreements_of(plans: Sequence[PlannedFile], results: Mapping[str, GalleryResult]) -> list[Disagreement]:
+    """The directions whose files give different clean numbers (:func:`rococo_eval.scoring.consistency.disagreements`),
+    each file named as its request names it, with its dtype; a re-ranker's files (:attr:`GalleryResult.reranked`)
+    and custom layouts (their own references: no clean gallery to agree with) are not compared. A message of each is
+    logged as a warning.
+
+    Example:
+        >>> disagreements_of([], {})
+        []
+    """
+    scored = [planned for planned in plans if planned.key in results and planned.is_standard]
+    found = disagreements({planned.key: results[planned.key].metrics for planned in scored},
+                          {planned.key: planned.request.name for planned in scored},
+                          dtypes={planned.key: planned.info.dtype for planned in scored},
+                          reranked={key for key, result in results.items() if result.reranked})
+    for disagreement in found:
+        logger.warning("the files disagree: %s", disagreement.message)
+    skipped = sorted(planned.request.name for planned in scored if results[planned.key].reranked)
+    if skipped and len(scored) > 1:
+        logger.info("not compared with the other files (a re-ranker's scores: an attacked gallery re-ranks other "
+                    "candidates than the clean one): %s", ", ".join(skipped))
+    return found
 
 
 def report_meta(plans: Sequence[PlannedFile], options: ScoringOptions = ScoringOptions()) -> dict:
@@ -317,13 +362,19 @@ def detect_file_layout(request: ScoreRequest, captions_per_image, *, adversarial
 
 
 def _plan_one(request, captions_per_image, adversarial_per_image, attacks, custom, references, adversarial,
-              ask_order) -> PlannedFile:
+              ask_order, trust_given_order=False, fix_order=_give_or_trust) -> PlannedFile:
     info, choice = detect_file_layout(request, captions_per_image, adversarial_per_image=adversarial_per_image,
                                       attacks=attacks, custom=custom)
     if choice.attack == CUSTOM and not custom:
         raise ValueError("custom layouts have no place in a RoCOCO report; score them with rococo_recall directly")
     if not choice.order:
         raise ValueError(f"{choice.note}; {ask_order(choice, request)}")
+    decided = choice.order_decision.order if choice.order_decision is not None else ""
+    if decided and decided != choice.order:
+        if not trust_given_order:
+            raise ValueError(_contradicted(choice, request, fix_order))
+        choice = dataclasses.replace(choice, note=f"{choice.note}; scored in the {choice.order} order all the same, "
+                                                  "as asked")
     if choice.attack != CUSTOM:
         layout = _standard_layout(choice.attack, choice.direction, choice.order, tuple(captions_per_image),
                                   adversarial_per_image)
@@ -340,6 +391,16 @@ def _plan_one(request, captions_per_image, adversarial_per_image, attacks, custo
         inputs["adversarial"] = scorefiles.read_adversarial(adversarial)
     key = gallery_key(re.sub(r"[/\s]+", "_", Path(request.name).stem), choice.direction)
     return PlannedFile(key, request, info, choice, None, inputs, recall_cutoffs(info.shape[1], key))
+
+
+def _contradicted(choice: LayoutChoice, request: ScoreRequest,
+                  fix_order: Callable[[LayoutChoice, ScoreRequest], str]) -> str:
+    """Why a stated order is refused: the scores clearly show the other one, and the counts that show it."""
+    stated = "given" if request.order else "stated in the file name"
+    decided = choice.order_decision.order
+    return (f"{choice.attack} image-to-text gallery: the {choice.order} order is {stated}, but the scores decide the "
+            f"{decided} order: {choice.order_decision.evidence}. Scored in the {choice.order} order, each query's "
+            f"ground truth would be other captions than those its scores pick out; {fix_order(choice, request)}")
 
 
 @functools.lru_cache(maxsize=8)

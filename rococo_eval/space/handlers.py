@@ -19,24 +19,35 @@ from pathlib import Path
 import gradio as gr
 import pandas as pd
 
-from rococo_eval.catalog import gallery_key
+from rococo_eval.catalog import IMAGE_TO_TEXT, TEXT_ATTACKS, gallery_key
 from rococo_eval.io.atomic import write_atomic
 from rococo_eval.reporting import report
 from rococo_eval.reporting.analysis import DEFAULT_MIN_COUNT
 from rococo_eval.scoring.plan import adversarial_per_image_of, attacks_of
 from rococo_eval.space import leaderboard
+from rococo_eval.space.example import EXAMPLE_INTRO, SYNTHETIC_MODEL, write_example
 from rococo_eval.space.logic import (
     ALL_GALLERIES,
     IMAGE_ATTACK_HEADERS,
     WORD_HEADERS,
+    choose_order,
     compare_rows,
     detect_layouts,
     evaluate_files,
     explore,
     flipped_view,
+    upload_precision,
     write_outputs,
 )
-from rococo_eval.space.views import board_table, caption_table_html, flipped_html, table
+from rococo_eval.space.views import (
+    BOARD_DATATYPES,
+    BOARD_WIDTHS,
+    board_shown,
+    caption_table_html,
+    flipped_html,
+    results_table,
+    table,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -94,25 +105,61 @@ class Handlers:
 
     def detect(self, files) -> list[list[str]]:
         return detect_layouts(files, self.captions_per_image, adversarial_per_image_of(self.source),
-                              attacks_of(self.source))
+                              attacks_of(self.source), source=self.source)
 
-    def evaluate(self, files, layouts=None, references=None, adversarial=None, ties="pessimistic", bootstrap=0):
+    def order_lists(self, layouts: list | None) -> list[gr.Dropdown]:
+        """One order list per text attack of the source (:meth:`text_attacks`), under the layout table: shown, with the
+        table's order and the file's name, when the table has a row of that attack's image-to-text gallery."""
+        rows = [["" if cell is None else str(cell) for cell in row] for row in (layouts or [])]
+        lists = []
+        for attack in self.text_attacks():
+            row = next((row for row in rows if row[1:3] in ([attack, IMAGE_TO_TEXT], [attack, ""])), None)
+            lists.append(gr.Dropdown(visible=False) if row is None else
+                         gr.Dropdown(value=row[3] or None, label=f"order of {row[0]} ({attack})", visible=True))
+        return lists
+
+    def choose_order(self, attack: str, files: list[str] | None, layouts, order: str) -> list[list[str]]:
+        """The layout table with ``order`` chosen from the list for the text attack ``attack``'s file
+        (:func:`rococo_eval.space.logic.choose_order`)."""
+        return choose_order(files, layouts, attack, order, self.captions_per_image,
+                            adversarial_per_image_of(self.source), attacks_of(self.source))
+
+    def text_attacks(self) -> list[str]:
+        """The text attacks a file may be of: the source's, or RoCOCO's without a source."""
+        return list(self.source.text_attacks if self.source is not None else TEXT_ATTACKS)
+
+    def evaluate(self, files, layouts=None, references=None, adversarial=None, ties="pessimistic", bootstrap=0,
+                 trust_order=False):
         try:
             evaluation = evaluate_files(files, layouts, references, adversarial,
                                         captions_per_image=self.captions_per_image, ties=ties,
                                         bootstrap=_int(bootstrap, "bootstrap"), source=self.source,
                                         adversarial_per_image=adversarial_per_image_of(self.source),
-                                        attacks=attacks_of(self.source))
+                                        attacks=attacks_of(self.source), trust_given_order=bool(trust_order))
             json_path, chart_path = write_outputs(evaluation, _fresh_folder(self.output_root), self.source)
         except ValueError as error:
             logger.info("evaluation refused: %s", error)
             problem = str(error)
         else:
-            return self._evaluated(evaluation, json_path, chart_path)
+            return self._evaluated(evaluation, json_path, chart_path, files)
         # raised here, outside the handler: the error holds no context, whose frames would keep the uploads mapped
         raise gr.Error(problem, duration=None, title="Cannot evaluate", print_exception=False)
 
-    def _evaluated(self, evaluation, json_path, chart_path):
+    def example(self) -> tuple:
+        """Score the synthetic example (:func:`rococo_eval.space.example.write_example`) as :meth:`evaluate` scores an
+        upload, with the same outputs; its rows name the synthetic model, and it gives nothing to submit (None)."""
+        try:
+            example = write_example(self.source, _fresh_folder(self.output_root))
+        except ValueError as error:
+            raise gr.Error(str(error), title="Cannot run the example", print_exception=False) from None
+        message, results, chart, download, rows, _, failures, _ = self.evaluate(
+            [str(path) for path in example.files], example.layouts)
+        rows = [{**row, "model": example.model} for row in rows]
+        return f"{EXAMPLE_INTRO}\n\n{message}", results, chart, download, rows, None, failures, None
+
+    def _evaluated(self, evaluation, json_path, chart_path, files):
+        """The outputs of an evaluation: message, results table, chart, report, the session's rows, the rows the board
+        may take, the failure analysis, and the precision its files were saved in (for the submit form)."""
         settings = evaluation.meta.get("settings")
         label = settings and f"ties {settings['ties']}, bootstrap {settings['bootstrap']}"
         # the leaderboard takes default settings only
@@ -120,8 +167,13 @@ class Handlers:
         # the leaderboard's rows: the standard galleries only, whose references come from the annotations
         standard_keys = {key for key, result in evaluation.results.items() if result.is_standard}
         standard = [row for row in rows if gallery_key(row["attack"], row["direction"]) in standard_keys]
-        return (evaluation.message, table(evaluation.rows), str(chart_path), str(json_path), rows, standard,
-                evaluation.failures)
+        return (evaluation.message, results_table(evaluation.rows), str(chart_path), str(json_path), rows, standard,
+                evaluation.failures, upload_precision(files, evaluation.rows))
+
+    def precision(self, evaluated: str | None, current: str = "fp32") -> str:
+        """The submit form's precision after an evaluation: the one its files were saved in (``evaluated``, from
+        :func:`rococo_eval.space.logic.upload_precision`), else ``current`` as it was."""
+        return evaluated or current
 
     def flipped(self, failures, gallery=ALL_GALLERIES, page=1, min_count=DEFAULT_MIN_COUNT):
         """One page of flipped queries as HTML (see :func:`rococo_eval.space.logic.flipped_view`), its CSV (every
@@ -141,7 +193,7 @@ class Handlers:
         except ValueError as error:
             raise gr.Error(str(error), title="Cannot show flipped queries", print_exception=False) from None
         return (view.note, page_html, str(csv_path), pd.DataFrame(view.words, columns=WORD_HEADERS), chart,
-                pd.DataFrame(view.image_attacks, columns=IMAGE_ATTACK_HEADERS))
+                pd.DataFrame(view.image_attacks, columns=IMAGE_ATTACK_HEADERS), view.words_note)
 
     def first_flipped(self, failures, min_count=DEFAULT_MIN_COUNT):
         """What the tab shows after an evaluation: the gallery filter's new choices, and the first page of every
@@ -166,41 +218,78 @@ class Handlers:
     def compare(self, user_rows) -> pd.DataFrame:
         return table(compare_rows(user_rows))
 
-    def leaderboard(self, search="", kind="all"):
-        """The board, filtered by a model-name search and by kind (all, published, submitted)."""
+    def leaderboard(self, search="", kind="all", view="all"):
+        """The board, filtered by a model-name search and by kind (all, published, submitted), with the columns of
+        ``view`` (:data:`rococo_eval.space.views.BOARD_VIEWS`)."""
         try:
-            return board_table(self._board().rows(search or "", kind or "all"))
+            rows = self._board().rows(search or "", kind or "all")
         except leaderboard.BoardUnavailable as error:
             raise gr.Error(f"the leaderboard is unavailable: {error}", title="Cannot show the leaderboard",
                            print_exception=False) from None
+        try:
+            return board_shown(rows, view or "all")
+        except ValueError as error:
+            raise gr.Error(str(error), title="Cannot show the leaderboard", print_exception=False) from None
 
-    def fresh_board(self, search="", kind="all"):
+    def board_view(self, search: str = "", kind: str = "all", view: str = "all") -> gr.Dataframe:
+        """The board as :meth:`leaderboard` gives it, with the column widths and datatypes of ``view``
+        (:data:`rococo_eval.space.views.BOARD_WIDTHS`): what the page shows when a filter or the columns change."""
+        view = view or "all"
+        return gr.Dataframe(self.leaderboard(search, kind, view), column_widths=BOARD_WIDTHS[view],
+                            datatype=BOARD_DATATYPES[view])
+
+    def fresh_board(self, search="", kind="all", view="all"):
         """The board as the database holds it when a page loads (empty, as the tab says, when it is unavailable)."""
         try:
-            return board_table(self._board().rows(search or "", kind or "all"))
+            return board_shown(self._board().rows(search or "", kind or "all"), view or "all")
         except leaderboard.BoardUnavailable:
-            return board_table([])
+            return board_shown([], view or "all")
 
-    def submit(self, board_rows, model, link="", precision="fp32", note="", times=None, search="", kind="all"):
-        """Submit this session's last evaluation (the rows of its RoCOCO galleries); return the message, the board
-        and the session's submission times (:func:`rococo_eval.space.leaderboard.rate_allows` limits them)."""
+    def submit(self, board_rows, model, link="", precision="fp32", note="", times=None, search="", kind="all",
+               view="all", evaluated_rows=None):
+        """Submit this session's last evaluation (``board_rows``: the rows of its RoCOCO galleries; None after the
+        synthetic example, which is no model); return the message, the board and the session's submission times
+        (:func:`rococo_eval.space.leaderboard.rate_allows` limits them).
+
+        The message names every gallery of the evaluation (``evaluated_rows``) that is not on the board (a custom
+        layout's); a generated benchmark's evaluation is refused, naming its galleries: it is not RoCOCO's.
+        """
         times = list(times or [])
         now = time.time()
         if not leaderboard.rate_allows(times, now):
             raise gr.Error(f"at most {leaderboard.RATE_LIMIT} submissions every {leaderboard.RATE_WINDOW_S // 60} "
                            "minutes from one session: try again later", title="Cannot submit", print_exception=False)
         try:
-            if not board_rows:
-                raise ValueError("the last evaluation scored no RoCOCO gallery: the board takes the standard "
-                                 "galleries, scored on the annotations' layouts (custom layouts are no row); "
-                                 "evaluate RoCOCO score files first")
+            self._check_submittable(board_rows, evaluated_rows)
             added, message = self._board().submit(board_rows, model=model, link=link, precision=precision,
                                                   note=note)
         except (ValueError, leaderboard.BoardUnavailable) as error:
             raise gr.Error(str(error), title="Cannot submit", print_exception=False) from None
         if added:
             times.append(now)
-        return message, self.leaderboard(search, kind), times
+            on_board = _gallery_keys(board_rows)
+            left_out = [f"{row.get('file') or 'a file'} ({gallery_key(row['attack'], row['direction'])})"
+                        for row in evaluated_rows or [] if "seeds" not in row
+                        and gallery_key(row["attack"], row["direction"]) not in on_board]
+            if left_out:
+                message += (f"; not on the board, as custom layouts have no column there: {', '.join(left_out)} "
+                            "(their numbers are in the json download)")
+        return message, self.leaderboard(search, kind, view), times
+
+    def _check_submittable(self, board_rows: list | None, evaluated_rows: list | None) -> None:
+        """Raise the ``ValueError`` that says why the last evaluation cannot go on the board, if it cannot."""
+        if self.source is not None and not self.source.is_rococo:
+            galleries = ", ".join(sorted(_gallery_keys(evaluated_rows))) or "nothing evaluated yet"
+            raise ValueError(f"this Space serves a generated benchmark ({self.source.card_dataset[1]}), not RoCOCO: "
+                             f"its results are not RoCOCO's, so the board takes none of them (this evaluation: "
+                             f"{galleries}); its numbers are in the json download")
+        if board_rows is None:
+            raise ValueError(f"the last evaluation is the synthetic example ({SYNTHETIC_MODEL}): the board takes "
+                             "evaluations of real models; evaluate your model's score files first")
+        if not board_rows:
+            raise ValueError("the last evaluation scored no RoCOCO gallery: the board takes the standard "
+                             "galleries, scored on the annotations' layouts (custom layouts are no row); "
+                             "evaluate RoCOCO score files first")
 
     def _board(self):
         if self.board is None and self._reopen is not None and time.monotonic() - self._tried >= BOARD_RETRY_S:
@@ -233,6 +322,11 @@ def _fresh_folder(root: Path) -> Path:
         except FileNotFoundError:
             continue
     return Path(tempfile.mkdtemp(dir=root))
+
+
+def _gallery_keys(rows: list | None) -> set[str]:
+    """The galleries of summary ``rows`` (seed means, which the board makes itself, left out)."""
+    return {gallery_key(row["attack"], row["direction"]) for row in rows or [] if "seeds" not in row}
 
 
 def _int(value, name: str) -> int:

@@ -28,7 +28,11 @@ What a submission may be:
 - a session may submit :data:`RATE_LIMIT` times per :data:`RATE_WINDOW_S` seconds (:func:`rate_allows`), and
   everyone together ``hourly_limit`` times an hour (default :data:`HOURLY_LIMIT`, ``$ROCOCO_LEADERBOARD_HOURLY_LIMIT``
   in the Space), counted in the database in the transaction that adds the row;
-- only evaluations at the metric's default settings (pessimistic ties, no bootstrap), so that rows compare.
+- only evaluations at the metric's default settings (pessimistic ties, no bootstrap), so that rows compare;
+- only files that agree: the clean R@K that the rows of one direction give (the clean gallery's ``recall@K``, every
+  attacked gallery's ``clean_recall@K``) must be equal, as one model's files give them
+  (:func:`rococo_eval.scoring.consistency.disagreements`; a re-ranker's rows, marked ``reranked``, are not compared,
+  and give no clean column: their attacked galleries re-rank other candidates than the clean one).
 
 Submitted rows are self-reported: the Space scores the files uploaded, and cannot know that they came from the
 model named. The board marks them ``submitted``, apart from the ``published`` rows.
@@ -81,6 +85,7 @@ from rococo_eval.catalog import ATTACKS, CLEAN, IMAGE_ATTACKS, TEXT_ATTACKS, gal
 from rococo_eval.layout import gallery_shape
 from rococo_eval.models import adapters
 from rococo_eval.reporting.report import REFERENCE_RESULTS, VSE_INFINITY
+from rococo_eval.scoring.consistency import disagreements
 
 logger = logging.getLogger(__name__)
 
@@ -166,7 +171,8 @@ class Leaderboard:
         Raises:
             ValueError: an empty or over-long model name, a link that is not ``http(s)://``, an unknown
                 precision, an over-long note, a row of a gallery the board does not take or of another shape,
-                results without a single R@1 (each names the field), or the hourly limit reached.
+                rows whose clean numbers disagree (naming their files and numbers), results without a single R@1
+                (each names the field), or the hourly limit reached.
             BoardUnavailable: the database cannot be read or stays locked.
         """
         model = clean_text(model, "model", required=True)
@@ -177,6 +183,7 @@ class Leaderboard:
             raise ValueError(f"`precision` must be one of {PRECISIONS}, got {precision!r}")
         note = clean_text(note, "note")
         summary_rows = self._gallery_rows(summary_rows)
+        _check_agreement(summary_rows)
         undecided = [f"{row['attack']}/{row['direction']}" for row in summary_rows if row.get("recall@1_bounds")]
         if undecided:
             raise ValueError(f"the R@1 of {', '.join(undecided)} depends on the order of a re-ranker's -100 block (it "
@@ -375,6 +382,17 @@ class HubCopy:
                 self._state.notify_all()
 
 
+def _check_agreement(rows: Sequence[dict]) -> None:
+    """Refuse rows whose clean numbers disagree (files of different models, or saved in different dtypes)."""
+    keyed = {gallery_key(str(row.get("attack", "")), str(row.get("direction", ""))): row for row in rows}
+    found = disagreements(keyed, {key: str(row.get("file") or "") for key, row in keyed.items()},
+                          reranked={key for key, row in keyed.items() if row.get("reranked")})
+    if found:
+        raise ValueError("the files of this evaluation disagree, so they are not one model's files saved alike: "
+                         + " | ".join(disagreement.message for disagreement in found)
+                         + ". The board takes one model's files; evaluate them again together")
+
+
 def rococo_galleries(captions_per_image: Sequence[int], attacks: Sequence[str] = ATTACKS) -> dict[str, tuple[int, int]]:
     """``{gallery key: (queries, gallery items)}`` of RoCOCO's galleries, for images of ``captions_per_image``.
 
@@ -389,7 +407,8 @@ def rococo_galleries(captions_per_image: Sequence[int], attacks: Sequence[str] =
 def recall_at_1(summary_rows: Sequence[dict]) -> dict[str, float]:
     """``{gallery key: R@1}`` of the summary rows (seed means under their method, ``mix/text_to_image``), and
     ``clean/<direction>`` from an attacked row's clean R@1 when no clean row is given (and that R@1 has no bounds:
-    a compact file's order of ties decides none of the board's numbers).
+    a compact file's order of ties decides none of the board's numbers; nor is the row a re-ranker's, whose clean
+    part is ranked over other candidates than the clean gallery).
 
     Example:
         >>> recall_at_1([{"attack": "danger", "direction": "image_to_text", "clean_recall@1": 50.0, "recall@1": 40}])
@@ -402,7 +421,7 @@ def recall_at_1(summary_rows: Sequence[dict]) -> dict[str, float]:
             results[gallery_key(row["attack"], row["direction"])] = round(float(value), 4)
     for row in summary_rows:
         clean, value = gallery_key(CLEAN, row["direction"]), row.get("clean_recall@1")
-        if row.get("clean_recall@1_bounds"):
+        if row.get("clean_recall@1_bounds") or row.get("reranked"):
             continue
         if value is not None and not (isinstance(value, float) and math.isnan(value)) and clean not in results:
             results[clean] = round(float(value), 4)

@@ -11,22 +11,25 @@ from __future__ import annotations
 import logging
 import os
 import re
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
 import pandas as pd
 
-from rococo_eval.catalog import ATTACKS, gallery_key
+from rococo_eval.catalog import ATTACKS, IMAGE_TO_TEXT, gallery_key
 from rococo_eval.layout import ADVERSARIAL_PER_IMAGE, caption_offsets
 from rococo_eval.reporting import analysis, report
 from rococo_eval.results import GalleryResult
+from rococo_eval.scoring.consistency import report_entries
 from rococo_eval.scoring.embeddingsfile import is_embeddings_file, score_embeddings_file
 from rococo_eval.scoring.plan import (
     PlanError,
     ScoreRequest,
     ScoringOptions,
     detect_file_layout,
+    disagreements_of,
     plan_each,
     report_meta,
     score_each,
@@ -41,12 +44,15 @@ logger = logging.getLogger(__name__)
 IMAGES_DIR_ENV = "ROCOCO_IMAGES_DIR"
 BENCHMARK_DIR_ENV = "ROCOCO_BENCHMARK_DIR"  # a folder made by `rococo-eval attack`, served instead of RoCOCO
 LAYOUT_HEADERS = ["file", "attack", "direction", "order", "note"]
+# what the page's override of a stated order that the scores contradict is called (evaluate_files' trust_given_order)
+TRUST_ORDER_LABEL = "Score a stated order that the scores contradict"
 MAX_BOOTSTRAP = 1000
 FLIPPED_PAGE_SIZE = 10
 ALL_GALLERIES = "all"
 WORD_HEADERS = ["attack", "grouped by", "word", "images", "successes", "success rate (%)"]
 IMAGE_ATTACK_HEADERS = ["group", "galleries", "clean-correct queries", "flipped", "success rate (%)",
                         "won by own altered image"]
+_PRECISION_OF_DTYPE = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32", "float64": "fp32"}
 _IMAGE_ATTACK_KEYS = ("group", "galleries", "clean_correct", "flipped", "success_rate", "own_image_wins")
 _COMPARE_KEYS = ("model", "attack", "direction", "clean_recall@1", "recall@1", "recall@5", "recall@10",
                  "r_mean", "false_rate", "source")
@@ -100,6 +106,7 @@ class FlippedView:
         csv: every flipped query of the filter, as CSV text.
         words: the by-word rows (:data:`WORD_HEADERS`).
         image_attacks: the by-method and by-seed rows (:data:`IMAGE_ATTACK_HEADERS`).
+        words_note: what the by-word table shows, or why it is empty (:func:`words_note`).
     """
 
     rows: list | None
@@ -107,6 +114,7 @@ class FlippedView:
     csv: str
     words: list
     image_attacks: list
+    words_note: str = ""
 
 
 @dataclass
@@ -155,8 +163,9 @@ def source_and_problem(images_dir: str | os.PathLike | None = None,
 
 def detect_layouts(paths: Sequence[str] | None, captions_per_image: Sequence[int] | None,
                    adversarial_per_image: int = ADVERSARIAL_PER_IMAGE,
-                   attacks: Sequence[str] = ATTACKS) -> list[list[str]]:
-    """One layout row (``LAYOUT_HEADERS``) per uploaded file: detected, or blank with why.
+                   attacks: Sequence[str] = ATTACKS, source=None) -> list[list[str]]:
+    """One layout row (``LAYOUT_HEADERS``) per uploaded file: detected, or blank with why; an embeddings file's row
+    says what it is (:func:`embeddings_note`, whether ``source`` has the images it needs).
 
     ``attacks`` are those a file may be of (:func:`rococo_eval.scoring.plan.attacks_of`). The shape and name come
     from the header; the order of an attacked image-to-text gallery comes from the scores when they clearly show it
@@ -165,6 +174,9 @@ def detect_layouts(paths: Sequence[str] | None, captions_per_image: Sequence[int
     rows = []
     for path in paths or []:
         name = Path(path).name
+        if is_embeddings_file(path):
+            rows.append([name, "", "", "", embeddings_note(name, source)])
+            continue
         try:
             _, choice = detect_file_layout(ScoreRequest(path, name), captions_per_image, custom=True,
                                            adversarial_per_image=adversarial_per_image, attacks=attacks)
@@ -174,10 +186,44 @@ def detect_layouts(paths: Sequence[str] | None, captions_per_image: Sequence[int
     return rows
 
 
+def choose_order(paths: Sequence[str] | None, layouts, attack: str, order: str,
+                 captions_per_image: Sequence[int] | None, adversarial_per_image: int = ADVERSARIAL_PER_IMAGE,
+                 attacks: Sequence[str] = ATTACKS) -> list[list[str]]:
+    """The layout table (rows ``LAYOUT_HEADERS``) with ``order`` chosen for the image-to-text gallery of the text
+    attack ``attack``: its row is detected again with that order, so that its note says what the scores show of it
+    (and no longer asks for an order); a problem becomes the note. The other rows are kept as they are.
+
+    Example:
+        >>> import tempfile
+        >>> import numpy as np
+        >>> path = Path(tempfile.mkdtemp()) / "m_danger.npy"
+        >>> np.save(path, np.zeros((3, 31), dtype=np.float32))
+        >>> table = [["m_danger.npy", "danger", "image_to_text", "", "…: choose the order, …"]]
+        >>> row = choose_order([str(path)], table, "danger", "dataset", [5, 6, 5])[0]
+        >>> row[3], row[4].split(";")[0]
+        ('dataset', 'danger image-to-text gallery in the dataset order, as chosen')
+    """
+    by_name = {Path(path).name: path for path in paths or []}
+    rows = [(cells + [""] * len(LAYOUT_HEADERS))[:len(LAYOUT_HEADERS)] for cells in
+            (["" if cell is None else str(cell) for cell in row] for row in _table_values(layouts))]
+    for row in rows:
+        if row[1] != attack or row[2] not in ("", IMAGE_TO_TEXT) or row[0] not in by_name:
+            continue
+        try:
+            _, choice = detect_file_layout(ScoreRequest(by_name[row[0]], row[0], attack, IMAGE_TO_TEXT, order),
+                                           captions_per_image, custom=True,
+                                           adversarial_per_image=adversarial_per_image, attacks=attacks)
+            row[1:] = [choice.attack, choice.direction, choice.order, choice.note]
+        except ValueError as error:
+            row[2:] = [IMAGE_TO_TEXT, order, str(error)]
+    return rows
+
+
 def evaluate_files(paths: Sequence[str] | None, layouts=None, references: str | None = None,
                    adversarial: str | None = None, *, captions_per_image: Sequence[int] | None = None,
                    ties: str = "pessimistic", bootstrap: int = 0, source=None,
-                   adversarial_per_image: int = ADVERSARIAL_PER_IMAGE, attacks: Sequence[str] = ATTACKS) -> Evaluation:
+                   adversarial_per_image: int = ADVERSARIAL_PER_IMAGE, attacks: Sequence[str] = ATTACKS,
+                   trust_given_order: bool = False) -> Evaluation:
     """Score every uploaded file that can be scored on its layout; the message names every other file and its problem
     (one bad file does not hide the others' results), and one ``ValueError`` lists them all when none can be scored.
 
@@ -187,9 +233,17 @@ def evaluate_files(paths: Sequence[str] | None, layouts=None, references: str | 
     custom layouts whose score file does not carry its own; ``attacks`` are those a file may be of
     (:func:`rococo_eval.scoring.plan.attacks_of`). The metric's per-query arrays of the standard galleries go to
     the failure analysis (``Evaluation.failures``, its by-word tables from ``source``'s captions).
+
+    An order stated in the table (or in a file's name) that the file's scores clearly contradict is refused with the
+    evidence, unless ``trust_given_order`` (the page's :data:`TRUST_ORDER_LABEL`). Files whose clean numbers
+    disagree (:mod:`rococo_eval.scoring.consistency`) are scored, and the message and the report's ``meta`` say so;
+    their rows never reach the leaderboard (:meth:`rococo_eval.space.leaderboard.Leaderboard.submit` refuses them).
+    The message says how long reading and scoring the files took. Rows of a re-ranker's files carry
+    ``reranked: True``, so that the leaderboard does not compare their clean parts.
     """
     if not paths:
         raise ValueError("upload at least one score file (.npy, .npz or .safetensors)")
+    started = time.perf_counter()
     options = ScoringOptions(ties, bootstrap, max_bootstrap=MAX_BOOTSTRAP)
     if any(is_embeddings_file(path) for path in paths):
         return evaluate_embeddings_file(paths, source, options)
@@ -202,23 +256,40 @@ def evaluate_files(paths: Sequence[str] | None, layouts=None, references: str | 
                 for path, name in zip(paths, names)]
     plans, problems = plan_each(requests, captions_per_image, adversarial_per_image=adversarial_per_image,
                                 attacks=attacks, custom=True, references=references, adversarial=adversarial,
-                                ask_order=_ask_order_in_table, read_off_level=logging.INFO)
+                                ask_order=_ask_order_in_table, read_off_level=logging.INFO,
+                                trust_given_order=trust_given_order, fix_order=_fix_order_in_table)
     scored, refused = score_each(plans, options)
     problems += refused
     if not scored:
         raise PlanError(problems)
     plans = [planned for planned in plans if planned.key in scored]
+    disagreements = disagreements_of(plans, scored)
+    seconds = time.perf_counter() - started
     rows = report.summary_rows({key: result.metrics for key, result in scored.items()})
     files = {planned.key: planned.request.name for planned in plans}
     for row in rows:
-        row["file"] = files.get(gallery_key(row["attack"], row["direction"]), "")
+        key = gallery_key(row["attack"], row["direction"])
+        row["file"] = files.get(key, "")
+        if key in scored and scored[key].reranked:
+            row["reranked"] = True
+    message = _scored_message(plans, disagreements, problems, f"in {seconds:.2f} s, ties {ties}, bootstrap {bootstrap}")
+    meta = {**report_meta(plans, options), **report_entries(disagreements)}
+    return Evaluation(scored, meta, rows, message, *_failures(scored, source))
+
+
+def _scored_message(plans, disagreements, problems: Sequence[str], how: str) -> str:
+    """What the page says of an evaluation of score files: each file scored (``how``: the time and the settings) and
+    how its layout was read, the files that disagree, and the files not scored with why."""
     lines = [f"- `{planned.request.name}` ({planned.info.shape[0]} x {planned.info.shape[1]}, {planned.info.dtype}"
              + (f", compact: top {planned.info.candidates} per query" if planned.info.is_compact else "") + "):"
              f" {planned.choice.note}" + _cutoffs_note(planned.cutoffs, planned.info.shape[1]) for planned in plans]
-    message = f"Scored {len(scored)} file(s), ties {ties}, bootstrap {bootstrap}:\n" + "\n".join(lines)
+    message = f"Scored {len(plans)} file(s) {how}:\n" + "\n".join(lines)
+    if disagreements:
+        message += (f"\n\nThe files disagree ({len(disagreements)}), so they are not one model's files saved alike; "
+                    "the leaderboard refuses them:\n" + "\n".join(f"- {found.message}" for found in disagreements))
     if problems:
         message += f"\n\nNot scored ({len(problems)}):\n" + "\n".join(f"- {problem}" for problem in problems)
-    return Evaluation(scored, report_meta(plans, options), rows, message, *_failures(scored, source))
+    return message
 
 
 def evaluate_embeddings_file(paths: Sequence[str], source, options: ScoringOptions) -> Evaluation:
@@ -227,13 +298,15 @@ def evaluate_embeddings_file(paths: Sequence[str], source, options: ScoringOptio
     if source is None or source.images_dir is None:
         raise ValueError("this Space has no images, so it cannot check an embeddings file's fingerprints: it scores "
                          f"embeddings files when {IMAGES_DIR_ENV} (or {BENCHMARK_DIR_ENV}) names the images")
+    started = time.perf_counter()
     name = Path(paths[0]).name
     scored, meta, metadata = score_embeddings_file(paths, source, options, name)
     rows = report.summary_rows({key: result.metrics for key, result in scored.items()})
     for row in rows:
         row["file"] = name
     message = (f"Scored the embeddings file `{name}` ({metadata.get('model')}, dimension {metadata.get('dimension')}): "
-               f"{len(scored)} galleries, ties {options.ties}, bootstrap {options.bootstrap}.")
+               f"{len(scored)} galleries in {time.perf_counter() - started:.2f} s, ties {options.ties}, "
+               f"bootstrap {options.bootstrap}.")
     return Evaluation(scored, meta, rows, message, *_failures(scored, source))
 
 
@@ -247,8 +320,14 @@ def _failures(results: dict[str, GalleryResult], source) -> tuple[Failures | Non
 
 
 def _ask_order_in_table(choice, request) -> str:
-    """How the Space asks for an order the file does not show: in the layout table."""
-    return "set it in the `order` column of the layout table"
+    """How the Space asks for an order the file does not show: in its list under the layout table."""
+    return "choose it from its order list under the layout table"
+
+
+def _fix_order_in_table(choice, request) -> str:
+    """How the Space says to fix a stated order that the scores contradict: the other order, or the override."""
+    return (f"choose {choice.order_decision.order} from its order list under the layout table, or tick "
+            f"“{TRUST_ORDER_LABEL}” to score it in the {choice.order} order all the same")
 
 
 def _cutoffs_note(cutoffs, num_gallery: int) -> str:
@@ -310,7 +389,7 @@ def flipped_view(failures: Failures | None, source=None, gallery: str = ALL_GALL
     """
     if failures is None or not failures.attacked():
         empty = "Evaluate score files of attacked galleries first: their flipped queries show here."
-        return FlippedView(None, empty, analysis.flipped_csv([]), [], [])
+        return FlippedView(None, empty, analysis.flipped_csv([]), [], [], words_note(None, min_count))
     choices = [ALL_GALLERIES] + failures.attacked()
     if gallery not in choices:
         raise ValueError(f"`gallery` must be one of {', '.join(choices)}, got {gallery!r}")
@@ -332,14 +411,89 @@ def flipped_view(failures: Failures | None, source=None, gallery: str = ALL_GALL
              for kind in ("replaced", "replacement") for row in analysis.most_damaging(table[kind], min_count)]
     methods = [[row[name] if name != "success_rate" else round(row[name], 2) for name in _IMAGE_ATTACK_KEYS]
                for row in failures.image_attacks]
-    return FlippedView(shown, note, analysis.flipped_csv(rows), words, methods)
+    by_word = {attack: tables for attack, tables in failures.by_word.items() if attack in attacks}
+    return FlippedView(shown, note, analysis.flipped_csv(rows), words, methods, words_note(by_word, min_count))
 
+
+def words_note(by_word: dict | None, min_count: int = analysis.DEFAULT_MIN_COUNT) -> str:
+    """What the by-word table shows (``by_word``: each text attack's tables, as
+    :func:`rococo_eval.reporting.analysis.vulnerability` makes them), or why it is empty.
+
+    Example:
+        >>> tables = {"danger": {"replaced": [{"word": "dog", "images": 12, "successes": 3, "success_rate": 25.0}],
+        ...                      "replacement": []}}
+        >>> words_note(tables, 20)
+        'No word has 20 clean-correct images yet: the most is 12 (dog). Lower the fewest images a word needs (above) \
+to list words with fewer; rates over few images vary a lot.'
+        >>> words_note({}, 20)
+        'By word: no text attack (image-to-text) is among the galleries shown; words are what text attacks replace.'
+    """
+    if by_word is None:
+        return "Evaluate score files of text attacks first: the words they replaced show here."
+    if not by_word:
+        return ("By word: no text attack (image-to-text) is among the galleries shown; words are what text attacks "
+                "replace.")
+    counted = [(row["images"], row["word"]) for tables in by_word.values() for kind in ("replaced", "replacement")
+               for row in tables.get(kind, [])]
+    if not counted:
+        return "No word was replaced in an image that the model got right on the clean gallery."
+    most, word = max(counted, key=lambda item: (item[0], [-ord(char) for char in item[1]]))
+    if most < min_count:
+        return (f"No word has {min_count} clean-correct images yet: the most is {most} ({word}). Lower the fewest "
+                "images a word needs (above) to list words with fewer; rates over few images vary a lot.")
+    return (f"Words replaced in at least {min_count} clean-correct images, highest success rate first (up to 15 per "
+            "attack and grouping).")
+
+
+
+def embeddings_note(name: str, source=None) -> str:
+    """What the layout table says of an uploaded embeddings file (:mod:`rococo_eval.scoring.embeddingsfile`): what it
+    is, and that scoring it needs the images (which ``source`` may lack).
+
+    Example:
+        >>> note = embeddings_note("clip.safetensors")  # no source: no images
+        >>> note.startswith("clip.safetensors: an embeddings file"), note.endswith("where the images are")
+        (True, True)
+    """
+    note = (f"{name}: an embeddings file (a model's vectors of the images and captions, as `rococo-eval run "
+            "--save-embeddings` writes), not a score matrix: Evaluate scores every gallery it covers from it, after "
+            "checking its fingerprints against this Space's images")
+    if source is None or source.images_dir is None:
+        note += (f"; this Space has no images ({IMAGES_DIR_ENV} is not set), so it cannot score it: score it with "
+                 "`rococo-eval score FILE` where the images are")
+    return note
+
+
+def upload_precision(paths: Sequence[str] | None, rows: Sequence[dict]) -> str | None:
+    """The leaderboard precision that the score files of ``rows`` (by their ``file``) were saved in: ``fp16`` for
+    float16, ``bf16`` for bfloat16, ``fp32`` for float32 and float64; None when they differ or none is a score matrix
+    (an embeddings file).
+
+    Example:
+        >>> import tempfile
+        >>> import numpy as np
+        >>> path = Path(tempfile.mkdtemp()) / "clip_clean.npy"
+        >>> np.save(path, np.zeros((2, 3), dtype=np.float16))
+        >>> upload_precision([str(path)], [{"file": "clip_clean.npy"}])
+        'fp16'
+    """
+    from rococo_eval.io.scorefiles import read_header
+
+    by_name = {Path(path).name: path for path in paths or []}
+    names = {row.get("file") for row in rows} & set(by_name)
+    try:
+        dtypes = {read_header(by_name[name]).dtype for name in names if not is_embeddings_file(by_name[name])}
+    except ValueError:
+        return None
+    precisions = {_PRECISION_OF_DTYPE.get(dtype) for dtype in dtypes}
+    return precisions.pop() if len(precisions) == 1 else None
 
 
 def compare_rows(user_rows: Sequence[dict] | None) -> list[dict]:
-    """The published reference results, then this session's own rows, on the columns they share."""
-    mine = [{**row, "model": "your upload", "source": f"this session: {row.get('file') or 'mean over seeds'}"}
-            for row in user_rows or []]
+    """The published reference results, then this session's own rows (named ``"your upload"``, or their ``model``),
+    on the columns they share."""
+    mine = [{**row, "model": row.get("model") or "your upload",
+             "source": f"this session: {row.get('file') or 'mean over seeds'}"} for row in user_rows or []]
     def shown(key):
         return key == "seeds" or re.sub(r"_(ci|range|bounds)$", "", key) in _COMPARE_KEYS
 
@@ -388,6 +542,17 @@ def explore(source: Source | None, index: int) -> Exploration:
     except (OSError, ValueError) as error:
         images, note = [], note + f" Cannot show its images: {error}"
     return Exploration(ground_truth, altered, images, note)
+
+
+def _table_values(layouts) -> list:
+    """The rows of a layout table as the page or the API gives it (rows, a DataFrame, or ``{"data": rows}``)."""
+    if layouts is None:
+        return []
+    if isinstance(layouts, pd.DataFrame):
+        return layouts.values.tolist()
+    if isinstance(layouts, dict):
+        return list(layouts.get("data") or [])
+    return list(layouts)
 
 
 def _layout_rows(layouts, names) -> dict[str, list[str]]:

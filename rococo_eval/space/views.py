@@ -11,18 +11,56 @@ import base64
 import html
 import io
 import logging
+import math
 import re
 from typing import Mapping, Sequence
 
 import pandas as pd
+from pandas.io.formats.style import Styler
 
 from rococo_eval.attacks.replacements import find_replacements, highlight
+from rococo_eval.catalog import CLEAN, IMAGE_ATTACKS, TEXT_ATTACKS
 from rococo_eval.reporting import report
-from rococo_eval.space.leaderboard import COLUMNS
+from rococo_eval.space.leaderboard import SUBMITTED
 
 logger = logging.getLogger(__name__)
 
 THUMBNAIL_PX = 128
+# what the Evaluate tab's results table leaves to the report: an attacked gallery's clean R@K beyond R@1 and clean
+# R_mean, and the counts
+_LEFT_TO_REPORT = re.compile(r"clean_(recall@(?!1(?:_|$))\d+|r_mean)(_ci|_range|_bounds)?|num_\w+")
+# The leaderboard's columns, each a short header for a column of :data:`rococo_eval.space.leaderboard.COLUMNS`: R@1
+# without attacks, the means over every text attack (image-to-text) and every image attack (text-to-image), each text
+# attack, each image attack by method and seed. BOARD_VIEWS groups them so that each group reads at 1280 px without
+# sideways scrolling ("all" shows every column, wider than the page); BOARD_LEGEND names them above the board.
+_BOARD_COLUMNS = {"clean i2t": "clean R@1 (i2t)", "clean t2i": "clean R@1 (t2i)",
+                  "mean text": "text attacks R@1 (i2t, mean)", "mean image": "image attacks R@1 (t2i, mean)",
+                  **{attack.replace("_", " "): f"{attack} R@1" for attack in TEXT_ATTACKS},
+                  **{attack.replace("_seed", " "): f"{attack} R@1" for attack in IMAGE_ATTACKS}}
+_TEXT_HEADERS = [attack.replace("_", " ") for attack in TEXT_ATTACKS]
+_IMAGE_HEADERS = [attack.replace("_seed", " ") for attack in IMAGE_ATTACKS]
+_BOARD_LEAD = ["model", "kind", "source"]  # in every view, so the source's column (Markdown) keeps its place
+BOARD_VIEWS = {
+    "means": [*_BOARD_LEAD, "clean i2t", "mean text", "clean t2i", "mean image", "precision", "note"],
+    "text attacks": [*_BOARD_LEAD, "clean i2t", "mean text", *_TEXT_HEADERS, "precision"],
+    "image attacks": [*_BOARD_LEAD, "clean t2i", "mean image", *_IMAGE_HEADERS],
+    "all": [*_BOARD_LEAD, "clean i2t", "mean text", *_TEXT_HEADERS, "clean t2i", "mean image", *_IMAGE_HEADERS,
+            "precision", "note"],
+}
+# The width of each column of each view: at most 1,216 px, the table's width on a 1280 px page, but for "all". A number
+# ("100.00") takes 82 px with the cell's padding, a header's longest word ("concept") 91 px.
+_NUMBER_PX, _TEXT_PX = 88, {"model": 170, "kind": 110, "source": 220, "precision": 96, "note": 260}
+BOARD_WIDTHS = {view: [f"{_TEXT_PX.get(header, _NUMBER_PX)}px" for header in headers]
+                for view, headers in BOARD_VIEWS.items()}
+# the page's datatype of each column of each view: the source as Markdown (its links), the R@1 as numbers (which sort
+# as numbers, not as text: 100.00 above 50.12), every other as text
+BOARD_DATATYPES = {view: ["markdown" if header == "source" else "number" if header in _BOARD_COLUMNS else "str"
+                          for header in headers] for view, headers in BOARD_VIEWS.items()}
+BOARD_LEGEND = ("R@1 in %, best mean text R@1 first; sort by any column from the ⋮ menu of its header. **clean**: "
+                "image-to-text (i2t) and text-to-image (t2i) without attacks. **mean**: over all four text attacks "
+                "(i2t), or all six image attacks (t2i). **text attacks**: " + ", ".join(TEXT_ATTACKS) + ". **image "
+                "attacks**: by method and seed (mix 1 = mix_seed1). **source**: the submission's link, or where a "
+                "published number comes from.")
 
 
 def flipped_html(rows: Sequence[dict], source=None) -> str:
@@ -88,12 +126,106 @@ def table(rows: Sequence[dict]) -> pd.DataFrame:
     return pd.DataFrame(cells, columns=headers)
 
 
-def board_table(rows: Sequence[Mapping]) -> pd.DataFrame:
-    """The leaderboard's rows (:meth:`rococo_eval.space.leaderboard.Leaderboard.rows`) as the page shows them:
-    numbers with two decimals, every text as plain text."""
-    cells = [["" if row[name] is None else f"{row[name]:.2f}" if isinstance(row[name], float) else str(row[name])
-              for name in COLUMNS] for row in rows]
-    return pd.DataFrame(cells, columns=COLUMNS)
+def results_table(rows: Sequence[dict]) -> pd.DataFrame:
+    """An evaluation's summary rows as the Evaluate tab shows them, narrow enough for a 1280 px page: the file, the
+    gallery, clean R@1, the R@K, R_mean, the false rate and the attack success (:func:`table`'s cells). The clean R@5,
+    R@10 and R_mean of an attacked gallery (the clean gallery's, when it is scored too) and the counts are left to the
+    report; the direction is hyphenated, so that it wraps; a clean gallery, which has no attack, shows ``n/a`` for the
+    false rate and the attack success.
+
+    Example:
+        >>> rows = [{"attack": "clean", "direction": "image_to_text", "recall@1": 50.0, "false_rate": 0.0,
+        ...          "attack_success_rate": 0.0, "num_queries": 4},
+        ...         {"attack": "danger", "direction": "image_to_text", "clean_recall@1": 50.0, "clean_recall@5": 75.0,
+        ...          "recall@1": 25.0, "false_rate": 50.0, "attack_success_rate": 50.0, "num_queries": 4}]
+        >>> shown = results_table(rows)
+        >>> list(shown.columns)
+        ['attack', 'direction', 'clean R@1', 'R@1', 'false rate', 'attack success']
+        >>> shown.values.tolist()[0]
+        ['clean', 'image-to-text', '', '50.00', 'n/a', 'n/a']
+    """
+    shown = [{name: value for name, value in row.items() if not _LEFT_TO_REPORT.fullmatch(name)} for row in rows]
+    headers, cells = report.format_rows(shown)
+    for row, line in zip(rows, cells):
+        for index, header in enumerate(headers):
+            if header == "direction":
+                line[index] = line[index].replace("_", "-")
+            elif header in ("false rate", "attack success") and row.get("attack") == CLEAN:
+                line[index] = "n/a"
+    return pd.DataFrame(cells, columns=headers)
+
+
+def board_table(rows: Sequence[Mapping], view: str = "all") -> pd.DataFrame:
+    """The leaderboard's rows (:meth:`rococo_eval.space.leaderboard.Leaderboard.rows`) as a table: the columns of
+    ``view`` (:data:`BOARD_VIEWS`: ``"means"``, ``"text attacks"``, ``"image attacks"`` or ``"all"``) under short
+    headers, each R@1 a number (NaN where the row has none), the submission's date beside its kind, its link or
+    published source as a Markdown link (:func:`source_markdown`), every other text as plain text. :func:`board_shown`
+    is how the page shows it.
+
+    Raises:
+        ValueError: ``view`` is not one of :data:`BOARD_VIEWS`.
+
+    Example:
+        >>> from rococo_eval.space.leaderboard import COLUMNS
+        >>> row = {name: None for name in COLUMNS}
+        >>> row.update({"model": "m", "kind": "submitted", "clean R@1 (i2t)": 81.9, "precision": "fp16",
+        ...             "link": "https://example.org/m", "note": "", "source": "https://example.org/m",
+        ...             "submitted": "2026-12-02T10:00:00+00:00"})
+        >>> shown = board_table([row]).iloc[0]
+        >>> shown["model"], shown["kind"], float(shown["clean i2t"]), float(shown["mix 1"]), shown["source"]
+        ('m', 'submitted 2026-12-02', 81.9, nan, '[example.org/m](<https://example.org/m>)')
+        >>> list(board_table([row], "means").columns)
+        ['model', 'kind', 'source', 'clean i2t', 'mean text', 'clean t2i', 'mean image', 'precision', 'note']
+    """
+    if view not in BOARD_VIEWS:
+        raise ValueError(f"`view` must be one of {', '.join(BOARD_VIEWS)}, got {view!r}")
+    cells = []
+    for row in rows:
+        shown = {"model": str(row["model"]), "precision": str(row["precision"]), "note": str(row["note"]),
+                 "kind": row["kind"] if row["kind"] != SUBMITTED else f"{SUBMITTED} {str(row['submitted'])[:10]}",
+                 "source": source_markdown(row["source"], row["link"]),
+                 **{header: math.nan if row[name] is None else float(row[name])
+                    for header, name in _BOARD_COLUMNS.items()}}
+        cells.append([shown[header] for header in BOARD_VIEWS[view]])
+    table = pd.DataFrame(cells, columns=BOARD_VIEWS[view])
+    numbers = [header for header in BOARD_VIEWS[view] if header in _BOARD_COLUMNS]
+    return table.astype({header: float for header in numbers})
+
+
+def board_shown(rows: Sequence[Mapping], view: str = "all") -> Styler:
+    """:func:`board_table` as the page shows it: each R@1 with two decimals, blank where the row has none (the
+    numbers stay numbers, so that a column sorts by value).
+
+    Example:
+        >>> board_shown([], "image attacks").data.columns[-1]
+        'patch 100'
+    """
+    table = board_table(rows, view)
+    numbers = [header for header in table.columns if header in _BOARD_COLUMNS]
+    return table.style.format("{:.2f}", subset=numbers, na_rep="")
+
+
+def source_markdown(source: str, link: str = "") -> str:
+    r"""Where a board row comes from, as Markdown: its ``link`` as a link (shown without its scheme), else ``source``
+    as text, with an arXiv identifier in it linked to its page. Links were checked as ``http(s)://`` with no spaces,
+    quotes or angle brackets (:meth:`~rococo_eval.space.leaderboard.Leaderboard.submit`); text is escaped.
+
+    Example:
+        >>> source_markdown("Park et al., RoCOCO, arXiv:2304.10727v5, abstract")
+        'Park et al., RoCOCO, [arXiv:2304.10727v5](<https://arxiv.org/abs/2304.10727v5>), abstract'
+        >>> print(source_markdown("submitted in the Space", "https://example.org/a_b"))
+        [example.org/a\_b](<https://example.org/a_b>)
+    """
+    if link:
+        return f"[{_markdown_text(re.sub(r'^https?://', '', link))}](<{link}>)"
+    parts = re.split(r"(arXiv:\d{4}\.\d{4,5}(?:v\d+)?)", str(source))
+    return "".join(f"[{part}](<https://arxiv.org/abs/{part.removeprefix('arXiv:')}>)" if index % 2 else
+                   _markdown_text(part) for index, part in enumerate(parts))
+
+
+def _markdown_text(text: str) -> str:
+    """``text`` as Markdown that shows it as it is: HTML escaped, Markdown's punctuation backslashed."""
+    return re.sub(r"([\\`*_{}\[\]()#+!|~>-])", r"\\\1", html.escape(text, quote=False))
 
 
 def _figure(source, index, attack, label) -> str:

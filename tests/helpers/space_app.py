@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from rococo_eval.catalog import IMAGE_ATTACKS, TEXT_ATTACKS
+from rococo_eval.catalog import IMAGE_ATTACKS, TEXT_ATTACKS, attack_direction
 from rococo_eval.data.source import ROCOCO_CARD_DATASET
 from rococo_eval.layout import gallery_layout
 
@@ -50,6 +50,10 @@ class TinySource:
     def alteration(self, index, attack):
         return (index + 1 + IMAGE_ATTACKS.index(attack)) % len(self.captions_per_image), None
 
+    def gallery(self, attack, direction=None, order=None):
+        return gallery_layout(attack, direction or attack_direction(attack), self.captions_per_image, order,
+                              adversarial_per_image=self.adversarial_per_image)
+
 
 def free_port():
     """A TCP port on 127.0.0.1 that nothing listens on now."""
@@ -59,8 +63,13 @@ def free_port():
 
 
 def serve(demo):
-    """Launch the gradio app ``demo`` on a free loopback port without blocking; return its URL."""
-    _, url, _ = demo.launch(server_name="127.0.0.1", server_port=free_port(), prevent_thread_lock=True, quiet=True)
+    """Launch the gradio app ``demo`` on a free loopback port without blocking; return its URL.
+
+    Without gradio's own probe of the page (``_frontend=False``): it gives up after one 3 s request, which a machine
+    busy with the suite's other workers can exceed; the tests' clients and browser load the page themselves.
+    """
+    _, url, _ = demo.launch(server_name="127.0.0.1", server_port=free_port(), prevent_thread_lock=True, quiet=True,
+                            _frontend=False)
     return url
 
 

@@ -102,3 +102,33 @@ def test_the_command_names_a_file_once_in_its_errors(tmp_path, capsys):
     error = capsys.readouterr().err
     assert f"rococo-eval: error: {tmp_path / 'sub' / 'broken.npy'}: " in error
     assert "broken.npy: broken.npy" not in error
+
+
+def test_a_stated_order_that_the_scores_contradict_is_refused_with_the_evidence_unless_trusted(tmp_path):
+    """Issue 31: an official-order matrix stated to be in the dataset order (in the request, or in its file name) is
+    refused, with the counts of sampled queries for each order; trusted, it is scored as stated and its note keeps
+    the counts."""
+    from helpers.space_app import DECIDING_CAPTIONS, clear_scores
+
+    _, scores = clear_scores("rand_voca", "official")
+    stated = {"given": ScoreRequest(tmp_path / "m_rand_voca.npy", "m_rand_voca.npy", order="dataset"),
+              "named": ScoreRequest(tmp_path / "m_rand_voca_dataset_order.npy", "m_rand_voca_dataset_order.npy")}
+    for how, request in stated.items():
+        np.save(request.path, scores)
+        with pytest.raises(PlanError) as raised:
+            plan_score_files([request], DECIDING_CAPTIONS)
+        [problem] = raised.value.problems
+        assert problem.startswith(f"{request.name}: rand_voca image-to-text gallery: the dataset order is "
+                                  f"{'given' if how == 'given' else 'stated in the file name'}, but the scores "
+                                  "decide the official order: 79 of 80 sampled queries score their official-order "
+                                  "ground truth higher, 0 their dataset-order one."), problem
+        assert problem.endswith("give the official order, or pass `trust_given_order=True` to score it in the "
+                                "dataset order all the same")
+        [planned] = plan_score_files([request], DECIDING_CAPTIONS, trust_given_order=True)
+        assert planned.choice.order == "dataset" and planned.layout.order == "dataset"
+        assert "but the scores decide the official order (of 80 sampled queries, 79 score their official-order " \
+               "ground truth higher and 0 their dataset-order ground truth)" in planned.choice.note
+        assert planned.choice.note.endswith("; scored in the dataset order all the same, as asked")
+        assert report_meta([planned])["files"]["rand_voca/image_to_text"]["note"] == planned.choice.note
+    [agreeing] = plan_score_files([ScoreRequest(tmp_path / "m_rand_voca.npy", order="official")], DECIDING_CAPTIONS)
+    assert agreeing.choice.order == "official" and "all the same" not in agreeing.choice.note

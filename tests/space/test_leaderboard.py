@@ -330,3 +330,36 @@ def test_a_row_whose_results_cannot_be_read_is_named(tmp_path):
         connection.execute("UPDATE submissions SET results = '{not json' WHERE model = 'damaged'")
     with pytest.raises(BoardUnavailable, match="board.sqlite3 holds a row \\('damaged'\\) whose results cannot be read"):
         board.rows()
+
+
+def test_rows_whose_clean_numbers_disagree_are_refused_naming_the_files(tmp_path):
+    """Issue 31: two files made independently gave clean R@1 80 and 90, and the board took its clean columns from
+    them. The board itself refuses rows whose clean R@K differ within a direction, so no caller gets past it."""
+    board = board_at(tmp_path / "board.sqlite3")
+    disagreeing = [dict(row, file=f"{row['attack']}.npy", **({"clean_recall@1": 90.0}
+                                                              if row["attack"] == "danger" else {})) for row in ROWS]
+    with pytest.raises(ValueError) as raised:
+        board.submit(disagreeing, model="two models")
+    assert str(raised.value).startswith(
+        "the files of this evaluation disagree, so they are not one model's files saved alike: image-to-text: the "
+        "clean R@1 differs between files: 51.00 (4 of 8 queries) from clean.npy (the clean gallery), rand_voca.npy "
+        "(the clean part of rand_voca); 90.00 (7 of 8 queries) from danger.npy (the clean part of danger).")
+    assert board.rows(kind=SUBMITTED) == []
+    without_clean = [row for row in disagreeing if row["attack"] != "clean"]  # the attacked rows among themselves
+    with pytest.raises(ValueError, match="51.00 .* from rand_voca.npy .*; 90.00 .* from danger.npy"):
+        board.submit(without_clean, model="two models")
+    assert board.submit(ROWS, model="one model")[0]
+
+
+def test_a_rerankers_rows_are_not_compared_and_give_no_clean_column(tmp_path):
+    """A re-ranker's attacked gallery re-ranks other candidates than its clean gallery: its clean part may differ
+    by right, so its rows (marked ``reranked``) are not compared, and their clean R@1 is not the board's clean one."""
+    board = board_at(tmp_path / "board.sqlite3")
+    reranked = [dict(row, reranked=True, **({"clean_recall@1": 53.0} if row["attack"] == "danger" else {}))
+                for row in ROWS if row["direction"] == "image_to_text"]
+    assert board.submit(reranked, model="blip")[0]
+    attacked_only = [row for row in reranked if row["attack"] != "clean"]
+    assert board.submit(attacked_only, model="blip, attacks only")[0]
+    rows = {row["model"]: row for row in board.rows(kind=SUBMITTED)}
+    assert rows["blip"]["clean R@1 (i2t)"] == 51.0  # the clean gallery's own
+    assert rows["blip, attacks only"]["clean R@1 (i2t)"] is None and rows["blip, attacks only"]["danger R@1"] == 44.0

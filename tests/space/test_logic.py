@@ -78,3 +78,21 @@ def test_the_compare_tab_keeps_the_bounds_of_a_compact_files_numbers():
     assert rows[-1]["recall@1_bounds"] == (40.0, 42.0)
     headers, cells = format_rows(rows)
     assert cells[-1][headers.index("R@1")] == "40.00 {40.00 to 42.00}"
+
+
+def test_a_rerankers_rows_are_marked_for_the_leaderboard(tmp_path):
+    """A compact file's galleries are a re-ranker's: their rows carry ``reranked``, which the leaderboard reads (it
+    does not compare their clean parts), and the message does not call them disagreeing."""
+    from rococo_eval.layout import gallery_layout
+
+    paths = []
+    for attack in ("clean", "mix_seed1"):
+        layout = gallery_layout(attack, "text_to_image", CAPTIONS)
+        scores = np.random.default_rng(len(paths)).standard_normal((layout.num_queries, layout.num_gallery))
+        top = np.argsort(-scores, axis=1)[:, :4]
+        paths.append(tmp_path / f"blip_{attack}_text_to_image.npz")
+        np.savez(paths[-1], top_columns=top, top_scores=np.take_along_axis(scores, top, axis=1).astype(np.float32),
+                 fill=np.float32(-100), num_gallery=layout.num_gallery)
+    evaluation = logic.evaluate_files([str(path) for path in paths], captions_per_image=CAPTIONS)
+    assert [row.get("reranked") for row in evaluation.rows] == [True, True]
+    assert "disagree" not in evaluation.message and "consistency" not in evaluation.meta

@@ -8,7 +8,7 @@ ifneq ($(wildcard $(SHARED_ANNOTATIONS)),)
 export ROCOCO_ANNOTATIONS_DIR ?= $(SHARED_ANNOTATIONS)
 endif
 
-.PHONY: run test test-fast test-numpy1 reference-env test-reference bench clean
+.PHONY: run test test-fast test-numpy1 reference-env test-reference bench dist clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -118,5 +118,17 @@ bench: $(VENV)/.installed-test
 	$(BIN)/python benchmarks/bench_metric.py
 	nice $(BIN)/python benchmarks/bench_pipeline.py --repeat 3
 
+# The sdist and the wheel in dist/ (README, "Install"), checked by twine. `python -m build` makes the sdist, then the
+# wheel from the sdist, as pip does. It builds in a copy of the files git sees, as a fresh clone holds them: in the
+# checkout, setuptools would also pack whatever an old rococo_eval.egg-info/SOURCES.txt lists. tests/test_packaging.py
+# builds the same way and installs the wheel in a clean environment.
+dist: $(VENV)/.installed-test
+	rm -rf dist
+	tree=$$(mktemp -d) && trap 'rm -rf "$$tree"' EXIT && \
+		git ls-files -z --cached --others --exclude-standard | \
+			tar --null --files-from=- --ignore-failed-read --warning=no-failed-read -cf - | tar -xf - -C "$$tree" && \
+		$(BIN)/python -m build --outdir "$(CURDIR)/dist" "$$tree"
+	$(BIN)/twine check --strict dist/*
+
 clean:
-	rm -rf $(VENV) $(NUMPY1_VENV) $(REFERENCE_VENV) build *.egg-info
+	rm -rf $(VENV) $(NUMPY1_VENV) $(REFERENCE_VENV) build dist *.egg-info

@@ -268,12 +268,12 @@ def summarize(ranks: QueryRanks, num_gallery: int, num_adversarial: int, *, k: i
     ks = _check_options(k, bootstrap, seed, num_gallery)
     names, indicators = _indicators(ranks, ks)
     num_queries = len(ranks.rank)
-    result = _percentages(names, indicators.sum(axis=0, dtype=np.int64), num_queries, ks)
+    result = percentages(names, indicators.sum(axis=0, dtype=np.int64), num_queries, ks)
     bounds = _fill_tie_bounds(ranks, ks, names, indicators)
     result.update(num_queries=num_queries, num_gallery=int(num_gallery), num_adversarial=int(num_adversarial))
     if bootstrap:
         rng, weights = np.random.default_rng(seed), indicators.astype(np.int64)
-        draws = [_percentages(names, np.bincount(rng.integers(0, num_queries, num_queries), minlength=num_queries)
+        draws = [percentages(names, np.bincount(rng.integers(0, num_queries, num_queries), minlength=num_queries)
                               @ weights, num_queries, ks) for _ in range(bootstrap)]
         for key in [key for key in result if not key.startswith("num_") and key not in bounds]:
             low, high = np.nanpercentile(np.array([draw[key] for draw in draws], dtype=np.float64), [2.5, 97.5])
@@ -293,8 +293,9 @@ def _indicators(ranks: QueryRanks, ks: tuple[int, ...]) -> tuple[list[str], np.n
     return list(columns), np.stack(list(columns.values()), axis=1)
 
 
-def _percentages(names: list[str], counts: Sequence[int], num_queries: int, ks: tuple[int, ...]) -> dict:
-    """The percentages, in output order, from the number of queries of each indicator (see :func:`_indicators`)."""
+def percentages(names: list[str], counts: Sequence[int], num_queries: int, ks: tuple[int, ...]) -> dict:
+    """The percentages, in output order, from the queries counted by each indicator: ``names`` holds ``recall@K`` and
+    ``clean_recall@K`` for each K in ``ks``, ``false_rate``, ``clean_top1`` and ``attacked`` (see ``_indicators``)."""
     count = dict(zip(names, (int(c) for c in counts)))
     out = {}
     for prefix in ("", "clean_"):
@@ -319,7 +320,7 @@ def _fill_tie_bounds(ranks: QueryRanks, ks: tuple[int, ...], names: list[str],
     undecided = at_low != at_high
     undecided[:, names.index("false_rate")] = ~ranks.top1_settled
     fewest = (indicators & ~undecided).sum(axis=0, dtype=np.int64)
-    low, high = (_percentages(names, counts, len(ranks.rank), ks)
+    low, high = (percentages(names, counts, len(ranks.rank), ks)
                  for counts in (fewest, fewest + undecided.sum(axis=0, dtype=np.int64)))
     bounds = {}
     for prefix in ("", "clean_"):

@@ -13,6 +13,7 @@ import-linter contracts in ``pyproject.toml``), bottom to top:
   folders;
 - :mod:`rococo_eval.scoring`: a model's galleries, two-stage re-ranking, and the one planner of score files;
 - :mod:`rococo_eval.reporting`: the failure analysis and the report (one schema);
+- :mod:`rococo_eval.harness`: RoCOCO inside MTEB and torchmetrics (Lightning);
 - :mod:`rococo_eval.cli` and :mod:`rococo_eval.space`: the command, and the Space's logic, views, handlers and
   leaderboard.
 
@@ -62,6 +63,10 @@ _PUBLIC = {
     "evaluate_model": "rococo_eval.evaluation",
     "write_embeddings_from_rows": "rococo_eval.scoring.embeddingsfile",
     "as_image_text_model": "rococo_eval.models.custom",
+    "RococoRecallMetric": "rococo_eval.harness.torchmetrics_metric",
+    "mteb_tasks": "rococo_eval.harness.mteb_tasks",
+    "as_mteb_encoder": "rococo_eval.harness.mteb_tasks",
+    "report_from_mteb": "rococo_eval.harness.mteb_tasks",
 }
 __all__ = ["__version__", *_PUBLIC]
 

@@ -202,6 +202,18 @@ def build_parser() -> argparse.ArgumentParser:
     table.add_argument("--verbose", "-v", action="count", default=0, help="more log lines (-vv: debug)")
     table.set_defaults(handler=table_command)
 
+    from_mteb = commands.add_parser(
+        "from-mteb", help="write the report of an MTEB run of the RoCOCO tasks",
+        description="Turn the results folder of `mteb.evaluate` on the RoCOCO tasks (rococo_eval.mteb_tasks: its "
+                    "ResultCache folder, or one model's folder in it) into the report that `run` writes, so that "
+                    "`table` and the Space's leaderboard read it as they read run's (docs/harness.md).")
+    from_mteb.add_argument("results", metavar="MTEB_RESULTS_DIR", help="MTEB's results folder, for one model")
+    from_mteb.add_argument("--model-name", help="the report's model name (default: MTEB's name of the model)")
+    from_mteb.add_argument("--out", default=DEFAULT_OUT, help=f"report folder (default ./{DEFAULT_OUT})")
+    from_mteb.add_argument("--quiet", "-q", action="store_true", help="no notes")
+    from_mteb.add_argument("--verbose", "-v", action="count", default=0, help="more log lines (-vv: debug)")
+    from_mteb.set_defaults(handler=from_mteb_command)
+
     for command in (run, score):
         command.add_argument("--annotations-dir", help="folder of the official annotation files "
                                                        "(default $ROCOCO_ANNOTATIONS_DIR, else the pinned download)")
@@ -429,6 +441,21 @@ def table_command(args) -> Path:
         print(f"rococo-eval: {len(reports)} reports compared in {', '.join(str(path) for path in paths.values())}",
               file=sys.stderr)
     return paths["markdown"]
+
+
+def from_mteb_command(args) -> Path:
+    """``rococo-eval from-mteb``: MTEB's results of the RoCOCO tasks in, run's report out
+    (:func:`rococo_eval.harness.mteb_tasks.report_from_mteb`). Returns the report folder."""
+    from rococo_eval.harness.mteb_tasks import report_from_mteb
+    from rococo_eval.reporting.report import to_text_table
+
+    report_from_mteb(args.results)  # read and checked before the report folder is made
+    out = writable_folder(args.out)
+    report = report_from_mteb(args.results, out=out, model_name=args.model_name)
+    print(to_text_table(report["summary"]))
+    if not args.quiet:
+        print(f"rococo-eval: the report of {report['meta']['model']} is in {out}", file=sys.stderr)
+    return out
 
 
 def _score_embeddings_file(args, source, out: Path, model: dict, started: float) -> Path:

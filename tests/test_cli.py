@@ -454,22 +454,23 @@ def test_python_dash_m_shows_the_subcommands():
 
 @pytest.mark.slow
 def test_run_logs_its_progress_reads_each_original_twice_and_quiet_silences_the_libraries(
-        hf_name, coco_root, tmp_path, reads, caplog, capsys):
-    args = ["run", "--model", hf_name, "--attacks", "mix_seed1", "--images-dir", str(coco_root), "--cache-dir",
-            str(tmp_path / "cache"), "--device", "cpu", "--workers", "2", "--batch-size", "500"]
-    assert main(args + ["--out", str(tmp_path / "first")]) == 0
+        hf_name, coco_root, benchmark, tmp_path, reads, caplog, capsys):
+    args = ["run", "--model", hf_name, "--attacks", "mix_seed1", "--cache-dir", str(tmp_path / "cache"), "--device",
+            "cpu", "--workers", "2", "--batch-size", "500"]
+    assert main(args + ["--images-dir", str(coco_root), "--out", str(tmp_path / "first")]) == 0
     assert len(reads) == 5000 and set(reads.values()) == {2}  # once for the originals, once for the altered images
     notes = [record.getMessage() for record in caplog.records if record.name.startswith("rococo_eval")]
     for line in ("images/original: 5000 images embedded in", "captions/ground_truth: 25010 texts embedded in",
                  "mix_seed1: 5000 altered images made in", "images/mix_seed1: 5000 images embedded in"):
         assert any(note.startswith(line) and "/s" in note for note in notes), line
 
+    # what a user sees in a terminal, loud and quiet (a small benchmark: the notes and bars are the same)
     capsys.readouterr()
-    command = [sys.executable, "-m", "rococo_eval", *args]
+    command = [sys.executable, "-m", "rococo_eval", *args, "--benchmark", str(benchmark)]
     loud = subprocess.run(command + ["--out", str(tmp_path / "loud")], capture_output=True, text=True)
     quiet = subprocess.run(command + ["--out", str(tmp_path / "quiet"), "-q"], capture_output=True, text=True)
     assert loud.returncode == quiet.returncode == 0, loud.stderr + quiet.stderr
-    assert "rococo-eval: images/original: 5000 embeddings from the cache" in loud.stderr
+    assert "rococo-eval: images/original: 12 images embedded in" in loud.stderr
     assert "Loading weights" in loud.stderr  # transformers' progress bar
     assert quiet.stderr == "" and "mix_seed1" in quiet.stdout
 

@@ -27,7 +27,7 @@ def main(argv=None):
 
     tasks = mteb_tasks(args.dataset)  # image-to-text and text-to-image, clean and attacked
     results = mteb.evaluate(as_mteb_encoder(TinyColourModel()), tasks=tasks, cache=mteb.ResultCache(args.results),
-                            show_progress_bar=False)
+                            overwrite_strategy="always", show_progress_bar=False)  # MTEB's cache ignores the dataset
     for result in results.task_results:
         scores = result.scores["test"][0]
         print(f"{result.task_name:28} R@1 {100 * scores['hit_rate_at_1']:6.2f}  "

@@ -66,7 +66,7 @@ _PUBLIC = {
     "RococoRecallMetric": "rococo_eval.harness.torchmetrics_metric",
     "mteb_tasks": "rococo_eval.harness.mteb_tasks",
     "as_mteb_encoder": "rococo_eval.harness.mteb_tasks",
-    "report_from_mteb": "rococo_eval.harness.mteb_tasks",
+    "report_from_mteb": "rococo_eval.harness.mteb_results",
 }
 __all__ = ["__version__", *_PUBLIC]
 

@@ -445,11 +445,11 @@ def table_command(args) -> Path:
 
 def from_mteb_command(args) -> Path:
     """``rococo-eval from-mteb``: MTEB's results of the RoCOCO tasks in, run's report out
-    (:func:`rococo_eval.harness.mteb_tasks.report_from_mteb`). Returns the report folder."""
-    from rococo_eval.harness.mteb_tasks import report_from_mteb
+    (:func:`rococo_eval.harness.mteb_results.report_from_mteb`). Returns the report folder."""
+    from rococo_eval.harness.mteb_results import report_from_mteb, results_from_mteb
     from rococo_eval.reporting.report import to_text_table
 
-    report_from_mteb(args.results)  # read and checked before the report folder is made
+    results_from_mteb(args.results)  # read and checked before the report folder is made
     out = writable_folder(args.out)
     report = report_from_mteb(args.results, out=out, model_name=args.model_name)
     print(to_text_table(report["summary"]))

@@ -9,48 +9,58 @@ each image attack's. ``mteb.evaluate(model, tasks=mteb_tasks(FOLDER))`` runs the
   their order (:func:`~rococo_eval.data.dataset.load_queries_and_gallery`); nothing else is fetched. A query's
   relevant items are the clean items of its image (the rows' ``image_index``); an adversarial item has no relevance
   entry, so it is never relevant, as in RoCOCO.
-- **The main score** is ``hit_rate_at_1``, COCO's and rococo-eval's Recall@1 as a fraction. MTEB's ``recall_at_1``
-  is the share of a query's relevant items found: with five correct captions it cannot pass 0.2.
+- **The main score** is ``hit_rate_at_1``, COCO's and rococo-eval's Recall@1 as a fraction, which MTEB rounds to 5
+  decimals (``rococo_recall@1`` holds every digit). MTEB's ``recall_at_1`` is the share of a query's relevant items
+  found: with five correct captions it cannot pass 0.2.
+- **MTEB's cache** keys results by the model's name and revision and the task's name, not by the dataset: with its
+  default ``overwrite_strategy="only-missing"`` a second dataset (or a retrained model of the same name) would get
+  the first one's results back. Pass ``overwrite_strategy="always"``, or one ``ResultCache`` folder per dataset.
 - **RoCOCO's own numbers** are in the scores too, as percentages under ``rococo_`` names (:data:`SCORE_PREFIX`):
   ``rococo_recall@1``, ``rococo_clean_recall@1``, ``rococo_false_rate``, ``rococo_attack_success_rate``, ... made
   by the metric's own :func:`rococo_recall.summarize` from the ranking MTEB retrieved, so they agree with its hit
-  rate query by query. :func:`report_from_mteb` turns them into the report and table of ``rococo-eval run``.
+  rate query by query. :func:`~rococo_eval.harness.mteb_results.report_from_mteb` turns them into the report and
+  table of ``rococo-eval run``.
 - **Ties.** MTEB (pytrec_eval's rule, kept by MTEB's own metrics) ranks items of equal score by their id, the
   larger first. The ids here sort every adversarial item (``decoy-...``) above every clean one (``clean-...``), so
   a tie between an adversarial item and a correct one counts against the model, as rococo-eval's default
   ``ties="pessimistic"`` does. A tie between a correct and another clean item follows the rows' order (the later
-  row first). Without ties at the top, the numbers equal ``rococo_recall``'s under either policy; with them, they
-  lie between its ``"pessimistic"`` and ``"optimistic"`` results.
+  row first), where ``ties="pessimistic"`` puts the wrong one first: ``rococo_tied_queries`` counts those queries
+  (:func:`tied_queries`). Where there are none, the numbers equal ``rococo_recall``'s pessimistic ones; otherwise the
+  recalls lie between its ``"pessimistic"`` and ``"optimistic"`` results.
 - **Scores.** MTEB scores with the encoder's ``similarity``. :func:`as_mteb_encoder` wraps a rococo-eval model
   (:func:`~rococo_eval.models.adapters.load_model`, or any object with ``encode_images`` and ``encode_texts``) so
-  that its rows are made as ``run`` makes them and its scores by the metric's block rule
-  (:func:`rococo_recall.embedding_score_blocks`): the same scores as ``run``.
+  that its rows are made from its outputs as ``run`` makes them (unit rows for cosine) and its scores by the
+  metric's block rule (:func:`rococo_recall.embedding_score_blocks`): ``run``'s scores for the same embeddings.
 
 Example::
 
     import mteb
     from rococo_eval import as_mteb_encoder, load_model, mteb_tasks, report_from_mteb
 
-    tasks = mteb_tasks("rococo-export")                   # 11 tasks on RoCOCO's export
-    results = mteb.evaluate(as_mteb_encoder(load_model("open_clip:ViT-B-32/openai")), tasks=tasks)
+    tasks = mteb_tasks("rococo-export")                   # 12 tasks on RoCOCO's export
+    results = mteb.evaluate(as_mteb_encoder(load_model("open_clip:ViT-B-32/openai")), tasks=tasks,
+                            overwrite_strategy="always")
     report = report_from_mteb(results, out="report")      # report.json, report.md, as `rococo-eval run` writes
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
-import math
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional, Sequence, Union
 
 import datasets
 import numpy as np
-from mteb.abstasks.retrieval import AbsTaskRetrieval
-from mteb.abstasks.task_metadata import TaskMetadata
-from mteb.models.abs_encoder import AbsEncoder
-from mteb.models.model_meta import ModelMeta
+
+try:
+    from mteb.abstasks.retrieval import AbsTaskRetrieval
+    from mteb.abstasks.task_metadata import TaskMetadata
+    from mteb.models.abs_encoder import AbsEncoder
+    from mteb.models.model_meta import ModelMeta
+except ImportError as error:
+    raise ImportError(f"{error.name or 'mteb'} is not installed: RoCOCO's MTEB tasks need the 'mteb' extra (pip "
+                      "install '.[mteb]' in a checkout, 'rococo-eval[mteb]' once published)") from error
 
 from rococo_eval.catalog import (
     CLEAN,
@@ -63,22 +73,17 @@ from rococo_eval.catalog import (
 )
 from rococo_eval.data.configs import CAPTIONS_CONFIG, IMAGES_CONFIG
 from rococo_eval.data.dataset import load_queries_and_gallery
+from rococo_eval.harness.mteb_results import SCORE_PREFIX, SHORT_DIRECTIONS, TASK_NAME, TIED_QUERIES
 from rococo_eval.models.similarity import DEFAULT_SIMILARITY, check_similarity, score_vectors
-from rococo_eval.reporting.report import summary_rows, write_report
-from rococo_eval.results import GalleryResult
 from rococo_eval.version import __version__
-from rococo_recall import DEFAULT_K, QueryRanks, embedding_score_blocks, percentages, summarize
+from rococo_recall import DEFAULT_K, QueryRanks, embedding_score_blocks, summarize
 
 logger = logging.getLogger(__name__)
 
-SCORE_PREFIX = "rococo_"  # RoCOCO's own numbers in an MTEB task's scores: rococo_recall@1, rococo_false_rate, ...
 MAIN_SCORE = "hit_rate_at_1"
 K_VALUES = (1, 5, 10, 100)  # MTEB's cut-offs; its top 100 per query decide RoCOCO's clean recalls at 1, 5 and 10
 CLEAN_ID, ADVERSARIAL_ID = "clean-{:06d}", "decoy-{:06d}"  # "decoy" > "clean": MTEB ranks ties by id, larger first
-TASK_NAME = "RoCOCO-{attack}-{short}"
-_SHORT = {IMAGE_TO_TEXT: "I2T", TEXT_TO_IMAGE: "T2I"}
 _CATEGORY = {IMAGE_TO_TEXT: "i2t", TEXT_TO_IMAGE: "t2i"}
-_COUNTS = ("num_queries", "num_gallery", "num_adversarial")
 CITATION = r"""@inproceedings{park2024rococo,
   author = {Park, Seulki and Um, Daeho and Yoon, Hajung and Chun, Sanghyuk and Yun, Sangdoo},
   title = {RoCOCO: Robustness Benchmark of MS-COCO to Stress-test Image-Text Matching Models},
@@ -176,7 +181,28 @@ def rococo_scores(qrels: Mapping[str, Mapping[str, int]], results: Mapping[str, 
     ks = (k,) if isinstance(k, int) else tuple(k)
     numbers = summarize(query_ranks(qrels, results, adversarial_ids, max(ks)), counts["num_gallery"],
                         counts["num_adversarial"], k=ks)
+    numbers[TIED_QUERIES] = tied_queries(qrels, results, adversarial_ids)
     return {f"{SCORE_PREFIX}{name}": float(value) for name, value in numbers.items()}
+
+
+def tied_queries(qrels: Mapping[str, Mapping[str, int]], results: Mapping[str, Mapping[str, float]],
+                 adversarial_ids: Iterable[str]) -> int:
+    """The queries whose first correct item ties with a wrong clean item among those retrieved: MTEB orders them by
+    id, where ``run``'s pessimistic policy puts the wrong one first (an adversarial item is put first by both).
+
+    Example:
+        >>> tied_queries({"q": {"clean-000001": 1}}, {"q": {"clean-000001": 0.5, "clean-000000": 0.5}}, set())
+        1
+    """
+    adversarial_ids = frozenset(adversarial_ids)
+    count = 0
+    for query_id, relevant in qrels.items():
+        retrieved = results.get(query_id, {})
+        correct = [score for item, score in retrieved.items() if relevant.get(item, 0) > 0]
+        if correct and any(score == max(correct) for item, score in retrieved.items()
+                           if relevant.get(item, 0) <= 0 and item not in adversarial_ids):
+            count += 1
+    return count
 
 
 def query_ranks(qrels: Mapping[str, Mapping[str, int]], results: Mapping[str, Mapping[str, float]],
@@ -200,12 +226,13 @@ def query_ranks(qrels: Mapping[str, Mapping[str, int]], results: Mapping[str, Ma
         clean_rank = next((rank for rank, item in enumerate(clean) if item in correct), None)
         if clean_rank is None and len(clean) < deepest:
             raise ValueError(f"query {query_id!r}: MTEB retrieved {len(ordered)} items and {len(clean)} clean ones, "
-                             f"none correct: too few to tell its clean rank against k={deepest} (raise the task's "
-                             "k_values)")
+                             f"none correct: too few to tell its clean rank against k={deepest} (more than "
+                             f"{len(ordered) - len(clean)} adversarial items above every clean one)")
         clean_ranks.append(len(clean) if clean_rank is None else clean_rank)
         top_adversarial.append(bool(ordered) and ordered[0] in adversarial_ids)
-    return QueryRanks(np.array(ranks, dtype=np.int64), np.array(clean_ranks, dtype=np.int64),
-                      np.array(top_adversarial, dtype=bool), None, None, None, None)
+    return QueryRanks(rank=np.array(ranks, dtype=np.int64), clean_rank=np.array(clean_ranks, dtype=np.int64),
+                      top1_adversarial=np.array(top_adversarial, dtype=bool), top_index=None, top_score=None,
+                      best_correct_index=None, best_correct_score=None)
 
 
 def rococo_task(dataset: str, attack: str, direction: Optional[str] = None, *, revision: Optional[str] = None,
@@ -236,7 +263,7 @@ def task_metadata(attack: str, direction: str, dataset: str, revision: str) -> T
             f"the gallery with the {attack!r} attack's adversarial "
             f"{'captions (one word replaced)' if direction == IMAGE_TO_TEXT else 'images (mixed or patched)'}")
     return TaskMetadata(
-        name=TASK_NAME.format(attack=attack, short=_SHORT[direction]),
+        name=TASK_NAME.format(attack=attack, short=SHORT_DIRECTIONS[direction]),
         description=(f"RoCOCO {direction.replace('_', '-')} retrieval on {what}. Adversarial items are never "
                      "relevant; the main score is hit rate at 1 (Recall@1), and RoCOCO's own numbers (clean R@1, "
                      "false rate, attack success rate) are the rococo_ scores."),
@@ -293,10 +320,12 @@ class RococoMtebEncoder(AbsEncoder):
             (:func:`~rococo_eval.models.custom.as_image_text_model`).
         name: the model's name in MTEB's results (default: the model's ``name``).
         similarity: how the model scores (``cosine`` or ``dot``; default: the model's own, else cosine).
-        batch_size: items per call of the model.
+
+    MTEB gives the model its items in batches of ``encode_kwargs["batch_size"]`` (32 by default) and strips the
+    captions' surrounding spaces; a torch model may round its embeddings by batch in the last bits.
     """
 
-    def __init__(self, model: Any, name: Optional[str] = None, similarity: Optional[str] = None) -> None:
+    def __init__(self, model: Any, *, name: Optional[str] = None, similarity: Optional[str] = None) -> None:
         self.model = model
         self.name = name or getattr(model, "name", None) or type(model).__name__
         self.similarity_name = similarity or getattr(model, "similarity", None) or DEFAULT_SIMILARITY
@@ -337,86 +366,9 @@ class RococoMtebEncoder(AbsEncoder):
         return torch.from_numpy(np.einsum("ij,ij->i", np.asarray(embeddings1), np.asarray(embeddings2)))
 
 
-def as_mteb_encoder(model: Any, name: Optional[str] = None, similarity: Optional[str] = None) -> RococoMtebEncoder:
+def as_mteb_encoder(model: Any, *, name: Optional[str] = None, similarity: Optional[str] = None) -> RococoMtebEncoder:
     """Wrap a rococo-eval model (see :class:`RococoMtebEncoder`) for ``mteb.evaluate``."""
-    return RococoMtebEncoder(model, name, similarity)
-
-
-def results_from_mteb(results: Any) -> dict[str, GalleryResult]:
-    """rococo-eval's results by gallery key from MTEB's: a ``ModelResult`` (what ``mteb.evaluate`` returns), a list
-    of ``TaskResult``, or a results folder (``<folder>/<model>/<revision>/RoCOCO-*.json``, as MTEB's ``ResultCache``
-    writes it). Tasks that are not RoCOCO's are skipped.
-
-    Raises:
-        ValueError: no RoCOCO task in ``results``, or two results for one gallery (give one model's folder).
-    """
-    found: dict[str, GalleryResult] = {}
-    for name, scores in _task_scores(results):
-        attack, short = _parse_task_name(name)
-        if attack is None:
-            continue
-        direction = IMAGE_TO_TEXT if short == "I2T" else TEXT_TO_IMAGE
-        key = gallery_key(attack, direction)
-        if key in found:
-            raise ValueError(f"two results for {name!r} in the MTEB results given: give one model's results")
-        metrics = {}
-        for full, value in scores.items():
-            if full.startswith(SCORE_PREFIX):
-                name_ = full[len(SCORE_PREFIX):]
-                metrics[name_] = int(value) if name_ in _COUNTS else (math.nan if value is None else float(value))
-        if "recall@1" not in metrics or "num_queries" not in metrics:
-            raise ValueError(f"MTEB's result of {name!r} has no {SCORE_PREFIX} scores: it was made by another task")
-        found[key] = GalleryResult(exact_numbers(metrics, name))
-    if not found:
-        raise ValueError("the MTEB results given hold no RoCOCO task (RoCOCO-<attack>-I2T or -T2I)")
-    return dict(sorted(found.items(), key=lambda item: (item[0].split("/")[0] != CLEAN, item[0])))
-
-
-def exact_numbers(metrics: Mapping[str, float], where: str = "") -> dict:
-    """RoCOCO's numbers with every digit, from the 6 decimals MTEB's results files keep: each percentage is a count
-    of queries over ``num_queries`` (the attack success rate, over the clean hits at 1), so the counts are read back
-    and the percentages made again by the metric's own :func:`rococo_recall.percentages`.
-
-    Raises:
-        ValueError: a number that no count of queries rounds to (the file was not made by these tasks).
-
-    Example:
-        >>> exact = exact_numbers({"recall@1": 33.333333, "r_mean": 33.333333, "false_rate": 0.0,
-        ...                        "clean_recall@1": 66.666667, "clean_r_mean": 66.666667,
-        ...                        "attack_success_rate": 50.0, "num_queries": 3, "num_gallery": 9,
-        ...                        "num_adversarial": 3})
-        >>> exact["recall@1"], exact["clean_recall@1"]
-        (33.333333333333336, 66.66666666666667)
-    """
-    ks = tuple(int(name.split("@")[1]) for name in metrics if name.startswith("recall@"))
-    total = int(metrics["num_queries"])
-
-    def count(name: str, out_of: int) -> int:
-        value = metrics[name]
-        counted = round(value * out_of / 100) if out_of and not math.isnan(value) else 0
-        if out_of and not math.isnan(value) and abs(100.0 * counted / out_of - value) > 1e-6 * max(1.0, abs(value)):
-            raise ValueError(f"{where or 'results'}: {name} {value} is no count of {out_of} queries")
-        return counted
-
-    names = [*(f"recall@{k}" for k in ks), *(f"clean_recall@{k}" for k in ks), "false_rate"]
-    counts = [count(name, total) for name in names]
-    clean_hits = count("clean_recall@1", total)
-    numbers = percentages(names + ["clean_top1", "attacked"],
-                          counts + [clean_hits, count("attack_success_rate", clean_hits)], total, ks)
-    return {name: numbers.get(name, value) for name, value in metrics.items()}
-
-
-def report_from_mteb(results: Any, out=None, *, model_name: Optional[str] = None) -> dict:
-    """rococo-eval's report of MTEB's results (:func:`results_from_mteb`): ``{"meta", "results", "summary"}`` as
-    ``rococo-eval run`` returns it, written with ``out`` (``report.json``, ``report.md``, ``recall.png``,
-    ``model-card.md``) so that the table and the Space's leaderboard read it as they read ``run``'s."""
-    gallery_results = results_from_mteb(results)
-    meta = {"model": model_name or _model_name(results), "scored_by": "mteb", "ties": "mteb (score, then item id)"}
-    if out is not None:
-        Path(out).mkdir(parents=True, exist_ok=True)
-        write_report(gallery_results, Path(out), meta)
-    metrics = {key: result.metrics for key, result in gallery_results.items()}
-    return {"meta": meta, "results": metrics, "summary": summary_rows(metrics)}
+    return RococoMtebEncoder(model, name=name, similarity=similarity)
 
 
 # --- helpers
@@ -440,38 +392,3 @@ def _local_revision(dataset) -> str:
         if path.is_file():
             digest.update(f"{path.relative_to(folder)}\0{path.stat().st_size}\n".encode())
     return digest.hexdigest()[:16]
-
-
-def _parse_task_name(name: str) -> tuple[Optional[str], Optional[str]]:
-    parts = name.split("-")
-    if len(parts) != 3 or parts[0] != "RoCOCO" or parts[2] not in ("I2T", "T2I"):
-        return None, None
-    return parts[1], parts[2]
-
-
-def _task_scores(results: Any) -> Iterable[tuple[str, dict]]:
-    """``(task name, test scores)`` of each task result in ``results`` (see :func:`results_from_mteb`)."""
-    if isinstance(results, (str, Path)):
-        folder = Path(results)
-        if not folder.is_dir():
-            raise ValueError(f"{str(results)!r} is not an MTEB results folder (no such folder)")
-        for path in sorted(folder.rglob("RoCOCO-*.json")):
-            document = json.loads(path.read_text(encoding="utf-8"))
-            yield document["task_name"], _test_scores(document["scores"], path)
-        return
-    task_results = getattr(results, "task_results", results)
-    for task_result in task_results:
-        yield task_result.task_name, _test_scores(task_result.scores, task_result.task_name)
-
-
-def _test_scores(scores: Mapping[str, list], where) -> dict:
-    if "test" not in scores or len(scores["test"]) != 1:
-        raise ValueError(f"{where}: expected one 'test' result, found splits {sorted(scores)}")
-    return dict(scores["test"][0])
-
-
-def _model_name(results: Any) -> Optional[str]:
-    if isinstance(results, (str, Path)):
-        names = {path.parent.parent.name for path in Path(results).rglob("RoCOCO-*.json")}
-        return names.pop().replace("__", "/") if len(names) == 1 else None
-    return getattr(results, "model_name", None)

@@ -70,7 +70,8 @@ class RococoRecallMetric(Metric):
 
     Call :meth:`update` for every batch (calling the metric itself does the same: a batch has no RoCOCO Recall of
     its own), :meth:`compute` once every row of every item set was given (a validation limited to some batches, or
-    Lightning's sanity check, gives some rows only: ``examples/lightning_validation.py`` skips the check), then
+    Lightning's sanity check, gives some rows only: ``examples/lightning_validation.py`` does not compute during the
+    check, and resets), then
     ``reset()``. Each gallery is scored at the cut-offs ``run`` uses (:func:`~rococo_eval.layout.recall_cutoffs`);
     a gallery whose attack's item set got no rows is left out, as from an embeddings file that holds some attacks.
     Under DDP every process computes the same result from the gathered rows.

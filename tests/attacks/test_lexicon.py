@@ -103,7 +103,7 @@ def test_a_sense_with_two_longest_hypernym_paths_gets_the_same_one_under_any_has
               "man = lexicon.candidate_words('a man')[0]; "
               "print(lexicon.concept('man', 'n').path, captions.replacement_pool(man, 'same_concept')[:8])")
     seen = set()
-    for seed in range(4):
+    for seed in (0, 1):  # the two seeds that gave different paths
         environment = {**os.environ, "PYTHONHASHSEED": str(seed), "PYTHONPATH": str(REPO_ROOT)}
         done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=environment,
                               check=True, timeout=300)

@@ -287,7 +287,8 @@ def task_metadata(attack: str, direction: str, dataset: str, revision: str) -> T
 
 
 def mteb_tasks(dataset: str = "rococo-export", attacks: Union[str, Sequence[str]] = "all", *,
-               revision: Optional[str] = None, **load_kwargs: Any) -> list[RococoRetrieval]:
+               revision: Optional[str] = None,
+               load_kwargs: Optional[Mapping[str, Any]] = None) -> list[RococoRetrieval]:
     """Every gallery of ``dataset`` as an MTEB task: image-to-text clean and per text attack, text-to-image clean and
     per image attack, for the attacks the dataset holds (its configs) among ``attacks``.
 
@@ -298,7 +299,9 @@ def mteb_tasks(dataset: str = "rococo-export", attacks: Union[str, Sequence[str]
             galleries come with every choice.
         revision, load_kwargs: as for :func:`rococo_task`.
     """
-    configs = datasets.get_dataset_config_names(str(dataset), **({"revision": revision} if revision else {}))
+    configs = datasets.get_dataset_config_names(str(dataset), **({"revision": revision} if revision else {}),
+                                                **{key: value for key, value in (load_kwargs or {}).items()
+                                                   if key == "cache_dir"})
     text = tuple(config for config in configs if config in TEXT_ATTACKS)
     image = tuple(config for config in configs if config not in text + (CAPTIONS_CONFIG, IMAGES_CONFIG))
     if not {CAPTIONS_CONFIG, IMAGES_CONFIG} <= set(configs):

@@ -84,7 +84,7 @@ def run_both_ways(source, dataset, attacks, tmp_path, tasks=None):
     report = evaluate_model(model, source, attacks=attacks, cache_dir=tmp_path / "cache", save_embeddings=embeddings)
     vectors, metadata, covered = read_embeddings_file(embeddings, source)
     optimistic = score_embeddings(vectors, source, covered, metadata["similarity"], ties="optimistic")
-    tasks = tasks or mteb_tasks(str(dataset), attacks, cache_dir=str(tmp_path / "hf"))
+    tasks = tasks or mteb_tasks(str(dataset), attacks, load_kwargs={"cache_dir": str(tmp_path / "hf")})
     results = mteb.evaluate(as_mteb_encoder(model), tasks=tasks, cache=mteb.ResultCache(tmp_path / "mteb"),
                             show_progress_bar=False)
     by_gallery = {task.gallery_key: result.scores["test"][0] for task, result in zip(tasks, results.task_results)}

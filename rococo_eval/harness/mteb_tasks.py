@@ -245,7 +245,13 @@ def rococo_task(dataset: str, attack: str, direction: Optional[str] = None, *, r
         direction: ``"image_to_text"`` or ``"text_to_image"``; None: the attack's own (required for clean).
         revision: the Hub revision to load (recorded in MTEB's results); for a local folder, None records a hash
             of its files' names and sizes.
-        load_kwargs: passed to ``datasets.load_dataset`` (``cache_dir``, ...).
+        load_kwargs: passed to ``datasets.load_dataset`` (``cache_dir``, ...); the rows are read when MTEB runs the
+            task.
+
+    Example:
+        >>> task = rococo_task("rococo-export", "rand_voca")
+        >>> task.metadata.name, task.metadata.main_score, task.gallery_key
+        ('RoCOCO-rand_voca-I2T', 'hit_rate_at_1', 'rand_voca/image_to_text')
     """
     direction = gallery_direction(attack, direction)
     metadata = task_metadata(attack, direction, str(dataset), revision or _local_revision(dataset))

@@ -74,7 +74,7 @@ from rococo_eval.catalog import (
 from rococo_eval.data.configs import CAPTIONS_CONFIG, IMAGES_CONFIG
 from rococo_eval.data.dataset import load_queries_and_gallery
 from rococo_eval.harness.mteb_results import SCORE_PREFIX, SHORT_DIRECTIONS, TASK_NAME, TIED_QUERIES
-from rococo_eval.models.similarity import DEFAULT_SIMILARITY, check_similarity, score_vectors
+from rococo_eval.models.similarity import DEFAULT_SIMILARITY, check_similarity, finite_rows, score_vectors
 from rococo_eval.version import __version__
 from rococo_recall import DEFAULT_K, QueryRanks, embedding_score_blocks, summarize
 
@@ -253,8 +253,14 @@ def rococo_task(dataset: str, attack: str, direction: Optional[str] = None, *, r
         >>> task.metadata.name, task.metadata.main_score, task.gallery_key
         ('RoCOCO-rand_voca-I2T', 'hit_rate_at_1', 'rand_voca/image_to_text')
     """
-    direction = gallery_direction(attack, direction)
-    metadata = task_metadata(attack, direction, str(dataset), revision or _local_revision(dataset))
+    return _task(dataset, attack, gallery_direction(attack, direction), revision, revision or _local_revision(dataset),
+                 load_kwargs)
+
+
+def _task(dataset, attack: str, direction: str, revision: Optional[str], recorded: str,
+          load_kwargs: Optional[Mapping[str, Any]]) -> RococoRetrieval:
+    """:func:`rococo_task` with the revision that MTEB's results record (``recorded``) made by the caller."""
+    metadata = task_metadata(attack, direction, str(dataset), recorded)
     task_class = type(metadata.name.replace("-", "_"), (RococoRetrieval,), {
         "metadata": metadata, "source_dataset": str(dataset), "attack": attack, "direction": direction,
         "load_kwargs": dict(load_kwargs or {}, **({"revision": revision} if revision else {}))})
@@ -316,8 +322,8 @@ def mteb_tasks(dataset: str = "rococo-export", attacks: Union[str, Sequence[str]
     chosen = select_attacks(attacks, text, image)
     galleries = [(CLEAN, IMAGE_TO_TEXT), *((attack, IMAGE_TO_TEXT) for attack in chosen if attack in text),
                  (CLEAN, TEXT_TO_IMAGE), *((attack, TEXT_TO_IMAGE) for attack in chosen if attack in image)]
-    return [rococo_task(dataset, attack, direction, revision=revision, load_kwargs=load_kwargs)
-            for attack, direction in galleries]
+    recorded = revision or _local_revision(dataset)  # the folder's files listed once for every task
+    return [_task(dataset, attack, direction, revision, recorded, load_kwargs) for attack, direction in galleries]
 
 
 class RococoMtebEncoder(AbsEncoder):
@@ -357,8 +363,7 @@ class RococoMtebEncoder(AbsEncoder):
         for batch in inputs:
             values = self.model.encode_images(list(batch["image"])) if side == "image" else \
                 self.model.encode_texts(list(batch["text"]))
-            outputs.append(np.asarray(values.detach().float().cpu().numpy() if hasattr(values, "detach") else values,
-                                      dtype=np.float32))
+            outputs.append(finite_rows(values, self.name, "encode_images" if side == "image" else "encode_texts"))
         return score_vectors(self.similarity_name, side, np.concatenate(outputs), self.name, f"{side} embeddings")
 
     def similarity(self, embeddings1, embeddings2):

@@ -105,6 +105,8 @@ def assert_report_equals(report_dir, expected):
 
 def assert_embeddings_are_the_models(model, sets, embeddings, rows):
     for key, items in sets.items():
+        if hasattr(items.items, "stop"):  # altered images read at random: make the groups read, not all 5,000 ahead
+            items.items.stop()
         picked = [row for row in rows if row < len(items)]
         batch = [items.items[row] for row in picked]
         direct = model.encode_texts(batch) if items.kind == "text" else model.encode_images(batch)

@@ -47,36 +47,52 @@ def one_process(model, benchmark, folder, *extra) -> bytes:
     return (folder / "report-1" / "report.json").read_bytes()
 
 
-@pytest.fixture(scope="module", params=["dual encoder", "BLIP"])
+@pytest.fixture(params=["dual encoder", "BLIP"])
 def model(request, hf_name, blip_name):
     return {"dual encoder": (hf_name, []), "BLIP": (blip_name, ["--rerank-k", "5"])}[request.param]
 
 
 @pytest.fixture(scope="module")
-def reference(model, benchmark, tmp_path_factory):
+def references(benchmark, tmp_path_factory):
+    """The report of one process for each model, made when first asked for (once for the module)."""
+    made = {}
+
+    def of(model) -> bytes:
+        name, extra = model
+        if name not in made:
+            made[name] = one_process(name, benchmark, tmp_path_factory.mktemp("one"), *extra)
+        return made[name]
+    return of
+
+
+@pytest.fixture
+def reference(model, references):
     """The report of one process."""
+    return references(model)
+
+
+def test_three_processes_give_the_report_of_one_each_row_embedded_once(model, benchmark, reference, tmp_path):
+    """Three processes (item sets that do not split evenly): one process's report, byte for byte; the processes' rows
+    and ITM pairs add up to what the cache holds (none computed twice, none lost) and every process did some; the
+    ranks' shards are joined. Two processes: ``test_a_damaged_cache_...`` and the dying-rank reruns."""
     name, extra = model
-    return one_process(name, benchmark, tmp_path_factory.mktemp("one"), *extra)
-
-
-@pytest.mark.parametrize("processes", [2, 3])
-def test_report_equals_that_of_one_process(model, benchmark, reference, tmp_path, processes):
-    name, extra = model
-    done = launch(processes, *run_arguments(name, benchmark, tmp_path, "n", *extra, quiet=False))
-    assert (tmp_path / "report-n" / "report.json").read_bytes() == reference
-    for rank in range(1, processes):
-        assert f"rank {rank} of {processes}: done; rank 0 writes the report" in done.stderr
-    embeddings = next((tmp_path / "cache-n" / "embeddings").iterdir())
-    assert not list(embeddings.glob("*/rows-*.npy")) and not list(embeddings.glob("*/pairs-*-rank*.npz"))
-
-
-def test_each_row_is_embedded_once_for_any_number_of_processes(hf_name, benchmark, tmp_path):
-    """The processes' rows add up to the item sets' rows: none embedded twice, none lost; every one did some."""
     count = tmp_path / "counts.jsonl"
-    launch(3, "--count", count, "--", *run_arguments(hf_name, benchmark, tmp_path, "n"), script=DYING_RANK)
+    done = launch(3, "--count", count, "--", *run_arguments(name, benchmark, tmp_path, "n", *extra, quiet=False),
+                  script=DYING_RANK)
+    assert (tmp_path / "report-n" / "report.json").read_bytes() == reference
+    for rank in (1, 2):
+        assert f"rank {rank} of 3: done; rank 0 writes the report" in done.stderr
     counts = [json.loads(line) for line in count.read_text().splitlines()]
     assert sorted(entry["rank"] for entry in counts) == [0, 1, 2] and all(entry["rows"] > 0 for entry in counts)
-    assert sum(entry["rows"] for entry in counts) == held(tmp_path / "cache-n")["rows"]
+    total = held(tmp_path / "cache-n")
+    assert sum(entry["rows"] for entry in counts) == total["rows"]
+    assert sum(entry["pairs"] for entry in counts) == total["pairs"] and (total["pairs"] > 0) == bool(extra)
+    assert_shards_joined(tmp_path / "cache-n")
+
+
+def assert_shards_joined(cache: Path) -> None:
+    embeddings = next((cache / "embeddings").iterdir())
+    assert not list(embeddings.glob("*/rows-*.npy")) and not list(embeddings.glob("*/pairs-*-rank*.npz"))
 
 
 def held(cache: Path) -> dict:
@@ -96,10 +112,15 @@ def without_counts(report: bytes) -> dict:
     return document
 
 
-@pytest.mark.parametrize("how", ["kill", "raise"])
+@pytest.mark.parametrize("model, how", [("dual encoder", "kill"), ("BLIP", "kill"), ("BLIP", "raise")],
+                         indirect=["model"])
 def test_a_dying_rank_is_named_and_the_rerun_resumes(model, benchmark, reference, tmp_path, how):
     """Rank 1 dies at its second embedding batch (CLIP) or ITM call (BLIP). The failure names rank 1; the same
-    command again computes exactly what no shard holds (the batches in flight), and gives one process's report."""
+    command again computes exactly what no shard holds (the batches in flight), and gives one process's report.
+
+    Killed, a rank leaves what it wrote and nothing else, at either stage. Raising, it also runs the loaders' clean-up
+    and the command's handler, the same at both stages (nothing is written on the way out): the ITM stage, the later
+    one, is where it is checked."""
     name, extra = model
     arguments = run_arguments(name, benchmark, tmp_path, "n", *extra)
     what = "match" if extra else "encode"
@@ -140,6 +161,8 @@ def test_a_damaged_cache_is_noticed_by_every_rank_and_changes_no_number(model, b
     assert (without_counts(resumed) == without_counts(reference)) if extra else resumed == reference
     for path in damaged:
         assert str(path) in done.stderr, path
+    assert "rank 1 of 2: done; rank 0 writes the report" in done.stderr
+    assert_shards_joined(cache)
 
 
 def test_shard_models_spreads_whole_models_over_the_processes(hf_name, blip_name, benchmark, tmp_path):

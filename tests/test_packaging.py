@@ -214,7 +214,8 @@ def venv(built, tmp_path_factory):
     wheel_pattern = shlex.split(INSTALL_WHEEL)[2]
     wheels = glob.glob(wheel_pattern, root_dir=built["tree"])
     assert wheels == [f"dist/{built['wheel'].name}"]
-    _run([python, "-m", "pip", "install", *wheels], cwd=built["tree"], env=env)
+    # --no-compile: the modules a test imports are compiled when imported; the rest (pandas, pyarrow ...) need not be
+    _run([python, "-m", "pip", "install", "--no-compile", *wheels], cwd=built["tree"], env=env)
     print(f"venv and README dry runs: {created - started:.1f} s; pip install of the wheel and its dependencies: "
           f"{time.perf_counter() - created:.1f} s")
     yield {"python": python, "bin": path / "bin", "env": env, "work": work, "root": root}

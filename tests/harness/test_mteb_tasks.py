@@ -29,7 +29,7 @@ from rococo_eval.harness.mteb_tasks import (
 )
 from rococo_eval.harness.mteb_results import SCORE_PREFIX, TIED_QUERIES, report_from_mteb, results_from_mteb
 from rococo_eval.reporting.report import summary_rows
-from rococo_eval.scoring.embeddingsfile import read_embeddings_file, score_embeddings
+from rococo_eval.scoring.embeddingsfile import read_embeddings_file, score_embeddings, write_embeddings_from_rows
 from rococo_recall import DEFAULT_K
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -164,12 +164,21 @@ def test_mteb_on_the_rococo_shaped_export_ranks_each_query_as_run(annotations_di
     """RoCOCO's own galleries: 5,000 images against 50,010 captions (25,000 adversarial; MTEB scores them in chunks
     of 50,000 and 10), and 25,010 captions against 10,000 images (5,000 patched). COCO has captions that tie (the
     same words for two images), so the check is query by query: every query that no tie decides has MTEB's rank,
-    clean rank and top item as run's; the others lie between run's two tie policies."""
+    clean rank and top item as run's scorer gives them on the same embeddings; the others lie between run's two tie
+    policies. Run's side scores the model's embeddings of the export's rows, the rows MTEB reads, as an embeddings
+    file (which scores to run's every per-query result: ``test_embeddingsfile``; ``run`` itself is compared with MTEB
+    end to end on the generated benchmark above)."""
     source = RococoSource(annotations_dir, images_dir=coco_root)
     model = tiny_model(export_folder, tmp_path / "hf")
-    embeddings = tmp_path / "embeddings.safetensors"
     attacks = ["rand_voca", "patch_seed10"]
-    evaluate_model(model, source, attacks=attacks, cache_dir=tmp_path / "cache", save_embeddings=embeddings)
+    rows = {}
+    for config, split in (("images", "test"), ("captions", "test"), ("rand_voca", "adversarial"),
+                          ("patch_seed10", "adversarial")):
+        table = datasets.load_dataset(str(export_folder), config, split=split, cache_dir=str(tmp_path / "hf"))
+        rows[config, split] = np.concatenate([
+            model.encode_images(table[start:start + 500]["image"]) if "image" in table.column_names else
+            model.encode_texts(table[start:start + 500]["caption"]) for start in range(0, len(table), 500)])
+    embeddings = write_embeddings_from_rows(tmp_path / "rows.safetensors", rows, source, model.name)
     vectors, metadata, covered = read_embeddings_file(embeddings, source)
     galleries = {ties: score_embeddings(vectors, source, covered, metadata["similarity"], ties=ties)
                  for ties in ("pessimistic", "optimistic")}

@@ -246,24 +246,33 @@ def alter_pixels(
         >>> float(patched[:60, 10:130].max()), float(patched[60:].min())
         (0.0, 1.0)
     """
+    rows, columns = _checked_alteration(method, box, lam)
+    x = _pixels(original, "original")
+    x_partner = _pixels(partner, "partner")
+    if method == "mix":
+        return np.float32(lam) * x + np.float32(1 - lam) * x_partner
+    altered = x.copy()
+    altered[rows, columns] = x_partner[rows, columns]
+    return altered
+
+
+def _checked_alteration(method: str, box, lam: float) -> tuple:
+    """The patch box as ``(rows, columns)`` slices (whole slices for ``mix``), after checking the arguments that
+    :func:`alter_pixels` documents."""
     if method not in IMAGE_ATTACK_METHODS:
         raise ValueError(f"`method` has to be one of {IMAGE_ATTACK_METHODS}, got {method!r}")
     if not 0.0 <= lam <= 1.0:
         raise ValueError(f"`lam` has to be in [0, 1], got {lam!r}")
-    x = _pixels(original, "original")
-    x_partner = _pixels(partner, "partner")
     if method == "mix":
         if box is not None:
             raise ValueError("`box` is only used by method 'patch'; pass None for 'mix'")
-        return np.float32(lam) * x + np.float32(1 - lam) * x_partner
+        return slice(None), slice(None)
     if box is None or len(box) != 4:
         raise ValueError(f"`box` has to be (row0, row1, col0, col1) for method 'patch', got {box!r}")
     row0, row1, col0, col1 = (int(v) for v in box)
     if not (0 <= row0 <= row1 <= IMAGE_SIZE and 0 <= col0 <= col1 <= IMAGE_SIZE):
         raise ValueError(f"`box` has to lie within 0..{IMAGE_SIZE} with row0 <= row1, col0 <= col1, got {box!r}")
-    altered = x.copy()
-    altered[row0:row1, col0:col1] = x_partner[row0:row1, col0:col1]
-    return altered
+    return slice(row0, row1), slice(col0, col1)
 
 
 def to_uint8(pixels: np.ndarray) -> np.ndarray:
@@ -303,7 +312,31 @@ def alter_image(
         >>> patched.getpixel((int(col0), int(row0))), patched.size
         ((0, 0, 100), (384, 384))
     """
-    return Image.fromarray(to_uint8(alter_pixels(original, partner, method, box=box, lam=lam)))
+    x, x_partner = (resize(value) if isinstance(value, Image.Image) else value for value in (original, partner))
+    if not all(isinstance(value, np.ndarray) and value.dtype == np.uint8 and value.shape == (IMAGE_SIZE, IMAGE_SIZE, 3)
+               for value in (x, x_partner)):  # float32 pixels, or a wrong input that alter_pixels names
+        return Image.fromarray(to_uint8(alter_pixels(x, x_partner, method, box=box, lam=lam)))
+    # uint8 pixels: the same arithmetic, without its float32 passes. A patch of v / 255 saves as v again (every v in
+    # 0..255), and a mix saves as the table of the float32 mix of each of the 256 x 256 value pairs.
+    rows, columns = _checked_alteration(method, box, lam)
+    if method == "patch":
+        altered = x.copy()
+        altered[rows, columns] = x_partner[rows, columns]
+        return Image.fromarray(altered)
+    pairs = x.astype(np.intp)
+    pairs <<= 8
+    pairs |= x_partner
+    return Image.fromarray(np.take(_saved_mix(lam), pairs))
+
+
+@functools.lru_cache(maxsize=8)
+def _saved_mix(lam: float) -> np.ndarray:
+    """``to_uint8`` of the float32 mix of original value ``a`` and partner value ``b``, at ``256 * a + b``."""
+    values = np.arange(256, dtype=np.float32) / np.float32(255)
+    mixed = np.float32(lam) * values[:, None] + np.float32(1 - lam) * values[None, :]
+    table = to_uint8(mixed).reshape(-1)
+    table.flags.writeable = False
+    return table
 
 
 def encode_jpeg(image: Image.Image) -> bytes:

@@ -210,6 +210,26 @@ def test_mix_and_save_match_torch_bit_for_bit():
         assert np.array_equal(to_uint8(ours), mixed.mul(255).add_(0.5).clamp_(0, 255).to(torch.uint8).numpy())
 
 
+@pytest.mark.parametrize("lam", [0.9, 0.7, 0.5, 0.0, 1.0])
+def test_uint8_pixels_alter_as_their_float32_copies_on_every_value_pair(lam):
+    """alter_image takes a shortcut for uint8 pixels (and PIL images, resized to them): every pair of values, and
+    a patch on random pixels, gives the image that the float32 arithmetic saves."""
+    original, partner = _all_pairs()
+    rng = np.random.default_rng(4)
+    original[256:] = rng.integers(0, 256, original[256:].shape)
+    partner[256:] = rng.integers(0, 256, partner[256:].shape)
+    floats = [value.astype(np.float32) / np.float32(255) for value in (original, partner)]
+    for method, box in (("mix", None), ("patch", (100, 300, 7, 380)), ("patch", (0, 384, 0, 384))):
+        if method == "patch" and lam != 0.9:
+            continue
+        shortcut = alter_image(original, partner, method, box=box, lam=lam)
+        expected = to_uint8(alter_pixels(*floats, method, box=box, lam=lam))
+        assert shortcut.mode == "RGB" and np.array_equal(np.asarray(shortcut), expected), (method, box)
+    images = [Image.fromarray(value[::3, ::2]) for value in (original, partner)]
+    assert np.array_equal(np.asarray(alter_image(*images, "mix", lam=lam)),
+                          to_uint8(alter_pixels(*map(preprocess, images), "mix", lam=lam)))
+
+
 @pytest.mark.parametrize("seed", SEEDS)
 def test_patch_follows_official_nchw_indexing(seed):
     import torch

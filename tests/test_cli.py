@@ -139,8 +139,13 @@ def test_run_open_clip_writes_the_report_and_reuses_the_cache(open_clip_name, so
     assert again["results"] == report["results"]
 
 
+def rococo_eval_notes(caplog) -> list[str]:
+    return [record.getMessage() for record in caplog.records if record.name.startswith("rococo_eval")]
+
+
 @pytest.mark.slow
-def test_run_hf_interrupted_then_resumed(hf_name, source, coco_root, tmp_path, encode_calls, capsys):
+def test_run_hf_interrupted_then_resumed_logs_its_progress_and_reads_each_original_twice(
+        hf_name, source, coco_root, tmp_path, encode_calls, reads, caplog, capsys):
     args = ("--model", hf_name, "--attacks", "mix_seed1", "--images-dir", coco_root, "--cache-dir", tmp_path / "cache",
             "--out", tmp_path / "report", "--batch-size", 1000)
     encode_calls["fail_after"] = 5 + 12  # the 5 image batches, then 12 of the 26 ground-truth caption batches
@@ -149,15 +154,27 @@ def test_run_hf_interrupted_then_resumed(hf_name, source, coco_root, tmp_path, e
     assert not (tmp_path / "report" / "report.json").exists()
     shards = list((tmp_path / "cache" / "embeddings").glob("*/captions-ground_truth-*/rows-*.npy"))
     assert len(shards) == 12
+    notes = rococo_eval_notes(caplog)
+    caplog.clear()
 
     encode_calls.update(texts=0, images=0, fail_after=None)
     assert run(*args) == 0
     assert encode_calls["texts"] == 26 - 12 and encode_calls["images"] == 5  # the rest, then the altered images
+    # each original read twice over the two runs: once to embed it, once to make the altered images
+    assert len(reads) == 5000 and set(reads.values()) == {2}
     model, sets, embeddings = cached_embeddings(tmp_path / "cache", hf_name, source, ["mix_seed1"])
     assert_embeddings_are_the_models(model, sets, embeddings, rows=[0, 11999, 12000, 24999, 25009])
     assert_report_equals(tmp_path / "report", direct_results(source, embeddings, ["mix_seed1"]))
     assert "| mix_seed1 | text_to_image |" in (tmp_path / "report" / "report.md").read_text()
     assert not list((tmp_path / "cache" / "embeddings").glob("*/*/rows-*.npy"))
+
+    resumed = rococo_eval_notes(caplog)
+    for seen, line in ((notes, "images/original: 5000 images embedded in"),
+                       (resumed, "captions/ground_truth: 13010 of 25010 embeddings to encode"),
+                       (resumed, "captions/ground_truth: 13010 texts embedded in"),
+                       (resumed, "mix_seed1: 5000 altered images made in"),
+                       (resumed, "images/mix_seed1: 5000 images embedded in")):
+        assert any(note.startswith(line) and ("/s" in note or "to encode" in note) for note in seen), line
 
 
 @pytest.mark.slow
@@ -455,20 +472,12 @@ def test_python_dash_m_shows_the_subcommands():
 
 
 @pytest.mark.slow
-def test_run_logs_its_progress_reads_each_original_twice_and_quiet_silences_the_libraries(
-        hf_name, coco_root, benchmark, tmp_path, reads, caplog, capsys):
-    args = ["run", "--model", hf_name, "--attacks", "mix_seed1", "--cache-dir", str(tmp_path / "cache"), "--device",
-            "cpu", "--workers", "2", "--batch-size", "500"]
-    assert main(args + ["--images-dir", str(coco_root), "--out", str(tmp_path / "first")]) == 0
-    assert len(reads) == 5000 and set(reads.values()) == {2}  # once for the originals, once for the altered images
-    notes = [record.getMessage() for record in caplog.records if record.name.startswith("rococo_eval")]
-    for line in ("images/original: 5000 images embedded in", "captions/ground_truth: 25010 texts embedded in",
-                 "mix_seed1: 5000 altered images made in", "images/mix_seed1: 5000 images embedded in"):
-        assert any(note.startswith(line) and "/s" in note for note in notes), line
-
-    # what a user sees in a terminal, loud and quiet (a small benchmark: the notes and bars are the same)
-    capsys.readouterr()
-    command = [sys.executable, "-m", "rococo_eval", *args, "--benchmark", str(benchmark)]
+def test_run_notes_show_in_a_terminal_and_quiet_silences_them_and_the_libraries(hf_name, benchmark, tmp_path):
+    """What a user sees in a terminal, loud and quiet (on a small benchmark; the notes at RoCOCO's scale:
+    ``test_run_hf_interrupted_then_resumed_...``)."""
+    command = [sys.executable, "-m", "rococo_eval", "run", "--model", hf_name, "--attacks", "mix_seed1", "--cache-dir",
+               str(tmp_path / "cache"), "--device", "cpu", "--workers", "2", "--batch-size", "500", "--benchmark",
+               str(benchmark)]
     loud = subprocess.run(command + ["--out", str(tmp_path / "loud")], capture_output=True, text=True)
     quiet = subprocess.run(command + ["--out", str(tmp_path / "quiet"), "-q"], capture_output=True, text=True)
     assert loud.returncode == quiet.returncode == 0, loud.stderr + quiet.stderr

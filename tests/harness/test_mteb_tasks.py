@@ -51,7 +51,8 @@ def tiny_model(dataset, cache_dir):
             self.words = {}
             images = datasets.load_dataset(str(dataset), "images", split="test", cache_dir=str(cache_dir))
             captions = datasets.load_dataset(str(dataset), "captions", split="test", cache_dir=str(cache_dir))
-            self.grids = np.stack([self.preprocess_image(image) for image in images["image"]])
+            self.grids = np.stack([self.preprocess_image(image) for image in images["image"]]).astype(np.float64)
+            self.grid_norms = (self.grids ** 2).sum(axis=1)
             sums = np.zeros((len(self.grids), DIMENSION), np.float32)
             np.add.at(sums, np.asarray(captions["image_index"]), self.encode_texts(captions["caption"]))
             self.meanings = sums / np.linalg.norm(sums, axis=1, keepdims=True)
@@ -68,7 +69,8 @@ def tiny_model(dataset, cache_dir):
                                  np.zeros(DIMENSION, np.float32)) for text in texts])
 
         def encode_preprocessed(self, batch):
-            nearest = np.argmin(((batch[:, None, :] - self.grids[None]) ** 2).sum(axis=2), axis=1)
+            batch = batch.astype(np.float64)  # squared distances to each grid, as sums of products (one BLAS call)
+            nearest = np.argmin((batch ** 2).sum(axis=1)[:, None] - 2 * batch @ self.grids.T + self.grid_norms, axis=1)
             colours = super().encode_preprocessed(batch)
             return self.meanings[nearest] + 0.5 * colours / np.linalg.norm(colours, axis=1, keepdims=True)
 

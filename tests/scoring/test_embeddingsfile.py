@@ -237,7 +237,7 @@ def test_a_file_from_the_load_dataset_rows_scores_as_run(export_folder, source, 
     for config, split in splits:
         table = datasets.load_dataset(str(export_folder), config, split=split, cache_dir=str(tmp_path / "hf"))
         column = "image" if config in ("images", "patch_seed10") else "caption"
-        items = [row[column] for row in table]
+        items = table[column][:]  # the whole column at once (row by row, datasets formats each row alone)
         rows[(config, split)] = model.encode_images(items) if column == "image" else model.encode_texts(items)
     path = write_embeddings_from_rows(tmp_path / "rows.safetensors", rows, source, model.name)
     vectors, metadata, covered = read_embeddings_file(path, source)

@@ -367,11 +367,17 @@ class RococoMtebEncoder(AbsEncoder):
         return score_vectors(self.similarity_name, side, np.concatenate(outputs), self.name, f"{side} embeddings")
 
     def similarity(self, embeddings1, embeddings2):
-        """The score matrix by the metric's block rule (:func:`rococo_recall.embedding_score_blocks`), as a tensor."""
+        """The score matrix by the metric's block rule (:func:`rococo_recall.embedding_score_blocks`), as a tensor;
+        each block is written into the matrix as it comes (RoCOCO's 5,000 x 50,000 chunk is 1 GB: held once)."""
         import torch
 
-        blocks = [block for _, block in embedding_score_blocks(np.asarray(embeddings1), np.asarray(embeddings2))]
-        return torch.from_numpy(np.concatenate(blocks))
+        queries, gallery = np.asarray(embeddings1), np.asarray(embeddings2)
+        scores = None
+        for start, block in embedding_score_blocks(queries, gallery):
+            if scores is None:
+                scores = np.empty((len(queries), block.shape[1]), dtype=block.dtype)
+            scores[start:start + len(block)] = block
+        return torch.from_numpy(scores)
 
     def similarity_pairwise(self, embeddings1, embeddings2):
         """The score of each pair of rows."""

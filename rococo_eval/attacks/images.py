@@ -246,9 +246,10 @@ def alter_pixels(
         >>> float(patched[:60, 10:130].max()), float(patched[60:].min())
         (0.0, 1.0)
     """
-    rows, columns = _checked_alteration(method, box, lam)
+    _check_method_and_lam(method, lam)
     x = _pixels(original, "original")
     x_partner = _pixels(partner, "partner")
+    rows, columns = _box_slices(method, box)
     if method == "mix":
         return np.float32(lam) * x + np.float32(1 - lam) * x_partner
     altered = x.copy()
@@ -256,13 +257,16 @@ def alter_pixels(
     return altered
 
 
-def _checked_alteration(method: str, box, lam: float) -> tuple:
-    """The patch box as ``(rows, columns)`` slices (whole slices for ``mix``), after checking the arguments that
-    :func:`alter_pixels` documents."""
+def _check_method_and_lam(method: str, lam: float) -> None:
+    """:func:`alter_pixels`'s first checks (then the pixels', then the box's)."""
     if method not in IMAGE_ATTACK_METHODS:
         raise ValueError(f"`method` has to be one of {IMAGE_ATTACK_METHODS}, got {method!r}")
     if not 0.0 <= lam <= 1.0:
         raise ValueError(f"`lam` has to be in [0, 1], got {lam!r}")
+
+
+def _box_slices(method: str, box) -> tuple:
+    """The patch box as ``(rows, columns)`` slices (whole slices for ``mix``), after checking it."""
     if method == "mix":
         if box is not None:
             raise ValueError("`box` is only used by method 'patch'; pass None for 'mix'")
@@ -318,7 +322,8 @@ def alter_image(
         return Image.fromarray(to_uint8(alter_pixels(x, x_partner, method, box=box, lam=lam)))
     # uint8 pixels: the same arithmetic, without its float32 passes. A patch of v / 255 saves as v again (every v in
     # 0..255), and a mix saves as the table of the float32 mix of each of the 256 x 256 value pairs.
-    rows, columns = _checked_alteration(method, box, lam)
+    _check_method_and_lam(method, lam)
+    rows, columns = _box_slices(method, box)
     if method == "patch":
         altered = x.copy()
         altered[rows, columns] = x_partner[rows, columns]
@@ -326,14 +331,15 @@ def alter_image(
     pairs = x.astype(np.intp)
     pairs <<= 8
     pairs |= x_partner
-    return Image.fromarray(np.take(_saved_mix(lam), pairs))
+    weights = float(np.float32(lam)), float(np.float32(1 - lam))  # alter_pixels's two float32 factors, of any lam
+    return Image.fromarray(np.take(_saved_mix(*weights), pairs))
 
 
 @functools.lru_cache(maxsize=8)
-def _saved_mix(lam: float) -> np.ndarray:
+def _saved_mix(weight: float, partner_weight: float) -> np.ndarray:
     """``to_uint8`` of the float32 mix of original value ``a`` and partner value ``b``, at ``256 * a + b``."""
     values = np.arange(256, dtype=np.float32) / np.float32(255)
-    mixed = np.float32(lam) * values[:, None] + np.float32(1 - lam) * values[None, :]
+    mixed = np.float32(weight) * values[:, None] + np.float32(partner_weight) * values[None, :]
     table = to_uint8(mixed).reshape(-1)
     table.flags.writeable = False
     return table

@@ -210,7 +210,7 @@ def test_mix_and_save_match_torch_bit_for_bit():
         assert np.array_equal(to_uint8(ours), mixed.mul(255).add_(0.5).clamp_(0, 255).to(torch.uint8).numpy())
 
 
-@pytest.mark.parametrize("lam", [0.9, 0.7, 0.5, 0.0, 1.0])
+@pytest.mark.parametrize("lam", [0.9, 0.7, 0.5, 0.0, 1.0, np.float16(0.1), np.float32(0.3), np.array(0.9), 1])
 def test_uint8_pixels_alter_as_their_float32_copies_on_every_value_pair(lam):
     """alter_image takes a shortcut for uint8 pixels (and PIL images, resized to them): every pair of values, and
     a patch on random pixels, gives the image that the float32 arithmetic saves."""
@@ -267,6 +267,21 @@ def test_alter_pixels_errors(kwargs, match):
     args.update(kwargs)
     with pytest.raises(ValueError, match=match):
         alter_pixels(**args)
+
+
+@pytest.mark.parametrize("original, partner, kwargs, match", [
+    (np.zeros((384, 384, 3), np.uint8), np.zeros((10, 10, 3), np.uint8), {"method": "patch", "box": (0, 999, 0, 1)},
+     "`partner`.*shape"),
+    (np.zeros((384, 384, 3), np.uint8), [[0]], {"method": "mix", "box": (0, 1, 0, 1)}, "`partner` has to be"),
+    (np.zeros((384, 384, 3), np.uint8), np.zeros((384, 384, 3), np.uint8), {"method": "mix", "box": (0, 1, 0, 1)},
+     "`box` is only used"),
+    (np.zeros((384, 384, 3), np.uint8), np.zeros((384, 384, 3), np.uint8), {"method": "blend"}, "`method`"),
+    (np.zeros((384, 384, 3), np.uint8), np.zeros((384, 384, 3), np.uint8), {"method": "mix", "lam": 2}, "`lam`"),
+])
+def test_alter_image_names_the_first_wrong_argument_as_alter_pixels_does(original, partner, kwargs, match):
+    for alter in (alter_pixels, alter_image):
+        with pytest.raises(ValueError, match=match):
+            alter(original, partner, **kwargs)
 
 
 def test_jpeg_is_deterministic_and_default_quality():

@@ -252,6 +252,11 @@ def alter_pixels(
     rows, columns = _box_slices(method, box)
     if method == "mix":
         return np.float32(lam) * x + np.float32(1 - lam) * x_partner
+    return _patched(x, x_partner, rows, columns)
+
+
+def _patched(x: np.ndarray, x_partner: np.ndarray, rows: slice, columns: slice) -> np.ndarray:
+    """A copy of ``x`` with the partner's box in it (pixels of either kind, float32 or uint8)."""
     altered = x.copy()
     altered[rows, columns] = x_partner[rows, columns]
     return altered
@@ -325,9 +330,7 @@ def alter_image(
     _check_method_and_lam(method, lam)
     rows, columns = _box_slices(method, box)
     if method == "patch":
-        altered = x.copy()
-        altered[rows, columns] = x_partner[rows, columns]
-        return Image.fromarray(altered)
+        return Image.fromarray(_patched(x, x_partner, rows, columns))
     pairs = x.astype(np.intp)
     pairs <<= 8
     pairs |= x_partner

@@ -18,6 +18,7 @@ import logging
 import os
 import re
 import sys
+import textwrap
 import tomllib
 from pathlib import Path
 
@@ -29,7 +30,9 @@ METRIC_CASES = ROOT / "tests" / "helpers" / "metric_cases.py"
 BASE_CALL = {"predictions": [[0.9, 0.1, 0.5], [0.2, 0.8, 0.1]], "references": [0, 1], "k": 1}
 REFERENCE_SECTION = "API reference"  # the nav section the layer pages are appended to
 MARKER = re.compile(r"^<!-- generated: ([a-z-]+) -->$", re.MULTILINE)
-HELP_COLUMNS = "100"
+# The characters a line of a code block holds in Material's content column at 1280 px, at the theme's font size:
+# 656 px inside the padding, 8.16 px a character (13.6 px monospace). tests/test_docs.py measures it in chromium.
+CODE_COLUMNS = 80
 # A subpackage's own docstring, without a heading, at the top of its layer's page.
 PACKAGE_DOCSTRING = """::: {}
     options:
@@ -60,6 +63,17 @@ def rst_to_markdown(text: str) -> str:
     """A docstring's reStructuredText literals and roles (``x``, :func:`~a.b`) as Markdown code spans."""
     text = re.sub(r":[a-z]+:`~?([^`]*)`", lambda m: "`" + m.group(1) + "`", text)
     return re.sub(r"``(.+?)``", r"`\1`", text)
+
+
+def mark_identifiers(html: str) -> str:
+    """Give each code span of a table cell that holds no space the class ``identifier``, which extra.css keeps whole.
+
+    CSS cannot tell a name (``image_to_text``, ``'rococo-export'``) from a code phrase that may wrap at its spaces.
+    """
+    def mark(cell):
+        return re.sub(r"<code>([^<\s]+)</code>", r'<code class="identifier">\1</code>', cell.group())
+
+    return re.sub(r"<td\b.*?</td>", mark, html, flags=re.DOTALL)
 
 
 def table(header: list[str], rows: list[list[str]]) -> str:
@@ -266,7 +280,7 @@ def layer_page(layer: list[str], number: int, count: int) -> str:
 @contextlib.contextmanager
 def _help_environment():
     saved = {name: os.environ.get(name) for name in ("COLUMNS", "NO_COLOR")}
-    os.environ.update(COLUMNS=HELP_COLUMNS, NO_COLOR="1")
+    os.environ.update(COLUMNS=str(CODE_COLUMNS + 2), NO_COLOR="1")  # argparse formats to COLUMNS - 2
     try:
         yield
     finally:
@@ -277,8 +291,24 @@ def _help_environment():
                 os.environ[name] = value
 
 
+def fit_code_width(text: str) -> str:
+    """``text`` with every line wider than :data:`CODE_COLUMNS` wrapped, its continuations indented under it.
+
+    argparse wraps its help to ``COLUMNS``, but not what it cannot break: a raw description, a long usage word.
+    """
+    lines = []
+    for line in text.splitlines():
+        if len(line) <= CODE_COLUMNS:
+            lines.append(line)
+        else:
+            indent = re.match(r" *", line).group() + "  "
+            lines += textwrap.wrap(line, CODE_COLUMNS, subsequent_indent=indent, break_on_hyphens=False)
+    return "\n".join(lines)
+
+
 def _help_blocks(title: str, helps: list[tuple[str, str]]) -> str:
-    return "\n\n".join(f"{title} `{command}`\n\n```text\n{text.rstrip()}\n```" for command, text in helps)
+    return "\n\n".join(f"{title} `{command}`\n\n```text\n{fit_code_width(text.rstrip())}\n```"
+                         for command, text in helps)
 
 
 def _subcommand_helps(parser: argparse.ArgumentParser) -> list[tuple[str, str]]:
@@ -364,3 +394,8 @@ def on_page_markdown(markdown, page, config, files):
         return GENERATORS[name]()
 
     return MARKER.sub(generate, markdown)
+
+
+def on_page_content(html, page, config, files):
+    """Keep the names in table cells whole (:func:`mark_identifiers`)."""
+    return mark_identifiers(html)

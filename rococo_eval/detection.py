@@ -42,8 +42,9 @@ all refused); random, constant and image-blind (one score per caption) matrices 
 (``benchmarks/measure_order_rule.py`` reproduces these figures).
 
 Example:
-    >>> choice = choose_layout((3, 31), [5, 6, 5], "clip_rand_voca.npy", scores=np.zeros((3, 31)))
-    >>> choice.attack, choice.direction, choice.order  # constant scores cannot tell the order
+    >>> scores = np.zeros((3, 31))  # constant scores cannot tell the order
+    >>> choice = choose_layout((3, 31), [5, 6, 5], "m_rand_voca.npy", scores=scores)
+    >>> choice.attack, choice.direction, choice.order
     ('rand_voca', 'image_to_text', '')
     >>> detect_layout((3, 16), [5, 6, 5]).attack
     'clean'

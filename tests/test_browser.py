@@ -4,22 +4,16 @@ Screenshots go to ``test-artifacts/``. The browser comes from ``apt-get install 
 ``playwright install``).
 """
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 
 import app
+from helpers.chromium import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, VIEWPORT
 from helpers.space_app import DECIDING_CAPTIONS, TinySource, clear_scores, serve
 from rococo_eval.space.views import BOARD_VIEWS
 from rococo_recall import rococo_recall
 
-CHROMIUM = Path("/usr/bin/chromium")
-ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 TIMEOUT_MS = 30_000
-VIEWPORT = {"width": 1280, "height": 900}  # the issue's laptop screen
 
 @pytest.fixture(scope="module")
 def page(tmp_path_factory):

@@ -1,13 +1,24 @@
-"""The docs' generated parts (docs/hooks.py) say what the code says; ``make test`` builds the site itself."""
+"""The docs' generated parts (docs/hooks.py) say what the code says, and the pages read well in chromium at 1280 px.
+
+``make test`` builds the site itself too; the browser tests build it once more, into a temporary folder (7 s).
+"""
 
 from __future__ import annotations
 
 import importlib.util
+import os
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
+from helpers.chromium import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, VIEWPORT
+
 ROOT = Path(__file__).resolve().parents[1]
+# A fenced code block of a Markdown page, indented as far as its fence (in a list item, say).
+FENCE = re.compile(r"^( *)(`{3,}|~{3,})[^\n]*\n(.*?)^\1\2 *$", re.MULTILINE | re.DOTALL)
 
 
 @pytest.fixture(scope="module")
@@ -81,3 +92,99 @@ def test_the_commands_help_is_generated_for_every_subcommand(hooks):
 def test_markers_name_known_generators(hooks):
     markers = {name for page in (ROOT / "docs").rglob("*.md") for name in hooks.MARKER.findall(page.read_text())}
     assert markers and markers <= set(hooks.GENERATORS) | {"layer-order-check"}
+
+
+def test_the_generated_help_fits_a_code_block(hooks):
+    for text in (hooks.rococo_eval_help(), hooks.rococo_dataset_help()):
+        wide = [line for line in text.splitlines() if len(line) > hooks.CODE_COLUMNS]
+        assert not wide, f"{len(wide)} lines wider than {hooks.CODE_COLUMNS} characters: {wide[:3]}"
+
+
+def test_a_help_line_that_argparse_cannot_wrap_is_wrapped_under_its_indent(hooks):
+    text = "usage: rococo-eval run\n  --model SPEC  " + " ".join(["open_clip:ARCH/PRETRAINED"] * 6)
+    lines = hooks.fit_code_width(text).splitlines()
+    assert lines[:2] == ["usage: rococo-eval run", "  --model SPEC  open_clip:ARCH/PRETRAINED open_clip:ARCH/PRETRAINED"]
+    assert all(len(line) <= hooks.CODE_COLUMNS for line in lines)
+    assert all(line.startswith("    open_clip:") for line in lines[2:])
+    assert " ".join(lines).split() == text.split()  # nothing lost
+
+
+@pytest.mark.parametrize("page", sorted(path.name for path in (ROOT / "docs").glob("*.md")))
+def test_the_code_blocks_written_in_the_pages_fit_the_column(hooks, page):
+    """Every line of a page's own fenced code blocks fits (what a page includes from a file is that file's)."""
+    markdown = (ROOT / "docs" / page).read_text(encoding="utf-8")
+    wide = [line[len(indent):] for indent, _, body in FENCE.findall(markdown) for line in body.splitlines()
+            if len(line) - len(indent) > hooks.CODE_COLUMNS]
+    assert not wide, f"{page}: {len(wide)} code lines wider than {hooks.CODE_COLUMNS} characters: {wide[:3]}"
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    """The docs site, built as ``make test`` builds it."""
+    folder = tmp_path_factory.mktemp("site")
+    subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet", "--site-dir", str(folder)],
+                   cwd=ROOT, env={**os.environ, "NO_MKDOCS_2_WARNING": "1"}, check=True)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright import sync_api
+
+    assert CHROMIUM.exists(), "the docs' browser test needs Debian's chromium: `make test` installs it with apt-get"
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()
+
+
+def _open(browser, site, page):
+    tab = browser.new_page(viewport=VIEWPORT)
+    tab.goto((site / page).as_uri(), wait_until="load")
+    tab.evaluate("document.fonts.ready")
+    return tab
+
+
+def test_the_cli_page_code_blocks_fit_the_column_at_1280_px(hooks, site, browser):
+    tab = _open(browser, site, "cli/index.html")
+    ARTIFACTS.mkdir(exist_ok=True)
+    tab.screenshot(path=str(ARTIFACTS / "docs-cli.png"), full_page=True)
+    # How many characters a code block's line holds: its width inside the padding over a character's.
+    fit = tab.evaluate("""() => {
+        const code = document.querySelector('.md-typeset pre > code'), style = getComputedStyle(code);
+        const probe = code.appendChild(document.createElement('span'));
+        probe.textContent = 'x'.repeat(100);
+        const character = probe.getBoundingClientRect().width / 100;
+        probe.remove();
+        return (code.clientWidth - parseFloat(style.paddingLeft) - parseFloat(style.paddingRight)) / character;
+    }""")
+    blocks = tab.evaluate("""() => [...document.querySelectorAll('.md-typeset pre > code')].map(code =>
+        ({first: code.textContent.split('\\n')[0], scroll: code.scrollWidth, client: code.clientWidth}))""")
+    tab.close()
+    assert hooks.CODE_COLUMNS <= fit, f"a code block holds {fit:.1f} characters, the docs use {hooks.CODE_COLUMNS}"
+    assert len(blocks) > 10  # the hand-written blocks and a --help block per command
+    scrolling = [block for block in blocks if block["scroll"] > block["client"]]
+    assert not scrolling, f"{len(scrolling)} of {len(blocks)} code blocks scroll sideways: {scrolling}"
+
+
+def test_no_name_in_a_table_breaks_across_lines_at_1280_px(site, browser):
+    """A code span without a space in a table cell (``image_to_text``, ``'rococo-export'``) is on one line, on
+    every page, the API reference included."""
+    pages = sorted(path.relative_to(site).as_posix() for path in site.rglob("index.html"))
+    assert "reproduce/index.html" in pages and "reference/harness/index.html" in pages
+    broken, names = {}, 0
+    tab = browser.new_page(viewport=VIEWPORT)
+    for page in pages:
+        tab.goto((site / page).as_uri(), wait_until="load")
+        found = tab.evaluate("""() => {
+            const names = [...document.querySelectorAll('.md-typeset td code')]
+                .filter(code => !/\\s/.test(code.textContent));
+            return {count: names.length,
+                    broken: names.filter(code => code.getClientRects().length > 1).map(code => code.textContent)};
+        }""")
+        names += found["count"]
+        if found["broken"]:
+            broken[page] = found["broken"]
+    tab.close()
+    assert names > 100
+    assert not broken, broken

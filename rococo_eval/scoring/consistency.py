@@ -26,13 +26,16 @@ The rule is exact, with no tolerance:
   :func:`has_fill_block`), or when its clean numbers have ``_bounds`` (only a compact file's do).
 
 Example:
-    >>> results = {"clean/image_to_text": {"recall@1": 80.0, "num_queries": 30},
-    ...            "rand_voca/image_to_text": {"clean_recall@1": 90.0, "recall@1": 60.0, "num_queries": 30}}
-    >>> [found] = disagreements(results, {"clean/image_to_text": "clean.npy", "rand_voca/image_to_text": "rv.npy"})
+    >>> clean, attacked = "clean/image_to_text", "rand_voca/image_to_text"
+    >>> results = {clean: {"recall@1": 80.0, "num_queries": 30},
+    ...            attacked: {"clean_recall@1": 90.0, "recall@1": 60.0,
+    ...                       "num_queries": 30}}
+    >>> [found] = disagreements(results, {clean: "clean.npy", attacked: "rv.npy"})
     >>> print(found.message)  # doctest: +NORMALIZE_WHITESPACE
-    image-to-text: the clean R@1 differs between files: 80.00 (24 of 30 queries) from clean.npy (the clean
-    gallery); 90.00 (27 of 30 queries) from rv.npy (the clean part of rand_voca). One model's files give equal
-    clean numbers: each ranks the same queries over the same clean items with the same scores
+    image-to-text: the clean R@1 differs between files: 80.00 (24 of 30 queries)
+    from clean.npy (the clean gallery); 90.00 (27 of 30 queries) from rv.npy (the
+    clean part of rand_voca). One model's files give equal clean numbers: each
+    ranks the same queries over the same clean items with the same scores
 """
 
 from __future__ import annotations

@@ -74,11 +74,14 @@ Returns:
     percentage; with per_query, the arrays above; from a compact matrix, `<name>_bounds` (see `top_columns`).
 Examples:
     >>> import evaluate
-    >>> rococo = evaluate.load("rococo_recall")  # a checkout; from the Hub: evaluate.load("<org>/rococo_recall")
-    >>> scores = [[0.9, 0.1, 0.95],   # query 0: the adversarial item 2 outranks its caption 0
-    ...           [0.2, 0.8, 0.1]]    # query 1: its caption 1 is first
-    >>> result = rococo.compute(predictions=scores, references=[0, 1], adversarial=[2], k=(1, 2))
-    >>> result["clean_recall@1"], result["recall@1"], result["false_rate"], result["attack_success_rate"]
+    >>> # in a checkout; from the Hub: evaluate.load("<org>/rococo_recall")
+    >>> rococo = evaluate.load("rococo_recall")
+    >>> scores = [[0.9, 0.1, 0.95],  # query 0: adversarial item 2 beats caption 0
+    ...           [0.2, 0.8, 0.1]]   # query 1: its caption 1 is first
+    >>> result = rococo.compute(predictions=scores, references=[0, 1],
+    ...                         adversarial=[2], k=(1, 2))
+    >>> (result["clean_recall@1"], result["recall@1"], result["false_rate"],
+    ...  result["attack_success_rate"])
     (100.0, 50.0, 50.0, 50.0)
 """
 

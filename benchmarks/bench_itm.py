@@ -1,8 +1,9 @@
 """ITM pairs per second of BLIP and BLIP-2, with each image's cross-attention keys and values computed once
 (:mod:`rococo_eval.models.blip`), against ``transformers``' own forward, measured in one run.
 
-    python benchmarks/bench_itm.py [--models blip blip2] [--repeat 3] [--batch-size 64] [--plain-pairs 64]
-                                   [--threads N] [--blip2-vision-layers 39] [--device cpu|cuda]
+    python benchmarks/bench_itm.py [--models blip blip2] [--repeat 3]
+        [--batch-size 64] [--plain-pairs 64] [--threads N]
+        [--blip2-vision-layers 39] [--device cpu|cuda]
 
 The models are random (no weights can be downloaded here), at the sizes of the real checkpoints:
 

@@ -1,8 +1,8 @@
 """Time and peak memory of the RoCOCO Recall metric at RoCOCO scale, as ratios against baselines of the same run.
 
-    python benchmarks/bench_metric.py [--directions image_to_text text_to_image] [--argsort-rows 200]
-                                      [--methods floor metric ...] [--repeat 1] [--annotations-dir DIR]
-                                      [--previous OLD/rococo_recall.py]
+    python benchmarks/bench_metric.py [--directions image_to_text text_to_image]
+        [--argsort-rows 200] [--methods floor metric ...] [--repeat 1]
+        [--annotations-dir DIR] [--previous OLD/rococo_recall.py]
 
 For each direction it builds the official layout from the caption counts of the clean annotation file (5,000 x
 50,010 image-to-text; 25,010 x 10,000 text-to-image; float32), read from ``--annotations-dir``, else

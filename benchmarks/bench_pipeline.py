@@ -1,7 +1,7 @@
 """How close ``rococo-eval run`` comes to the speed of reading the images, as ratios measured in one run.
 
-    python benchmarks/bench_pipeline.py [--repeat N] [--batch-size B] [--images N] [--data DIR] [--old REV | --skip-old]
-                                        [--annotations-dir DIR]
+    python benchmarks/bench_pipeline.py [--repeat N] [--batch-size B] [--images N]
+        [--data DIR] [--old REV | --skip-old] [--annotations-dir DIR]
 
 The model is a tiny random CLIP (``transformers``, 224 x 224 input, one layer of width 32) with the real CLIP
 tokenizer (vocabulary and merges from open_clip's ``bpe_simple_vocab_16e6.txt.gz``, the file OpenAI published),

@@ -1,8 +1,8 @@
 """Images per second of VSE infinity's WSL grid encoder at 512 x 512 (the paper's variant, ``coco_wsl_grid_bert``),
 against the BUTD detector grid encoder in the same run, and the time of a full RoCOCO run.
 
-    python benchmarks/bench_vse_encoder.py [--device cpu|cuda] [--batch-size 16] [--images 32] [--repeat 2]
-                                           [--captions 1024] [--threads N]
+    python benchmarks/bench_vse_encoder.py [--device cpu|cuda] [--batch-size 16]
+        [--images 32] [--repeat 2] [--captions 1024] [--threads N]
 
 The encoders are :mod:`rococo_eval.models.vse_infty`'s, at the released checkpoints' sizes with random weights (no
 weights can be downloaded here): WSL ResNeXt-101 32x8d (torchvision's layout, 88.8 million parameters) and the BUTD

@@ -32,9 +32,11 @@ Example:
     (3, 31, 15)
     >>> layout.references[1]
     (10, 11, 12, 13, 14, 15)
-    >>> layout.gallery_rows[5:12].tolist()  # image 0's adversarial captions follow its 5 originals
+    >>> layout.gallery_rows[5:12].tolist()  # image 0's adversarial captions, its 5
     [16, 17, 18, 19, 20, 5, 6]
-    >>> image_to_text_layout([1, 3], order="dataset", adversarial_per_image=2).num_gallery  # another set
+    >>> other = image_to_text_layout([1, 3], order="dataset",
+    ...                              adversarial_per_image=2)
+    >>> other.num_gallery
     8
 """
 

@@ -30,10 +30,13 @@ The adversarial caption keeps the source's casing and punctuation: the replaced 
 ``CaptionAttack.replacements`` (RoCOCO's files lower-case and re-tokenise instead).
 
 Example:
-    >>> result = attack_captions(["A man riding a horse on the beach.", "A horse and its rider."], [0, 0])
+    >>> captions = ["A man riding a horse on the beach.", "A horse and its rider."]
+    >>> result = attack_captions(captions, [0, 0])
     >>> attack = result["danger"][0]
-    >>> attack.caption, attack.replacements
-    ('A criminal riding a horse on the beach.', (Replacement(original='man', replacement='criminal', position=1),))
+    >>> attack.caption
+    'A criminal riding a horse on the beach.'
+    >>> attack.replacements
+    (Replacement(original='man', replacement='criminal', position=1),)
     >>> [word for word, _, _ in attack.candidates]
     ['man', 'horse', 'beach']
 """

@@ -28,7 +28,8 @@ interrupted run resumes.
 
 Example:
     >>> encoder = load_text_encoder("sentence:all-MiniLM-L6-v2", device="cpu")
-    >>> scores = influence_scores([["a", "man", "riding", "a", "horse"]], [[(1,), (4,)]], encoder)
+    >>> words, candidates = [["a", "man", "riding", "a", "horse"]], [[(1,), (4,)]]
+    >>> scores = influence_scores(words, candidates, encoder)
     >>> len(scores[0]), all(0 < s < 1 for s in scores[0])
     (2, True)
 """

@@ -38,10 +38,15 @@ Example:
     >>> root = Path(tempfile.mkdtemp())
     >>> for name, colour in [("a.png", "red"), ("b.png", "blue")]:
     ...     Image.new("RGB", (32, 32), colour).save(root / name)
-    >>> _ = (root / "set.csv").write_text("image,caption\\na.png,a red square\\nb.png,a blue square\\n")
-    >>> folder = make_benchmark(root / "set.csv", root / "bench", strategies=["mix"], seeds=[3])
+    >>> pairs = "image,caption\\na.png,a red square\\nb.png,a blue square\\n"
+    >>> _ = (root / "set.csv").write_text(pairs)
+    >>> folder = make_benchmark(root / "set.csv", root / "bench",
+    ...                         strategies=["mix"], seeds=[3])
     >>> import datasets
-    >>> datasets.load_dataset(str(folder), "mix_seed3", split="adversarial", cache_dir=str(root / "hf")).num_rows
+    >>> cache = str(root / "hf")
+    >>> adversarial = datasets.load_dataset(str(folder), "mix_seed3",
+    ...                                     split="adversarial", cache_dir=cache)
+    >>> adversarial.num_rows
     2
 """
 

@@ -4,12 +4,18 @@
 Parquet export (``README.md``, ``data/``) its folder holds what :class:`rococo_eval.data.source.BenchmarkSource`
 reads in place of RoCOCO's pinned files (``BenchmarkSource(FOLDER)``)::
 
-    FOLDER/benchmark/manifest.json               this manifest: attacks, counts, image folder, sha256 of each file
-    FOLDER/benchmark/annotations/clean.json      the ground-truth captions, in the official JSON format
-    FOLDER/benchmark/annotations/<attack>.json   each text attack: the image's captions, then its adversarial ones
-    FOLDER/benchmark/attacks/<attack>.json       per adversarial caption: its source caption and word-choice evidence
-    FOLDER/benchmark/mix_tables.npz              partners (and boxes) of each image attack, keyed as RoCOCO's table
-    FOLDER/benchmark/images/                     the images, when the input held them (a Hugging Face dataset)
+    FOLDER/benchmark/manifest.json
+        this manifest: attacks, counts, image folder, sha256 of each file
+    FOLDER/benchmark/annotations/clean.json
+        the ground-truth captions, in the official JSON format
+    FOLDER/benchmark/annotations/<attack>.json
+        each text attack: the image's captions, then its adversarial ones
+    FOLDER/benchmark/attacks/<attack>.json
+        per adversarial caption: its source caption and word-choice evidence
+    FOLDER/benchmark/mix_tables.npz
+        partners (and boxes) of each image attack, keyed as RoCOCO's table
+    FOLDER/benchmark/images/
+        the images, when the input held them (a Hugging Face dataset)
 
 The manifest names the image folder relative to ``FOLDER`` when it lies inside it, else as an absolute path; a
 ``BenchmarkSource`` may be given another one (``images_dir``).
@@ -19,9 +25,11 @@ Example:
     >>> folder = Path(tempfile.mkdtemp())
     >>> from rococo_eval.io.atomic import write_json
     >>> records = [{"image": "a.jpg", "caption": ["a dog"]}]
-    >>> _ = write_json(records, folder / ANNOTATIONS.format(name="clean"), compact=True)
-    >>> path = write_manifest(folder, text_attacks=[], image_attacks=["mix_seed1"], adversarial_per_image=None,
-    ...                       images_dir=None, details={})
+    >>> clean = folder / ANNOTATIONS.format(name="clean")
+    >>> _ = write_json(records, clean, compact=True)
+    >>> path = write_manifest(folder, text_attacks=[], image_attacks=["mix_seed1"],
+    ...                       adversarial_per_image=None, images_dir=None,
+    ...                       details={})
     >>> benchmark = read_benchmark(folder)
     >>> benchmark.image_attacks, benchmark.records("clean")[0]["caption"]
     (('mix_seed1',), ['a dog'])

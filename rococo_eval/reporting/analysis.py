@@ -27,11 +27,14 @@ adversarial items, ``clean_rank == 0``):
 
 Example:
     >>> from rococo_eval.layout import gallery_layout
-    >>> layout = gallery_layout("mix_seed1", "text_to_image", [1, 1])  # 2 captions; images 0, 1, altered 2, 3
-    >>> result = {"rank": np.array([1, 0]), "clean_rank": np.array([0, 0]), "top_index": np.array([2, 1]),
-    ...           "top_score": np.array([0.9, 0.8]), "best_correct_index": np.array([0, 1]),
+    >>> # 2 captions; images 0 and 1, their altered copies 2 and 3
+    >>> layout = gallery_layout("mix_seed1", "text_to_image", [1, 1])
+    >>> result = {"rank": np.array([1, 0]), "clean_rank": np.array([0, 0]),
+    ...           "top_index": np.array([2, 1]), "top_score": np.array([0.9, 0.8]),
+    ...           "best_correct_index": np.array([0, 1]),
     ...           "best_correct_score": np.array([0.7, 0.8])}
-    >>> [(row["query"], row["winner_image"], round(row["margin"], 2)) for row in flipped_queries(result, layout)]
+    >>> [(row["query"], row["winner_image"], round(row["margin"], 2))
+    ...  for row in flipped_queries(result, layout)]
     [(0, 0, 0.2)]
 """
 

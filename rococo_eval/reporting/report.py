@@ -208,7 +208,7 @@ def model_card_metadata(rows, model_name=None, dataset: tuple[str, str] | None =
                                       dataset_type=dataset_type, dataset_name=dataset_name,
                                       dataset_config=row["attack"],
                                       dataset_split="test", metric_type=metric, metric_name=f"{label} {name}",
-                                      metric_value=round(float(row[metric]), 2)))
+                                      metric_value=round(float(row[metric]), DECIMALS)))
     card = ModelCardData(model_name=str(model_name or "your-model"), eval_results=results or None)
     return "---\n" + card.to_yaml() + "\n---\n"
 

@@ -28,6 +28,7 @@ from rococo_eval.detection import CUSTOM
 from rococo_eval.io import scorefiles
 from rococo_eval.layout import ORDERS, describe_orders, gallery_shape
 from rococo_eval.reporting.analysis import DEFAULT_MIN_COUNT
+from rococo_eval.reporting.report import legend
 from rococo_eval.scoring.plan import adversarial_per_image_of, attacks_of
 from rococo_eval.space import leaderboard
 from rococo_eval.space.example import SYNTHETIC_MODEL
@@ -55,6 +56,21 @@ LIGHT_REQUEST_CONCURRENCY = 4
 # 1280 px page (a wider one, with intervals, scrolls inside its frame).
 _RESULTS_WIDTHS = ["260px", "140px", "110px"] + ["86px"] * 7
 BOARD_VIEW = "means"  # the leaderboard's columns when a page opens
+# At 1280 x 900 the results begin about 1,100 px below the example's button: once shown, the page scrolls to the
+# message above them, or to the results themselves when the message would push them below the middle of the window.
+_SCROLL_TO_RESULTS = """() => {
+    const scroll = (tries) => {
+        const results = document.querySelector("#results-table");
+        const message = document.querySelector("#evaluate-message");
+        if (!results || results.offsetParent === null || !message) {
+            if (tries > 0) setTimeout(() => scroll(tries - 1), 100);
+            return;
+        }
+        const top = message.getBoundingClientRect().top, resultsTop = results.getBoundingClientRect().top;
+        window.scrollBy(0, (resultsTop - top < window.innerHeight / 2 ? top : resultsTop) - 16);
+    };
+    scroll(50);
+}"""
 _COMPARE_WIDTHS = ["11%", "17%", "10%", "6%", "6%", "6%", "6%", "6%", "6%", "26%"]
 _NO_ANNOTATIONS = (
     "**The RoCOCO annotation files are not available here**, so standard layouts and the Explore tab are off; "
@@ -92,8 +108,10 @@ def build_app(source=None, captions_per_image=None, *, concurrency: int = 2, out
     reopen = functools.partial(open_board, leaderboard_db, output_root, source, captions_per_image)
     board, board_problem = reopen()
     handlers = Handlers(source, captions_per_image, output_root, board, board_problem, reopen)
-    with gr.Blocks(title="RoCOCO robustness evaluation", delete_cache=(OUTPUT_MAX_AGE_S, OUTPUT_MAX_AGE_S)) as demo:
-        gr.Markdown(_intro(captions_per_image, adversarial_per_image_of(source)))
+    served = _served(source)
+    with gr.Blocks(title=f"{served} — robustness evaluation",
+                   delete_cache=(OUTPUT_MAX_AGE_S, OUTPUT_MAX_AGE_S)) as demo:
+        gr.Markdown(_intro(source, captions_per_image, adversarial_per_image_of(source)))
         note = _availability_note(source, captions_per_image, problem)
         if note:
             gr.Markdown(note, elem_id="annotations-note")
@@ -160,6 +178,7 @@ def _evaluate_tab(attacks, adversarial_per_image: int, text_attacks) -> SimpleNa
     # hidden until an evaluation fills them: an empty table would show placeholder headers
     tab.results = gr.Dataframe(label="results", interactive=False, wrap=True, elem_id="results-table",
                                column_widths=_RESULTS_WIDTHS, visible=False)
+    tab.legend = gr.Markdown(legend(), elem_id="results-legend", visible=False)
     tab.chart = gr.Image(label="chart", type="filepath", interactive=False, elem_id="recall-chart", visible=False)
     tab.download = gr.File(label="json", interactive=False, visible=False)
     tab.precision = gr.State(None)  # the precision the evaluated files were saved in, for the submit form
@@ -208,10 +227,11 @@ def _compare_tab() -> SimpleNamespace:
     """The Compare tab's components: published results beside this session's."""
     tab = SimpleNamespace()
     gr.Markdown("Published results (each with its source) and the results of your last evaluation in this "
-                "session. Numbers in percent.")
+                "session.\n\n" + legend())
     tab.refresh = gr.Button("Refresh")
     tab.table = gr.Dataframe(value=table(compare_rows([])), label="comparison", interactive=False, wrap=True,
-                             column_widths=_COMPARE_WIDTHS, max_height=1200)  # the published rows and yours, unscrolled
+                             column_widths=_COMPARE_WIDTHS, max_height=1200,  # the published rows and yours, unscrolled
+                             elem_id="compare-table")
     return tab
 
 
@@ -274,7 +294,7 @@ def _wire_leaderboard(demo, handlers: Handlers, evaluate_tab, board_tab, board_r
     form = evaluate_tab.form
     form.submit.click(handlers.submit, [board_rows, form.model, form.link, form.precision, form.note, form.times,
                                         *filters, user_rows], [form.message, board_tab.table, form.times],
-                      api_name="submit")
+                      api_name="submit", show_progress_on=form.message)  # a refusal marks the form, not the board
 
 
 def _wire(handlers: Handlers, evaluate_tab, flipped_tab, explore_tab, compare_tab, user_rows, board_rows, failures,
@@ -297,8 +317,9 @@ def _wire(handlers: Handlers, evaluate_tab, flipped_tab, explore_tab, compare_ta
     evaluated.success(handlers.precision, [evaluate_tab.precision, evaluate_tab.form.precision],
                       evaluate_tab.form.precision, api_name="upload_precision")
     for done, name in ((evaluated, "evaluation"), (example, "example")):  # private: named apart from the public
-        done.success(_shown, None, [evaluate_tab.results, evaluate_tab.chart, evaluate_tab.download],
-                     api_name=f"show_{name}", api_visibility="private")
+        done.success(_shown, None, [evaluate_tab.results, evaluate_tab.legend, evaluate_tab.chart,
+                                    evaluate_tab.download], api_name=f"show_{name}",
+                     api_visibility="private").then(None, js=_SCROLL_TO_RESULTS)
         done.success(handlers.compare, user_rows, compare_tab.table, api_name=f"compare_{name}",
                      api_visibility="private")
         done.success(handlers.first_flipped, [failures, flipped_tab.min_count],
@@ -324,8 +345,8 @@ def _wire_orders(handlers: Handlers, evaluate_tab) -> None:
 
 
 def _shown():
-    """Show the results, the chart and the report once an evaluation has filled them."""
-    return gr.Dataframe(visible=True), gr.Image(visible=True), gr.File(visible=True)
+    """Show the results, their legend, the chart and the report once an evaluation has filled them."""
+    return gr.Dataframe(visible=True), gr.Markdown(visible=True), gr.Image(visible=True), gr.File(visible=True)
 
 
 def _layout_help(attacks, adversarial_per_image: int) -> str:
@@ -360,12 +381,21 @@ _CUSTOM_HELP = ("For a gallery that is not a standard RoCOCO one, set the file's
                 "arrays named `references` and `adversarial`.")
 
 
-def _intro(captions_per_image, adversarial_per_image: int) -> str:
-    """What a newcomer reads first: what the Space measures, how to try it, what to upload, where the answers are."""
-    text = ("# RoCOCO: how robust is an image-text matching model?\n"
-            "RoCOCO adds adversarial items to the galleries of an image-text test set: altered captions (one word "
+def _served(source) -> str:
+    """What this Space serves, as its title and intro name it: RoCOCO, or a generated benchmark by its name."""
+    return "RoCOCO" if source is None or source.is_rococo else source.card_dataset[1]
+
+
+def _intro(source, captions_per_image, adversarial_per_image: int) -> str:
+    """What a newcomer reads first: what the Space serves (:func:`_served`) and measures, how to try it, what to
+    upload, where the answers are."""
+    served = _served(source)
+    made = (served if source is None or source.is_rococo else
+            f"{served} is a benchmark made by `rococo-eval attack` in RoCOCO's way (its results are not RoCOCO's): it")
+    text = (f"# {served} — how robust is an image-text matching model?\n"
+            f"{made} adds adversarial items to the galleries of an image-text test set: altered captions (one word "
             "replaced) to the image-to-text gallery, altered images to the text-to-image gallery. This Space ranks "
-            "a model's scores on those galleries with the official metric ([paper]"
+            "a model's scores on those galleries with RoCOCO's official metric ([paper]"
             f"({PAPER_URL}), [code]({OFFICIAL_REPOSITORY})) and shows how much recall falls and what fooled it.\n\n"
             "1. **Try it**: press *Try the synthetic example* on the Evaluate tab (a made-up model, scored in "
             "seconds).\n"

@@ -388,7 +388,7 @@ def test_compare_shows_references_and_only_this_sessions_results(url, tmp_path):
                  api_name="/evaluate")
     compared = mine.predict(api_name="/compare")
     assert len(compared["data"]) == len(REFERENCE_RESULTS) + 1
-    assert compared["data"][-1][:3] == ["your upload", "diff_concept", "image_to_text"]
+    assert compared["data"][-1][:3] == ["your upload", "diff_concept", "image-to-text"]
     recall = rococo_recall(scores, **layout.metric_inputs())["recall@1"]
     assert compared["data"][-1][compared["headers"].index("R@1")] == f"{recall:.2f}"
     assert len(theirs.predict(api_name="/compare")["data"]) == len(REFERENCE_RESULTS)
@@ -855,8 +855,12 @@ def test_a_generated_benchmarks_result_never_lands_on_rococos_board(benchmark, t
                 "mix_seed7/text_to_image)") in str(refused.value)
         board = client.predict("", "all", "all", api_name="/leaderboard")
         assert {row[1] for row in board["data"]} == {"published"}
-        assert "not RoCOCO: its results are not RoCOCO's and do not go on this board" in httpx.get(
-            f"{client.src}config", timeout=30).text
+        config = httpx.get(f"{client.src}config", timeout=30).text
+        assert "not RoCOCO: its results are not RoCOCO's and do not go on this board" in config
+        # issue 39: the title and the intro name the benchmark served, not RoCOCO
+        name = source.card_dataset[1]
+        assert f'"title": "{name} — robustness evaluation"' in config.replace('":"', '": "')
+        assert f"# {name} — how robust is an image-text matching model?" in config and "# RoCOCO —" not in config
     finally:
         demo.close()
 

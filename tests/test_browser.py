@@ -4,6 +4,8 @@ Screenshots go to ``test-artifacts/``. The browser comes from ``apt-get install 
 ``playwright install``).
 """
 
+import re
+
 import numpy as np
 import pytest
 
@@ -44,10 +46,47 @@ def _table(page, selector):
     return headers, [[text.strip() for text in rows.nth(i).inner_text().split("\n")] for i in range(1, rows.count())]
 
 
+def _records(page, selector):
+    """The data rows of a gradio Dataframe as dicts by header, every cell kept (an empty one as "")."""
+    rows = page.locator(selector).get_by_role("row")
+    headers = [text.strip() for text in rows.first.get_by_role("columnheader").all_inner_texts()]
+    return [dict(zip(headers, (text.strip() for text in rows.nth(i).get_by_role("gridcell").all_inner_texts())))
+            for i in range(1, rows.count())]
+
+
 def _upload_and_evaluate(page, path):
     page.locator("input[type=file]").first.set_input_files(str(path))
     page.get_by_role("grid", name="layouts").get_by_role("row").filter(has_text=path.name).wait_for()  # detected
     page.get_by_role("button", name="Evaluate", exact=True).click()
+
+
+def _wait_in_viewport(page, locator):
+    """Wait until ``locator``'s element lies inside the viewport (1280 x 900), without scrolling to it."""
+    page.wait_for_function("element => { const box = element.getBoundingClientRect(); return box.height > 0 && "
+                           "box.top >= 0 && box.bottom <= window.innerHeight; }", arg=locator.element_handle(),
+                           timeout=5_000)
+    box = locator.bounding_box()
+    assert 0 <= box["y"] and box["y"] + box["height"] <= VIEWPORT["height"], box
+
+
+def _submit(page, model):
+    """Submit the last evaluation from the Evaluate tab's form under the name ``model``."""
+    page.get_by_role("tab", name="Evaluate").click()
+    form = page.get_by_text("Submit this evaluation to the leaderboard")
+    if not page.locator("#submit-model").is_visible():
+        form.click()
+    page.locator("#submit-model textarea, #submit-model input").first.fill(model)
+    page.get_by_role("button", name="Submit", exact=True).click()
+
+
+def _board_rows(page):
+    """The Leaderboard tab's rows as shown, after checking that the board shows no "Error" badge."""
+    page.get_by_role("tab", name="Leaderboard").click()
+    board = page.locator("#leaderboard-table")
+    board.get_by_role("row").filter(has_text="BLIP (paper v5)").wait_for()
+    page.wait_for_timeout(500)  # an update of the board, if one comes, lands
+    assert board.get_by_text("Error", exact=True).count() == 0, board.inner_text()[:500]
+    return _table(page, "#leaderboard-table")
 
 
 def test_upload_evaluate_and_read_the_table(page, tmp_path):
@@ -247,29 +286,85 @@ def test_the_leaderboard_reads_at_1280_px(page):
 
 def test_the_synthetic_example_shows_every_output(page):
     """Issue 31: one button, nothing uploaded: results (with n/a where no attack exists), chart, flipped queries, the
-    by-word and by-method tables, Compare."""
+    by-word and by-method tables, Compare. Issue 39: the results come into view at 1280 x 900 (they begin about
+    1,100 px below the button), under a legend of what the numbers are; Compare spells the directions and the clean
+    rows as the results do; the by-word rates have two decimals; refused on submission, the board stays as it was."""
     page.goto(page.url, wait_until="load")
     assert not page.locator("#results-table").is_visible()  # no empty table with placeholder headers before
+    board_before = _board_rows(page)
+    page.get_by_role("tab", name="Evaluate").click()
     page.get_by_role("button", name="Try the synthetic example").click()
     page.locator("#results-table").get_by_role("row").filter(has_text="synthetic_patch_seed1").wait_for()
+    headers, rows = _table(page, "#results-table")
+    first_number = page.locator("#results-table").get_by_role("row").nth(1).get_by_role("gridcell").nth(
+        headers.index("R@1"))
+    _wait_in_viewport(page, first_number)
     chart = page.locator("#recall-chart img")
     chart.wait_for()
     page.wait_for_function("img => img.complete && img.naturalWidth > 0", arg=chart.element_handle())
     assert "synthetic demo model — not a real model" in page.locator("#evaluate-message").inner_text()
-    headers, rows = _table(page, "#results-table")
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "browser-example-viewport.png"))  # what the user sees after the click
     shown = [dict(zip(headers, row)) for row in rows]
     assert [row["attack success"] for row in shown if row["attack"] == "clean"] == ["n/a", "n/a"]
+    legend = page.locator("#results-legend")
+    assert legend.is_visible() and "percent" in legend.inner_text() and "false rate" in legend.inner_text()
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "browser-example.png"), full_page=True)
     page.get_by_role("tab", name="What fooled the model").click()
     page.locator("#flipped-note").get_by_text("flipped queries (same_concept/image_to_text:").wait_for()
     assert page.locator("#flipped-queries table.rococo-flipped tr").count() == 10
-    _, words = _table(page, "#word-table")
+    word_headers, words = _table(page, "#word-table")
     _, methods = _table(page, "#image-attack-table")
     assert {row[0] for row in words} == {"same_concept", "diff_concept"} and methods[0][0] == "mix"
+    rates = [row[word_headers.index("success rate (%)")] for row in words]
+    assert all(re.fullmatch(r"\d+\.\d\d", rate) for rate in rates), rates  # 25.00, not 25
     page.get_by_role("tab", name="Compare").click()
     page.get_by_role("row").filter(has_text="synthetic demo model").first.wait_for()
+    compared = _records(page, "#compare-table")
+    mine = [row for row in compared if row["model"] == "synthetic demo model — not a real model"]
+    assert [row["direction"] for row in mine[:2]] == ["image-to-text", "image-to-text"]
+    clean_false_rates = [row["false rate"] for row in compared if row["attack"] == "clean"]
+    assert clean_false_rates == ["n/a"] * 3  # CLIP's and the example's two
     assert not _errors(page), _errors(page)
+
+    _submit(page, "synthetic")  # refused: the example is no model
+    refusal = page.locator("[data-testid=toast-body].error")
+    refusal.get_by_text("the last evaluation is the synthetic example").wait_for()
+    assert _board_rows(page) == board_before
+
+
+def test_a_benchmark_space_names_its_benchmark_and_keeps_its_board(page, tmp_path):
+    """Issue 39: a Space serving a generated benchmark says so in its title and intro, not RoCOCO; its refusal of a
+    submission leaves the board as it was (no blank board with an "Error" badge)."""
+    class Benchmark(TinySource):
+        is_rococo, card_dataset = False, ("rococo-generated", "RoCOCO-style benchmark: dogs")
+
+    demo = app.build_app(source=Benchmark(DECIDING_CAPTIONS), output_dir=tmp_path / "outputs",
+                         leaderboard_db=tmp_path / "board.sqlite3")
+    url = serve(demo)
+    layout, scores = clear_scores("rand_voca", "official", seed=3)
+    path = tmp_path / "bench_rand_voca.npy"
+    np.save(path, scores)
+    fresh = page.context.browser.new_page(viewport=VIEWPORT)  # the module's browser
+    try:
+        fresh.set_default_timeout(TIMEOUT_MS)
+        fresh.goto(url, wait_until="load")
+        fresh.wait_for_function("() => document.title !== ''")
+        assert fresh.title() == "RoCOCO-style benchmark: dogs — robustness evaluation"
+        heading = fresh.get_by_role("heading", level=1).first.inner_text()
+        assert "RoCOCO-style benchmark: dogs" in heading and "RoCOCO:" not in heading
+        board_before = _board_rows(fresh)
+        fresh.get_by_role("tab", name="Evaluate").click()
+        _upload_and_evaluate(fresh, path)
+        fresh.locator("#results-table").get_by_role("row").filter(has_text=path.name).wait_for()
+        _submit(fresh, "benchmark model")
+        refusal = fresh.locator("[data-testid=toast-body].error")
+        refusal.get_by_text("this Space serves a generated benchmark").wait_for()
+        assert _board_rows(fresh) == board_before
+    finally:
+        fresh.close()
+        demo.close()
 
 
 def test_a_page_load_shows_the_board_of_now(page, tmp_path):

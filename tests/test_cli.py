@@ -129,7 +129,7 @@ def test_run_open_clip_writes_the_report_and_reuses_the_cache(open_clip_name, so
     assert_report_equals(tmp_path / "first", direct_results(source, embeddings, attacks))
     report = json.loads((tmp_path / "first" / "report.json").read_text())
     assert report["meta"]["model"] == open_clip_name and report["meta"]["model_fingerprint"] == model.fingerprint
-    assert "| rand_voca | image_to_text |" in (tmp_path / "first" / "report.md").read_text()
+    assert "| rand_voca | image-to-text |" in (tmp_path / "first" / "report.md").read_text()
     assert (tmp_path / "first" / "recall.png").read_bytes()[:4] == b"\x89PNG"
 
     encode_calls.update(texts=0, images=0)
@@ -165,7 +165,7 @@ def test_run_hf_interrupted_then_resumed_logs_its_progress_and_reads_each_origin
     model, sets, embeddings = cached_embeddings(tmp_path / "cache", hf_name, source, ["mix_seed1"])
     assert_embeddings_are_the_models(model, sets, embeddings, rows=[0, 11999, 12000, 24999, 25009])
     assert_report_equals(tmp_path / "report", direct_results(source, embeddings, ["mix_seed1"]))
-    assert "| mix_seed1 | text_to_image |" in (tmp_path / "report" / "report.md").read_text()
+    assert "| mix_seed1 | text-to-image |" in (tmp_path / "report" / "report.md").read_text()
     assert not list((tmp_path / "cache" / "embeddings").glob("*/*/rows-*.npy"))
 
     resumed = rococo_eval_notes(caplog)
@@ -366,6 +366,24 @@ def test_score_names_the_model_and_says_how_long_it_took(benchmark, tmp_path, ca
     assert main(["score", "--benchmark", str(benchmark), "--out", str(tmp_path / "blank"), "--model-name", " ",
                  *files]) == 1
     assert "rococo-eval: error: --model-name ' ' is blank: give the model's name" in capsys.readouterr().err
+
+
+def test_score_prints_and_writes_the_numbers_with_their_legend(benchmark, tmp_path, capsys):
+    """Issue 39: the terminal table and report.md spell the directions as the Space does, show n/a (not 0.00) for what
+    a clean gallery does not have, two decimals, and one legend of what the numbers are; report.json is unchanged."""
+    from rococo_eval.reporting.report import legend
+
+    files = benchmark_files(tmp_path / "files", BenchmarkSource(benchmark))
+    assert main(["score", "--benchmark", str(benchmark), "--out", str(tmp_path / "out"), "-q", *files]) == 0
+    table = capsys.readouterr().out
+    summary = json.loads((tmp_path / "out" / "report.json").read_text())["summary"]
+    assert [row["false_rate"] for row in summary if row["attack"] == CLEAN] == [0.0, 0.0]  # the numbers as they were
+    for text in (table, (tmp_path / "out" / "report.md").read_text()):
+        assert legend(summary) in text and "Numbers are percentages" in text
+        assert "image_to_text" not in text and "image-to-text" in text and "text-to-image" in text
+        clean_lines = [line for line in text.splitlines() if line.lstrip("| ").startswith("clean ")]
+        assert len(clean_lines) == 2 and all(line.count("n/a") == 2 for line in clean_lines), clean_lines
+        assert " 0.00 " not in text and not re.search(r"\d\.\d(?!\d)", text)  # two decimals, every number
 
 
 @pytest.mark.parametrize("name, shape, problem", [

@@ -11,7 +11,12 @@ Example:
     >>> print(to_markdown(summary_rows(results)))
     | attack | direction | clean R@1 | R@1 |
     |---|---|---:|---:|
-    | rand_voca | image_to_text | 50.12 | 37.00 |
+    | rand_voca | image-to-text | 50.12 | 37.00 |
+    <BLANKLINE>
+    - Numbers are percentages (0 to 100), with 2 decimals.
+    - n/a: not defined (a clean gallery has no adversarial item: no false rate, no attack success).
+    - clean R@K: R@K of the gallery without its adversarial items (the clean gallery's R@K)
+    - R@K: share of the queries with a correct item among the K top-scored items of the gallery
 """
 
 from __future__ import annotations
@@ -44,8 +49,30 @@ logger = logging.getLogger(__name__)
 
 _TEXT_COLUMNS = ("model", "file", "attack", "direction")
 _TRAILING_COLUMNS = ("num_queries", "num_gallery", "num_adversarial", "source")
-_LABELS = {"false_rate": "false rate", "attack_success_rate": "attack success", "num_queries": "queries",
-           "num_gallery": "gallery", "num_adversarial": "adversarial"}
+DECIMALS = 2  # every percentage shown (tables, report.md, the terminal, the Space) has this many decimals
+NOT_DEFINED = "n/a"  # what a table shows for a number that is not defined
+# Each column of the tables, by its name in a row (R@K: one column per K): its label and what it means, the one legend
+# of every table (:func:`legend`). A clean gallery has no adversarial item, so no false rate and no attack success.
+_COLUMNS = {
+    "clean_recall@K": ("clean R@K", "R@K of the gallery without its adversarial items (the clean gallery's R@K)"),
+    "clean_r_mean": ("clean r_mean", "r_mean of the gallery without its adversarial items"),
+    "recall@K": ("R@K", "share of the queries with a correct item among the K top-scored items of the gallery"),
+    "r_mean": ("r_mean", "the mean of the R@K shown (R@1, R@5 and R@10 by default)"),
+    "false_rate": ("false rate", "share of the queries whose top-1 item is adversarial"),
+    "attack_success_rate": ("attack success", "share of the queries right at rank 1 without the adversarial items "
+                                              "that are wrong with them"),
+    "num_queries": ("queries", "how many queries (a count)"),
+    "num_gallery": ("gallery", "how many gallery items (a count)"),
+    "num_adversarial": ("adversarial", "how many of them are adversarial (a count)"),
+}
+_NEEDS_ATTACK = ("false_rate", "attack_success_rate")  # not defined on a clean gallery
+# What the brackets beside a number mean, by the suffix of the row's name that carries them
+_INTERVALS = {
+    "_ci": ("[a, b]", "95% bootstrap confidence interval"),
+    "_range": ("(a–b)", "lowest and highest over the seeds"),
+    "_bounds": ("{a to b}", "what the order of a re-ranker's -100 block decides, the lowest and highest over every "
+                            "order (the number is the tie policy's)"),
+}
 _OFFICIAL_CODE = f"{OFFICIAL_REPOSITORY.removeprefix('https://')} @ {OFFICIAL_COMMIT[:7]}"
 _OFFICIAL_LOG = "official log clip/ViT-B_32log.txt"
 
@@ -57,9 +84,6 @@ def _log_source(line: int, clean_line=None) -> str:
 
 
 REPORT_FLIPPED = 50  # flipped queries per gallery in report.json (all of them are in flipped.csv)
-_NOTE = ("[a, b]: 95% bootstrap confidence interval; (a–b): lowest and highest over the seeds; "
-         "{a to b}: what the order of a re-ranker's -100 block decides, the lowest and highest over every order "
-         "(the number is the tie policy's); all numbers in percent")
 
 # The RoCOCO paper's VSE infinity variant, which its abstract does not name: its clean image-to-text R@1, 66.1, sits beside
 # the VSE infinity paper's COCO 5K number for WSL grid + BERT (coco_wsl_grid_bert), 66.4 (docs/reproduce.md)
@@ -173,7 +197,7 @@ def model_card_metadata(rows, model_name=None, dataset: tuple[str, str] | None =
     for row in rows:
         if row.get("recall@1") is None:
             continue
-        direction = row["direction"].replace("_", "-")
+        direction = direction_text(row["direction"])
         label = f"{row['attack']}{' (mean of seeds)' if 'seeds' in row else ''} {direction}"
         metrics = [("recall@1", "R@1")] + ([("false_rate", "false rate")] if row["attack"] != CLEAN else [])
         for metric, name in metrics:
@@ -184,7 +208,7 @@ def model_card_metadata(rows, model_name=None, dataset: tuple[str, str] | None =
                                       dataset_type=dataset_type, dataset_name=dataset_name,
                                       dataset_config=row["attack"],
                                       dataset_split="test", metric_type=metric, metric_name=f"{label} {name}",
-                                      metric_value=round(float(row[metric]), 2)))
+                                      metric_value=round(float(row[metric]), DECIMALS)))
     card = ModelCardData(model_name=str(model_name or "your-model"), eval_results=results or None)
     return "---\n" + card.to_yaml() + "\n---\n"
 
@@ -228,7 +252,10 @@ def summary_rows(results: dict[str, dict]) -> list[dict]:
 
 
 def format_rows(rows) -> tuple[list[str], list[list[str]]]:
-    """Headers and cells of a table of ``rows``: only columns some row has, numbers with 2 decimals.
+    """Headers and cells of a table of ``rows``: only columns some row has, as every table shows them: numbers with
+    :data:`DECIMALS` decimals (:func:`percent_text`), directions hyphenated (:func:`direction_text`), ``n/a`` where a
+    number is not defined (the false rate and attack success of a clean gallery, which has no adversarial item).
+    :func:`legend` says what the columns mean.
 
     A value with an interval shows it beside it: ``37.00 [35.61, 38.42]`` (95% CI), ``21.00 (19.00–24.00)`` (range
     over seeds) or ``81.90 {81.90 to 82.10}`` (the bounds of what the order of a re-ranker's -100 block decides).
@@ -236,29 +263,78 @@ def format_rows(rows) -> tuple[list[str], list[list[str]]]:
     Example:
         >>> format_rows([{"attack": "danger", "recall@1": 40.0, "recall@1_ci": (38.5, 41.25)}])
         (['attack', 'R@1'], [['danger', '40.00 [38.50, 41.25]']])
+        >>> format_rows([{"attack": "clean", "direction": "image_to_text", "recall@1": 50.0, "false_rate": 0.0}])
+        (['attack', 'direction', 'R@1', 'false rate'], [['clean', 'image-to-text', '50.00', 'n/a']])
     """
     columns = _columns(rows)
     return [_label(name) for name in columns], [[_cell(row, name) for name in columns] for row in rows]
 
 
+def percent_text(value) -> str:
+    """A number as every table shows it: :data:`DECIMALS` decimals, ``n/a`` for NaN (not defined).
+
+    Example:
+        >>> percent_text(25), percent_text(26.525), percent_text(float("nan"))
+        ('25.00', '26.52', 'n/a')
+    """
+    value = float(value)
+    return NOT_DEFINED if math.isnan(value) else f"{value:.{DECIMALS}f}"
+
+
+def direction_text(direction: str) -> str:
+    """A direction as every table and heading shows it: ``image-to-text`` (hyphens, which a narrow column may wrap at).
+
+    Example:
+        >>> direction_text("image_to_text")
+        'image-to-text'
+    """
+    return direction.replace("_", "-")
+
+
+def legend(rows=None) -> str:
+    """What the numbers of a table of ``rows`` (:func:`format_rows`) mean, as a Markdown list that also reads as plain
+    text: that they are percentages, what ``n/a`` is, each column some row has, and each kind of interval shown;
+    ``rows`` None: every column and interval, for a table not made yet.
+
+    Example:
+        >>> print(legend([{"attack": "clean", "recall@1": 50.0, "false_rate": 0.0}]))
+        - Numbers are percentages (0 to 100), with 2 decimals.
+        - n/a: not defined (a clean gallery has no adversarial item: no false rate, no attack success).
+        - R@K: share of the queries with a correct item among the K top-scored items of the gallery
+        - false rate: share of the queries whose top-1 item is adversarial
+    """
+    names = _COLUMNS if rows is None else dict.fromkeys(_generic(name) for name in _columns(rows))
+    suffixes = _INTERVALS if rows is None else [suffix for suffix in _INTERVALS
+                                                if any(name.endswith(suffix) for row in rows for name in row)]
+    entries = [(_COLUMNS[name][0], _COLUMNS[name][1]) for name in names if name in _COLUMNS]
+    entries += [_INTERVALS[suffix] for suffix in suffixes]
+    return "\n".join([f"- Numbers are percentages (0 to 100), with {DECIMALS} decimals.",
+                      f"- {NOT_DEFINED}: not defined (a clean gallery has no adversarial item: no false rate, no "
+                      "attack success)."] + [f"- {term}: {meaning}" for term, meaning in entries])
+
+
 def to_markdown(rows) -> str:
-    """A Markdown table of ``rows`` (see :func:`format_rows`), with a note when intervals are shown.
+    """A Markdown table of ``rows`` (see :func:`format_rows`), then its :func:`legend`.
 
     Example:
         >>> print(to_markdown([{"attack": "clean", "direction": "image_to_text", "recall@1": 50.12}]))
         | attack | direction | R@1 |
         |---|---|---:|
-        | clean | image_to_text | 50.12 |
+        | clean | image-to-text | 50.12 |
+        <BLANKLINE>
+        - Numbers are percentages (0 to 100), with 2 decimals.
+        - n/a: not defined (a clean gallery has no adversarial item: no false rate, no attack success).
+        - R@K: share of the queries with a correct item among the K top-scored items of the gallery
     """
     headers, cells = format_rows(rows)
     align = ["---" if header in _TEXT_COLUMNS + ("source",) else "---:" for header in headers]
     lines = ["| " + " | ".join(line) + " |" for line in [headers] + cells]
     lines.insert(1, "|" + "|".join(align) + "|")
-    return "\n".join(lines + ([f"\n{_NOTE}"] if _has_intervals(rows) else []))
+    return "\n".join(lines) + "\n\n" + legend(rows)
 
 
 def to_text_table(rows) -> str:
-    """A plain-text table of ``rows`` for terminals: padded columns, numbers right-aligned.
+    """A plain-text table of ``rows`` for terminals: padded columns, numbers right-aligned; then its :func:`legend`.
 
     Example:
         >>> print(to_text_table([{"attack": "danger", "recall@1": 40.0}, {"attack": "rand_voca", "recall@1": 37.5}]))
@@ -266,6 +342,10 @@ def to_text_table(rows) -> str:
         ---------  -----
         danger     40.00
         rand_voca  37.50
+        <BLANKLINE>
+        - Numbers are percentages (0 to 100), with 2 decimals.
+        - n/a: not defined (a clean gallery has no adversarial item: no false rate, no attack success).
+        - R@K: share of the queries with a correct item among the K top-scored items of the gallery
     """
     headers, cells = format_rows(rows)
     widths = [max(len(text) for text in column) for column in zip(headers, *cells)]
@@ -275,7 +355,7 @@ def to_text_table(rows) -> str:
         return "  ".join(v.rjust(w) if n else v.ljust(w) for v, w, n in zip(values, widths, numeric)).rstrip()
 
     lines = [line(headers), "  ".join("-" * w for w in widths)] + [line(values) for values in cells]
-    return "\n".join(lines + ([_NOTE] if _has_intervals(rows) else []))
+    return "\n".join(lines) + "\n\n" + legend(rows)
 
 
 def plot_recall(rows, path) -> Path:
@@ -327,7 +407,7 @@ def analysis_markdown(analysis: dict, top: int = 10, min_count: int = DEFAULT_MI
         >>> print(analysis_markdown(analysis))  # doctest: +NORMALIZE_WHITESPACE
         ## What fooled the model
         <BLANKLINE>
-        ### danger (image_to_text): 1 of 4 queries flipped
+        ### danger (image-to-text): 1 of 4 queries flipped
         <BLANKLINE>
         | query | margin | winner score | correct score | best correct caption | winning caption | replaced |
         |---:|---:|---:|---:|---|---|---|
@@ -336,7 +416,7 @@ def analysis_markdown(analysis: dict, top: int = 10, min_count: int = DEFAULT_MI
     lines = ["## What fooled the model"]
     for key, gallery in analysis["galleries"].items():
         shown = gallery["flipped_queries"][:top]
-        lines += ["", f"### {gallery['attack']} ({gallery['direction']}): {gallery['flipped']} of "
+        lines += ["", f"### {gallery['attack']} ({direction_text(gallery['direction'])}): {gallery['flipped']} of "
                       f"{gallery['clean_correct']} queries flipped" + (f", the {len(shown)} largest margins" if
                                                                       gallery["flipped"] > len(shown) else "")]
         if shown:
@@ -348,13 +428,13 @@ def analysis_markdown(analysis: dict, top: int = 10, min_count: int = DEFAULT_MI
             rows = most_damaging(table[kind], min_count)
             lines += ["", _markdown_table([label, "images", "successes", "success rate (%)"],
                                           [[row["word"], str(row["images"]), str(row["successes"]),
-                                            f"{row['success_rate']:.2f}"] for row in rows]) if rows
+                                            percent_text(row["success_rate"])] for row in rows]) if rows
                       else f"No {label} has {min_count} images or more."]
     if analysis["image_attacks"]:
         lines += ["", "### Image attacks: attack success by method and by seed", "", _markdown_table(
             ["group", "galleries", "clean-correct queries", "flipped", "success rate (%)", "won by own altered image"],
             [[row["group"], row["galleries"], str(row["clean_correct"]), str(row["flipped"]),
-              "n/a" if math.isnan(row["success_rate"]) else f"{row['success_rate']:.2f}", str(row["own_image_wins"])]
+              percent_text(row["success_rate"]), str(row["own_image_wins"])]
              for row in analysis["image_attacks"]])]
     return "\n".join(lines)
 
@@ -508,34 +588,38 @@ def _columns(rows) -> list[str]:
     return [name for name in ordered if name in present]
 
 
+def _generic(name: str) -> str:
+    """The key of a column in :data:`_COLUMNS`: ``recall@5`` is ``recall@K``."""
+    return re.sub(r"recall@\d+$", "recall@K", name)
+
+
 def _label(name: str) -> str:
-    if name in _LABELS:
-        return _LABELS[name]
-    return name.replace("clean_", "clean ").replace("recall@", "R@")
+    label = _COLUMNS.get(_generic(name), (name,))[0]
+    return label.replace("@K", "@" + name.rpartition("@")[2]) if "@K" in label else label
 
 
 def _cell(row: dict, name: str) -> str:
     value = row.get(name)
     if name == "attack" and "seeds" in row:
         return f"{value} (mean of seeds {', '.join(map(str, row['seeds']))})"
+    if name in _NEEDS_ATTACK and row.get("attack") == CLEAN:
+        return NOT_DEFINED
     if value is None:
         return ""
+    if name == "direction":
+        return direction_text(value)
     if isinstance(value, str):
         return value
     if name.startswith("num_"):
         return str(int(value))
-    text = "n/a" if math.isnan(value) else f"{value:.2f}"
+    text = percent_text(value)
     if row.get(f"{name}_ci") is not None:
-        text += " [{:.2f}, {:.2f}]".format(*row[f"{name}_ci"])
+        text += " [{}, {}]".format(*map(percent_text, row[f"{name}_ci"]))
     if row.get(f"{name}_range") is not None:
-        text += " ({:.2f}–{:.2f})".format(*row[f"{name}_range"])
+        text += " ({}–{})".format(*map(percent_text, row[f"{name}_range"]))
     if row.get(f"{name}_bounds") is not None:
-        text += " {{{:.2f} to {:.2f}}}".format(*row[f"{name}_bounds"])
+        text += " {{{} to {}}}".format(*map(percent_text, row[f"{name}_bounds"]))
     return text
-
-
-def _has_intervals(rows) -> bool:
-    return any(name.endswith(("_ci", "_range", "_bounds")) for row in rows for name in row)
 
 
 def _number(value) -> float:

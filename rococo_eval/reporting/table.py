@@ -31,6 +31,7 @@ import numpy as np
 
 from rococo_eval.catalog import CLEAN, DIRECTIONS, IMAGE_ATTACK_METHODS, gallery_key
 from rococo_eval.io.atomic import write_atomic
+from rococo_eval.reporting.report import percent_text
 
 REPORT_FILE = "report.json"
 _SHORT = {"image_to_text": "i2t", "text_to_image": "t2i"}
@@ -112,7 +113,8 @@ def to_csv(columns: Sequence[str], rows: Sequence[dict]) -> str:
 
 
 def to_markdown(columns: Sequence[str], rows: Sequence[dict]) -> str:
-    """The comparison as a Markdown table of R@1 (two decimals); the seed means are marked.
+    """The comparison as a Markdown table of R@1 (as every table shows a percentage:
+    :func:`rococo_eval.reporting.report.percent_text`); the seed means are marked.
 
     Example:
         >>> print(to_markdown(["rand_voca/image_to_text"], [{"model": "a|b", "rand_voca/image_to_text": 37.5}]))
@@ -124,7 +126,7 @@ def to_markdown(columns: Sequence[str], rows: Sequence[dict]) -> str:
     lines = ["| " + " | ".join(headers) + " |", "|---|" + "---:|" * len(columns)]
     for row in rows:
         cells = [row["model"].replace("|", "\\|")]
-        cells += ["" if row.get(key) is None else f"{row[key]:.2f}" for key in columns]
+        cells += ["" if row.get(key) is None else percent_text(row[key]) for key in columns]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

@@ -45,6 +45,7 @@ from rococo_eval.space.views import (
     board_shown,
     caption_table_html,
     flipped_html,
+    rates_table,
     results_table,
     table,
 )
@@ -192,8 +193,8 @@ class Handlers:
                 chart = str(report.plot_word_rates({"by_word": by_word}, folder / "words.png", min_count))
         except ValueError as error:
             raise gr.Error(str(error), title="Cannot show flipped queries", print_exception=False) from None
-        return (view.note, page_html, str(csv_path), pd.DataFrame(view.words, columns=WORD_HEADERS), chart,
-                pd.DataFrame(view.image_attacks, columns=IMAGE_ATTACK_HEADERS), view.words_note)
+        return (view.note, page_html, str(csv_path), rates_table(view.words, WORD_HEADERS), chart,
+                rates_table(view.image_attacks, IMAGE_ATTACK_HEADERS), view.words_note)
 
     def first_flipped(self, failures, min_count=DEFAULT_MIN_COUNT):
         """What the tab shows after an evaluation: the gallery filter's new choices, and the first page of every

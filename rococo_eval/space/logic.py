@@ -406,11 +406,10 @@ def flipped_view(failures: Failures | None, source=None, gallery: str = ALL_GALL
             f"{(page - 1) * page_size + len(shown)}, largest margin first." if rows else
             f"No query was flipped ({counts}).")
     attacks = {key.partition("/")[0] for key in keys}
-    words = [[attack, kind, row["word"], row["images"], row["successes"], round(row["success_rate"], 2)]
+    words = [[attack, kind, row["word"], row["images"], row["successes"], row["success_rate"]]
              for attack, table in failures.by_word.items() if attack in attacks
              for kind in ("replaced", "replacement") for row in analysis.most_damaging(table[kind], min_count)]
-    methods = [[row[name] if name != "success_rate" else round(row[name], 2) for name in _IMAGE_ATTACK_KEYS]
-               for row in failures.image_attacks]
+    methods = [[row[name] for name in _IMAGE_ATTACK_KEYS] for row in failures.image_attacks]
     by_word = {attack: tables for attack, tables in failures.by_word.items() if attack in attacks}
     return FlippedView(shown, note, analysis.flipped_csv(rows), words, methods, words_note(by_word, min_count))
 

@@ -19,7 +19,7 @@ import pandas as pd
 from pandas.io.formats.style import Styler
 
 from rococo_eval.attacks.replacements import find_replacements, highlight
-from rococo_eval.catalog import CLEAN, IMAGE_ATTACKS, TEXT_ATTACKS
+from rococo_eval.catalog import IMAGE_ATTACKS, TEXT_ATTACKS
 from rococo_eval.reporting import report
 from rococo_eval.space.leaderboard import SUBMITTED
 
@@ -128,10 +128,10 @@ def table(rows: Sequence[dict]) -> pd.DataFrame:
 
 def results_table(rows: Sequence[dict]) -> pd.DataFrame:
     """An evaluation's summary rows as the Evaluate tab shows them, narrow enough for a 1280 px page: the file, the
-    gallery, clean R@1, the R@K, R_mean, the false rate and the attack success (:func:`table`'s cells). The clean R@5,
-    R@10 and R_mean of an attacked gallery (the clean gallery's, when it is scored too) and the counts are left to the
-    report; the direction is hyphenated, so that it wraps; a clean gallery, which has no attack, shows ``n/a`` for the
-    false rate and the attack success.
+    gallery, clean R@1, the R@K, R_mean, the false rate and the attack success (:func:`table`'s cells: the direction
+    hyphenated, so that it wraps, and ``n/a`` for the false rate and the attack success of a clean gallery, which has
+    no attack). The clean R@5, R@10 and R_mean of an attacked gallery (the clean gallery's, when it is scored too) and
+    the counts are left to the report.
 
     Example:
         >>> rows = [{"attack": "clean", "direction": "image_to_text", "recall@1": 50.0, "false_rate": 0.0,
@@ -144,15 +144,22 @@ def results_table(rows: Sequence[dict]) -> pd.DataFrame:
         >>> shown.values.tolist()[0]
         ['clean', 'image-to-text', '', '50.00', 'n/a', 'n/a']
     """
-    shown = [{name: value for name, value in row.items() if not _LEFT_TO_REPORT.fullmatch(name)} for row in rows]
-    headers, cells = report.format_rows(shown)
-    for row, line in zip(rows, cells):
-        for index, header in enumerate(headers):
-            if header == "direction":
-                line[index] = line[index].replace("_", "-")
-            elif header in ("false rate", "attack success") and row.get("attack") == CLEAN:
-                line[index] = "n/a"
-    return pd.DataFrame(cells, columns=headers)
+    return table([{name: value for name, value in row.items() if not _LEFT_TO_REPORT.fullmatch(name)} for row in rows])
+
+
+def rates_table(rows: Sequence[Sequence], headers: Sequence[str]) -> Styler:
+    """Rows of counts and rates (``headers``; a rate's header ends in ``(%)``) as the page shows them: each rate as
+    every table shows a percentage (:func:`rococo_eval.reporting.report.percent_text`), still a number, so that the
+    column sorts by value.
+
+    Example:
+        >>> shown = rates_table([["dog", 49, 13, 26.53], ["cat", 20, 5, 25.0]], ["word", "images", "successes", "(%)"])
+        >>> shown.to_string(delimiter=" ").splitlines()[1:]
+        ['0 dog 49 13 26.53', '1 cat 20 5 25.00']
+    """
+    shown = pd.DataFrame(list(rows), columns=list(headers))
+    rates = [header for header in shown.columns if header.endswith("(%)")]
+    return shown.style.format(report.percent_text, subset=rates)
 
 
 def board_table(rows: Sequence[Mapping], view: str = "all") -> pd.DataFrame:
@@ -193,8 +200,9 @@ def board_table(rows: Sequence[Mapping], view: str = "all") -> pd.DataFrame:
 
 
 def board_shown(rows: Sequence[Mapping], view: str = "all") -> Styler:
-    """:func:`board_table` as the page shows it: each R@1 with two decimals, blank where the row has none (the
-    numbers stay numbers, so that a column sorts by value).
+    """:func:`board_table` as the page shows it: each R@1 as every table shows a percentage
+    (:func:`rococo_eval.reporting.report.percent_text`), blank where the row has none (the numbers stay numbers, so
+    that a column sorts by value).
 
     Example:
         >>> board_shown([], "image attacks").data.columns[-1]
@@ -202,7 +210,7 @@ def board_shown(rows: Sequence[Mapping], view: str = "all") -> Styler:
     """
     table = board_table(rows, view)
     numbers = [header for header in table.columns if header in _BOARD_COLUMNS]
-    return table.style.format("{:.2f}", subset=numbers, na_rep="")
+    return table.style.format(report.percent_text, subset=numbers, na_rep="")
 
 
 def source_markdown(source: str, link: str = "") -> str:

@@ -202,7 +202,7 @@ def test_the_report_carries_the_analysis(tmp_path, capsys):
     lines = paths["flipped"].read_text().splitlines()
     assert lines[0].split(",") == list(analysis.FLIPPED_COLUMNS) and len(lines) == 1 + 2 + 3 + 1
     markdown = paths["markdown"].read_text()
-    assert "### rand_voca (image_to_text): 2 of 3 queries flipped" in markdown
+    assert "### rand_voca (image-to-text): 2 of 3 queries flipped" in markdown
     assert ("| 1 | 0.3000 | 0.9000 | 0.6000 | a man with a kite | a woman at a **war** | table → war (a caption of "
             "image 2) |\n| 0 | 0.2000 | 0.7000 | 0.5000 | a man on a bike | a **war** on a bike | man → war |") in markdown
     assert "No replaced word has 20 images or more." in markdown

@@ -15,8 +15,8 @@ from rococo_eval.reporting import report
 from rococo_eval.layout import gallery_layout
 from rococo_eval.catalog import gallery_key
 from rococo_eval.io.atomic import write_json
-from rococo_eval.reporting.report import (REFERENCE_RESULTS, format_rows, plot_recall, summary_rows, to_markdown,
-                                          to_text_table)
+from rococo_eval.reporting.report import (REFERENCE_RESULTS, analysis_markdown, format_rows, legend, plot_recall,
+                                          summary_rows, to_markdown, to_text_table)
 from rococo_recall import rococo_recall
 
 CAPTIONS = [5, 6, 5, 5, 5, 6, 5, 5, 5, 5, 5, 5]
@@ -108,9 +108,10 @@ def test_tables():
     headers, cells = format_rows(rows)
     assert headers == ["attack", "direction", "clean R@1", "R@1", "R@5", "R@10", "r_mean", "false rate",
                        "attack success", "queries", "gallery"]
-    assert cells[0] == ["clean", "image_to_text", "50.00", "50.00", "70.00", "80.00", "66.67", "0.00", "n/a",
+    # issue 39: one spelling of the direction, n/a where a clean gallery has nothing to measure (not 0.00)
+    assert cells[0] == ["clean", "image-to-text", "50.00", "50.00", "70.00", "80.00", "66.67", "n/a", "n/a",
                         "5000", "25010"]
-    assert cells[1][:4] == ["mix (mean of seeds 1, 10, 100)", "text_to_image", "", "20.00 (19.00–21.50)"]
+    assert cells[1][:4] == ["mix (mean of seeds 1, 10, 100)", "text-to-image", "", "20.00 (19.00–21.50)"]
     markdown = to_markdown(rows).splitlines()
     assert markdown[0] == "| " + " | ".join(headers) + " |"
     assert markdown[1] == "|---|---|" + "---:|" * 9
@@ -118,6 +119,36 @@ def test_tables():
     text = to_text_table(rows).splitlines()
     assert len({len(line) for line in text[:2]}) == 1  # the header and the rule line up
     assert text[2].startswith("clean  ") and text[2].endswith("25010")
+    # issue 39: one legend under both, naming what the numbers are, each column shown and each interval kind
+    assert markdown[markdown.index("") + 1:] == text[text.index("") + 1:] == legend(rows).splitlines()
+    assert legend(rows).splitlines() == [
+        "- Numbers are percentages (0 to 100), with 2 decimals.",
+        "- n/a: not defined (a clean gallery has no adversarial item: no false rate, no attack success).",
+        "- clean R@K: R@K of the gallery without its adversarial items (the clean gallery's R@K)",
+        "- R@K: share of the queries with a correct item among the K top-scored items of the gallery",
+        "- r_mean: the mean of the R@K shown (R@1, R@5 and R@10 by default)",
+        "- false rate: share of the queries whose top-1 item is adversarial",
+        "- attack success: share of the queries right at rank 1 without the adversarial items that are wrong with them",
+        "- queries: how many queries (a count)",
+        "- gallery: how many gallery items (a count)",
+        "- (a–b): lowest and highest over the seeds"]
+
+
+def test_every_percentage_has_two_decimals_and_a_clean_gallery_none_of_the_attack_numbers():
+    """Issue 39: the reference rows' clean false rate (0.0 in the data) shows as n/a, as the Space's results do; a
+    rate of 25 shows as 25.00 beside 26.53, in the failure analysis's tables too."""
+    headers, cells = format_rows(REFERENCE_RESULTS)
+    clean = cells[[row["attack"] for row in REFERENCE_RESULTS].index("clean")]
+    assert clean[headers.index("false rate")] == "n/a" and clean[headers.index("direction")] == "image-to-text"
+    assert REFERENCE_RESULTS[0]["false_rate"] == 0.0  # the data stay as they are
+    by_word = {"replaced": [{"word": "dog", "images": 49, "successes": 13, "success_rate": 100 * 13 / 49},
+                            {"word": "cat", "images": 20, "successes": 5, "success_rate": 25.0}],
+               "replacement": [], "clean_correct": 69, "flipped": 18, "other_image_wins": 0}
+    markdown = analysis_markdown({"galleries": {}, "by_word": {"danger": by_word}, "image_attacks": [
+        {"group": "mix", "galleries": "mix_seed1", "clean_correct": 0, "flipped": 0, "success_rate": float("nan"),
+         "own_image_wins": 0}]}, min_count=20)
+    assert "| dog | 49 | 13 | 26.53 |" in markdown and "| cat | 20 | 5 | 25.00 |" in markdown
+    assert "| mix | mix_seed1 | 0 | 0 | n/a | 0 |" in markdown
 
 
 def test_write_json(tmp_path):
@@ -215,7 +246,7 @@ def test_analysis_markdown_and_word_chart(tmp_path):
                                                           "clean_correct": 5, "flipped": 0, "flipped_queries": []}},
                 "by_word": {"danger": table}, "image_attacks": []}
     markdown = report.analysis_markdown(analysis, min_count=20)
-    assert "### mix_seed1 (text_to_image): 0 of 5 queries flipped" in markdown
+    assert "### mix_seed1 (text-to-image): 0 of 5 queries flipped" in markdown
     assert "### danger: attack success by word (at least 20 images; 2 of 12 flips won by another image's caption)" \
         in markdown
     assert "| man | 40 | 10 | 25.00 |" in markdown and "kite" not in markdown  # 3 images: under the minimum

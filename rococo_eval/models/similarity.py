@@ -176,7 +176,7 @@ def dense_numbers(value, what: str):
         >>> dense_numbers([[1.0], [2.0, 3.0]], "`rows`")  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
-        ValueError: `rows` must be an array of real numbers (no strings, None, ragged lists ...), got [[1.0], [2.0, 3.0]]
+        ValueError: `rows` must be an array of real numbers (...), got [[1.0], [2.0, 3.0]]
     """
     if hasattr(value, "layout") and hasattr(value, "device"):  # a torch tensor (torch is not needed here)
         if str(value.layout) != "torch.strided" or value.device.type == "meta" or value.is_complex():

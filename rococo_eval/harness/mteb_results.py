@@ -11,13 +11,15 @@ digit. ``rococo-eval from-mteb`` is its command.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
+import re
+import reprlib
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional
 
-from rococo_eval.catalog import CLEAN, IMAGE_TO_TEXT, TEXT_TO_IMAGE, gallery_key
+from rococo_eval.catalog import CLEAN, IMAGE_TO_TEXT, TEXT_TO_IMAGE, check_direction, gallery_key
+from rococo_eval.io.scorefiles import check_size, parse_json
 from rococo_eval.reporting.report import summary_rows, write_report
 from rococo_eval.results import GalleryResult
 from rococo_recall import percentages
@@ -29,6 +31,15 @@ TIED_QUERIES = "tied_queries"  # rococo_tied_queries: queries whose rank MTEB's 
 TASK_NAME = "RoCOCO-{attack}-{short}"
 SHORT_DIRECTIONS = {IMAGE_TO_TEXT: "I2T", TEXT_TO_IMAGE: "T2I"}
 COUNTS = ("num_queries", "num_gallery", "num_adversarial")
+PERCENTAGES = ("r_mean", "clean_r_mean", "false_rate", "attack_success_rate")  # besides recall@K, clean_recall@K
+_RECALL = re.compile(r"(clean_)?recall@([1-9][0-9]{0,5})")
+# 10 million queries or items: 200 times RoCOCO's largest gallery (50,010 captions), and about where a percentage's
+# 6 decimals in MTEB's files stop telling one count of queries from the next (exact_numbers).
+MAX_COUNT = 10_000_000
+# One MTEB result file of a RoCOCO task holds a few kB: its scores and MTEB's metadata, nested 5 deep (the scores'
+# splits, each split's list of subsets, a subset's languages).
+MAX_RESULTS_FILE_BYTES = 1 << 20
+MAX_RESULTS_JSON_DEPTH = 8
 
 
 def results_from_mteb(results: Any) -> tuple[dict[str, GalleryResult], dict[str, int]]:
@@ -41,28 +52,24 @@ def results_from_mteb(results: Any) -> tuple[dict[str, GalleryResult], dict[str,
         a correct and a wrong clean item decided in MTEB's order (``run``'s pessimistic policy may rank them lower).
 
     Raises:
-        ValueError: no RoCOCO task in ``results``, or two results for one gallery (give one model's folder).
+        ValueError: no RoCOCO task in ``results``, two results for one gallery (give one model's folder), or a result
+            that these tasks cannot have made: a file that is no MTEB result (too large, nested too deep, not JSON,
+            or fields of other types), a task of a gallery RoCOCO does not have, a missing or impossible number (a
+            percentage outside 0 to 100, a count that is negative or over :data:`MAX_COUNT`, recalls that fall as K
+            grows); each names the file (or the task) and the field.
     """
     found: dict[str, GalleryResult] = {}
     tied: dict[str, int] = {}
-    for name, scores in _task_scores(results):
-        attack, short = _parse_task_name(name)
-        if attack is None:
+    for name, scores, where in _task_scores(results):
+        gallery = _gallery_of_task(name, where)
+        if gallery is None:
             continue
-        direction = IMAGE_TO_TEXT if short == "I2T" else TEXT_TO_IMAGE
-        key = gallery_key(attack, direction)
+        key = gallery_key(*gallery)
         if key in found:
             raise ValueError(f"two results for {name!r} in the MTEB results given: give one model's results")
-        metrics, tied[key] = {}, int(scores.get(SCORE_PREFIX + TIED_QUERIES, 0))
-        for score_name, value in scores.items():
-            if score_name == SCORE_PREFIX + TIED_QUERIES:
-                continue
-            if score_name.startswith(SCORE_PREFIX):
-                metric = score_name[len(SCORE_PREFIX):]
-                metrics[metric] = int(value) if metric in COUNTS else (math.nan if value is None else float(value))
-        if "recall@1" not in metrics or "num_queries" not in metrics:
-            raise ValueError(f"MTEB's result of {name!r} has no {SCORE_PREFIX} scores: it was made by another task")
-        found[key] = GalleryResult(exact_numbers(metrics, name))
+        metrics = _checked_scores(scores, where)
+        tied[key] = metrics.pop(TIED_QUERIES, 0)
+        found[key] = GalleryResult(exact_numbers(metrics, where))
     if not found:
         raise ValueError("the MTEB results given hold no RoCOCO task (RoCOCO-<attack>-I2T or -T2I)")
     ordered = dict(sorted(found.items(), key=lambda item: (item[0].split("/")[0] != CLEAN, item[0])))
@@ -92,7 +99,7 @@ def exact_numbers(metrics: Mapping[str, float], where: str = "") -> dict:
         value = metrics[name]
         counted = round(value * out_of / 100) if out_of and not math.isnan(value) else 0
         if out_of and not math.isnan(value) and abs(100.0 * counted / out_of - value) > 1e-6 * max(1.0, abs(value)):
-            raise ValueError(f"{where or 'results'}: {name} {value} is no count of {out_of} queries")
+            raise ValueError(f"{where or 'results'}: `{SCORE_PREFIX}{name}` {value} is no count of {out_of} queries")
         return counted
 
     names = [*(f"recall@{k}" for k in ks), *(f"clean_recall@{k}" for k in ks), "false_rate"]
@@ -122,33 +129,147 @@ def report_from_mteb(results: Any, out=None, *, model_name: Optional[str] = None
 
 
 
-def _parse_task_name(name: str) -> tuple[Optional[str], Optional[str]]:
-    """``(attack, "I2T" or "T2I")`` of a RoCOCO task's name (:data:`TASK_NAME`), else ``(None, None)``."""
+def _gallery_of_task(name, where) -> Optional[tuple[str, str]]:
+    """``(attack, direction)`` of the gallery a RoCOCO task (:data:`TASK_NAME`) scores; None for another task's name.
+
+    Raises:
+        ValueError: ``name`` is no string, or a RoCOCO task's name of a gallery RoCOCO does not have (an unknown
+            attack, or an attack in the other direction: :func:`~rococo_eval.catalog.check_direction`).
+    """
+    if not isinstance(name, str):
+        raise ValueError(f"{where}: `task_name` must be a string, got {_shown(name)}")
+    if not name.startswith(TASK_NAME.split("{", 1)[0]):
+        return None
     parts = name.split("-")
-    if len(parts) != 3 or parts[0] != "RoCOCO" or parts[2] not in SHORT_DIRECTIONS.values():
-        return None, None
-    return parts[1], parts[2]
+    directions = {short: direction for direction, short in SHORT_DIRECTIONS.items()}
+    if len(parts) != 3 or parts[2] not in directions:
+        raise ValueError(f"{where}: `task_name` {name!r} is no RoCOCO task's name ({TASK_NAME}, with "
+                         f"{' or '.join(directions)})")
+    try:
+        return parts[1], check_direction(parts[1], directions[parts[2]])
+    except ValueError as error:
+        raise ValueError(f"{where}: `task_name` {name!r} names a gallery RoCOCO does not have: {error}") from None
 
 
-def _task_scores(results: Any) -> Iterable[tuple[str, dict]]:
-    """``(task name, test scores)`` of each task result in ``results`` (see :func:`results_from_mteb`)."""
+def _task_scores(results: Any) -> Iterable[tuple[Any, dict, str]]:
+    """``(task name, test scores, where)`` of each task result in ``results`` (see :func:`results_from_mteb`):
+    ``where`` is the file (or the task) that errors name."""
     if isinstance(results, (str, Path)):
         folder = Path(results)
         if not folder.is_dir():
             raise ValueError(f"{str(results)!r} is not an MTEB results folder (no such folder)")
         for path in sorted(folder.rglob("RoCOCO-*.json")):
-            document = json.loads(path.read_text(encoding="utf-8"))
-            yield document["task_name"], _test_scores(document["scores"], path)
+            document = _read_result_file(path)
+            yield document.get("task_name"), _test_scores(document.get("scores"), path), str(path)
         return
     task_results = getattr(results, "task_results", results)
     for task_result in task_results:
-        yield task_result.task_name, _test_scores(task_result.scores, task_result.task_name)
+        where = str(task_result.task_name)
+        yield task_result.task_name, _test_scores(task_result.scores, where), where
 
 
-def _test_scores(scores: Mapping[str, list], where) -> dict:
-    if "test" not in scores or len(scores["test"]) != 1:
-        raise ValueError(f"{where}: expected one 'test' result, found splits {sorted(scores)}")
-    return dict(scores["test"][0])
+def _read_result_file(path: Path) -> dict:
+    """One MTEB result file, read within :data:`MAX_RESULTS_FILE_BYTES` and :data:`MAX_RESULTS_JSON_DEPTH`."""
+    try:
+        if not path.is_file():
+            raise ValueError("not a file")
+        check_size(path, MAX_RESULTS_FILE_BYTES)
+        document = parse_json(path.read_bytes(), "MTEB result", MAX_RESULTS_JSON_DEPTH)
+    except (ValueError, OSError) as error:
+        reason = error.strerror or str(error) if isinstance(error, OSError) else str(error)
+        raise ValueError(f"{path}: {reason.removeprefix(f'{path.name}: ')}") from None
+    if not isinstance(document, dict):
+        raise ValueError(f"{path}: holds a JSON {type(document).__name__}, not an MTEB result (an object with "
+                         "`task_name` and `scores`)")
+    return document
+
+
+def _test_scores(scores, where) -> dict:
+    """The scores of a task's one ``test`` result."""
+    if not isinstance(scores, Mapping):
+        raise ValueError(f"{where}: `scores` must be an object of MTEB's splits, got {_shown(scores)}")
+    test = scores.get("test")
+    if not isinstance(test, list) or len(test) != 1 or not isinstance(test[0], Mapping):
+        found = _shown(test) if "test" in scores else f"the splits {sorted(map(str, scores))}"
+        raise ValueError(f"{where}: `scores.test` must be a list of one object (MTEB's result of the test split), "
+                         f"got {found}")
+    return dict(test[0])
+
+
+def _checked_scores(scores: Mapping, where) -> dict:
+    """RoCOCO's numbers among a task's test ``scores`` (its :data:`SCORE_PREFIX` names), by metric name, checked as
+    numbers these tasks can write: every one of them there, percentages from 0 to 100 (the attack success rate is
+    NaN when no query had a clean hit), counts from 0 to :data:`MAX_COUNT`, recalls that do not fall as K grows nor
+    exceed the clean ones, and a false rate that leaves room for the hits at 1."""
+    numbers: dict[str, float] = {}
+    for field, value in scores.items():
+        if not (isinstance(field, str) and field.startswith(SCORE_PREFIX)):
+            continue
+        metric = field[len(SCORE_PREFIX):]
+        if metric in COUNTS or metric == TIED_QUERIES:
+            numbers[metric] = _count(value, where, field)
+        elif metric in PERCENTAGES or _RECALL.fullmatch(metric):
+            numbers[metric] = _percentage(value, where, field, metric == "attack_success_rate")
+        else:
+            raise ValueError(f"{where}: `{field}` is none of RoCOCO's numbers: the file was not made by its tasks")
+    missing = [name for name in (*COUNTS, "recall@1", "clean_recall@1", *PERCENTAGES) if name not in numbers]
+    if missing:
+        raise ValueError(f"{where}: no `{SCORE_PREFIX}{missing[0]}` in the test scores: the result was not made by "
+                         "RoCOCO's tasks")
+    recalls = [_RECALL.fullmatch(metric) for metric in numbers]
+    ks = sorted(int(match[2]) for match in recalls if match and not match[1])
+    if ks != sorted(int(match[2]) for match in recalls if match and match[1]):
+        raise ValueError(f"{where}: `{SCORE_PREFIX}recall@K` and `{SCORE_PREFIX}clean_recall@K` name other Ks")
+
+    def refuse(field: str, reason: str):
+        raise ValueError(f"{where}: `{SCORE_PREFIX}{field}` {numbers[field]:g} {reason}")
+
+    for field in ("num_queries", "num_gallery"):
+        if numbers[field] == 0:
+            refuse(field, "counts nothing: a gallery has queries and items")
+    if numbers["num_adversarial"] > numbers["num_gallery"]:
+        refuse("num_adversarial", f"is over the gallery's {numbers['num_gallery']} items")
+    if numbers.get(TIED_QUERIES, 0) > numbers["num_queries"]:
+        refuse(TIED_QUERIES, f"is over the {numbers['num_queries']} queries")
+    for prefix in ("", "clean_"):
+        for low, high in zip(ks, ks[1:]):
+            if numbers[f"{prefix}recall@{high}"] < numbers[f"{prefix}recall@{low}"]:
+                refuse(f"{prefix}recall@{high}", f"is below `{SCORE_PREFIX}{prefix}recall@{low}` "
+                                                 f"{numbers[f'{prefix}recall@{low}']:g}: a query found at {low} is "
+                                                 f"found at {high}")
+    for k in ks:
+        if numbers[f"recall@{k}"] > numbers[f"clean_recall@{k}"]:
+            refuse(f"recall@{k}", f"is over `{SCORE_PREFIX}clean_recall@{k}` {numbers[f'clean_recall@{k}']:g}: a "
+                                  "query's rank among the clean items is at most its rank among all")
+    if numbers["false_rate"] + numbers["recall@1"] > 100 + 1e-5:
+        refuse("false_rate", f"leaves no room for `{SCORE_PREFIX}recall@1` {numbers['recall@1']:g}: a query whose "
+                             "first item is adversarial is no hit at 1")
+    if math.isnan(numbers["attack_success_rate"]) and numbers["clean_recall@1"] > 0:
+        refuse("attack_success_rate", f"with `{SCORE_PREFIX}clean_recall@1` {numbers['clean_recall@1']:g}: it is "
+                                      "NaN only when no query had a clean hit")
+    return numbers
+
+
+def _count(value, where, field: str) -> int:
+    """``value`` of the score ``field`` as a count of queries or items, checked."""
+    integral = isinstance(value, int) or isinstance(value, float) and value.is_integer()
+    if isinstance(value, bool) or not integral or not 0 <= value <= MAX_COUNT:
+        raise ValueError(f"{where}: `{field}` must be a count from 0 to {MAX_COUNT:,}, got {_shown(value)}")
+    return int(value)
+
+
+def _percentage(value, where, field: str, may_be_nan: bool) -> float:
+    """``value`` of the score ``field`` as a percentage, checked (NaN, or MTEB's null for it, only where allowed)."""
+    if may_be_nan and (value is None or isinstance(value, float) and math.isnan(value)):
+        return math.nan
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 100:
+        raise ValueError(f"{where}: `{field}` must be a percentage from 0 to 100, got {_shown(value)}")
+    return float(value)
+
+
+def _shown(value) -> str:
+    """``value`` as an error shows it: JSON's null, else a short repr."""
+    return "null" if value is None else reprlib.repr(value)
 
 
 def _model_name(results: Any) -> Optional[str]:

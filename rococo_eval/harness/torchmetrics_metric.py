@@ -27,6 +27,7 @@ import numbers
 import os
 from typing import Any, Optional, Sequence, Union
 
+import numpy as np
 import torch
 from torchmetrics import Metric
 from torchmetrics.utilities.data import dim_zero_cat
@@ -35,7 +36,7 @@ from torchmetrics.utilities.distributed import gather_all_tensors
 from rococo_eval.catalog import select_attacks
 from rococo_eval.data.configs import CAPTIONS_CONFIG, IMAGES_CONFIG
 from rococo_eval.data.source import open_source
-from rococo_eval.models.similarity import DEFAULT_SIMILARITY, check_similarity, score_vectors
+from rococo_eval.models.similarity import DEFAULT_SIMILARITY, check_similarity, dense_numbers, score_vectors
 from rococo_eval.reporting.report import summary_rows
 from rococo_eval.scoring.embeddingsfile import CAPTIONS, IMAGES, expected_name, item_set_of_rows, score_embeddings
 from rococo_eval.scoring.plan import ScoringOptions
@@ -150,8 +151,9 @@ class RococoRecallMetric(Metric):
         """
         name = self._item_set(item_set)
         rows = self._rows(embeddings, name)
-        getattr(self, _state("embeddings", name)).append(rows)
-        getattr(self, _state("indexes", name)).append(self._indexes(indexes, name, len(rows), rows.device))
+        positions = self._indexes(indexes, name, len(rows), rows.device)
+        getattr(self, _state("embeddings", name)).append(rows)  # only once everything was checked
+        getattr(self, _state("indexes", name)).append(positions)
 
     def forward(self, embeddings, indexes, item_set) -> None:
         """The same as :meth:`update`: a batch has no RoCOCO Recall of its own, as every gallery needs all its
@@ -251,21 +253,25 @@ class RococoRecallMetric(Metric):
         return rows
 
     def _indexes(self, indexes, name: str, count: int, device) -> torch.Tensor:
-        """``update``'s ``indexes`` as int64 on ``device``, checked against the item set and the rows."""
-        tensor = indexes if isinstance(indexes, torch.Tensor) else torch.as_tensor(indexes)
-        if tensor.numel() == 0:
-            tensor = tensor.long()
-        if tensor.ndim != 1 or tensor.is_floating_point() or tensor.is_complex() or tensor.dtype == torch.bool:
+        """``update``'s ``indexes`` as int64 on ``device``, checked against the item set and the rows (on the CPU:
+        one int per row)."""
+        values = dense_numbers(indexes, f"`indexes` for {name!r}")
+        if isinstance(values, torch.Tensor):
+            integral = not values.is_floating_point() and values.dtype != torch.bool
+        else:
+            integral = values.dtype.kind in "iu"
+        if values.ndim != 1 or not (integral or values.shape == (0,)):
             raise ValueError(f"`indexes` for {name!r} must be a 1-D tensor of ints (each row's index in its item "
-                             f"set), got {tensor.dtype} of shape {tuple(tensor.shape)}")
-        if len(tensor) != count:
-            raise ValueError(f"`indexes` for {name!r} has {len(tensor)} entries for {count} rows of `embeddings`: "
+                             f"set), got {values.dtype} of shape {tuple(values.shape)}")
+        if len(values) != count:
+            raise ValueError(f"`indexes` for {name!r} has {len(values)} entries for {count} rows of `embeddings`: "
                              "give one per row")
+        values = values.detach().cpu().numpy() if isinstance(values, torch.Tensor) else values
         size = self.item_sets[name]
-        if count and (int(tensor.min()) < 0 or int(tensor.max()) >= size):
-            bad = int(tensor.min()) if int(tensor.min()) < 0 else int(tensor.max())
+        if count and (int(values.min()) < 0 or int(values.max()) >= size):
+            bad = int(values.min()) if int(values.min()) < 0 else int(values.max())
             raise ValueError(f"`indexes` for {name!r} holds {bad}, outside its {size} rows (0 to {size - 1})")
-        return tensor.to(device=device, dtype=torch.int64)
+        return torch.from_numpy(values.astype(np.int64)).to(device)
 
     def _ordered(self, name: str) -> Optional[torch.Tensor]:
         """The rows of item set ``name`` in its order, each index once; None when it got no rows."""
@@ -342,7 +348,8 @@ def _joined(state) -> Optional[torch.Tensor]:
 
 def _matrix(value, argument: str, name: str) -> torch.Tensor:
     """``value`` as detached float32 ``(rows, dimension)``: refused, naming ``argument``, unless 2-D finite floats."""
-    tensor = value if isinstance(value, torch.Tensor) else torch.as_tensor(value)
+    values = dense_numbers(value, f"{argument} for {name!r}")
+    tensor = values if isinstance(values, torch.Tensor) else torch.as_tensor(values)
     if tensor.ndim != 2 or not tensor.is_floating_point():
         raise ValueError(f"{argument} for {name!r} must be a 2-D float tensor (rows, dimension), got {tensor.dtype} "
                          f"of shape {tuple(tensor.shape)}")

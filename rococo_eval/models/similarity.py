@@ -32,6 +32,7 @@ Example:
 
 from __future__ import annotations
 
+import reprlib
 from typing import Iterator, Sequence
 
 import numpy as np
@@ -164,6 +165,34 @@ def score_blocks(similarity: str, queries: np.ndarray, gallery: np.ndarray, quer
         yield start, np.ascontiguousarray(-distance)
 
 
+def dense_numbers(value, what: str):
+    """``value`` as a dense array of real numbers (bools, ints or floats), or refused with a ``ValueError`` naming
+    ``what``: strings, None, dicts, ragged or object arrays, ints beyond 64 bits, and sparse or meta-device torch
+    tensors. A torch tensor is returned as it is, on its device; anything else as a NumPy array.
+
+    Example:
+        >>> dense_numbers([[1, 2]], "`rows`").dtype
+        dtype('int64')
+        >>> dense_numbers([[1.0], [2.0, 3.0]], "`rows`")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        ValueError: `rows` must be an array of real numbers (...), got [[1.0], [2.0, 3.0]]
+    """
+    if hasattr(value, "layout") and hasattr(value, "device"):  # a torch tensor (torch is not needed here)
+        if str(value.layout) != "torch.strided" or value.device.type == "meta" or value.is_complex():
+            raise ValueError(f"{what} must be a dense tensor of real numbers on a device that holds data, got a "
+                             f"{value.dtype} tensor of layout {value.layout} on {value.device}")
+        return value
+    try:
+        array = np.asarray(value)
+    except (ValueError, TypeError, OverflowError, RuntimeError):  # ragged, or a type NumPy cannot take
+        array = None
+    if array is None or array.dtype.kind not in "biuf":
+        raise ValueError(f"{what} must be an array of real numbers (no strings, None, ragged lists or ints beyond "
+                         f"64 bits), got {reprlib.repr(value)}")
+    return array
+
+
 def finite_rows(vectors, model_name: str, method: str) -> np.ndarray:
     """``vectors`` as float32 ``(items, dim)`` rows; anything not 2-D and finite is refused, naming ``method``.
 
@@ -175,9 +204,10 @@ def finite_rows(vectors, model_name: str, method: str) -> np.ndarray:
         ...
         ValueError: model 'm': encode_texts returned shape (2,), not (items, dimension)
     """
+    vectors = dense_numbers(vectors, f"model {model_name!r}: {method}'s output")
     if hasattr(vectors, "detach"):  # a torch tensor
         vectors = vectors.detach().float().cpu().numpy()
-    vectors = np.asarray(vectors, dtype=np.float32)
+    vectors = vectors.astype(np.float32, copy=False)
     if vectors.ndim != 2:
         raise ValueError(f"model {model_name!r}: {method} returned shape {vectors.shape}, not (items, dimension)")
     if not np.isfinite(vectors).all():

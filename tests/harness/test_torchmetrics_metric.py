@@ -251,6 +251,62 @@ def test_a_bad_update_is_refused_by_name(source, arguments, message):
         RococoRecallMetric(source).update(*arguments)
 
 
+def held_rows(metric):
+    """How many rows of each item set the metric holds."""
+    return {name: sum(len(part) for part in getattr(metric, f"embeddings__{name.replace('/', '__')}"))
+            for name in metric.item_sets}
+
+
+def hostile_updates():
+    """``(what is wrong, embeddings, indexes, the argument named)``: values that are no rows of floats or no ints,
+    which torch itself turns into a TypeError, RuntimeError, NotImplementedError or a bare overflow."""
+    rows, indexes = torch.ones(3, 4), torch.arange(3)
+    for what, value in [("a string", "abc"), ("None", None), ("a dict", {"a": 1}), ("a ragged list", [[1.0], []]),
+                        ("an object array", np.array([[1.0, None]], dtype=object)),
+                        ("a list of ints beyond int64", [[2**70, 1]]),
+                        ("a sparse COO tensor", torch.eye(3).to_sparse()),
+                        ("a tensor on the meta device", torch.ones(3, 4, device="meta"))]:
+        yield f"embeddings: {what}", value, indexes, "`embeddings`"
+    for what, value in [("a string", "abc"), ("None", None), ("a dict", {"a": 1}), ("a ragged list", [[0], [1, 2], []]),
+                        ("an object array", np.array([0, 1, None], dtype=object)), ("strings", ["0", "1", "2"]),
+                        ("a sparse COO tensor", torch.arange(3).to_sparse()),
+                        ("a tensor on the meta device", torch.arange(3, device="meta")),
+                        ("ints beyond int64", [0, 1, 2**64]), ("2**63", [0, 1, 2**63]),
+                        ("uint64 beyond int64", np.array([0, 1, 2**63], dtype=np.uint64)),
+                        ("a uint64 tensor beyond int64", torch.tensor([0, 1, 2**63], dtype=torch.uint64)),
+                        ("3 rows, 2 indexes", torch.arange(2))]:
+        yield f"indexes: {what}", rows, value, "`indexes`"
+
+
+@pytest.mark.parametrize("embeddings, indexes, argument",
+                         [case[1:] for case in hostile_updates()], ids=[case[0] for case in hostile_updates()])
+def test_a_hostile_update_is_a_value_error_naming_the_argument_and_changes_nothing(source, embeddings, indexes,
+                                                                                   argument):
+    metric = RococoRecallMetric(source)
+    metric.update(torch.ones(2, 4), [0, 1], "images/original")
+    before = held_rows(metric)
+    with pytest.raises(ValueError, match=f"^{argument} for 'images/original' "):
+        metric.update(embeddings, indexes, "images/original")
+    assert held_rows(metric) == before
+
+
+@pytest.mark.parametrize("indexes", [np.array([2, 0], dtype=np.uint64), torch.tensor([2, 0], dtype=torch.uint64),
+                                     torch.tensor([2, 0], dtype=torch.int32), [2, 0], (2, 0)])
+def test_indexes_of_any_int_type_are_taken(source, indexes):
+    metric = RococoRecallMetric(source)
+    metric.update(np.ones((2, 4), dtype=np.float16), indexes, "images/original")
+    assert getattr(metric, "indexes__images__original")[0].tolist() == [2, 0]
+
+
+def test_a_refused_batch_leaves_the_numbers_as_they_were(source, rows, run_report):
+    """A caller that catches the refusal and goes on gets ``run``'s numbers: the refused rows were not kept."""
+    metric = RococoRecallMetric(source)
+    with pytest.raises(ValueError, match="`indexes` for 'captions/ground_truth' has 2 entries for 3 rows"):
+        metric.update(torch.from_numpy(rows["captions", "test"][[5, 9, 0]]), [1, 2], ("captions", "test"))
+    report = fed(metric, batches(rows, seed=6)).compute()
+    np.testing.assert_equal(report["results"], run_report["results"])
+
+
 def test_an_unselected_attack_a_width_and_a_csd_pair_are_refused_by_name(source):
     metric = RococoRecallMetric(source, attacks="text")
     with pytest.raises(ValueError, match=r"with ATTACK one of same_concept, diff_concept, rand_voca, danger; got "

@@ -10,3 +10,12 @@ def sparse_npy(path, shape, dtype=np.float16):
                                                       "shape": shape})
         handle.truncate(handle.tell() + int(np.prod(shape)) * np.dtype(dtype).itemsize)
     return path
+
+
+def sparse_file(path, size: int, head: bytes = b""):
+    """A file of ``size`` bytes that starts with ``head`` and goes on as a hole (zeros neither written nor held): a
+    huge file of any kind, made at once."""
+    with open(path, "wb") as handle:
+        handle.write(head)
+        handle.truncate(size)
+    return path

@@ -160,10 +160,14 @@ def read_checked(path: Path) -> bytes:
     return data
 
 
-def open_cache_folder(folder: Path, manifest: dict, holds: str) -> None:
+def open_cache_folder(folder: Path, manifest: dict, holds: str, shown: dict | None = None) -> None:
     """Create the cache ``folder`` with its ``manifest.json``, or check that the one there is ``manifest``. A
     manifest that cannot be read (damaged, not JSON) is written anew, with a warning naming it: the files beside it
     are checked one by one as they are read.
+
+    ``shown`` is written into the manifest for people to read but is not compared: a model's name, which names the
+    path it was loaded from, while ``manifest`` holds the digest of its weights. A folder written under another name
+    is used as it is (its manifest keeps the name it was written for).
 
     Raises:
         ValueError: the folder's manifest describes something else (``holds`` says what the cache keeps).
@@ -171,12 +175,14 @@ def open_cache_folder(folder: Path, manifest: dict, holds: str) -> None:
     Example:
         >>> import tempfile
         >>> folder = Path(tempfile.mkdtemp()) / "cache"
-        >>> open_cache_folder(folder, {"model": "a"}, "embeddings")
-        >>> open_cache_folder(folder, {"model": "b"}, "embeddings")  # doctest: +ELLIPSIS
+        >>> open_cache_folder(folder, {"weights": "1a"}, "embeddings", shown={"model": "vse:old.pth"})
+        >>> open_cache_folder(folder, {"weights": "1a"}, "embeddings", shown={"model": "vse:new.pth"})
+        >>> open_cache_folder(folder, {"weights": "2b"}, "embeddings")  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
-        ValueError: cache folder '...' holds other embeddings ({'model': 'a'}); remove it
+        ValueError: cache folder '...' holds other embeddings ({'model': 'vse:old.pth', 'weights': '1a'}); remove it
     """
+    shown = shown or {}
     path = folder / "manifest.json"
     if path.is_file():
         try:
@@ -184,9 +190,10 @@ def open_cache_folder(folder: Path, manifest: dict, holds: str) -> None:
         except (ValueError, UnicodeDecodeError, RecursionError) as error:
             logger.warning("%s is damaged (%s): written anew", path, str(error)[:100])
             found = None
-        if found is not None and found != manifest:
-            raise ValueError(f"cache folder {str(folder)!r} holds other {holds} ({found}); remove it")
-        if found is not None:
+        if isinstance(found, dict) and {key: value for key, value in found.items() if key not in shown} == manifest:
             return
+        if found is not None:
+            raise ValueError(f"cache folder {str(folder)!r} holds other {holds} ({found}); remove it")
     folder.mkdir(parents=True, exist_ok=True)
+    manifest = {**shown, **manifest}
     write_atomic(path, lambda handle: handle.write(json.dumps(manifest, indent=2).encode()))

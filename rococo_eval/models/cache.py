@@ -6,9 +6,13 @@ item sets and scores every gallery from their embeddings.
 The cache keeps one folder per model fingerprint and item set::
 
     <root>/<model fingerprint>/<item set>-<data fingerprint>/
-        manifest.json                         what the folder holds (model name, item set, fingerprints, count)
+        manifest.json                         what the folder holds (item set, fingerprints, count; model name)
         rows-000000-000256.<digest>.npy ...   one shard per encoded batch, while the set is incomplete
         embeddings.<digest>.npy               all rows (float32), once complete; the shards are then removed
+
+The model's fingerprint digests its weights and the settings that shape its embeddings, never the path it was
+loaded from: a checkpoint copied or moved elsewhere finds its embeddings, and other weights at the same path get a
+folder of their own. The manifest names the model it was written for, for people to read; that name is not compared.
 
 Each shard is written to a temporary file and renamed into place, so an interrupted run (Ctrl-C) loses at
 most the batch in flight and the next run encodes only the rows no shard holds yet.
@@ -187,9 +191,9 @@ class EmbeddingCache:
 
     def _open(self, model, items: ItemSet) -> Path:
         folder = self.folder(model, items)
-        manifest = {"model": model.name, "model_fingerprint": model.fingerprint, "items": items.name,
-                    "kind": items.kind, "items_fingerprint": items.fingerprint, "count": len(items)}
-        open_cache_folder(folder, manifest, "embeddings")
+        manifest = {"model_fingerprint": model.fingerprint, "items": items.name, "kind": items.kind,
+                    "items_fingerprint": items.fingerprint, "count": len(items)}
+        open_cache_folder(folder, manifest, "embeddings", shown={"model": model.name})
         return folder
 
     def _encode(self, model, items: ItemSet, folder: Path, batches, shards: dict) -> None:

@@ -90,7 +90,9 @@ class PairStore:
     Pairs are keyed by their indices in the two sets. Each :meth:`add` writes one shard, renamed into place, whose
     name carries the digest of its bytes (:func:`rococo_eval.io.atomic.write_checked`); :meth:`compact` merges the
     shards into one. A shard that fails its checks when read (its digest, its arrays' dtypes and lengths, finite
-    logits) is dropped with a warning naming it, and its pairs are computed again.
+    logits) is dropped with a warning naming it, and its pairs are computed again. ``manifest`` says what the
+    store holds, ``shown`` is written beside it and not compared (the model's name: see
+    :func:`rococo_eval.io.atomic.open_cache_folder`).
 
     Example:
         >>> import tempfile
@@ -101,11 +103,11 @@ class PairStore:
         ([True, True, False], [-1.0, 0.5])
     """
 
-    def __init__(self, folder, manifest: dict, num_captions: int, shard_suffix: str = ""):
+    def __init__(self, folder, manifest: dict, num_captions: int, shard_suffix: str = "", shown: dict | None = None):
         self.folder = Path(folder)
         self.num_captions = int(num_captions)
         self.shard_suffix = shard_suffix  # "-rank<r>" when several processes write shards side by side
-        open_cache_folder(self.folder, manifest, "ITM scores")
+        open_cache_folder(self.folder, manifest, "ITM scores", shown)
         self.keys, self.values = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
         self._pending: list[tuple[np.ndarray, np.ndarray]] = []
         self._read: set[str] = set()
@@ -251,12 +253,12 @@ class Reranker:
         key = (f"{images.name}-{images.fingerprint[:16]}", f"{captions.name}-{captions.fingerprint[:16]}")
         if key not in self._stores:
             safe = "--".join(re.sub(r"[^A-Za-z0-9_.-]+", "-", part) for part in key)
-            manifest = {"model": self.model.name, "model_fingerprint": self.model.fingerprint,
-                        "images": images.name, "images_fingerprint": images.fingerprint,
-                        "captions": captions.name, "captions_fingerprint": captions.fingerprint}
+            manifest = {"model_fingerprint": self.model.fingerprint, "images": images.name,
+                        "images_fingerprint": images.fingerprint, "captions": captions.name,
+                        "captions_fingerprint": captions.fingerprint}
             suffix = f"-rank{self.processes.rank}" if self.processes.world > 1 else ""
             self._stores[key] = PairStore(self.root / self.model.fingerprint[:20] / f"itm-{safe}", manifest,
-                                          len(captions.items), suffix)
+                                          len(captions.items), suffix, shown={"model": self.model.name})
         return self._stores[key]
 
     def scores(self, layout, queries: Side, pool: Sequence[Side]) -> np.ndarray:

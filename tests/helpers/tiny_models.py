@@ -86,8 +86,25 @@ def register_tiny_open_clip(folder) -> str:
     return f"open_clip:{TINY_OPEN_CLIP}/none"
 
 
-def make_tiny_hf_clip(folder) -> str:
-    """Save a tiny random ``transformers`` CLIPModel with an offline-built tokenizer; return its model name."""
+def make_tiny_open_clip_folder(folder, seed: int = 0) -> str:
+    """Save the tiny open_clip architecture (:data:`TINY_OPEN_CLIP_CONFIG`, weights drawn with ``seed``) as open_clip's
+    ``local-dir:`` schema reads it (``open_clip_config.json``, ``open_clip_pytorch_model.bin``); return its model name.
+    Needs ``import open_clip`` to work (:func:`torchvision_stand_in`)."""
+    import open_clip
+    import torch
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = open_clip.model.CLIP(**TINY_OPEN_CLIP_CONFIG)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "open_clip_config.json").write_text(json.dumps({"model_cfg": TINY_OPEN_CLIP_CONFIG}))
+    torch.save(model.state_dict(), folder / "open_clip_pytorch_model.bin")
+    return f"open_clip:local-dir:{folder}"
+
+
+def make_tiny_hf_clip(folder, seed: int = 0) -> str:
+    """Save a tiny random ``transformers`` CLIPModel (weights drawn with ``seed``) with an offline-built tokenizer;
+    return its model name."""
     import transformers
     letters = "abcdefghijklmnopqrstuvwxyz"
     tokens = ["<|startoftext|>", "<|endoftext|>"] + list(letters) + [c + "</w>" for c in letters]
@@ -102,7 +119,7 @@ def make_tiny_hf_clip(folder) -> str:
     import torch
 
     with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
+        torch.manual_seed(seed)
         model = transformers.CLIPModel(config)
     model_dir = folder / "tiny-clip"
     model.save_pretrained(model_dir)
@@ -138,8 +155,9 @@ def _spread(model):
                 parameter.normal_(0, 0.3)
 
 
-def make_tiny_blip(folder, blip2=False, text_layers=1, cross_attention_frequency=1) -> str:
-    """Save a tiny random BLIP (or BLIP-2) retrieval model with its tokenizer and processor; return its name.
+def make_tiny_blip(folder, blip2=False, text_layers=1, cross_attention_frequency=1, seed: int = 0) -> str:
+    """Save a tiny random BLIP (or BLIP-2) retrieval model (weights drawn with ``seed``) with its tokenizer and
+    processor; return its name.
 
     ``text_layers`` is the layers of BLIP's text encoder (BLIP-2's Q-Former), ``cross_attention_frequency`` how often
     BLIP-2's Q-Former layers cross-attend (1: every layer, 2: layers 0, 2, ...)."""
@@ -163,7 +181,7 @@ def make_tiny_blip(folder, blip2=False, text_layers=1, cross_attention_frequency
             text_config=dict(text, vocab_size=len(tokenizer) + 1, bos_token_id=tokenizer.bos_token_id, sep_token_id=3))
         architecture = transformers.BlipForImageTextRetrieval
     with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
+        torch.manual_seed(seed)
         model = architecture(config)
         _spread(model)
     model_dir = folder / ("tiny-blip2" if blip2 else "tiny-blip")

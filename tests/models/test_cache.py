@@ -6,6 +6,10 @@ keep their meaning). The functions named ``committed_*`` below are that earlier 
 reference.
 """
 
+import contextlib
+import json
+import logging
+import shutil
 import threading
 import types
 
@@ -14,6 +18,15 @@ import pytest
 from PIL import Image
 
 from helpers.photos import photos
+from helpers.tiny_models import (
+    make_tiny_blip,
+    make_tiny_hf_clip,
+    make_tiny_open_clip_folder,
+    make_tiny_pcmepp,
+    make_tiny_vse,
+    torchvision_stand_in,
+)
+from rococo_eval.cli import main
 from rococo_eval.models.adapters import load_model
 from rococo_eval.io.atomic import checked_stem
 from rococo_eval.models.cache import EmbeddingCache, ItemSet
@@ -232,6 +245,22 @@ def test_cache_keys_on_content(tmp_path):
     assert model.sizes == [2, 2]
 
 
+def test_the_cache_keys_on_the_fingerprint_and_shows_the_name(tmp_path):
+    """Another name with the same fingerprint (a checkpoint at another path) reads the cache; the manifest shows the
+    name it was written for. Another fingerprint under the same name has a folder of its own."""
+    texts, cache = ground_truth_captions_of(["a", "bb"]), EmbeddingCache(tmp_path)
+    expected = cache.embeddings(Recorder(), texts)
+    renamed = Recorder()
+    renamed.name = "vse:/elsewhere/model_best.pth"
+    assert np.array_equal(cache.embeddings(renamed, texts), expected) and renamed.sizes == []
+    manifest = json.loads((cache.folder(renamed, texts) / "manifest.json").read_text())
+    assert manifest["model"] == "recorder" and manifest["model_fingerprint"] == Recorder.fingerprint
+    retrained = Recorder()
+    retrained.fingerprint = "2" * 64
+    cache.embeddings(retrained, texts)
+    assert retrained.sizes == [2] and cache.folder(retrained, texts) != cache.folder(renamed, texts)
+
+
 def ground_truth_captions_of(captions):
     return ground_truth_captions(types.SimpleNamespace(ground_truth_captions=lambda: captions))
 
@@ -308,3 +337,50 @@ def test_a_share_skips_the_batches_that_shards_hold(tmp_path):
     cache.encode_share(again, items, 1, 2)
     assert [batch[0] for batch in again.batches] == ["caption 2", "caption 6", "caption 8", "caption 10"]
     assert cache.is_complete(again, items) is False and len(cache.embeddings(again, items)) == 12
+
+
+def _torchvision_stand_in_for(form):
+    return torchvision_stand_in() if form == "open_clip" else contextlib.nullcontext()
+
+
+# each local checkpoint form: how to write it in a folder (weights drawn with a seed), and the run's extra arguments
+CHECKPOINT_FORMS = {
+    "hf": (make_tiny_hf_clip, []),
+    "hf BLIP": (lambda folder, seed: make_tiny_blip(folder, seed=seed), ["--rerank-k", "4"]),
+    "open_clip": (make_tiny_open_clip_folder, []),
+    "vse": (lambda folder, seed: make_tiny_vse(folder, "wsl", seed=seed), []),
+    "pcmepp": (lambda folder, seed: make_tiny_pcmepp(folder, seed=seed), []),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("form", CHECKPOINT_FORMS)
+def test_the_cache_follows_the_weights_not_the_path(form, benchmark, tmp_path, caplog):
+    """A checkpoint copied or moved elsewhere reuses its cached embeddings (and ITM pairs): the run encodes nothing
+    and reports the same results; other weights written at the same path are embedded anew."""
+    make, extra = CHECKPOINT_FORMS[form]
+
+    def run(name, out):
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="rococo_eval.models.cache"), \
+                caplog.at_level(logging.INFO, logger="rococo_eval.scoring.rerank"):
+            assert main(["run", "--model", name, "--benchmark", str(benchmark), "--attacks", "rand_voca",
+                         "--device", "cpu", "--cache-dir", str(tmp_path / "cache"), "--batch-size", "8",
+                         "--out", str(tmp_path / out), "--quiet", *extra]) == 0
+        computed = [record.getMessage() for record in caplog.records
+                    if "embeddings to encode" in record.getMessage() or "ITM pairs to compute" in record.getMessage()]
+        return json.loads((tmp_path / out / "report.json").read_text())["results"], computed
+
+    original, copied, moved = (tmp_path / name for name in ("original", "copied", "moved"))
+    with _torchvision_stand_in_for(form):
+        original.mkdir()
+        name = make(original, 0)
+        first, computed = run(name, "first")
+        assert computed
+        shutil.copytree(original, copied)
+        assert run(name.replace(str(original), str(copied)), "copied") == (first, [])
+        shutil.move(original, moved)
+        assert run(name.replace(str(original), str(moved)), "moved") == (first, [])
+        assert make(moved, 1) == name.replace(str(original), str(moved))
+        changed, computed = run(name.replace(str(original), str(moved)), "changed")
+    assert computed and changed != first

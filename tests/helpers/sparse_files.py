@@ -10,3 +10,11 @@ def sparse_npy(path, shape, dtype=np.float16):
                                                       "shape": shape})
         handle.truncate(handle.tell() + int(np.prod(shape)) * np.dtype(dtype).itemsize)
     return path
+
+
+def sparse_file(path, size=2 << 30):
+    """A file of ``size`` zero bytes (2 GiB by default) that is one hole: what a reader that reads it whole pays
+    for, at no cost to the disk."""
+    with open(path, "wb") as handle:
+        handle.truncate(size)
+    return path

@@ -58,8 +58,10 @@ import re
 import sys
 from pathlib import Path
 
+from rococo_eval.io.scorefiles import check_size
 from rococo_eval.models.checkpoints import (
     MAX_LAYERS,
+    MAX_VOCABULARY_BYTES,
     CheckpointError,
     bounded_int,
     build_strictly,
@@ -220,6 +222,10 @@ def blip_tokenizer(name_or_path: str = DEFAULT_TOKENIZER):
     Args:
         name_or_path: a BERT ``vocab.txt``, a tokenizer folder, or a Hub id.
 
+    Raises:
+        ValueError: a ``vocab.txt`` over :data:`~rococo_eval.models.checkpoints.MAX_VOCABULARY_BYTES` (or one
+            ``transformers`` cannot read).
+
     Example:
         >>> import tempfile
         >>> vocab = Path(tempfile.mkdtemp()) / "vocab.txt"
@@ -231,6 +237,9 @@ def blip_tokenizer(name_or_path: str = DEFAULT_TOKENIZER):
     import transformers
 
     path = Path(name_or_path).expanduser()
+    vocabulary = path / "vocab.txt" if path.is_dir() else path
+    if vocabulary.is_file():
+        check_size(vocabulary, MAX_VOCABULARY_BYTES)
     if path.is_file():
         tokenizer = transformers.BertTokenizer(str(path))
     else:

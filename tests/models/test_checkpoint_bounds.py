@@ -19,6 +19,7 @@ from helpers.hostile_checkpoints import (
     vse_with_text_weights,
 )
 from helpers.memory_limit import probe, run_probes
+from helpers.sparse_files import sparse_file
 from helpers.tiny_models import TINY_VSE, tiny_vse_states, vse_options
 
 REFUSAL_SECONDS = 10  # a refusal reads a tiny file and checks numbers; what it refuses took 75-114 s to build
@@ -57,6 +58,7 @@ MEMORY_PROBES = {
                                        "config.json: the file is 2147483648 bytes (2.0 GB), over the limit"),
 }
 REGION_IDS_PROBE = "vse: a region features' ids file of 2 GiB"
+BLIP_VOCABULARY_PROBE = "blip: a vocabulary of 2 GiB"
 
 
 @pytest.fixture(scope="module")
@@ -72,6 +74,9 @@ def refusals(tmp_path_factory):
     probes.append(probe(REGION_IDS_PROBE, "rococo_eval.models.region_features:read_region_features",
                         region_features_with_sparse_ids(folders[REGION_IDS_PROBE], IMAGE_FILES, 40), "original",
                         IMAGE_FILES, 40, "`model` 'vse:m'"))
+    folders[BLIP_VOCABULARY_PROBE] = tmp_path_factory.mktemp("blip")
+    probes.append(probe(BLIP_VOCABULARY_PROBE, "rococo_eval.models.blip_official:blip_tokenizer",
+                        str(sparse_file(folders[BLIP_VOCABULARY_PROBE] / "vocab.txt"))))
     return run_probes(probes), folders
 
 
@@ -92,6 +97,12 @@ def test_a_region_features_ids_file_of_2_gib_is_refused_within_memory(refusals):
     results, folders = refusals
     _assert_refused(results.get(REGION_IDS_PROBE), "RegionFeatureError",
                     str(folders[REGION_IDS_PROBE] / "original_ids.txt"), "over the limit")
+
+
+def test_a_blip_vocabulary_of_2_gib_is_refused_within_memory(refusals):
+    results, _ = refusals
+    _assert_refused(results.get(BLIP_VOCABULARY_PROBE), "ValueError", "vocab.txt",
+                    "the file is 2147483648 bytes (2.0 GB), over the limit")
 
 
 def test_the_limit_is_measured_over_a_real_baseline(refusals):

@@ -78,6 +78,7 @@ from rococo_eval.models.checkpoints import (
     bounded_int,
     bounded_number,
     build_strictly,
+    check_state,
     load_torch_file,
     read_sidecar,
     read_text_file,
@@ -234,6 +235,7 @@ def _without_position_ids(state: dict, what: str) -> dict:
         return state
     import torch
 
+    check_state({_POSITION_IDS: ids}, what)  # a tensor, backed by what it declares, before it is compared
     if not torch.equal(ids.reshape(-1).long(), torch.arange(ids.numel())):
         raise VseCheckpointError(f"{what}: its {_POSITION_IDS} is not 0, 1, 2, ...: refused rather than dropped")
     return {key: value for key, value in state.items() if key != _POSITION_IDS}

@@ -344,3 +344,16 @@ def test_options_and_settings_out_of_bounds_are_refused_at_loading_by_field(stat
     with pytest.raises(ModelError, match=f"^`model` '{re.escape(name)}'.*{field}") as refused:
         load_model(name, device="cpu")
     assert "\n" not in str(refused.value)
+
+
+@pytest.mark.parametrize("position_ids, problem", [
+    (torch.zeros(1, dtype=torch.long).expand(200_000, 200_000),
+     r"declares shape \(200000, 200000\) but its storage holds 8 bytes"),
+    (7, "is a int, not a tensor"),
+])
+def test_position_ids_are_checked_as_tensors_before_they_are_compared(states, tmp_path, position_ids, problem):
+    """Comparing them with 0, 1, 2, ... once made that range at the size they declared (320 GB), or an
+    AttributeError."""
+    name = vse_with_text_weights(tmp_path, states, **{"bert.embeddings.position_ids": position_ids})
+    with pytest.raises(ModelError, match=f"bert.embeddings.position_ids {problem}"):
+        load_model(name, device="cpu")

@@ -58,7 +58,15 @@ import re
 import sys
 from pathlib import Path
 
-from rococo_eval.models.checkpoints import CheckpointError, load_strictly, load_torch_file
+from rococo_eval.io.scorefiles import check_size
+from rococo_eval.models.checkpoints import (
+    MAX_LAYERS,
+    MAX_VOCABULARY_BYTES,
+    CheckpointError,
+    bounded_int,
+    build_strictly,
+    load_torch_file,
+)
 from rococo_eval.models.checkpoints import read_sidecar as read_settings_file
 
 logger = logging.getLogger(__name__)
@@ -158,8 +166,11 @@ def read_sidecar(path, what: str | None = None) -> dict:
     return read_settings_file(path, what or f"`checkpoint` {str(path)!r}", SIDECAR_KEYS)
 
 
-def blip_config(state: dict, settings: dict | None = None, bos_token_id=None, pad_token_id=0, sep_token_id=None):
-    """The ``transformers`` ``BlipConfig`` of an official state dict, read from its shapes (module docstring).
+def blip_config(state: dict, settings: dict | None = None, bos_token_id=None, pad_token_id=0, sep_token_id=None,
+                what: str = "the checkpoint"):
+    """The ``transformers`` ``BlipConfig`` of an official state dict, read from its shapes (module docstring); the
+    numbers of layers are bounded by :data:`~rococo_eval.models.checkpoints.MAX_LAYERS`, and ``what`` names the
+    checkpoint in errors.
 
     Example:
         >>> import torch
@@ -184,16 +195,16 @@ def blip_config(state: dict, settings: dict | None = None, bos_token_id=None, pa
     positions = state["visual_encoder.pos_embed"].shape[1] - 1
     grid = round(positions ** 0.5)
     if grid * grid != positions:
-        raise CheckpointError(f"the checkpoint's ViT has {positions} patch positions, not a square grid")
+        raise CheckpointError(f"{what}: its ViT has {positions} patch positions, not a square grid")
     vocab_size, text_width = state["text_encoder.embeddings.word_embeddings.weight"].shape
     vision = dict(hidden_size=width, intermediate_size=state["visual_encoder.blocks.0.mlp.fc1.weight"].shape[0],
-                  num_hidden_layers=_count(state, r"visual_encoder\.blocks\.(\d+)\."),
+                  num_hidden_layers=_count(state, "visual_encoder.blocks", what),
                   num_attention_heads=int(settings.get("vision_num_attention_heads", width // HEAD_WIDTH)),
                   image_size=grid * patch, patch_size=patch, hidden_act="gelu", layer_norm_eps=VISION_LAYER_NORM_EPS)
     text = dict(vocab_size=vocab_size, hidden_size=text_width,
                 encoder_hidden_size=state["text_encoder.encoder.layer.0.crossattention.self.key.weight"].shape[1],
                 intermediate_size=state["text_encoder.encoder.layer.0.intermediate.dense.weight"].shape[0],
-                num_hidden_layers=_count(state, r"text_encoder\.encoder\.layer\.(\d+)\."),
+                num_hidden_layers=_count(state, "text_encoder.encoder.layer", what),
                 num_attention_heads=int(settings.get("text_num_attention_heads", text_width // HEAD_WIDTH)),
                 max_position_embeddings=state["text_encoder.embeddings.position_embeddings.weight"].shape[0],
                 hidden_act="gelu", layer_norm_eps=TEXT_LAYER_NORM_EPS, pad_token_id=pad_token_id)
@@ -211,6 +222,10 @@ def blip_tokenizer(name_or_path: str = DEFAULT_TOKENIZER):
     Args:
         name_or_path: a BERT ``vocab.txt``, a tokenizer folder, or a Hub id.
 
+    Raises:
+        ValueError: a ``vocab.txt`` over :data:`~rococo_eval.models.checkpoints.MAX_VOCABULARY_BYTES` (or one
+            ``transformers`` cannot read).
+
     Example:
         >>> import tempfile
         >>> vocab = Path(tempfile.mkdtemp()) / "vocab.txt"
@@ -222,6 +237,9 @@ def blip_tokenizer(name_or_path: str = DEFAULT_TOKENIZER):
     import transformers
 
     path = Path(name_or_path).expanduser()
+    vocabulary = path / "vocab.txt" if path.is_dir() else path
+    if vocabulary.is_file():
+        check_size(vocabulary, MAX_VOCABULARY_BYTES)
     if path.is_file():
         tokenizer = transformers.BertTokenizer(str(path))
     else:
@@ -269,14 +287,14 @@ def convert_checkpoint(path, what: str | None = None):
         raise CheckpointError(f"{what}: the tokenizer {tokenizer_name!r} with [DEC] and [ENC] has {len(tokenizer)} "
                               f"tokens, the checkpoint's text embeddings {vocab_size}")
     config = blip_config(state, settings, bos_token_id=tokenizer.bos_token_id, pad_token_id=tokenizer.pad_token_id,
-                         sep_token_id=tokenizer.sep_token_id)
+                         sep_token_id=tokenizer.sep_token_id, what=what)
     converted = {}
     for key, value in state.items():
         name = official_to_transformers_key(key)
         if name is not None:
             converted[name] = value
-    model = transformers.BlipForImageTextRetrieval(config)
-    load_strictly(model, converted, f"{what} does not fill a BlipForImageTextRetrieval")
+    model, = build_strictly(lambda: (transformers.BlipForImageTextRetrieval(config),), [converted],
+                            [f"{what} does not fill a BlipForImageTextRetrieval"])
     return model.eval(), tokenizer, blip_image_processor(config.vision_config.image_size)
 
 
@@ -316,9 +334,11 @@ def save_converted(path, out_dir) -> Path:
     return out
 
 
-def _count(state: dict, pattern: str) -> int:
-    found = {int(match[1]) for match in map(re.compile(pattern).match, state) if match}
-    return max(found) + 1 if found else 0
+def _count(state: dict, prefix: str, what: str) -> int:
+    """The number of layers ``prefix.N.*`` of ``state``, from 1 to :data:`~rococo_eval.models.checkpoints.MAX_LAYERS`."""
+    pattern = re.compile(re.escape(prefix) + r"\.(\d{1,9})\.")
+    last = max((int(match[1]) for match in map(pattern.match, state) if match), default=-1)
+    return bounded_int(last + 1, f"its layers ({prefix}.{last}.*)", 1, MAX_LAYERS, what)
 
 
 def main(argv=None) -> int:

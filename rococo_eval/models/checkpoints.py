@@ -1,5 +1,6 @@
-"""Reading the official checkpoints of model families (BLIP, VSE infinity): torch files unpickled through an
-allowlist only, the settings file beside a checkpoint, and DataParallel's ``module.`` prefix.
+"""Reading the official checkpoints of model families (BLIP, VSE infinity, PCME++): torch files unpickled through
+an allowlist only, the settings file beside a checkpoint, DataParallel's ``module.`` prefix, and the bounds a
+checkpoint must keep, checked before anything of its size is built or read.
 
 A ``.pth`` file is a pickle, and unpickling runs whatever the file names. :func:`load_torch_file` reads one with
 ``torch.load(weights_only=True)``, which rebuilds tensors and plain containers only, plus the types a family names
@@ -14,17 +15,59 @@ Example:
     Traceback (most recent call last):
     ...
     rococo_eval.models.checkpoints.CheckpointError: `model` 'vse:model.pth' needs pathlib.PurePosixPath to be read, ...
+
+**Bounds.** A checkpoint declares its architecture: options and a config give layer counts and widths, a state
+dict's shapes the rest, and a settings file, a vocabulary or an ids file beside it is read whole. Each is checked
+against the released checkpoints' sizes with a wide margin (the constants below say where each comes from), so that
+a forged or broken file is refused in one line naming the file and the field, in milliseconds, instead of building
+gigabytes of layers or reading a sparse file into memory (:func:`bounded_int`, :func:`bounded_number`,
+:func:`read_json_file`). :func:`check_state` checks that every tensor of a state dict is backed by storage of its
+declared size (an expanded, stride-0 tensor declares a shape it does not hold), and :func:`build_strictly` builds a
+model on the meta device first, to check that the state dict fills it, before allocating it.
 """
 
 from __future__ import annotations
 
-import json
+import math
+import numbers
 import re
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
+
+from rococo_eval.io.scorefiles import check_size, parse_json
 
 MODULE_PREFIX = "module."  # torch.nn.DataParallel's, in the state dicts of models saved while wrapped in it
 _UNSAFE_GLOBAL = re.compile(r"GLOBAL ([\w.]+)")
+
+# Layers of one stack (a transformer's blocks, a ResNet stage's blocks): BERT-base and ViT-B/16 have 12, ViT-L/14
+# (BLIP large) 24, ResNeXt-101's third stage 23; four times the largest.
+MAX_LAYERS = 96
+# The width of any layer (hidden size, MLP hidden size, feature and embedding size): BERT-base 768 (MLP 3072),
+# ViT-L 1024 (MLP 4096), the ResNets' features 2048, VSE infinity's embed_size 1024 and PCME++'s embed_dim 512 to
+# 1024; four times the widest.
+MAX_WIDTH = 16384
+# Any one dimension of a tensor, and a vocabulary's tokens: BERT's vocabulary has 30,522 tokens (BLIP's 30,524),
+# CLIP's 49,408; over five times CLIP's.
+MAX_DIMENSION = 1 << 18
+# Positions of a text encoder: BERT's position embeddings 512, CLIP's context 77; eight times BERT's.
+MAX_POSITIONS = 4096
+# The square side of an image input: PCME++ 224, BLIP 384, VSE infinity's WSL grid 512 (256 x input_scale_factor 2);
+# four times the largest. The smallest: one cell of a ResNet's grid (it downsamples 32 times).
+MAX_IMAGE_SIZE = 2048
+MIN_IMAGE_SIZE = 32
+# The MLP's hidden width over the transformer's width: 4.0 in every released ViT and text transformer.
+MAX_MLP_RATIO = 16.0
+# Parameters of a whole model: BLIP's ViT-L retrieval model has 0.47 billion, VSE infinity's WSL grid model
+# (ResNeXt-101 32x8d and BERT-base) 0.2 billion, PCME++ ViT-B/16 0.15 billion; four times the largest.
+MAX_PARAMETERS = 2_000_000_000
+# Files beside a checkpoint, read whole: a settings file or PCME++'s config.json holds a few hundred bytes, BERT's
+# vocab.txt 226 kB, the region features' ids of RoCOCO's 5,000 images 33 kB (under 1 MB as image paths).
+MAX_SETTINGS_BYTES = 1 << 20
+MAX_VOCABULARY_BYTES = 16 << 20
+MAX_REGION_IDS_BYTES = 16 << 20
+# How deep a settings file nests ({"key": value}), and PCME++'s config.json ({"vision_cfg": {"image_size": [...]}})
+MAX_SETTINGS_DEPTH = 1
+MAX_CONFIG_DEPTH = 3
 
 
 class CheckpointError(ValueError):
@@ -74,10 +117,7 @@ def load_strictly(module, state: dict, what: str) -> None:
         ...
         rococo_eval.models.checkpoints.CheckpointError: `model` 'm' does not fill a Linear: missing ['bias'], unexpected nothing
     """
-    expected = set(module.state_dict())
-    missing, unexpected = sorted(expected - set(state)), sorted(set(state) - expected)
-    if missing or unexpected:
-        raise CheckpointError(f"{what}: missing {missing[:5] or 'nothing'}, unexpected {unexpected[:5] or 'nothing'}")
+    _check_keys(set(module.state_dict()), state, what)
     try:
         module.load_state_dict(state, strict=True)
     except RuntimeError as error:  # a shape that the configuration and the other weights do not give
@@ -100,12 +140,14 @@ def strip_module_prefix(state: dict) -> dict:
 
 def read_sidecar(path, what: str, keys: Sequence[str], paths: Sequence[str] = ("tokenizer",),
                  folders: Sequence[str] = ()) -> dict:
-    """The settings in ``PATH.json`` beside checkpoint ``PATH.pth`` (``{}`` when there is none). The values of ``paths``
-    that name existing files or folders relative to the JSON file are made relative to its folder (others, such as a
-    Hub id, are kept); the values of ``folders`` are always relative to it, unless absolute.
+    """The settings in ``PATH.json`` beside checkpoint ``PATH.pth`` (``{}`` when there is none), read within
+    :data:`MAX_SETTINGS_BYTES` (:func:`read_json_file`). The values of ``paths`` must be strings: those that name
+    existing files or folders relative to the JSON file are made relative to its folder (others, such as a Hub id, are
+    kept); the values of ``folders`` are always relative to it, unless absolute. The other keys are counts (of
+    attention heads): ints from 1 to :data:`MAX_WIDTH`.
 
     Raises:
-        CheckpointError: the file is not a JSON object of ``keys``.
+        CheckpointError: the file is too large, or is not a JSON object of ``keys`` with values of those types.
 
     Example:
         >>> read_sidecar("no-such-folder/model_best.pth", "`model` 'vse:model_best.pth'", ["tokenizer"])
@@ -114,25 +156,197 @@ def read_sidecar(path, what: str, keys: Sequence[str], paths: Sequence[str] = ("
     sidecar = Path(path).expanduser().with_suffix(".json")
     if not sidecar.is_file():
         return {}
-    try:
-        settings = json.loads(sidecar.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as error:
-        raise CheckpointError(f"{what}: its settings file {str(sidecar)!r} is not JSON ({error})") from error
+    settings = read_json_file(sidecar, f"{what}: its settings file", MAX_SETTINGS_BYTES, MAX_SETTINGS_DEPTH)
     unknown = sorted(set(settings) - set(keys)) if isinstance(settings, dict) else None
     if unknown is None or unknown:
         raise CheckpointError(f"{what}: its settings file {str(sidecar)!r} must be a JSON object with any of "
                               f"{', '.join(keys)}; got {unknown or type(settings).__name__}")
+    for key, value in settings.items():
+        if key in paths or key in folders:
+            if not isinstance(value, str):
+                kind = "a folder's path" if key in folders else "a path or a Hub id"
+                raise CheckpointError(f"{what}: its settings file {str(sidecar)!r}: {key} must be {kind}, got "
+                                      f"{_shown(value)}")
+        else:
+            bounded_int(value, key, 1, MAX_WIDTH, f"{what}: its settings file {str(sidecar)!r}")
     for key in paths:
         value = settings.get(key)
-        if isinstance(value, str) and (sidecar.parent / value).exists():
+        if value is not None and (sidecar.parent / value).exists():
             settings[key] = str(sidecar.parent / value)
     for key in folders:
         value = settings.get(key)
-        if value is not None and not isinstance(value, str):
-            raise CheckpointError(f"{what}: {key!r} in {str(sidecar)!r} must be a folder's path, got {value!r}")
         if value is not None:
             settings[key] = str(sidecar.parent / Path(value).expanduser())
     return settings
+
+
+def read_json_file(path, what: str, max_bytes: int, max_depth: int):
+    """The JSON document in ``path``, read only when it has at most ``max_bytes`` bytes, and parsed only when it nests
+    at most ``max_depth`` deep (the upload path's bounded parser,
+    :func:`rococo_eval.io.scorefiles.parse_json`).
+
+    Raises:
+        CheckpointError: ``"{what} 'PATH': ..."``: too large, too deep, not UTF-8 JSON, or unreadable.
+
+    Example:
+        >>> import tempfile
+        >>> path = Path(tempfile.mkdtemp()) / "config.json"
+        >>> _ = path.write_text('{"a": [[1]]}')
+        >>> read_json_file(path, "`model` 'pcmepp:m': its config", 1024, 3)
+        {'a': [[1]]}
+        >>> read_json_file(path, "`model` 'pcmepp:m': its config", 1024, 2)  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        rococo_eval.models.checkpoints.CheckpointError: `model` 'pcmepp:m': its config '...config.json': the config JSON nests 3 deep, deeper than its 2
+    """
+    path = Path(path)
+    try:
+        check_size(path, max_bytes)
+        return parse_json(path.read_bytes(), path.stem, max_depth)
+    except (OSError, ValueError) as error:
+        raise CheckpointError(f"{what} {str(path)!r}: {error}") from error
+
+
+def read_text_file(path, what: str, max_bytes: int) -> str:
+    """The UTF-8 text of ``path``, read only when it has at most ``max_bytes`` bytes.
+
+    Raises:
+        CheckpointError: ``"{what} 'PATH': ..."``: too large, not UTF-8, or unreadable.
+
+    Example:
+        >>> import tempfile
+        >>> path = Path(tempfile.mkdtemp()) / "vocab.txt"
+        >>> _ = path.write_text("[PAD]\\n" * 100)
+        >>> read_text_file(path, "`model` 'vse:m': its vocabulary", 64)  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        rococo_eval.models.checkpoints.CheckpointError: `model` 'vse:m': its vocabulary '...vocab.txt': vocab.txt: the file is 600 bytes, over the limit of 64 bytes
+    """
+    path = Path(path)
+    try:
+        check_size(path, max_bytes)
+        return path.read_text(encoding="utf-8")
+    except (OSError, ValueError) as error:
+        raise CheckpointError(f"{what} {str(path)!r}: {error}") from error
+
+
+def bounded_int(value, field: str, low: int, high: int, what: str) -> int:
+    """``value`` as an int, if it is one (not a bool) from ``low`` to ``high``; ``field`` and ``what`` name it.
+
+    Raises:
+        CheckpointError: ``"{what}: {field} = {value} is out of bounds: an int from {low} to {high}"``.
+
+    Example:
+        >>> bounded_int(12, "vision_cfg.layers", 1, MAX_LAYERS, "`model` 'pcmepp:m'")
+        12
+        >>> bounded_int(100_000, "vision_cfg.layers", 1, MAX_LAYERS, "`model` 'pcmepp:m'")
+        Traceback (most recent call last):
+        ...
+        rococo_eval.models.checkpoints.CheckpointError: `model` 'pcmepp:m': vision_cfg.layers = 100000 is out of bounds: an int from 1 to 96
+    """
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool) and low <= value <= high:
+        return int(value)
+    raise CheckpointError(f"{what}: {field} = {_shown(value)} is out of bounds: an int from {low} to {high}")
+
+
+def bounded_number(value, field: str, low: float, high: float, what: str) -> float:
+    """``value`` as a float, if it is a finite number (not a bool) above ``low`` and at most ``high``.
+
+    Example:
+        >>> bounded_number(0, "opt.input_scale_factor", 0, 8, "m")
+        Traceback (most recent call last):
+        ...
+        rococo_eval.models.checkpoints.CheckpointError: m: opt.input_scale_factor = 0 is out of bounds: a number above 0 and at most 8
+    """
+    if (isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+            and low < value <= high):
+        return float(value)
+    raise CheckpointError(f"{what}: {field} = {_shown(value)} is out of bounds: a number above {low} and at most "
+                          f"{high}")
+
+
+def check_state(state: dict, what: str) -> None:
+    """Check a state dict's tensors before a model is built for them: each is a tensor whose dimensions are at most
+    :data:`MAX_DIMENSION` and whose storage holds its declared shape, and all of them together hold at most
+    :data:`MAX_PARAMETERS` values.
+
+    Raises:
+        CheckpointError: naming the first tensor out of bounds, or the total.
+
+    Example:
+        >>> import torch
+        >>> check_state({"word_embeddings.weight": torch.zeros(1).expand(30522, 768)}, "m")
+        Traceback (most recent call last):
+        ...
+        rococo_eval.models.checkpoints.CheckpointError: m: word_embeddings.weight declares shape (30522, 768) but its storage holds 4 bytes, not the 93763584 that shape needs
+    """
+    import torch
+
+    total = 0
+    for key, tensor in state.items():
+        if not isinstance(tensor, torch.Tensor):
+            raise CheckpointError(f"{what}: {key} is a {type(tensor).__name__}, not a tensor")
+        shape = tuple(tensor.shape)
+        if any(size > MAX_DIMENSION for size in shape):
+            raise CheckpointError(f"{what}: {key} declares shape {shape}, over the bound of {MAX_DIMENSION} per "
+                                  "dimension")
+        needed = tensor.numel() * tensor.element_size()
+        held = tensor.untyped_storage().nbytes() - tensor.storage_offset() * tensor.element_size()
+        if held < needed:
+            raise CheckpointError(f"{what}: {key} declares shape {shape} but its storage holds {max(held, 0)} bytes, "
+                                  f"not the {needed} that shape needs")
+        total += tensor.numel()
+    if total > MAX_PARAMETERS:
+        raise CheckpointError(f"{what}: its tensors declare {total} values, over the bound of {MAX_PARAMETERS}")
+
+
+def build_strictly(build: Callable[[], tuple], states: Sequence[dict], whats: Sequence[str]) -> tuple:
+    """The modules ``build()`` returns, with ``states`` loaded into them strictly, each checked before it is allocated:
+    the states by :func:`check_state`, then ``build()`` runs on the meta device (nothing allocated) and each module's
+    keys and shapes must be its state's, then it runs for real. ``whats`` name the modules in errors.
+
+    Raises:
+        CheckpointError: a state out of bounds, or one that does not fill its module (``"{what}: missing [...],
+            unexpected [...]"``, or the first key whose shape differs).
+
+    Example:
+        >>> import torch
+        >>> build_strictly(lambda: (torch.nn.Linear(2, 3),), [{"weight": torch.zeros(3, 2), "bias": torch.zeros(2)}],
+        ...                ["`model` 'm': its weights"])
+        Traceback (most recent call last):
+        ...
+        rococo_eval.models.checkpoints.CheckpointError: `model` 'm': its weights: bias has shape (2,), the model's is (3,)
+    """
+    import torch
+
+    for state, what in zip(states, whats):
+        check_state(state, what)
+    with torch.device("meta"):
+        skeletons = build()
+    for skeleton, state, what in zip(skeletons, states, whats):
+        expected = skeleton.state_dict()
+        _check_keys(set(expected), state, what)
+        for key, tensor in expected.items():
+            if tuple(tensor.shape) != tuple(state[key].shape):
+                raise CheckpointError(f"{what}: {key} has shape {tuple(state[key].shape)}, the model's is "
+                                      f"{tuple(tensor.shape)}")
+    del skeletons
+    modules = build()
+    for module, state, what in zip(modules, states, whats):
+        load_strictly(module, state, what)
+    return modules
+
+
+def _check_keys(expected: set, state: dict, what: str) -> None:
+    missing, unexpected = sorted(expected - set(state)), sorted(set(state) - expected)
+    if missing or unexpected:
+        raise CheckpointError(f"{what}: missing {missing[:5] or 'nothing'}, unexpected {unexpected[:5] or 'nothing'}")
+
+
+def _shown(value) -> str:
+    """A value as an error message shows it: its repr, cut at 40 characters."""
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _names(types: Iterable) -> list[str]:

@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
-import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,7 +48,21 @@ from typing import Sequence
 
 import numpy as np
 
-from rococo_eval.models.checkpoints import CheckpointError, load_strictly
+from rococo_eval.models.checkpoints import (
+    MAX_CONFIG_DEPTH,
+    MAX_DIMENSION,
+    MAX_IMAGE_SIZE,
+    MAX_LAYERS,
+    MAX_MLP_RATIO,
+    MAX_POSITIONS,
+    MAX_SETTINGS_BYTES,
+    MAX_WIDTH,
+    CheckpointError,
+    bounded_int,
+    bounded_number,
+    build_strictly,
+    read_json_file,
+)
 from rococo_eval.models.similarity import score_vectors
 
 logger = logging.getLogger(__name__)
@@ -124,7 +137,34 @@ def read_config(config: dict, what: str) -> PcmeppConfig:
                 raise PcmeppError(f"{what}: {key}.{name} = {merged[name]!r} is not supported (this package builds the "
                                   f"official forward without it; it cannot be checked against the official code)")
         parts[key] = merged
-    return PcmeppConfig(int(config["embed_dim"]), parts["vision_cfg"], parts["text_cfg"], bool(config.get("quick_gelu")))
+    _check_bounds(parts["vision_cfg"], parts["text_cfg"], what)
+    return PcmeppConfig(bounded_int(config["embed_dim"], "embed_dim", 1, MAX_WIDTH, what), parts["vision_cfg"],
+                        parts["text_cfg"], bool(config.get("quick_gelu")))
+
+
+def _check_bounds(vision: dict, text: dict, what: str) -> None:
+    """The sizes of the vision and text towers, each an int (a number for ``mlp_ratio`` and ``ls_init_value``) within
+    its bound, checked against each other: heads split the width, patches fit the image, ``unc_layers`` are among
+    the ``layers``."""
+    for key, tower in (("vision_cfg", vision), ("text_cfg", text)):
+        width = bounded_int(tower["width"], f"{key}.width", 1, MAX_WIDTH, what)
+        layers = bounded_int(tower["layers"], f"{key}.layers", 1, MAX_LAYERS, what)
+        bounded_int(tower["unc_layers"], f"{key}.unc_layers", 0, layers, what)
+        if tower["ls_init_value"] is not None:
+            bounded_number(tower["ls_init_value"], f"{key}.ls_init_value", 0, 1, what)
+        field = "head_width" if key == "vision_cfg" else "heads"
+        given = bounded_int(tower[field], f"{key}.{field}", 1, width, what)
+        heads = width // given if key == "vision_cfg" else given  # VisionTransformer: width // head_width heads
+        if width % heads:
+            raise PcmeppError(f"{what}: {key}.{field} = {given} gives {heads} attention heads, which do not split "
+                              f"{key}.width = {width}")
+    bounded_number(vision["mlp_ratio"], "vision_cfg.mlp_ratio", 0, MAX_MLP_RATIO, what)
+    size = vision["image_size"]
+    sides = size if isinstance(size, list) and len(size) == 2 else [size]
+    smallest = min(bounded_int(side, "vision_cfg.image_size", 1, MAX_IMAGE_SIZE, what) for side in sides)
+    bounded_int(vision["patch_size"], "vision_cfg.patch_size", 1, smallest, what)
+    bounded_int(text["context_length"], "text_cfg.context_length", 1, MAX_POSITIONS, what)
+    bounded_int(text["vocab_size"], "text_cfg.vocab_size", 1, MAX_DIMENSION, what)
 
 
 def checkpoint_files(name_or_path: str, what: str) -> tuple[Path, Path]:
@@ -167,11 +207,15 @@ def read_weights(path: Path, what: str) -> dict:
         if path.suffix == ".safetensors":
             from safetensors.torch import load_file
 
-            return load_file(str(path))
-        return torch.load(path, map_location="cpu", weights_only=True)
+            state = load_file(str(path))
+        else:
+            state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as error:  # safetensors and torch raise many kinds for what they cannot read
         raise PcmeppError(f"{what}: cannot read the weights {str(path)!r} ({type(error).__name__}: "
                           f"{str(error).splitlines()[0] if str(error) else ''})") from error
+    if not isinstance(state, dict):
+        raise PcmeppError(f"{what}: the weights {str(path)!r} hold a {type(state).__name__}, not a state dict")
+    return state
 
 
 def build_model(config: PcmeppConfig):
@@ -359,21 +403,14 @@ class PcmeppModel:
 
         what = f"`model` {name!r}"
         config_path, weights_path = checkpoint_files(path, what)
-        try:
-            raw = json.loads(config_path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as error:
-            raise PcmeppError(f"{what}: {str(config_path)!r} is not JSON ({error})") from error
-        config = read_config(raw, what)
+        config = read_config(read_json_file(config_path, f"{what}: its config", MAX_SETTINGS_BYTES, MAX_CONFIG_DEPTH),
+                             what)
         if config.vision["image_size"] != CLIP_PROCESSOR_CONFIG["crop_size"]:
             raise PcmeppError(f"{what}: vision_cfg.image_size = {config.vision['image_size']!r}; the official example "
                               f"preprocesses with openai/clip-vit-base-patch16's processor, "
                               f"{CLIP_PROCESSOR_CONFIG['crop_size']} x {CLIP_PROCESSOR_CONFIG['crop_size']}")
-        model = build_model(config)
-        try:
-            load_strictly(model, read_weights(weights_path, what),
-                          f"{what}: the weights do not fill an HfPCMEPPModel of its config")
-        except CheckpointError as error:
-            raise PcmeppError(str(error)) from error
+        model, = build_strictly(lambda: (build_model(config),), [read_weights(weights_path, what)],
+                                [f"{what}: the weights do not fill an HfPCMEPPModel of its config"])
         self.name, self.base = name, base
         self.device, self.precision = base.device, base.precision
         self.context_length = config.text["context_length"]

@@ -27,6 +27,8 @@ from typing import Sequence
 
 import numpy as np
 
+from rococo_eval.models.checkpoints import MAX_REGION_IDS_BYTES, CheckpointError, read_text_file
+
 ORIGINAL = "original"
 IMAGE_SETS_PREFIX = "images/"
 _COCO_FILE = re.compile(r"COCO_[a-z]+\d*_(\d{12})\.jpg")
@@ -74,8 +76,9 @@ def read_region_features(folder, name: str, image_files: Sequence[str], dimensio
     ``dimension`` (its ``img_dim``); ``what`` names the model in errors.
 
     Raises:
-        RegionFeatureError: a missing file, an array that is not ``(images, regions, dimension)`` numbers, or ids
-            that are not the benchmark's images, each once (each names the set and the file).
+        RegionFeatureError: a missing file, an array that is not ``(images, regions, dimension)`` numbers, an ids
+            file over :data:`~rococo_eval.models.checkpoints.MAX_REGION_IDS_BYTES`, or ids that are not the
+            benchmark's images, each once (each names the set and the file).
 
     Example:
         >>> import tempfile
@@ -101,7 +104,10 @@ def read_region_features(folder, name: str, image_files: Sequence[str], dimensio
     if array.ndim != 3 or array.shape[2] != dimension or array.dtype.kind != "f" or array.shape[1] < 1:
         raise RegionFeatureError(f"{what}: {str(array_path)!r} holds {array.dtype} of shape {array.shape}, not "
                                  f"(images, regions, {dimension}) floats")
-    ids = ids_path.read_text(encoding="utf-8").split()
+    try:
+        ids = read_text_file(ids_path, f"{what}: the ids of {name!r}", MAX_REGION_IDS_BYTES).split()
+    except CheckpointError as error:
+        raise RegionFeatureError(str(error)) from error
     expected = [image_key(file) for file in image_files]
     if len(ids) != array.shape[0] or len(ids) != len(expected):
         raise RegionFeatureError(f"{what}: {name!r} has {array.shape[0]} feature rows and {len(ids)} ids in "

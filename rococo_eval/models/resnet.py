@@ -29,6 +29,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from rococo_eval.models.checkpoints import MAX_DIMENSION, MAX_LAYERS, MAX_WIDTH
+
 STYLES = ("caffe", "torchvision")
 EXPANSION = 4  # Bottleneck's
 _STAGE_PLANES = (64, 128, 256, 512)
@@ -49,24 +51,32 @@ def resnet_shape(state: dict, style: str, prefix: str = "") -> ResnetShape:
     """The :class:`ResnetShape` of a ResNet state dict (keys under ``prefix``).
 
     Raises:
-        ValueError: the state dict holds no bottleneck ResNet (no ``layer1.0.conv2.weight``).
+        ValueError: the state dict holds no bottleneck ResNet (no ``layer1.0.conv2.weight``), or one whose blocks per
+            stage, widths or classes are out of bounds (:data:`~rococo_eval.models.checkpoints.MAX_LAYERS`, ...).
     """
     if style not in STYLES:
         raise ValueError(f"`style` must be one of {STYLES}, got {style!r}")
-    pattern = re.compile(re.escape(prefix) + r"layer([1-4])\.(\d+)\.conv1\.weight")
+    pattern = re.compile(re.escape(prefix) + r"layer([1-4])\.(\d{1,9})\.conv1\.weight")
     counts = [0, 0, 0, 0]
     for key in state:
         match = pattern.fullmatch(key)
         if match:
             counts[int(match[1]) - 1] = max(counts[int(match[1]) - 1], int(match[2]) + 1)
-    conv2 = state.get(f"{prefix}layer1.0.conv2.weight")
-    if conv2 is None or 0 in counts or f"{prefix}fc.weight" not in state:
+    conv2, fc = state.get(f"{prefix}layer1.0.conv2.weight"), state.get(f"{prefix}fc.weight")
+    if conv2 is None or 0 in counts or fc is None:
         raise ValueError(f"no bottleneck ResNet under {prefix!r}: expected layer1..layer4 of conv1/conv2/conv3 blocks "
                          "and an fc layer")
+    if max(counts) > MAX_LAYERS:
+        raise ValueError(f"{prefix}layer{counts.index(max(counts)) + 1} has {max(counts)} blocks, over the bound of "
+                         f"{MAX_LAYERS}")
+    if conv2.dim() != 4 or not 0 < conv2.shape[1] <= conv2.shape[0] <= MAX_WIDTH or conv2.shape[0] % conv2.shape[1] \
+            or fc.dim() != 2 or not 0 < fc.shape[0] <= MAX_DIMENSION:
+        raise ValueError(f"{prefix}layer1.0.conv2.weight of shape {tuple(conv2.shape)} and {prefix}fc.weight of shape "
+                         f"{tuple(fc.shape)} give no bottleneck ResNet within bounds (a width up to {MAX_WIDTH} "
+                         "that splits into groups)")
     width = conv2.shape[0]
     groups = width // conv2.shape[1]
-    return ResnetShape(style, tuple(counts), groups, width * 64 // (_STAGE_PLANES[0] * groups),
-                       int(state[f"{prefix}fc.weight"].shape[0]))
+    return ResnetShape(style, tuple(counts), groups, width * 64 // (_STAGE_PLANES[0] * groups), int(fc.shape[0]))
 
 
 def build_resnet(shape: ResnetShape):

@@ -60,6 +60,7 @@ import hashlib
 import json
 import logging
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
@@ -67,10 +68,20 @@ from typing import Optional, Sequence
 import numpy as np
 
 from rococo_eval.models.checkpoints import (
+    MAX_IMAGE_SIZE,
+    MAX_LAYERS,
+    MAX_POSITIONS,
+    MAX_VOCABULARY_BYTES,
+    MAX_WIDTH,
+    MIN_IMAGE_SIZE,
     CheckpointError,
-    load_strictly,
+    bounded_int,
+    bounded_number,
+    build_strictly,
+    check_state,
     load_torch_file,
     read_sidecar,
+    read_text_file,
     strip_module_prefix,
 )
 from rococo_eval.models.region_features import (
@@ -96,6 +107,12 @@ BERT_LAYER_NORM_EPS = 1e-12  # bert-base-uncased's config
 BERT_SETTINGS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
                  "max_position_embeddings", "type_vocab_size", "hidden_act", "layer_norm_eps")
 _POSITION_IDS = "bert.embeddings.position_ids"
+_BERT_LAYER = re.compile(r"bert\.encoder\.layer\.(\d{1,9})\.")
+_BERT_SHAPES = {"vocab_size": ("bert.embeddings.word_embeddings.weight", 0),
+                "hidden_size": ("bert.embeddings.word_embeddings.weight", 1),
+                "intermediate_size": ("bert.encoder.layer.0.intermediate.dense.weight", 0),
+                "max_position_embeddings": ("bert.embeddings.position_embeddings.weight", 0),
+                "type_vocab_size": ("bert.embeddings.token_type_embeddings.weight", 0)}
 
 
 class VseCheckpointError(CheckpointError):
@@ -145,7 +162,8 @@ def read_options(opt, what: str) -> VseOptions:
     if missing:
         raise VseCheckpointError(f"{what} is not a VSE infinity checkpoint: its options lack {', '.join(missing)}")
     kind = opt.precomp_enc_type
-    common = dict(img_dim=int(opt.img_dim), embed_size=int(opt.embed_size),
+    common = dict(img_dim=bounded_int(opt.img_dim, "opt.img_dim", 1, MAX_WIDTH, what),
+                  embed_size=bounded_int(opt.embed_size, "opt.embed_size", 1, MAX_WIDTH, what),
                   no_imgnorm=bool(getattr(opt, "no_imgnorm", False)), no_txtnorm=bool(getattr(opt, "no_txtnorm", False)))
     if kind == "basic":
         return VseOptions("butd_region", kind, None, None, None, **common)
@@ -164,8 +182,12 @@ def read_options(opt, what: str) -> VseOptions:
     else:
         raise VseCheckpointError(f"{what}: unknown backbone_source {source!r} (VSE infinity knows detector, wsl and "
                                  "imagenet*)")
-    factor = getattr(opt, "input_scale_factor", 1)
+    factor = bounded_number(getattr(opt, "input_scale_factor", 1), "opt.input_scale_factor", 0,
+                            MAX_IMAGE_SIZE / BASE_TARGET_SIZE, what)
     size = int(BASE_TARGET_SIZE * factor) if factor != 1 else BASE_TARGET_SIZE
+    if size < MIN_IMAGE_SIZE:
+        raise VseCheckpointError(f"{what}: opt.input_scale_factor = {factor} resizes images to {size} pixels, under "
+                                 f"the {MIN_IMAGE_SIZE} of one cell of the ResNet's grid")
     return VseOptions(variant, kind, source, style, size, **common)
 
 
@@ -213,21 +235,35 @@ def _without_position_ids(state: dict, what: str) -> dict:
         return state
     import torch
 
+    check_state({_POSITION_IDS: ids}, what)  # a tensor, backed by what it declares, before it is compared
     if not torch.equal(ids.reshape(-1).long(), torch.arange(ids.numel())):
         raise VseCheckpointError(f"{what}: its {_POSITION_IDS} is not 0, 1, 2, ...: refused rather than dropped")
     return {key: value for key, value in state.items() if key != _POSITION_IDS}
 
 
-def build_encoders(options: VseOptions, image_state: dict, text_state: dict, text_heads: Optional[int] = None):
-    """The official image and text encoders of ``options``, shaped by the state dicts (random weights).
+def build_encoders(options: VseOptions, image_state: dict, text_state: dict, text_heads: Optional[int] = None,
+                   what: str = "the checkpoint"):
+    """The official image and text encoders of ``options``, shaped by the state dicts (random weights); ``what`` names
+    the checkpoint in errors.
 
     Returns ``(image_encoder, text_encoder)``: ``image_encoder(pixels)`` for a grid, ``image_encoder(features,
     lengths)`` for regions; ``text_encoder(ids, lengths)``. Module names are the official ones.
+
+    Raises:
+        CheckpointError: the state dicts give no BERT or ResNet, or one out of bounds (:func:`bert_config`,
+            :func:`~rococo_eval.models.resnet.resnet_shape`).
     """
     import torch
     import transformers
     from torch import nn
     from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+    config = bert_config(text_state, text_heads, what)
+    if not options.is_region:
+        try:
+            shape = resnet_shape(image_state, options.backbone_style, prefix="backbone.resnet.")
+        except ValueError as error:
+            raise VseCheckpointError(f"{what}: its image encoder: {error}") from error
 
     def l2norm(x, dim, eps=1e-8):
         """lib/encoders.py l2norm."""
@@ -305,7 +341,6 @@ def build_encoders(options: VseOptions, image_state: dict, text_state: dict, tex
 
         def __init__(self):
             super().__init__()
-            shape = resnet_shape(image_state, options.backbone_style, prefix="backbone.resnet.")
             self.resnet = build_resnet(shape)
             self.base = nn.Sequential(self.resnet.conv1, self.resnet.bn1, self.resnet.relu, self.resnet.maxpool,
                                       self.resnet.layer1, self.resnet.layer2, self.resnet.layer3)
@@ -334,7 +369,7 @@ def build_encoders(options: VseOptions, image_state: dict, text_state: dict, tex
 
         def __init__(self):
             super().__init__()
-            self.bert = transformers.BertModel(bert_config(text_state, text_heads))
+            self.bert = transformers.BertModel(config)
             self.linear = nn.Linear(self.bert.config.hidden_size, options.embed_size)
             self.gpool = GPO(GPO_SIZE, GPO_SIZE)
 
@@ -360,27 +395,39 @@ def positional_encoding_1d(d_model: int, length: int):
     return pe
 
 
-def bert_config(text_state: dict, heads: Optional[int] = None):
+def bert_config(text_state: dict, heads: Optional[int] = None, what: str = "the checkpoint"):
     """bert-base-uncased's configuration at the sizes of the text encoder's state dict (the official EncoderText loads
-    that model, then the checkpoint's weights over it)."""
+    that model, then the checkpoint's weights over it), each size within its bound; ``what`` names the checkpoint.
+
+    Raises:
+        CheckpointError: a tensor the sizes are read from is missing or not 2-D, a size or the number of layers is
+            out of bounds, or the width does not split into ``heads``.
+    """
     import transformers
 
-    vocab_size, hidden = text_state["bert.embeddings.word_embeddings.weight"].shape
+    sizes = {}
+    for name, (key, axis) in _BERT_SHAPES.items():
+        tensor = text_state.get(key)
+        if tensor is None or tensor.dim() != 2:
+            raise VseCheckpointError(f"{what}: its text encoder's {key} is "
+                                     f"{'missing' if tensor is None else f'of shape {tuple(tensor.shape)}'}, "
+                                     "not a matrix")
+        sizes[name] = int(tensor.shape[axis])
+    for name, high in (("hidden_size", MAX_WIDTH), ("intermediate_size", MAX_WIDTH),
+                       ("max_position_embeddings", MAX_POSITIONS), ("type_vocab_size", MAX_POSITIONS)):
+        bounded_int(sizes[name], f"BERT's {name} ({_BERT_SHAPES[name][0]})", 1, high, what)
+    last = max((int(match[1]) for match in map(_BERT_LAYER.match, text_state) if match), default=-1)
+    layers = bounded_int(last + 1, f"BERT's layers (bert.encoder.layer.{last}.*)", 1, MAX_LAYERS, what)
+    hidden = sizes["hidden_size"]
     if heads is None:
         heads = hidden // TEXT_HEAD_WIDTH
     elif isinstance(heads, bool) or not isinstance(heads, int):
-        raise VseCheckpointError(f"text_num_attention_heads must be an int, got {heads!r}")
+        raise VseCheckpointError(f"{what}: text_num_attention_heads must be an int, got {heads!r}")
     if heads < 1 or hidden % heads:
-        raise VseCheckpointError(f"BERT's width {hidden} does not split into {heads} attention heads: give "
+        raise VseCheckpointError(f"{what}: BERT's width {hidden} does not split into {heads} attention heads: give "
                                  "text_num_attention_heads in the settings file beside the checkpoint")
-    layers = 1 + max(int(key.split(".")[3]) for key in text_state if key.startswith("bert.encoder.layer."))
-    return transformers.BertConfig(
-        vocab_size=vocab_size, hidden_size=hidden, num_hidden_layers=layers,
-        num_attention_heads=heads,
-        intermediate_size=text_state["bert.encoder.layer.0.intermediate.dense.weight"].shape[0],
-        max_position_embeddings=text_state["bert.embeddings.position_embeddings.weight"].shape[0],
-        type_vocab_size=text_state["bert.embeddings.token_type_embeddings.weight"].shape[0],
-        hidden_act="gelu", layer_norm_eps=BERT_LAYER_NORM_EPS, pad_token_id=0)
+    return transformers.BertConfig(num_hidden_layers=layers, num_attention_heads=heads, hidden_act="gelu",
+                                   layer_norm_eps=BERT_LAYER_NORM_EPS, pad_token_id=0, **sizes)
 
 
 def imageio_pixels(image) -> np.ndarray:
@@ -487,11 +534,8 @@ def read_vocabulary(name_or_path: str, what: str) -> dict:
             raise VseCheckpointError(f"{what}: cannot read BERT's vocabulary {name_or_path!r} ({type(error).__name__}: "
                                      f"{error}); name a vocab.txt as \"tokenizer\" in the settings file beside the "
                                      "checkpoint") from error
-    vocabulary = {}
-    with open(path, encoding="utf-8") as handle:
-        for index, token in enumerate(handle.readlines()):
-            vocabulary[token.rstrip("\n")] = index
-    return vocabulary
+    lines = read_text_file(path, f"{what}: BERT's vocabulary", MAX_VOCABULARY_BYTES).split("\n")
+    return {token: index for index, token in enumerate(lines[:-1] if lines[-1] == "" else lines)}
 
 
 class VseInftyModel:
@@ -516,14 +560,11 @@ class VseInftyModel:
             raise VseCheckpointError(f"{what}: a region model (precomp_enc_type 'basic') reads precomputed BUTD region "
                                      f"features: name their folder as \"region_features\" in "
                                      f"{str(Path(path).with_suffix('.json'))!r}")
-        image_encoder, text_encoder = build_encoders(self.options, image_state, text_state,
-                                                     settings.get("text_num_attention_heads"))
-        for part, module, state in (("image", image_encoder, image_state), ("text", text_encoder, text_state)):
-            try:
-                load_strictly(module, state, f"{what}: the {part} encoder's weights do not fill the {part} encoder "
-                                             "of its options")
-            except CheckpointError as error:
-                raise VseCheckpointError(str(error)) from error
+        image_encoder, text_encoder = build_strictly(
+            lambda: build_encoders(self.options, image_state, text_state, settings.get("text_num_attention_heads"),
+                                   what),
+            [image_state, text_state], [f"{what}: the {part} encoder's weights do not fill the {part} encoder of its "
+                                        "options" for part in ("image", "text")])
         tokenizer = settings.get("tokenizer", DEFAULT_TOKENIZER)
         self.vocabulary = read_vocabulary(tokenizer, what)
         if len(self.vocabulary) != text_encoder.bert.config.vocab_size:

@@ -12,9 +12,9 @@ def sparse_npy(path, shape, dtype=np.float16):
     return path
 
 
-def sparse_file(path, size: int, head: bytes = b""):
-    """A file of ``size`` bytes that starts with ``head`` and goes on as a hole (zeros neither written nor held): a
-    huge file of any kind, made at once."""
+def sparse_file(path, size: int = 2 << 30, head: bytes = b""):
+    """A file of ``size`` bytes (2 GiB by default) that starts with ``head`` and goes on as a hole (zeros neither
+    written nor held): what a reader that reads it whole pays for, at no cost to the disk."""
     with open(path, "wb") as handle:
         handle.write(head)
         handle.truncate(size)

@@ -37,6 +37,7 @@ from rococo_eval.io.savedscores import score_file_name
 from rococo_eval.models import blip_official
 from rococo_eval.models.adapters import ModelError, load_model
 from rococo_eval.models.blip import BLIP_MAX_WORDS, pre_caption
+from rococo_eval.models.checkpoints import CheckpointError
 from rococo_eval.scoring.rerank import FILL
 from helpers.official_set import (
     ATTACK,
@@ -305,3 +306,21 @@ def test_settings_beside_the_checkpoint_are_checked(case, tmp_path):
     (tmp_path / "model.json").write_text(json.dumps({"tokenizer": "vocab.txt"}))  # relative to the JSON file
     with pytest.raises(ModelError, match=r"vocab.txt' with \[DEC\] and \[ENC\] has 7 tokens, the checkpoint's text "):
         load_model(f"blip:{checkpoint}", device="cpu")
+
+
+@pytest.mark.parametrize("stack", ["visual_encoder.blocks", "text_encoder.encoder.layer"])
+def test_a_state_dict_naming_layer_1_000_000_is_refused_before_a_layer_is_built(stack):
+    """One extra key once made the configuration of 1,000,001 layers that the model was then built with."""
+    import torch
+
+    state = {"visual_encoder.cls_token": torch.zeros(1, 1, 64), "visual_encoder.pos_embed": torch.zeros(1, 577, 64),
+             "visual_encoder.patch_embed.proj.weight": torch.zeros(64, 3, 16, 16),
+             "visual_encoder.blocks.0.mlp.fc1.weight": torch.zeros(256, 64),
+             "text_encoder.embeddings.word_embeddings.weight": torch.zeros(30524, 48),
+             "text_encoder.embeddings.position_embeddings.weight": torch.zeros(64, 48),
+             "text_encoder.encoder.layer.0.intermediate.dense.weight": torch.zeros(192, 48),
+             "text_encoder.encoder.layer.0.crossattention.self.key.weight": torch.zeros(48, 64),
+             "vision_proj.weight": torch.zeros(32, 64), f"{stack}.1000000.output.dense.bias": torch.zeros(1)}
+    with pytest.raises(CheckpointError, match=re.escape(f"the checkpoint: its layers ({stack}.1000000.*) = 1000001 is "
+                                                        "out of bounds: an int from 1 to 96")):
+        blip_official.blip_config(state)

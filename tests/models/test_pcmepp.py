@@ -7,6 +7,7 @@ Parity with the official code is ``test_pcmepp_official.py``'s; these checkpoint
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -19,6 +20,7 @@ from rococo_eval.models.adapters import ModelError, load_model
 from rococo_eval.models.pcmepp import read_config
 from rococo_eval.models.similarity import score_vectors
 from helpers import REPO_ROOT
+from helpers.hostile_checkpoints import nested_json, pcmepp_with_config, pcmepp_with_config_text
 from helpers.tiny_models import TINY_PCMEPP, make_tiny_pcmepp
 
 
@@ -187,3 +189,24 @@ def test_read_config_keeps_the_official_defaults_but_not_where_the_official_code
     assert config.vision["layers"] == 12 and config.vision["unc_layers"] == 2 and config.text["width"] == 512
     with pytest.raises(ValueError, match=r"text_cfg has no unc_layers, which HfPCMEPPModel.__init__ reads"):
         read_config({"embed_dim": 512, "vision_cfg": {}, "text_cfg": {}}, "m")
+
+
+@pytest.mark.parametrize("generate, field", [
+    (lambda folder: pcmepp_with_config(folder, vision={"patch_size": 0}),
+     "vision_cfg.patch_size = 0 is out of bounds: an int from 1 to 224"),
+    (lambda folder: pcmepp_with_config(folder, vision={"head_width": 0}), "vision_cfg.head_width = 0 is out of"),
+    (lambda folder: pcmepp_with_config(folder, text={"heads": 3}),
+     "text_cfg.heads = 3 gives 3 attention heads, which do not split text_cfg.width = 32"),
+    (lambda folder: pcmepp_with_config(folder, text={"unc_layers": 3}), "text_cfg.unc_layers = 3 is out of bounds: "
+                                                                        "an int from 0 to 2"),
+    (lambda folder: pcmepp_with_config(folder, embed_dim="16"), "embed_dim = '16' is out of bounds"),
+    (lambda folder: pcmepp_with_config_text(folder, nested_json(100_000)),
+     "its config '.*config.json': the config JSON nests 100001 deep, deeper than its 3"),
+])
+def test_configurations_out_of_bounds_are_refused_before_building_by_field(tmp_path, generate, field):
+    """Each was a traceback (ZeroDivisionError, RecursionError, ValueError, an assertion of torch); now one line
+    naming the checkpoint and the field."""
+    name = generate(tmp_path / "model")
+    with pytest.raises(ModelError, match=f"^`model` '{re.escape(name)}'.*{field}") as refused:
+        load_model(name, device="cpu")
+    assert "\n" not in str(refused.value)

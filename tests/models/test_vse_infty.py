@@ -6,6 +6,7 @@ way (:func:`helpers.tiny_models.save_vse_checkpoint`) from the project's own mod
 
 import argparse
 import json
+import re
 
 import numpy as np
 import pytest
@@ -16,6 +17,13 @@ from rococo_eval.cli import main
 from rococo_eval.data.source import BenchmarkSource
 from rococo_eval.models.adapters import ModelError, load_model
 from rococo_eval.models.vse_infty import imageio_pixels
+from helpers.hostile_checkpoints import (
+    nested_json,
+    vse_with_options,
+    vse_with_settings,
+    vse_with_settings_text,
+    vse_with_text_weights,
+)
 from helpers.tiny_models import (
     make_tiny_vse,
     save_vse_checkpoint,
@@ -171,7 +179,7 @@ def test_the_fingerprint_follows_the_text_encoders_settings(states, tmp_path):
     assert two.fingerprint != four.fingerprint
     assert not np.allclose(two.encode_texts(["a dog on a mat"]), four.encode_texts(["a dog on a mat"]))
     save_vse_checkpoint(path, opt, image_state, text_state, settings={"text_num_attention_heads": "4"})
-    with pytest.raises(ModelError, match="text_num_attention_heads must be an int, got '4'"):
+    with pytest.raises(ModelError, match="text_num_attention_heads = '4' is out of bounds: an int from 1 to"):
         load_model(f"vse:{path}", device="cpu")
 
 
@@ -313,3 +321,39 @@ def test_images_the_official_loader_cannot_read_are_refused():
     colours = Image.fromarray(np.arange(24, dtype=np.uint8).reshape(2, 4, 3)).convert("P")
     with pytest.raises(ValueError, match="of mode 'P'"):  # a palette of colours: four channels in imageio
         imageio_pixels(colours)
+
+
+@pytest.mark.parametrize("generate, field", [
+    (lambda folder, states: vse_with_options(folder, states, input_scale_factor=0),
+     "opt.input_scale_factor = 0 is out of bounds: a number above 0"),
+    (lambda folder, states: vse_with_options(folder, states, input_scale_factor=0.1),
+     "opt.input_scale_factor = 0.1 resizes images to 25 pixels, under the 32"),
+    (lambda folder, states: vse_with_options(folder, states, embed_size="1024"), "opt.embed_size = '1024' is out of"),
+    (lambda folder, states: vse_with_settings(folder, states, {"tokenizer": 30522}),
+     "'.*model_best.json': tokenizer must be a path or a Hub id, got 30522"),
+    (lambda folder, states: vse_with_settings_text(folder, states, nested_json(100_000)),
+     "its settings file '.*model_best.json': the model_best JSON nests 100001 deep, deeper than its 1"),
+    (lambda folder, states: vse_with_text_weights(folder, states, **{"bert.encoder.layer.0.intermediate.dense.weight":
+                                                                    torch.zeros(64)}),
+     "its text encoder's bert.encoder.layer.0.intermediate.dense.weight is of shape \\(64,\\), not a matrix"),
+])
+def test_options_and_settings_out_of_bounds_are_refused_at_loading_by_field(states, tmp_path, generate, field):
+    """Each was a traceback (OpenCV's assertion at the first image, TypeError, RecursionError, IndexError) or a model
+    of images it cannot resize; now one line naming the checkpoint and the field, before anything is built."""
+    name = generate(tmp_path, states)
+    with pytest.raises(ModelError, match=f"^`model` '{re.escape(name)}'.*{field}") as refused:
+        load_model(name, device="cpu")
+    assert "\n" not in str(refused.value)
+
+
+@pytest.mark.parametrize("position_ids, problem", [
+    (torch.zeros(1, dtype=torch.long).expand(200_000, 200_000),
+     r"declares shape \(200000, 200000\) but its storage holds 8 bytes"),
+    (7, "is a int, not a tensor"),
+])
+def test_position_ids_are_checked_as_tensors_before_they_are_compared(states, tmp_path, position_ids, problem):
+    """Comparing them with 0, 1, 2, ... once made that range at the size they declared (320 GB), or an
+    AttributeError."""
+    name = vse_with_text_weights(tmp_path, states, **{"bert.embeddings.position_ids": position_ids})
+    with pytest.raises(ModelError, match=f"bert.embeddings.position_ids {problem}"):
+        load_model(name, device="cpu")

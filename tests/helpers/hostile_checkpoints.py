@@ -1,0 +1,87 @@
+"""Hostile checkpoints and side files, generated in a test's folder (issue 40): each is a tiny file that declares a
+huge or impossible architecture, or a settings file, config or vocabulary that is a 2 GiB hole. Each generator
+returns the model name (or path) to load; none writes more than a tiny checkpoint's bytes."""
+
+import argparse
+import json
+
+from helpers.sparse_files import sparse_file
+from helpers.tiny_models import TINY_PCMEPP, make_tiny_pcmepp, save_vse_checkpoint
+
+
+def vse_with_text_weights(folder, states, **weights) -> str:
+    """A VSE infinity checkpoint whose text encoder's state has ``weights`` (key: tensor) added or replaced."""
+    opt, image_state, text_state = states
+    return save_vse_checkpoint(folder / "model_best.pth", opt, image_state, {**text_state, **weights})
+
+
+def vse_with_options(folder, states, **options) -> str:
+    """A VSE infinity checkpoint whose ``opt`` has ``options`` changed."""
+    opt, image_state, text_state = states
+    return save_vse_checkpoint(folder / "model_best.pth", argparse.Namespace(**{**vars(opt), **options}), image_state,
+                               text_state)
+
+
+def vse_with_settings(folder, states, settings: dict) -> str:
+    """A VSE infinity checkpoint whose settings file beside it holds ``settings`` over the usual ones."""
+    opt, image_state, text_state = states
+    return save_vse_checkpoint(folder / "model_best.pth", opt, image_state, text_state, settings)
+
+
+def vse_with_settings_text(folder, states, text: str) -> str:
+    """A VSE infinity checkpoint whose settings file beside it is ``text``."""
+    name = vse_with_settings(folder, states, {})
+    (folder / "model_best.json").write_text(text)
+    return name
+
+
+def vse_with_sparse_settings(folder, states) -> str:
+    """A VSE infinity checkpoint whose settings file is a 2 GiB hole."""
+    name = vse_with_settings(folder, states, {})
+    sparse_file(folder / "model_best.json")
+    return name
+
+
+def vse_with_sparse_vocabulary(folder, states) -> str:
+    """A VSE infinity checkpoint whose vocabulary (``tokenizer`` in its settings) is a 2 GiB hole."""
+    folder.mkdir(parents=True, exist_ok=True)
+    return vse_with_settings(folder, states, {"tokenizer": str(sparse_file(folder / "vocab.txt"))})
+
+
+def pcmepp_with_config(folder, vision=None, text=None, **top) -> str:
+    """A tiny PCME++ checkpoint whose ``config.json`` has ``vision`` and ``text`` fields and ``top`` fields changed
+    (its weights are the tiny config's)."""
+    name = make_tiny_pcmepp(folder)
+    config = {**TINY_PCMEPP, "vision_cfg": {**TINY_PCMEPP["vision_cfg"], **(vision or {})},
+              "text_cfg": {**TINY_PCMEPP["text_cfg"], **(text or {})}, **top}
+    (folder / "config.json").write_text(json.dumps(config))
+    return name
+
+
+def pcmepp_with_config_text(folder, text: str) -> str:
+    """A tiny PCME++ checkpoint whose ``config.json`` is ``text``."""
+    name = make_tiny_pcmepp(folder)
+    (folder / "config.json").write_text(text)
+    return name
+
+
+def pcmepp_with_sparse_config(folder) -> str:
+    """A tiny PCME++ checkpoint whose ``config.json`` is a 2 GiB hole."""
+    name = make_tiny_pcmepp(folder)
+    sparse_file(folder / "config.json")
+    return name
+
+
+def region_features_with_sparse_ids(folder, image_files, dimension: int) -> str:
+    """A region features folder whose ``original`` set has the right array and a 2 GiB hole for its ids file."""
+    import numpy as np
+
+    folder.mkdir(parents=True, exist_ok=True)
+    np.save(folder / "original_ims.npy", np.zeros((len(image_files), 2, dimension), dtype=np.float32))
+    sparse_file(folder / "original_ids.txt")
+    return str(folder)
+
+
+def nested_json(depth: int) -> str:
+    """A JSON object nesting ``depth`` lists deep: ``{"tokenizer": [[[...]]]}``."""
+    return '{"tokenizer": ' + "[" * depth + "]" * depth + "}"

@@ -100,6 +100,9 @@ def build_app(source=None, captions_per_image=None, *, concurrency: int = 2, out
         leaderboard_db: the leaderboard's SQLite file (default ``$ROCOCO_LEADERBOARD_DB``, else
             ``/data/leaderboard.sqlite3`` on a Space's persistent storage, else ``leaderboard.sqlite3`` in
             ``output_dir``, which a restart loses); see :func:`~rococo_eval.space.handlers.open_board`.
+
+    Raises:
+        ValueError: ``$ROCOCO_SPACE_OUTPUT_MB`` or a leaderboard variable is not valid.
     """
     problem = ""
     if source is None and captions_per_image is None:

@@ -10,7 +10,7 @@ import pytest
 
 from helpers.space_app import DECIDING_CAPTIONS, TinySource, disk_use, example_upload
 from rococo_eval.space.handlers import Handlers
-from rococo_eval.space.outputs import BUDGET_ENV
+from rococo_eval.space.outputs import BUDGET_ENV, LIVE_S
 
 
 def report_folder(answer) -> Path:
@@ -58,9 +58,10 @@ def test_over_the_budget_the_oldest_folders_go_first_and_live_ones_never(tmp_pat
     root = tmp_path / "outputs"
     handlers = Handlers(source, source.captions_per_image, root)
     first, second = (report_folder(handlers.evaluate(*upload)) for upload in uploads[:2])
-    with pytest.raises(gr.Error, match=r"the Space's output folder is full: this request's files \(\d+\.\d KB\) and "
-                                       r"those kept for the requests of the last 60 s and for everyone \(\d+\.\d KB\) "
-                                       rf"would exceed its budget of \d+\.\d KB \(\${BUDGET_ENV}\); try again"):
+    with pytest.raises(gr.Error, match=rf"the Space's output folder is full: this request's files \(\d+\.\d KB\) and "
+                                       rf"those kept for the requests of the last {LIVE_S} s and for everyone "
+                                       rf"\(\d+\.\d KB\) would exceed its budget of \d+\.\d KB \(\${BUDGET_ENV}\); "
+                                       "try again"):
         handlers.evaluate(*uploads[2])
     assert first.is_dir() and second.is_dir() and disk_use(root) <= budget
     now = time.time()

@@ -121,10 +121,11 @@ class OutputFolders:
         with self._lock:
             now = time.time()
             self._remove_expired(now)
-            if kept.is_dir():
+            if _sizes(kept) == _sizes(staging):
                 shutil.rmtree(staging, ignore_errors=True)
                 os.utime(kept)
                 return kept
+            shutil.rmtree(kept, ignore_errors=True)  # a folder of these files that lost some is written again
             self._make_room(_size(staging), now)
             kept.parent.mkdir(parents=True, exist_ok=True)
             staging.rename(kept)
@@ -188,6 +189,11 @@ def _digest(folder: Path) -> str:
 
 def _files(folder: Path) -> list[Path]:
     return [Path(parent) / name for parent, _, names in os.walk(folder) for name in names]
+
+
+def _sizes(folder: Path) -> dict[str, int | None]:
+    """The size of each file under ``folder``, by its path there (empty when ``folder`` is gone)."""
+    return {path.relative_to(folder).as_posix(): _file_size(path) for path in _files(folder)}
 
 
 def _folders(folder: Path) -> list[Path]:

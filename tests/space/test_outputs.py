@@ -38,13 +38,16 @@ def test_example_clicks_share_their_files(tmp_path):
     assert len(list(root.rglob("*.npz"))) == len(list(example_files.iterdir()))
 
 
-def test_an_example_whose_files_were_removed_is_written_again(tmp_path):
+def test_files_removed_from_the_output_folder_are_written_again(tmp_path):
+    """The example's score files and a report shared by clicks, removed by hand: the next click writes them again."""
     source = TinySource(DECIDING_CAPTIONS)
     handlers = Handlers(source, source.captions_per_image, tmp_path / "outputs")
     first = handlers.example()
-    for path in (tmp_path / "outputs").rglob("*.npz"):
+    for path in [*(tmp_path / "outputs").rglob("*.npz"), Path(first[3])]:
         path.unlink()
-    assert handlers.example()[1].equals(first[1])
+    again = handlers.example()
+    assert again[1].equals(first[1]) and again[3] == first[3]
+    assert Path(again[3]).is_file()
 
 
 def test_over_the_budget_the_oldest_folders_go_first_and_live_ones_never(tmp_path, monkeypatch):

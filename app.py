@@ -32,7 +32,7 @@ from rococo_eval.reporting.report import legend
 from rococo_eval.scoring.plan import adversarial_per_image_of, attacks_of
 from rococo_eval.space import leaderboard
 from rococo_eval.space.example import SYNTHETIC_MODEL
-from rococo_eval.space.handlers import OUTPUT_MAX_AGE_S, Handlers, open_board
+from rococo_eval.space.handlers import Handlers, open_board
 from rococo_eval.space.logic import (
     ALL_GALLERIES,
     IMAGE_ATTACK_HEADERS,
@@ -44,6 +44,7 @@ from rococo_eval.space.logic import (
     flipped_view,
     source_and_problem,
 )
+from rococo_eval.space.outputs import MAX_AGE_S
 from rococo_eval.space.views import BOARD_DATATYPES, BOARD_LEGEND, BOARD_VIEWS, BOARD_WIDTHS, board_shown, table
 from rococo_recall import TIE_POLICIES
 
@@ -93,11 +94,15 @@ def build_app(source=None, captions_per_image=None, *, concurrency: int = 2, out
             is given.
         captions_per_image: caption counts of the standard layouts; default the source's.
         concurrency: how many evaluations run at once (each holds at most one score matrix in memory).
-        output_dir: where per-request result files go (default a fresh temporary folder); files older than an
-            hour are removed as new requests come.
+        output_dir: where per-request result files go (default a fresh temporary folder), kept by content within
+            ``$ROCOCO_SPACE_OUTPUT_MB`` (:class:`rococo_eval.space.outputs.OutputFolders`); the synthetic example's
+            files are written there once.
         leaderboard_db: the leaderboard's SQLite file (default ``$ROCOCO_LEADERBOARD_DB``, else
             ``/data/leaderboard.sqlite3`` on a Space's persistent storage, else ``leaderboard.sqlite3`` in
             ``output_dir``, which a restart loses); see :func:`~rococo_eval.space.handlers.open_board`.
+
+    Raises:
+        ValueError: ``$ROCOCO_SPACE_OUTPUT_MB`` or a leaderboard variable is not valid.
     """
     problem = ""
     if source is None and captions_per_image is None:
@@ -110,7 +115,7 @@ def build_app(source=None, captions_per_image=None, *, concurrency: int = 2, out
     handlers = Handlers(source, captions_per_image, output_root, board, board_problem, reopen)
     served = _served(source)
     with gr.Blocks(title=f"{served} — robustness evaluation",
-                   delete_cache=(OUTPUT_MAX_AGE_S, OUTPUT_MAX_AGE_S)) as demo:
+                   delete_cache=(MAX_AGE_S, MAX_AGE_S)) as demo:
         gr.Markdown(_intro(source, captions_per_image, adversarial_per_image_of(source)))
         note = _availability_note(source, captions_per_image, problem)
         if note:

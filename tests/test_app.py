@@ -19,8 +19,19 @@ from PIL import Image
 
 import app
 from helpers import REPO_ROOT
-from helpers.space_app import CAPTIONS, DECIDING_CAPTIONS, TinySource, clear_scores, free_port, serve
+from helpers.space_app import (
+    CAPTIONS,
+    DECIDING_CAPTIONS,
+    TinySource,
+    clear_scores,
+    disk_use,
+    example_upload,
+    free_port,
+    serve,
+)
 from rococo_eval.space import logic
+from rococo_eval.space.handlers import Handlers
+from rococo_eval.space.outputs import BUDGET_ENV
 from rococo_eval.catalog import IMAGE_ATTACKS
 from rococo_eval.layout import gallery_layout
 from rococo_eval.io.atomic import write_json
@@ -654,7 +665,6 @@ def test_the_space_scores_image_attacks_of_other_seeds(benchmark, tmp_path):
     score it, as `rococo-eval score --benchmark` does."""
     from app import _layout_help
     from rococo_eval.scoring.plan import adversarial_per_image_of, attacks_of
-    from rococo_eval.space.handlers import Handlers
     from rococo_eval.space.logic import source_and_problem
 
     source, _ = source_and_problem(benchmark=benchmark)
@@ -808,6 +818,61 @@ def test_the_example_without_annotations_says_why(tmp_path, monkeypatch):
             Client(serve(demo), verbose=False).predict(api_name="/example")
     finally:
         demo.close()
+
+
+def test_example_clicks_add_nothing_to_the_output_folder(tmp_path):
+    """Issue 40: each click on the example left its score files and outputs for an hour (22 MB at RoCOCO's size: two
+    scripted clients held 32 GB); now the clicks after the first, each with its flipped queries, add no byte."""
+    root = tmp_path / "outputs"
+    demo = app.build_app(source=TinySource(CAPTIONS), output_dir=root, leaderboard_db=tmp_path / "board.sqlite3")
+    try:
+        client = Client(serve(demo), verbose=False)
+        used = []
+        for _ in range(3):
+            client.predict(api_name="/example")
+            client.predict("all", 1, 1, api_name="/flipped")
+            used.append(disk_use(root))
+    finally:
+        demo.close()
+    assert used == [used[0]] * 3
+    example_files, _ = example_upload(TinySource(CAPTIONS), tmp_path / "example", 0)
+    assert sorted(path.name for path in root.rglob("*.npz")) == sorted(Path(path).name for path in example_files)
+
+
+def test_the_output_folder_stays_within_its_budget(tmp_path, monkeypatch):
+    """Issue 40: the output folder grew without bound for an hour. Over `$ROCOCO_SPACE_OUTPUT_MB`, an evaluation whose
+    files do not fit is refused while the folders kept are in use (the last minute), and once they are not, the one
+    used longest ago is removed to make room."""
+    source = TinySource(CAPTIONS)
+    uploads = [example_upload(source, tmp_path / f"seed{seed}", seed) for seed in (1, 2, 3)]
+    probe = Handlers(source, CAPTIONS, tmp_path / "probe")
+    budget = int(2.5 * disk_use(Path(probe.evaluate(*uploads[0])[3]).parent))  # two evaluations fit, not three
+    monkeypatch.setenv(BUDGET_ENV, str(budget / 2**20))
+    root = tmp_path / "outputs"
+    demo = app.build_app(source=source, output_dir=root, leaderboard_db=tmp_path / "board.sqlite3")
+    try:
+        client = Client(serve(demo), verbose=False)
+
+        def evaluate(files, layouts):
+            client.predict([handle_file(path) for path in files], {"headers": app.LAYOUT_HEADERS, "data": layouts},
+                           api_name="/evaluate")
+
+        kept = []
+        for upload in uploads[:2]:
+            before = set(root.glob("*/*"))
+            evaluate(*upload)
+            kept += set(root.glob("*/*")) - before
+        with pytest.raises(AppError, match=r"the Space's output folder is full: this request's files \(.*\) would "
+                                           rf"exceed its budget of .* \(\${BUDGET_ENV}\)"):
+            evaluate(*uploads[2])
+        assert len(kept) == 2 and all(folder.is_dir() for folder in kept) and disk_use(root) <= budget
+        now = time.time()
+        for folder, age in zip(kept, (300, 200)):
+            os.utime(folder, (now - age, now - age))
+        evaluate(*uploads[2])
+    finally:
+        demo.close()
+    assert not kept[0].exists() and kept[1].is_dir() and disk_use(root) <= budget
 
 
 def test_the_submit_form_takes_the_precision_of_the_upload(board_app, tmp_path):

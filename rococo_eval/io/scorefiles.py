@@ -577,7 +577,8 @@ def _check_array_bytes(path: Path, key: str, dtype: str, shape, limit: int) -> N
     size = math.prod(shape) * itemsize
     if size > limit:
         name = f"array {key!r}" if key else "the array"
-        raise ValueError(f"{path.name}: {name} is {_human(size)} uncompressed, over the limit of {_human(limit)}")
+        raise ValueError(f"{path.name}: {name} is {human_size(size)} uncompressed, over the limit of "
+                         f"{human_size(limit)}")
 
 
 def _read_member(path: Path, key: str | None) -> np.ndarray:
@@ -631,10 +632,16 @@ def _is_json_int(value) -> bool:
 
 
 def _bytes(size: int) -> str:
-    return f"{size} bytes" + (f" ({_human(size)})" if size >= 1024 else "")
+    return f"{size} bytes" + (f" ({human_size(size)})" if size >= 1024 else "")
 
 
-def _human(size: float) -> str:
+def human_size(size: float) -> str:
+    """A byte count as people read it.
+
+    Example:
+        >>> human_size(999), human_size(2048), human_size(3 * 2**20)
+        ('999 bytes', '2.0 KB', '3.0 MB')
+    """
     if size < 1024:
         return f"{size:.0f} bytes"
     for unit in ("KB", "MB", "GB"):

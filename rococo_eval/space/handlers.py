@@ -2,8 +2,9 @@
 :mod:`rococo_eval.space.views` with the components' values, and :func:`open_board` opens the leaderboard.
 
 ``app.py`` builds the page and wires each button to a handler (each also an API endpoint). A ``ValueError`` from the
-logic becomes a ``gr.Error`` the page shows. Each request's files go to a fresh folder under the output folder,
-removed after :data:`OUTPUT_MAX_AGE_S` seconds.
+logic becomes a ``gr.Error`` the page shows. Each request's files go to the output folder, kept by content and within
+its byte budget (:class:`rococo_eval.space.outputs.OutputFolders`); the synthetic example's score files are written
+there once.
 """
 
 from __future__ import annotations
@@ -11,8 +12,6 @@ from __future__ import annotations
 import logging
 import os
 import random
-import shutil
-import tempfile
 import time
 from pathlib import Path
 
@@ -39,6 +38,7 @@ from rococo_eval.space.logic import (
     upload_precision,
     write_outputs,
 )
+from rococo_eval.space.outputs import OutputFolders
 from rococo_eval.space.views import (
     BOARD_DATATYPES,
     BOARD_WIDTHS,
@@ -52,7 +52,6 @@ from rococo_eval.space.views import (
 
 logger = logging.getLogger(__name__)
 
-OUTPUT_MAX_AGE_S = 3600
 BOARD_RETRY_S = 60  # an unavailable leaderboard is opened again at most this often
 
 
@@ -92,14 +91,18 @@ class Handlers:
     A ``ValueError`` from the functions they call becomes a ``gr.Error`` the page shows. ``board`` is the
     leaderboard, or None with ``board_problem`` saying why it is unavailable; ``reopen`` (returning ``(board,
     problem)`` as :func:`open_board`) tries again, at most every :data:`BOARD_RETRY_S` seconds, so that a board
-    that was locked or unreadable at start comes back once it is fixed.
+    that was locked or unreadable at start comes back once it is fixed. The files it writes go to ``output_root``,
+    within ``output_budget`` bytes (default :func:`rococo_eval.space.outputs.output_budget`).
+
+    Raises:
+        ValueError: ``$ROCOCO_SPACE_OUTPUT_MB`` is not a positive number.
     """
 
     def __init__(self, source, captions_per_image, output_root: Path, board=None, board_problem: str = "",
-                 reopen=None):
+                 reopen=None, output_budget: int | None = None):
         self.source = source
         self.captions_per_image = captions_per_image
-        self.output_root = output_root
+        self.outputs = OutputFolders(output_root, output_budget)
         self.board = board
         self.board_problem = board_problem or ("" if board is not None else "this Space keeps no leaderboard")
         self._reopen, self._tried = reopen, time.monotonic()
@@ -137,7 +140,7 @@ class Handlers:
                                         bootstrap=_int(bootstrap, "bootstrap"), source=self.source,
                                         adversarial_per_image=adversarial_per_image_of(self.source),
                                         attacks=attacks_of(self.source), trust_given_order=bool(trust_order))
-            json_path, chart_path = write_outputs(evaluation, _fresh_folder(self.output_root), self.source)
+            json_path, chart_path = self.outputs.write(lambda folder: write_outputs(evaluation, folder, self.source))
         except ValueError as error:
             logger.info("evaluation refused: %s", error)
             problem = str(error)
@@ -148,9 +151,10 @@ class Handlers:
 
     def example(self) -> tuple:
         """Score the synthetic example (:func:`rococo_eval.space.example.write_example`) as :meth:`evaluate` scores an
-        upload, with the same outputs; its rows name the synthetic model, and it gives nothing to submit (None)."""
+        upload, with the same outputs; its rows name the synthetic model, and it gives nothing to submit (None). Its
+        files are the same for everyone: written at the first click, and scored again from there."""
         try:
-            example = write_example(self.source, _fresh_folder(self.output_root))
+            example = self.outputs.shared("example", lambda folder: write_example(self.source, folder))
         except ValueError as error:
             raise gr.Error(str(error), title="Cannot run the example", print_exception=False) from None
         message, results, chart, download, rows, _, failures, _ = self.evaluate(
@@ -184,16 +188,14 @@ class Handlers:
             min_count = _int(min_count, "min_count")
             view = flipped_view(failures, self.source, gallery, _int(page, "page"), min_count)
             page_html = "" if view.rows is None else flipped_html(view.rows, self.source)
-            folder = _fresh_folder(self.output_root)
-            csv_path = write_atomic(folder / "flipped_queries.csv", lambda handle: handle.write(view.csv.encode()))
             by_word = {attack: words for attack, words in (failures.by_word if failures else {}).items()
                        if gallery in (ALL_GALLERIES, f"{attack}/image_to_text")}
-            chart = None
-            if by_word:
-                chart = str(report.plot_word_rates({"by_word": by_word}, folder / "words.png", min_count))
+            csv_path, chart = self.outputs.write(lambda folder: (
+                write_atomic(folder / "flipped_queries.csv", lambda handle: handle.write(view.csv.encode())),
+                report.plot_word_rates({"by_word": by_word}, folder / "words.png", min_count) if by_word else None))
         except ValueError as error:
             raise gr.Error(str(error), title="Cannot show flipped queries", print_exception=False) from None
-        return (view.note, page_html, str(csv_path), rates_table(view.words, WORD_HEADERS), chart,
+        return (view.note, page_html, str(csv_path), rates_table(view.words, WORD_HEADERS), chart and str(chart),
                 rates_table(view.image_attacks, IMAGE_ATTACK_HEADERS), view.words_note)
 
     def first_flipped(self, failures, min_count=DEFAULT_MIN_COUNT):
@@ -310,19 +312,6 @@ def _default_board_path(output_root: Path) -> Path:
     logger.warning("the leaderboard is in %s, which does not outlive this process: set %s to keep it",
                    output_root, leaderboard.DB_ENV)
     return output_root / "leaderboard.sqlite3"
-
-
-def _fresh_folder(root: Path) -> Path:
-    """A new folder for one request's files; folders older than ``OUTPUT_MAX_AGE_S`` are removed."""
-    root.mkdir(parents=True, exist_ok=True)
-    now = time.time()
-    for old in root.iterdir():
-        try:
-            if now - old.stat().st_mtime > OUTPUT_MAX_AGE_S:
-                shutil.rmtree(old, ignore_errors=True)
-        except FileNotFoundError:
-            continue
-    return Path(tempfile.mkdtemp(dir=root))
 
 
 def _gallery_keys(rows: list | None) -> set[str]:

@@ -10,6 +10,7 @@ from PIL import Image
 from rococo_eval.catalog import IMAGE_ATTACKS, TEXT_ATTACKS, attack_direction
 from rococo_eval.data.source import ROCOCO_CARD_DATASET
 from rococo_eval.layout import gallery_layout
+from rococo_eval.space.example import write_example
 
 CAPTIONS = [5] * 13 + [6] + [5] * 15 + [6]  # 30 images, 152 captions
 DECIDING_CAPTIONS = [5] * 40 + [6] + [5] * 39  # 80 images: enough queries for the scores to show the order
@@ -83,3 +84,16 @@ def clear_scores(attack, order, seed=0, captions=DECIDING_CAPTIONS):
         scores[query, list(references)] += 4.0
         scores[query, adversarial[5 * query:5 * query + 5]] += 3.0
     return layout, scores.astype(np.float32)
+
+
+def disk_use(folder: Path) -> int:
+    """The bytes of every file under ``folder``."""
+    return sum(path.stat().st_size for path in folder.rglob("*") if path.is_file())
+
+
+def example_upload(source, folder: Path, seed: int) -> tuple[list[str], list[list[str]]]:
+    """The synthetic model's score files of ``seed`` written into the new ``folder``, as the files and layout rows of
+    an upload: another model's files of the same galleries, for each seed."""
+    folder.mkdir()
+    example = write_example(source, folder, seed=seed)
+    return [str(path) for path in example.files], example.layouts

@@ -8,6 +8,7 @@ gallery in the dataset's order (a layout the command does not use).
 import csv
 import json
 import math
+import os
 import re
 import subprocess
 import sys
@@ -548,3 +549,36 @@ def test_run_scores_galleries_smaller_than_ten_at_the_cutoffs_they_allow(image_s
     assert space.results["clean/text_to_image"].metrics["recall@5"] == expected["recall@5"]
     assert "recall@10" not in space.results["clean/text_to_image"].metrics
     assert "Scored at R@1 and R@5 only: the gallery has 6 items." in space.message
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o027])
+def test_every_output_is_written_with_the_mode_of_the_umask(umask, benchmark, image_set, hf_name, tmp_path, capsys):
+    """One rule for every file the commands write: ``0o666`` less the umask, and ``0o777`` less it for their folders
+    (docs/cli.md, "What it writes"); the score files were 0600 and a benchmark folder 0700 whatever the umask."""
+    from rococo_eval.io.savedscores import score_file_name, write_top_k
+
+    previous = os.umask(umask)
+    try:
+        assert main(["run", "--model", hf_name, "--benchmark", str(benchmark), "--attacks", "rand_voca", "--out",
+                     str(tmp_path / "report"), "--cache-dir", str(tmp_path / "cache"), "--device", "cpu", "--workers",
+                     "1", "--save-scores", str(tmp_path / "scores"), "--save-embeddings",
+                     str(tmp_path / "embeddings.safetensors"), "-q"]) == 0
+        assert main(["table", str(tmp_path / "report"), "--out", str(tmp_path / "table"), "-q"]) == 0
+        assert main(["attack", str(image_set / "set.json"), "--strategies", "mix", "--seeds", "1", "--out",
+                     str(tmp_path / "benchmark"), "--cache-dir", str(tmp_path / "encodings"), "-q"]) == 0
+        compact = write_top_k(tmp_path / "compact" / score_file_name(CLEAN, TEXT_TO_IMAGE, 1), [[0]],
+                              np.ones((1, 1), dtype=np.float32), -100.0, 2)  # as run --compact-scores writes them
+    finally:
+        os.umask(previous)
+    capsys.readouterr()
+    written = {path.relative_to(tmp_path).as_posix(): path.stat().st_mode & 0o777
+               for folder in ("report", "scores", "table") for path in (tmp_path / folder).iterdir()}
+    written.update({"embeddings.safetensors": (tmp_path / "embeddings.safetensors").stat().st_mode & 0o777,
+                    "compact": compact.stat().st_mode & 0o777})
+    assert {"report/report.json", "report/report.md", "report/recall.png", "table/table.csv", "table/table.md",
+            "table/table.png", f"scores/{score_file_name(CLEAN, TEXT_TO_IMAGE)}",
+            f"scores/{score_file_name('rand_voca', IMAGE_TO_TEXT)}"} <= set(written)
+    assert written == dict.fromkeys(written, 0o666 & ~umask)
+    made = [tmp_path / "benchmark", *(tmp_path / "benchmark").rglob("*")]
+    assert {path.stat().st_mode & 0o777 for path in made if path.is_file()} == {0o666 & ~umask}
+    assert {path.stat().st_mode & 0o777 for path in made if path.is_dir()} == {0o777 & ~umask}

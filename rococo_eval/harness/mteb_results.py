@@ -45,9 +45,11 @@ def results_from_mteb(results: Any) -> tuple[dict[str, GalleryResult], dict[str,
     """
     found: dict[str, GalleryResult] = {}
     tied: dict[str, int] = {}
+    others = []
     for name, scores in _task_scores(results):
         attack, short = _parse_task_name(name)
         if attack is None:
+            others.append(name)
             continue
         direction = IMAGE_TO_TEXT if short == "I2T" else TEXT_TO_IMAGE
         key = gallery_key(attack, direction)
@@ -64,7 +66,7 @@ def results_from_mteb(results: Any) -> tuple[dict[str, GalleryResult], dict[str,
             raise ValueError(f"MTEB's result of {name!r} has no {SCORE_PREFIX} scores: it was made by another task")
         found[key] = GalleryResult(exact_numbers(metrics, name))
     if not found:
-        raise ValueError("the MTEB results given hold no RoCOCO task (RoCOCO-<attack>-I2T or -T2I)")
+        raise ValueError(_no_rococo_task(results, others))
     ordered = dict(sorted(found.items(), key=lambda item: (item[0].split("/")[0] != CLEAN, item[0])))
     return ordered, {key: count for key, count in tied.items() if count}
 
@@ -135,7 +137,8 @@ def _task_scores(results: Any) -> Iterable[tuple[str, dict]]:
     if isinstance(results, (str, Path)):
         folder = Path(results)
         if not folder.is_dir():
-            raise ValueError(f"{str(results)!r} is not an MTEB results folder (no such folder)")
+            raise ValueError(f"MTEB results folder {str(results)!r} "
+                             f"{'is a file, not a folder' if folder.exists() else 'does not exist'}")
         for path in sorted(folder.rglob("RoCOCO-*.json")):
             document = json.loads(path.read_text(encoding="utf-8"))
             yield document["task_name"], _test_scores(document["scores"], path)
@@ -143,6 +146,32 @@ def _task_scores(results: Any) -> Iterable[tuple[str, dict]]:
     task_results = getattr(results, "task_results", results)
     for task_result in task_results:
         yield task_result.task_name, _test_scores(task_result.scores, task_result.task_name)
+
+
+def _no_rococo_task(results: Any, others: list[str]) -> str:
+    """Why ``results`` gave no RoCOCO result: an empty folder, or a folder (or results) of other tasks only
+    (``others``: their names).
+
+    Example:
+        >>> import tempfile
+        >>> folder = Path(tempfile.mkdtemp())
+        >>> _no_rococo_task(folder, [])  # doctest: +ELLIPSIS
+        "MTEB results folder '...' is empty: ..."
+        >>> _ = (folder / "model_meta.json").write_text("{}")
+        >>> _no_rococo_task(folder, [])  # doctest: +ELLIPSIS
+        "MTEB results folder '...' holds 1 file (model_meta.json) but no result of a RoCOCO task: ..."
+    """
+    wanted = "RoCOCO-<attack>-I2T.json or -T2I.json, under <model>/<revision>/, as mteb.evaluate writes them with a " \
+             "ResultCache (docs/harness.md)"
+    if not isinstance(results, (str, Path)):
+        return (f"the MTEB results given hold no RoCOCO task (RoCOCO-<attack>-I2T or -T2I); "
+                f"{'their tasks: ' + ', '.join(others) if others else 'they hold no task'}")
+    files = sorted(path.relative_to(results).as_posix() for path in Path(results).rglob("*") if path.is_file())
+    if not files:
+        return f"MTEB results folder {str(results)!r} is empty: it should hold {wanted}"
+    shown = ", ".join(files[:3]) + (f", ... ({len(files) - 3} more)" if len(files) > 3 else "")
+    return (f"MTEB results folder {str(results)!r} holds {len(files)} file{'s' if len(files) > 1 else ''} ({shown}) "
+            f"but no result of a RoCOCO task: it should hold {wanted}")
 
 
 def _test_scores(scores: Mapping[str, list], where) -> dict:

@@ -28,6 +28,7 @@ from rococo_eval.catalog import ATTACKS, CLEAN, DIRECTIONS, SEEDS, select_attack
 from rococo_eval.detection import CUSTOM
 from rococo_eval.io.download import DEFAULT_IMAGE_WORKERS, MAX_DEFAULT_IMAGE_WORKERS, default_cache_dir
 from rococo_eval.layout import ORDERS, describe_orders
+from rococo_eval.models.adapters import MODEL_FORMS
 from rococo_eval.models.cache import DEFAULT_BATCH_SIZE
 from rococo_eval.processes import DEFAULT_TIMEOUT, launched, rank_device
 from rococo_eval.scoring.rerank import DEFAULT_CANDIDATES
@@ -94,10 +95,9 @@ def build_parser() -> argparse.ArgumentParser:
                                           "data; an interrupted run resumes), score both clean galleries and each "
                                           "attack, and write the report.")
     run.add_argument("--model", action="append", default=[],
-                     help="open_clip:ARCH/PRETRAINED (e.g. open_clip:ViT-B-32/openai; 'none' = random weights), "
-                          "open_clip:hf-hub:ORG/REPO, open_clip:local-dir:PATH, hf:REPO_OR_PATH, or blip:PATH.pth "
-                          "(an official BLIP retrieval checkpoint); give it again for more models, evaluated in turn, "
-                          "each report in --out/<model>/ and their comparison in --out/table.*")
+                     help="the model, in one of these forms: " + "; ".join(map(str, MODEL_FORMS))
+                          + ". Give it again for more models, evaluated in turn, each report in --out/<model>/ and "
+                          "their comparison in --out/table.*")
     run.add_argument("--models-file", help="a file of model names, one per line (# starts a comment), after --model's")
     run.add_argument("--shard-models", action="store_true",
                      help="launched as several processes (torchrun, srun): each evaluates whole models alone (model i "
@@ -236,13 +236,13 @@ def run_command(args) -> Path:
     import datetime
 
     from rococo_eval.data.source import RococoSource, fetch_images, open_source
-    from rococo_eval.models.adapters import parse_model_name
+    from rococo_eval.models.adapters import check_model_name
     from rococo_eval.processes import ONE, join
     from rococo_eval.scoring.galleries import check_saving
 
     models = model_names(args.model, args.models_file)
-    for name in models:
-        parse_model_name(name)
+    for name in models:  # every model's files and form, before the images and any work
+        check_model_name(name)
     check_saving(save_scores=args.save_scores, compact_scores=args.compact_scores, save_embeddings=args.save_embeddings)
     if args.save_embeddings and len(models) > 1:
         raise CommandError(f"--save-embeddings {args.save_embeddings!r}: one file holds one model's embeddings; give "

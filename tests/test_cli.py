@@ -35,6 +35,7 @@ from rococo_eval.data.benchmark import make_benchmark
 from rococo_eval.data.dataset import metric_inputs_for
 from rococo_eval.layout import gallery_layout
 from rococo_eval.data.source import BenchmarkSource, RococoSource
+from helpers import REPO_ROOT
 from helpers.http_server import UNREACHABLE
 from helpers.sparse_files import sparse_npy
 
@@ -442,11 +443,73 @@ def test_unwritable_out_is_refused_before_any_model_work(tmp_path, monkeypatch, 
     assert f"cannot write the report to --out folder {str(out)!r}" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("name, problem", [
+    ("vse:missing.pth", "no such file 'missing.pth' (expected vse:PATH.pth (an official VSE infinity checkpoint"),
+    ("blip:nowhere/model.pth", "no such file 'nowhere/model.pth' (expected blip:PATH.pth (an official BLIP"),
+    ("pcmepp:nowhere", "no such folder, and not a Hub repository id (ORG/NAME)"),
+    ("hf:./no/such/folder", "no such folder, and not a Hub repository id (expected hf:REPO_OR_PATH ("),
+    ("open_clip:local-dir:/no/such/folder", "no such folder '/no/such/folder' (expected open_clip:local-dir:PATH ("),
+    ("open_clip:ViT-B-32/no/such/weights.pt", "no such checkpoint file 'no/such/weights.pt' (expected "
+                                              "open_clip:ARCH/PRETRAINED ("),
+])
+def test_run_checks_every_model_before_the_images_and_any_work(name, problem, hf_name, tmp_path, monkeypatch,
+                                                               capsys):
+    """Without images, a missing checkpoint is said first (not the 800 MB of COCO images), for any of the models."""
+    monkeypatch.setattr(models, "load_model", pytest.fail)
+    assert run("--model", hf_name, "--model", name, "--cache-dir", tmp_path / "cache", "--out",
+               tmp_path / "report") == 1
+    error = capsys.readouterr().err
+    assert f"rococo-eval: error: --model {name!r}: {problem}" in error
+    assert "images" not in error.replace("encode_images", "") and not (tmp_path / "report").exists()
+
+
+def test_run_help_lists_every_model_form_and_so_does_the_unknown_name_error(capsys):
+    """The forms of --model come from one list (rococo_eval.models.adapters.MODEL_FORMS): in run --help, in the error
+    of a name of none of them, and in docs/cli.md's list of models."""
+    from rococo_eval.models.adapters import MODEL_FORMS
+
+    shown = subprocess.run([sys.executable, "-m", "rococo_eval", "run", "--help"], capture_output=True, text=True,
+                           check=True, env={**os.environ, "COLUMNS": "10000"}).stdout
+    assert main(["run", "--model", "clip"]) == 1
+    error = capsys.readouterr().err
+    models_section = (REPO_ROOT / "docs" / "cli.md").read_text().split("## Models")[1].split("\n#")[0]
+    assert {"open_clip", "hf", "blip", "vse", "pcmepp", "python"} == {form.library for form in MODEL_FORMS}
+    for form in MODEL_FORMS:
+        assert str(form) in shown and str(form) in error
+        assert f"`{form.syntax}`" in models_section
+
+
 def test_run_without_images_says_how_to_get_them(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(models, "load_model", pytest.fail)
     assert run("--model", "hf:openai/clip-vit-base-patch32", "--cache-dir", tmp_path, "--out", tmp_path / "report") == 1
     error = capsys.readouterr().err
     assert "--images-dir COCO_ROOT" in error and "--download-images" in error
+
+
+def test_the_advice_for_missing_images_works(annotations_dir, coco_root, coco_copy, tmp_path, monkeypatch):
+    """The command and the Python call that a COCO root lacking images is told to use, each run: they fetch the
+    missing images (here from a mirror, the generated COCO root)."""
+    from rococo_eval.data.source import ImageFolderError
+
+    monkeypatch.setenv("ROCOCO_IMAGE_BASE_URL", str(coco_root))
+    monkeypatch.setenv("ROCOCO_ANNOTATIONS_DIR", str(annotations_dir))
+    monkeypatch.chdir(tmp_path)
+    images = sorted((coco_copy / "val2014").iterdir())
+    for advice in ("python", "command"):
+        for image in images[:2]:
+            image.unlink()
+        with pytest.raises(ImageFolderError) as refused:
+            RococoSource(annotations_dir, images_dir=coco_copy)
+        message = str(refused.value)
+        if advice == "python":
+            call = re.search(r"rococo_eval\.data\.source\.fetch_images\([^)]*\)", message)[0]
+            exec(call, {"rococo_eval": __import__("rococo_eval.data.source")})
+        else:
+            command = re.search(r"add --download-images to `rococo-eval run ([^`]*)`", message)[1]
+            (tmp_path / "failing_model.py").write_text("def load():\n    raise ValueError('loaded after the images')\n")
+            assert main(["run", "--model", "failing_model:load", *command.split(), "--download-images", "--cache-dir",
+                         str(tmp_path / "cache"), "--out", str(tmp_path / "report"), "-q"]) == 1
+        assert RococoSource(annotations_dir, images_dir=coco_copy).num_images == len(images)
 
 
 def test_unknown_attack(tmp_path, capsys):

@@ -440,7 +440,8 @@ def test_unwritable_out_is_refused_before_any_model_work(tmp_path, monkeypatch, 
     (tmp_path / "a-file").write_text("")
     out = tmp_path / "a-file" / "report"
     assert run("--model", "open_clip:ViT-B-32/openai", "--out", out) == 1
-    assert f"cannot write the report to --out folder {str(out)!r}" in capsys.readouterr().err
+    assert f"cannot write to --out folder {str(out)!r}: {str(tmp_path / 'a-file')!r} is a file" in \
+        capsys.readouterr().err
 
 
 @pytest.mark.parametrize("name, problem", [
@@ -645,3 +646,56 @@ def test_every_output_is_written_with_the_mode_of_the_umask(umask, benchmark, im
     made = [tmp_path / "benchmark", *(tmp_path / "benchmark").rglob("*")]
     assert {path.stat().st_mode & 0o777 for path in made if path.is_file()} == {0o666 & ~umask}
     assert {path.stat().st_mode & 0o777 for path in made if path.is_dir()} == {0o777 & ~umask}
+
+
+REFUSED = {  # a command refused before any output, by name: its arguments, OUT its output folders
+    "score": lambda tmp, hf_name: ["score", str(tmp / "bad.npy"), "--out", "OUT"],
+    "run without images": lambda tmp, hf_name: ["run", "--model", hf_name, "--cache-dir", str(tmp / "cache"),
+                                                "--out", "OUT", "--save-scores", "OUT/scores"],
+    "run with a missing model": lambda tmp, hf_name: ["run", "--model", "vse:missing.pth", "--out", "OUT",
+                                                      "--save-scores", "OUT/scores", "--save-embeddings",
+                                                      "OUT/embeddings/e.safetensors"],
+    "table": lambda tmp, hf_name: ["table", str(tmp / "no-report"), "--out", "OUT"],
+    "from-mteb": lambda tmp, hf_name: ["from-mteb", str(tmp), "--out", "OUT"],
+    "attack": lambda tmp, hf_name: ["attack", str(tmp / "no-such-set.json"), "--out", "OUT/benchmark"],
+}
+
+
+@pytest.mark.parametrize("command", REFUSED)
+def test_a_refused_command_leaves_no_new_folder_and_an_existing_one_untouched(command, hf_name, tmp_path, capsys):
+    inputs = tmp_path / "inputs"
+    inputs.mkdir()
+    np.save(inputs / "bad.npy", np.zeros((3, 4), dtype=np.float32))
+    arguments = REFUSED[command](inputs, hf_name)
+    new = tmp_path / "new" / "deep"
+    assert main([argument.replace("OUT", str(new)) for argument in arguments]) == 1
+    assert "rococo-eval: error: " in capsys.readouterr().err
+    assert not (tmp_path / "new").exists()
+
+    existing = tmp_path / "existing"
+    (existing / "scores").mkdir(parents=True)
+    (existing / "notes.txt").write_text("mine")
+    before = {path: path.stat().st_mtime_ns for path in [existing, *existing.rglob("*")]}
+    assert main([argument.replace("OUT", str(existing)) for argument in arguments]) == 1
+    assert {path: path.stat().st_mtime_ns for path in [existing, *existing.rglob("*")]} == before
+    assert (existing / "notes.txt").read_text() == "mine"
+
+
+def test_run_interrupted_while_saving_scores_leaves_no_empty_folder(benchmark, hf_name, tmp_path, monkeypatch,
+                                                                      capsys):
+    """Ctrl-C while the first score matrix is written: its temporary file is removed, and the folders the command
+    made for it and for the report, now empty, with it; an existing folder and its files stay."""
+    from rococo_eval.io.savedscores import ScoreMatrixWriter
+
+    def interrupted(self, start, rows):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(ScoreMatrixWriter, "write", interrupted)
+    (tmp_path / "existing").mkdir()
+    (tmp_path / "existing" / "notes.txt").write_text("mine")
+    assert main(["run", "--model", hf_name, "--benchmark", str(benchmark), "--attacks", "rand_voca", "--out",
+                 str(tmp_path / "new" / "report"), "--cache-dir", str(tmp_path / "cache"), "--device", "cpu",
+                 "--workers", "1", "--save-scores", str(tmp_path / "existing" / "scores"), "-q"]) == 130
+    assert "interrupted" in capsys.readouterr().err
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["cache", "existing"]
+    assert [path.name for path in (tmp_path / "existing").iterdir()] == ["notes.txt"]

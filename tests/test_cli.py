@@ -445,12 +445,12 @@ def test_unwritable_out_is_refused_before_any_model_work(tmp_path, monkeypatch, 
 
 
 @pytest.mark.parametrize("name, problem", [
-    ("vse:missing.pth", "no such file 'missing.pth' (expected vse:PATH.pth (an official VSE infinity checkpoint"),
-    ("blip:nowhere/model.pth", "no such file 'nowhere/model.pth' (expected blip:PATH.pth (an official BLIP"),
-    ("pcmepp:nowhere", "no such folder, and not a Hub repository id (ORG/NAME)"),
-    ("hf:./no/such/folder", "no such folder, and not a Hub repository id (expected hf:REPO_OR_PATH ("),
-    ("open_clip:local-dir:/no/such/folder", "no such folder '/no/such/folder' (expected open_clip:local-dir:PATH ("),
-    ("open_clip:ViT-B-32/no/such/weights.pt", "no such checkpoint file 'no/such/weights.pt' (expected "
+    ("vse:missing.pth", "no such file 'missing.pth': expected vse:PATH.pth (an official VSE infinity checkpoint"),
+    ("blip:nowhere/model.pth", "no such file 'nowhere/model.pth': expected blip:PATH.pth (an official BLIP"),
+    ("pcmepp:nowhere", "no such folder, and not a Hub repository id (ORG/NAME): expected pcmepp:REPO_OR_FOLDER ("),
+    ("hf:./no/such/folder", "no such folder, and not a Hub repository id: expected hf:REPO_OR_PATH ("),
+    ("open_clip:local-dir:/no/such/folder", "no such folder '/no/such/folder': expected open_clip:local-dir:PATH ("),
+    ("open_clip:ViT-B-32/no/such/weights.pt", "no such checkpoint file 'no/such/weights.pt': expected "
                                               "open_clip:ARCH/PRETRAINED ("),
 ])
 def test_run_checks_every_model_before_the_images_and_any_work(name, problem, hf_name, tmp_path, monkeypatch,

@@ -292,12 +292,12 @@ def _check_open_clip(name: str, parsed: ModelName) -> None:
     architecture and the tag are open_clip's to check, when it is imported to load the model)."""
     schema, _, location = parsed.name.partition(":")
     if parsed.name.startswith("local-dir:") and not Path(location).expanduser().is_dir():
-        raise ModelError(f"`model` {name!r}: no such folder {location!r} ({_form_of(name)})")
+        raise ModelError(f"`model` {name!r}: no such folder {location!r}: expected {_form_of(name)}")
     if parsed.name.startswith("hf-hub:") and not _HUB_ID.fullmatch(location):
-        raise ModelError(f"`model` {name!r}: {location!r} is no Hub repository id ({_form_of(name)})")
+        raise ModelError(f"`model` {name!r}: {location!r} is no Hub repository id: expected {_form_of(name)}")
     pretrained = parsed.pretrained or ""
     if ("/" in pretrained or pretrained.endswith(_CHECKPOINT_SUFFIXES)) and not os.path.exists(pretrained):
-        raise ModelError(f"`model` {name!r}: no such checkpoint file {pretrained!r} ({_form_of(name)})")
+        raise ModelError(f"`model` {name!r}: no such checkpoint file {pretrained!r}: expected {_form_of(name)}")
 
 
 def _check_transformers(name: str, parsed: ModelName) -> None:
@@ -305,22 +305,21 @@ def _check_transformers(name: str, parsed: ModelName) -> None:
     path = Path(parsed.name).expanduser()
     if path.is_file() or not (path.is_dir() or _HUB_ID.fullmatch(parsed.name)):
         problem = "a file, not a folder" if path.is_file() else "no such folder, and not a Hub repository id"
-        raise ModelError(f"`model` {name!r}: {problem} ({_form_of(name)})")
+        raise ModelError(f"`model` {name!r}: {problem}: expected {_form_of(name)}")
 
 
 def _check_file(name: str, parsed: ModelName) -> None:
     """``blip:`` and ``vse:``: a checkpoint file that exists."""
     if not Path(parsed.name).expanduser().is_file():
-        raise ModelError(f"`model` {name!r}: no such file {parsed.name!r} ({_form_of(name)})")
+        raise ModelError(f"`model` {name!r}: no such file {parsed.name!r}: expected {_form_of(name)}")
 
 
 def _check_pcmepp(name: str, parsed: ModelName) -> None:
-    """``pcmepp:``: a folder that exists, or a Hub repository id (:func:`rococo_eval.models.pcmepp.local_folder`)."""
-    from rococo_eval.models.checkpoints import CheckpointError
-    from rococo_eval.models.pcmepp import local_folder
+    """``pcmepp:``: a folder that exists, or a Hub repository id (:func:`rococo_eval.models.checkpoints.local_folder`)."""
+    from rococo_eval.models.checkpoints import CheckpointError, local_folder
 
     try:
-        local_folder(parsed.name, f"`model` {name!r}")
+        local_folder(parsed.name, f"`model` {name!r}", str(_form_of(name)))
     except CheckpointError as error:
         raise ModelError(str(error)) from error
 
@@ -329,11 +328,11 @@ def _check_callable(name: str, parsed: ModelName) -> None:
     """``module:callable``: :func:`parse_model_name` has found the module; the callable is looked up when loaded."""
 
 
-def _form_of(name: str) -> str:
-    """The :class:`ModelForm` that ``name`` is written in, as the error messages give it."""
+def _form_of(name: str) -> ModelForm:
+    """The :class:`ModelForm` that built-in model name ``name`` is written in."""
     library, _, rest = name.partition(":")
     schema = rest.partition(":")[0] + ":" if rest.startswith(_OPEN_CLIP_SCHEMAS) else ""
-    return "expected " + str(next(form for form in MODEL_FORMS if form.syntax.startswith(f"{library}:{schema}")))
+    return next(form for form in MODEL_FORMS if form.syntax.startswith(f"{library}:{schema}"))
 
 
 @dataclass(frozen=True)

@@ -45,11 +45,11 @@ import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Sequence
 
 import numpy as np
 
-from rococo_eval.models.checkpoints import CheckpointError, load_strictly
+from rococo_eval.models.checkpoints import CheckpointError, load_strictly, local_folder
 from rococo_eval.models.similarity import score_vectors
 
 logger = logging.getLogger(__name__)
@@ -134,37 +134,14 @@ def checkpoint_files(name_or_path: str, what: str) -> tuple[Path, Path]:
     Raises:
         PcmeppError: neither a folder with the files nor a repository that has them.
     """
-    folder = local_folder(name_or_path, what) or _download(name_or_path, what)
+    expected = f"a folder saved by HfPCMEPPModel.save_pretrained ({CONFIG_FILE} and {SAFETENSORS_FILE})"
+    folder = local_folder(name_or_path, what, expected) or _download(name_or_path, what)
     config = folder / CONFIG_FILE
     weights = next((folder / name for name in (SAFETENSORS_FILE, PICKLE_FILE) if (folder / name).is_file()), None)
     if not config.is_file() or weights is None:
         raise PcmeppError(f"{what}: {str(folder)!r} lacks {CONFIG_FILE if not config.is_file() else SAFETENSORS_FILE}: "
                           "expected a folder saved by HfPCMEPPModel.save_pretrained")
     return config, weights
-
-
-def local_folder(name_or_path: str, what: str) -> Optional[Path]:
-    """The folder ``name_or_path`` names, or None for a Hub repository id (``ORG/NAME``), read from the name alone:
-    ``--model pcmepp:...`` is checked before any work.
-
-    Raises:
-        PcmeppError: neither (``what`` names the argument and its value).
-
-    Example:
-        >>> local_folder("SanghyukChun/PCMEPP-ViT-B-16-CC3M-12M-RedCaps-256M", "m"), local_folder(".", "m")
-        (None, PosixPath('.'))
-        >>> local_folder("nowhere", "`model` 'pcmepp:nowhere'")  # doctest: +ELLIPSIS
-        Traceback (most recent call last):
-        ...
-        rococo_eval.models.pcmepp.PcmeppError: `model` 'pcmepp:nowhere': no such folder, and not a Hub repository ...
-    """
-    folder = Path(name_or_path).expanduser()
-    if folder.is_dir():
-        return folder
-    if folder.exists() or name_or_path.count("/") != 1:
-        raise PcmeppError(f"{what}: no such folder, and not a Hub repository id (ORG/NAME): expected a folder "
-                          f"saved by HfPCMEPPModel.save_pretrained ({CONFIG_FILE} and {SAFETENSORS_FILE})")
-    return None
 
 
 def _download(repo_id: str, what: str) -> Path:

@@ -511,6 +511,14 @@ def test_the_advice_for_missing_images_works(annotations_dir, coco_root, coco_co
             assert main(["run", "--model", "failing_model:load", *command.split(), "--download-images", "--cache-dir",
                          str(tmp_path / "cache"), "--out", str(tmp_path / "report"), "-q"]) == 1
         assert RococoSource(annotations_dir, images_dir=coco_copy).num_images == len(images)
+    source = RococoSource(annotations_dir, images_dir=coco_copy)  # an image gone after the folder was checked
+    (coco_copy / source.image_files[3]).unlink()
+    with pytest.raises(FileNotFoundError, match="COCO test image .* is missing; fetch it again: add "
+                                                "--download-images to `rococo-eval run --images-dir ") as refused:
+        source.original_image(3)
+    exec(re.search(r"rococo_eval\.data\.source\.fetch_images\([^)]*\)", str(refused.value))[0],
+         {"rococo_eval": __import__("rococo_eval.data.source")})
+    assert source.original_image(3).size
 
 
 def test_unknown_attack(tmp_path, capsys):

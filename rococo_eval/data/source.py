@@ -176,6 +176,10 @@ class _AnnotatedSource(abc.ABC):
     def _no_images_advice(self) -> str:
         """How to give the source its images, for the error of a source without them."""
 
+    @abc.abstractmethod
+    def _image_advice(self) -> tuple[str, str]:
+        """What an image of the source is, and how to fetch it again, for the error of one missing or damaged."""
+
     def _read(self, name: str) -> list[dict]:
         if name not in self._records:
             records = self._records_of(name)
@@ -260,13 +264,13 @@ class _AnnotatedSource(abc.ABC):
         if self.images_dir is None:
             raise ValueError(f"this {type(self).__name__} has no `images_dir`: {self._no_images_advice()}")
         path = self.images_dir / self.image_files[self._check_index(index)]
-        fetch = fetch_advice(self.images_dir)
+        kind, fetch = self._image_advice()
         try:
             return read_image_file(path)
         except FileNotFoundError:
-            raise FileNotFoundError(f"COCO test image {str(path)!r} is missing; fetch it again: {fetch}") from None
+            raise FileNotFoundError(f"{kind} {str(path)!r} is missing; {fetch}") from None
         except CorruptImageError as error:
-            raise CorruptImageError(f"COCO test image {error}; delete it and fetch it again: {fetch}") from error
+            raise CorruptImageError(f"{kind} {error}; delete it, then {fetch}") from error
 
     def alteration(self, index: int, attack: str) -> tuple[int, tuple[int, int, int, int] | None]:
         """The partner image of ``index``'s altered copy, and for ``patch`` its box ``(row0, row1, col0, col1)``
@@ -409,6 +413,9 @@ class RococoSource(_AnnotatedSource):
     def _table_of(self, attack: str) -> MixTable:
         return _mix_table(*parse_image_attack(attack))
 
+    def _image_advice(self) -> tuple[str, str]:
+        return "COCO test image", f"fetch it again: {fetch_advice(self.images_dir)}"
+
     def _no_images_advice(self) -> str:
         return ("pass the COCO root holding val2014/ (RococoSource(images_dir=...)), or download the "
                 f"{self.num_images:,} images with rococo_eval.data.source.fetch_images() (into <cache>/coco; it "
@@ -507,6 +514,9 @@ class BenchmarkSource(_AnnotatedSource):
         if attack not in self._mix_tables:  # read (and checked) once per source
             self._mix_tables[attack] = self.benchmark.mix_table(attack)
         return self._mix_tables[attack]
+
+    def _image_advice(self) -> tuple[str, str]:
+        return "benchmark image", f"put it back from the image set of the benchmark {str(self.benchmark.root)!r}"
 
     def _no_images_advice(self) -> str:
         return ("pass the folder its image paths are relative to (BenchmarkSource(folder, images_dir=...), "

@@ -59,15 +59,14 @@ from rococo_eval.models.similarity import DEFAULT_SIMILARITY
 logger = logging.getLogger(__name__)
 
 
-
 @dataclass(frozen=True)
 class ModelForm:
     """One way to name a model (``--model``): its ``syntax``, what it names, and the family (``library``) that
     loads it. :data:`MODEL_FORMS` lists them all.
 
     Example:
-        >>> str(MODEL_FORMS[0]).split(" (")[0]
-        'open_clip:ARCH/PRETRAINED'
+        >>> print(MODEL_FORMS[2])
+        open_clip:local-dir:PATH (an open_clip model in a local folder)
     """
 
     library: str
@@ -290,7 +289,7 @@ def _load_callable(name: str, parsed: ModelName, device: Optional[str], precisio
 def _check_open_clip(name: str, parsed: ModelName) -> None:
     """``open_clip:``: a ``local-dir:`` folder or a checkpoint file that exists, or an ``hf-hub:`` repository id (the
     architecture and the tag are open_clip's to check, when it is imported to load the model)."""
-    schema, _, location = parsed.name.partition(":")
+    location = parsed.name.partition(":")[2]
     if parsed.name.startswith("local-dir:") and not Path(location).expanduser().is_dir():
         raise ModelError(f"`model` {name!r}: no such folder {location!r}: expected {_form_of(name)}")
     if parsed.name.startswith("hf-hub:") and not _HUB_ID.fullmatch(location):

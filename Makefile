@@ -26,7 +26,11 @@ $(VENV)/.installed-run: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install --quiet -e ".[app]"
 	touch $@
 
-run: $(VENV)/.installed-run
+# The test extra holds the app extra (pyproject.toml): after `make test`, while pyproject.toml is no newer than that
+# install, the Space starts as it is, with nothing to install (and no network).
+TESTS_INSTALLED := $(shell [ -f $(VENV)/.installed-test ] && [ ! pyproject.toml -nt $(VENV)/.installed-test ] && \
+	echo $(VENV)/.installed-test)
+run: $(or $(TESTS_INSTALLED),$(VENV)/.installed-run)
 	$(BIN)/python app.py
 
 # The browser test drives Debian's chromium (Playwright's own browser download cannot run here).

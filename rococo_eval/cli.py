@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import logging
 import os
 import re
@@ -28,6 +29,7 @@ from rococo_eval.catalog import ATTACKS, CLEAN, DIRECTIONS, SEEDS, select_attack
 from rococo_eval.detection import CUSTOM
 from rococo_eval.io.download import DEFAULT_IMAGE_WORKERS, MAX_DEFAULT_IMAGE_WORKERS, default_cache_dir
 from rococo_eval.layout import ORDERS, describe_orders
+from rococo_eval.models.adapters import MODEL_FORMS
 from rococo_eval.models.cache import DEFAULT_BATCH_SIZE
 from rococo_eval.processes import DEFAULT_TIMEOUT, launched, rank_device
 from rococo_eval.scoring.rerank import DEFAULT_CANDIDATES
@@ -59,7 +61,7 @@ def main(argv=None) -> int:
         print(f"rococo-eval: error: {error}", file=sys.stderr)
         return 1
     try:
-        with _quiet_libraries(args.quiet):
+        with _quiet_libraries(args.quiet), removed_if_left_empty(output_folders(args)):
             args.handler(args)
     except KeyboardInterrupt:
         print(f"rococo-eval: {where}interrupted; the embeddings (and ITM scores) finished so far are cached: run the "
@@ -94,10 +96,9 @@ def build_parser() -> argparse.ArgumentParser:
                                           "data; an interrupted run resumes), score both clean galleries and each "
                                           "attack, and write the report.")
     run.add_argument("--model", action="append", default=[],
-                     help="open_clip:ARCH/PRETRAINED (e.g. open_clip:ViT-B-32/openai; 'none' = random weights), "
-                          "open_clip:hf-hub:ORG/REPO, open_clip:local-dir:PATH, hf:REPO_OR_PATH, or blip:PATH.pth "
-                          "(an official BLIP retrieval checkpoint); give it again for more models, evaluated in turn, "
-                          "each report in --out/<model>/ and their comparison in --out/table.*")
+                     help="the model, in one of these forms: " + "; ".join(map(str, MODEL_FORMS))
+                          + ". Give it again for more models, evaluated in turn, each report in --out/<model>/ and "
+                          "their comparison in --out/table.*")
     run.add_argument("--models-file", help="a file of model names, one per line (# starts a comment), after --model's")
     run.add_argument("--shard-models", action="store_true",
                      help="launched as several processes (torchrun, srun): each evaluates whole models alone (model i "
@@ -236,13 +237,13 @@ def run_command(args) -> Path:
     import datetime
 
     from rococo_eval.data.source import RococoSource, fetch_images, open_source
-    from rococo_eval.models.adapters import parse_model_name
+    from rococo_eval.models.adapters import check_model_name
     from rococo_eval.processes import ONE, join
     from rococo_eval.scoring.galleries import check_saving
 
     models = model_names(args.model, args.models_file)
-    for name in models:
-        parse_model_name(name)
+    for name in models:  # every model's files and form, before the images and any work
+        check_model_name(name)
     check_saving(save_scores=args.save_scores, compact_scores=args.compact_scores, save_embeddings=args.save_embeddings)
     if args.save_embeddings and len(models) > 1:
         raise CommandError(f"--save-embeddings {args.save_embeddings!r}: one file holds one model's embeddings; give "
@@ -251,6 +252,10 @@ def run_command(args) -> Path:
                  if args.benchmark else None)
     attacks = select_attacks(args.attacks, *((benchmark.text_attacks, benchmark.image_attacks) if benchmark else ()))
     out = writable_folder(args.out)
+    for option, folder in (("--save-scores", args.save_scores),
+                           ("--save-embeddings", args.save_embeddings and Path(args.save_embeddings).parent)):
+        if folder:
+            writable_folder(folder, option)
     cache_dir = Path(args.cache_dir).expanduser() if args.cache_dir else default_cache_dir()
     images_dir = Path(args.images_dir).expanduser() if args.images_dir else cache_dir / "coco"
     launch = launched()
@@ -319,10 +324,10 @@ def _run_model(args, name: str, source, attacks, images_dir: Path, cache_dir: Pa
     from rococo_eval.scoring.galleries import check_saving
 
     model = load_model(name, device=device, precision=args.precision)
-    out = writable_folder(out) if processes.is_main else None
+    out = out if processes.is_main else None
     check_saving(model, save_scores=args.save_scores, compact_scores=args.compact_scores,  # on every process, before
                  save_embeddings=args.save_embeddings)                                    # any work
-    save_scores = writable_folder(scores_dir) if scores_dir is not None and processes.is_main else None
+    save_scores = scores_dir if processes.is_main else None
     embeddings = Path(args.save_embeddings).expanduser() if args.save_embeddings and processes.is_main else None
     report = evaluate_model(model, source, attacks=attacks, out=out, cache_dir=cache_dir, batch_size=args.batch_size,
                             workers=args.workers, rerank_k=args.rerank_k, save_scores=save_scores,
@@ -539,24 +544,69 @@ def parse_layout_spec(spec: str, attacks=ATTACKS) -> tuple[str, str, str]:
     return found["attack"], found["direction"], found["order"]
 
 
-def writable_folder(path) -> Path:
-    """Create ``path`` if needed and check that a file can be written in it; raise CommandError naming it.
+def writable_folder(path, option: str = "--out") -> Path:
+    """Check that files can be written in folder ``path``, or that it can be made (its nearest existing parent is a
+    folder that files can be written in), without making it: the writers make it with their first file, so a command
+    refused before that leaves nothing behind. Raise CommandError naming ``option`` and the folder.
 
     Example:
         >>> import tempfile
         >>> folder = writable_folder(Path(tempfile.mkdtemp()) / "report")
-        >>> folder.is_dir()
-        True
+        >>> folder.name, folder.exists()
+        ('report', False)
     """
     folder = Path(path).expanduser()
+    nearest = next(parent for parent in (folder, *folder.parents) if parent.exists())
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=folder):
+        if not nearest.is_dir():
+            raise NotADirectoryError(errno.ENOTDIR, f"{str(nearest)!r} is a file")
+        with tempfile.TemporaryFile(dir=nearest):  # made and removed at once (O_TMPFILE: never seen in the folder)
             pass
     except OSError as error:
-        raise CommandError(f"cannot write the report to --out folder {str(folder)!r}: "
-                           f"{error.strerror or error}") from None
+        raise CommandError(f"cannot write to {option} folder {str(folder)!r}: {error.strerror or error}") from None
     return folder
+
+
+def output_folders(args) -> list[Path]:
+    """The folders that the command ``args`` writes into: ``--out``, ``--save-scores``, ``--save-embeddings``' folder.
+
+    Example:
+        >>> output_folders(build_parser().parse_args(["run", "--model", "hf:m", "--save-embeddings", "e/m.safetensors"]))
+        [PosixPath('rococo-report'), PosixPath('e')]
+    """
+    embeddings = getattr(args, "save_embeddings", None)
+    folders = (getattr(args, "out", None), getattr(args, "save_scores", None), embeddings and Path(embeddings).parent)
+    return [Path(folder).expanduser() for folder in folders if folder]
+
+
+@contextlib.contextmanager
+def removed_if_left_empty(folders):
+    """Remove again, when the command fails, the folders of ``folders`` that did not exist before it, with the parents
+    made for them, where they hold no file: a failed command leaves no empty folder behind. A folder that existed
+    before is never touched, and a file is never removed (what a command wrote before failing is kept).
+
+    Example:
+        >>> import tempfile
+        >>> root = Path(tempfile.mkdtemp())
+        >>> with removed_if_left_empty([root / "new" / "report"]):
+        ...     (root / "new" / "report" / "scores").mkdir(parents=True)
+        ...     raise OSError("disk full")
+        Traceback (most recent call last):
+        ...
+        OSError: disk full
+        >>> list(root.iterdir())
+        []
+    """
+    new = {folder: [folder, *(parent for parent in folder.parents if not parent.exists())]
+           for folder in folders if not folder.exists()}
+    try:
+        yield
+    except BaseException:
+        for folder, made in new.items():
+            for path in [*sorted(folder.rglob("*"), reverse=True), *made]:  # the deepest first
+                with contextlib.suppress(OSError):  # not a folder, not empty, or not there
+                    path.rmdir()
+        raise
 
 
 def _ask_order_by_spec(choice, request) -> str:

@@ -8,6 +8,7 @@ gallery in the dataset's order (a layout the command does not use).
 import csv
 import json
 import math
+import os
 import re
 import subprocess
 import sys
@@ -34,6 +35,7 @@ from rococo_eval.data.benchmark import make_benchmark
 from rococo_eval.data.dataset import metric_inputs_for
 from rococo_eval.layout import gallery_layout
 from rococo_eval.data.source import BenchmarkSource, RococoSource
+from helpers import REPO_ROOT
 from helpers.http_server import UNREACHABLE
 from helpers.sparse_files import sparse_npy
 
@@ -456,7 +458,44 @@ def test_unwritable_out_is_refused_before_any_model_work(tmp_path, monkeypatch, 
     (tmp_path / "a-file").write_text("")
     out = tmp_path / "a-file" / "report"
     assert run("--model", "open_clip:ViT-B-32/openai", "--out", out) == 1
-    assert f"cannot write the report to --out folder {str(out)!r}" in capsys.readouterr().err
+    assert f"cannot write to --out folder {str(out)!r}: {str(tmp_path / 'a-file')!r} is a file" in \
+        capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name, problem", [
+    ("vse:missing.pth", "no such file 'missing.pth': expected vse:PATH.pth (an official VSE infinity checkpoint"),
+    ("blip:nowhere/model.pth", "no such file 'nowhere/model.pth': expected blip:PATH.pth (an official BLIP"),
+    ("pcmepp:nowhere", "no such folder, and not a Hub repository id (ORG/NAME): expected pcmepp:REPO_OR_FOLDER ("),
+    ("hf:./no/such/folder", "no such folder, and not a Hub repository id: expected hf:REPO_OR_PATH ("),
+    ("open_clip:local-dir:/no/such/folder", "no such folder '/no/such/folder': expected open_clip:local-dir:PATH ("),
+    ("open_clip:ViT-B-32/no/such/weights.pt", "no such checkpoint file 'no/such/weights.pt': expected "
+                                              "open_clip:ARCH/PRETRAINED ("),
+])
+def test_run_checks_every_model_before_the_images_and_any_work(name, problem, hf_name, tmp_path, monkeypatch,
+                                                               capsys):
+    """Without images, a missing checkpoint is said first (not the 800 MB of COCO images), for any of the models."""
+    monkeypatch.setattr(models, "load_model", pytest.fail)
+    assert run("--model", hf_name, "--model", name, "--cache-dir", tmp_path / "cache", "--out",
+               tmp_path / "report") == 1
+    error = capsys.readouterr().err
+    assert f"rococo-eval: error: --model {name!r}: {problem}" in error
+    assert "images" not in error.replace("encode_images", "") and not (tmp_path / "report").exists()
+
+
+def test_run_help_lists_every_model_form_and_so_does_the_unknown_name_error(capsys):
+    """The forms of --model come from one list (rococo_eval.models.adapters.MODEL_FORMS): in run --help, in the error
+    of a name of none of them, and in docs/cli.md's list of models."""
+    from rococo_eval.models.adapters import MODEL_FORMS
+
+    shown = subprocess.run([sys.executable, "-m", "rococo_eval", "run", "--help"], capture_output=True, text=True,
+                           check=True, env={**os.environ, "COLUMNS": "10000"}).stdout
+    assert main(["run", "--model", "clip"]) == 1
+    error = capsys.readouterr().err
+    models_section = (REPO_ROOT / "docs" / "cli.md").read_text().split("## Models")[1].split("\n#")[0]
+    assert {"open_clip", "hf", "blip", "vse", "pcmepp", "python"} == {form.library for form in MODEL_FORMS}
+    for form in MODEL_FORMS:
+        assert str(form) in shown and str(form) in error
+        assert f"`{form.syntax}`" in models_section
 
 
 def test_run_without_images_says_how_to_get_them(tmp_path, monkeypatch, capsys):
@@ -464,6 +503,40 @@ def test_run_without_images_says_how_to_get_them(tmp_path, monkeypatch, capsys):
     assert run("--model", "hf:openai/clip-vit-base-patch32", "--cache-dir", tmp_path, "--out", tmp_path / "report") == 1
     error = capsys.readouterr().err
     assert "--images-dir COCO_ROOT" in error and "--download-images" in error
+
+
+def test_the_advice_for_missing_images_works(annotations_dir, coco_root, coco_copy, tmp_path, monkeypatch):
+    """The command and the Python call that a COCO root lacking images is told to use, each run: they fetch the
+    missing images (here from a mirror, the generated COCO root)."""
+    from rococo_eval.data.source import ImageFolderError
+
+    monkeypatch.setenv("ROCOCO_IMAGE_BASE_URL", str(coco_root))
+    monkeypatch.setenv("ROCOCO_ANNOTATIONS_DIR", str(annotations_dir))
+    monkeypatch.chdir(tmp_path)
+    images = sorted((coco_copy / "val2014").iterdir())
+    for advice in ("python", "command"):
+        for image in images[:2]:
+            image.unlink()
+        with pytest.raises(ImageFolderError) as refused:
+            RococoSource(annotations_dir, images_dir=coco_copy)
+        message = str(refused.value)
+        if advice == "python":
+            call = re.search(r"rococo_eval\.data\.source\.fetch_images\([^)]*\)", message)[0]
+            exec(call, {"rococo_eval": __import__("rococo_eval.data.source")})
+        else:
+            command = re.search(r"add --download-images to `rococo-eval run ([^`]*)`", message)[1]
+            (tmp_path / "failing_model.py").write_text("def load():\n    raise ValueError('loaded after the images')\n")
+            assert main(["run", "--model", "failing_model:load", *command.split(), "--download-images", "--cache-dir",
+                         str(tmp_path / "cache"), "--out", str(tmp_path / "report"), "-q"]) == 1
+        assert RococoSource(annotations_dir, images_dir=coco_copy).num_images == len(images)
+    source = RococoSource(annotations_dir, images_dir=coco_copy)  # an image gone after the folder was checked
+    (coco_copy / source.image_files[3]).unlink()
+    with pytest.raises(FileNotFoundError, match="COCO test image .* is missing; fetch it again: add "
+                                                "--download-images to `rococo-eval run --images-dir ") as refused:
+        source.original_image(3)
+    exec(re.search(r"rococo_eval\.data\.source\.fetch_images\([^)]*\)", str(refused.value))[0],
+         {"rococo_eval": __import__("rococo_eval.data.source")})
+    assert source.original_image(3).size
 
 
 def test_unknown_attack(tmp_path, capsys):
@@ -566,3 +639,89 @@ def test_run_scores_galleries_smaller_than_ten_at_the_cutoffs_they_allow(image_s
     assert space.results["clean/text_to_image"].metrics["recall@5"] == expected["recall@5"]
     assert "recall@10" not in space.results["clean/text_to_image"].metrics
     assert "Scored at R@1 and R@5 only: the gallery has 6 items." in space.message
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o027])
+def test_every_output_is_written_with_the_mode_of_the_umask(umask, benchmark, image_set, hf_name, tmp_path, capsys):
+    """One rule for every file the commands write: ``0o666`` less the umask, and ``0o777`` less it for their folders
+    (docs/cli.md, "What it writes"); the score files were 0600 and a benchmark folder 0700 whatever the umask."""
+    from rococo_eval.io.savedscores import score_file_name, write_top_k
+
+    previous = os.umask(umask)
+    try:
+        assert main(["run", "--model", hf_name, "--benchmark", str(benchmark), "--attacks", "rand_voca", "--out",
+                     str(tmp_path / "report"), "--cache-dir", str(tmp_path / "cache"), "--device", "cpu", "--workers",
+                     "1", "--save-scores", str(tmp_path / "scores"), "--save-embeddings",
+                     str(tmp_path / "embeddings.safetensors"), "-q"]) == 0
+        assert main(["table", str(tmp_path / "report"), "--out", str(tmp_path / "table"), "-q"]) == 0
+        assert main(["attack", str(image_set / "set.json"), "--strategies", "mix", "--seeds", "1", "--out",
+                     str(tmp_path / "benchmark"), "--cache-dir", str(tmp_path / "encodings"), "-q"]) == 0
+        compact = write_top_k(tmp_path / "compact" / score_file_name(CLEAN, TEXT_TO_IMAGE, 1), [[0]],
+                              np.ones((1, 1), dtype=np.float32), -100.0, 2)  # as run --compact-scores writes them
+    finally:
+        os.umask(previous)
+    capsys.readouterr()
+    written = {path.relative_to(tmp_path).as_posix(): path.stat().st_mode & 0o777
+               for folder in ("report", "scores", "table") for path in (tmp_path / folder).iterdir()}
+    written.update({"embeddings.safetensors": (tmp_path / "embeddings.safetensors").stat().st_mode & 0o777,
+                    "compact": compact.stat().st_mode & 0o777})
+    assert {"report/report.json", "report/report.md", "report/recall.png", "table/table.csv", "table/table.md",
+            "table/table.png", f"scores/{score_file_name(CLEAN, TEXT_TO_IMAGE)}",
+            f"scores/{score_file_name('rand_voca', IMAGE_TO_TEXT)}"} <= set(written)
+    assert written == dict.fromkeys(written, 0o666 & ~umask)
+    made = [tmp_path / "benchmark", *(tmp_path / "benchmark").rglob("*")]
+    assert {path.stat().st_mode & 0o777 for path in made if path.is_file()} == {0o666 & ~umask}
+    assert {path.stat().st_mode & 0o777 for path in made if path.is_dir()} == {0o777 & ~umask}
+
+
+REFUSED = {  # a command refused before any output, by name: its arguments, OUT its output folders
+    "score": lambda tmp, hf_name: ["score", str(tmp / "bad.npy"), "--out", "OUT"],
+    "run without images": lambda tmp, hf_name: ["run", "--model", hf_name, "--cache-dir", str(tmp / "cache"),
+                                                "--out", "OUT", "--save-scores", "OUT/scores"],
+    "run with a missing model": lambda tmp, hf_name: ["run", "--model", "vse:missing.pth", "--out", "OUT",
+                                                      "--save-scores", "OUT/scores", "--save-embeddings",
+                                                      "OUT/embeddings/e.safetensors"],
+    "table": lambda tmp, hf_name: ["table", str(tmp / "no-report"), "--out", "OUT"],
+    "from-mteb": lambda tmp, hf_name: ["from-mteb", str(tmp), "--out", "OUT"],
+    "attack": lambda tmp, hf_name: ["attack", str(tmp / "no-such-set.json"), "--out", "OUT/benchmark"],
+}
+
+
+@pytest.mark.parametrize("command", REFUSED)
+def test_a_refused_command_leaves_no_new_folder_and_an_existing_one_untouched(command, hf_name, tmp_path, capsys):
+    inputs = tmp_path / "inputs"
+    inputs.mkdir()
+    np.save(inputs / "bad.npy", np.zeros((3, 4), dtype=np.float32))
+    arguments = REFUSED[command](inputs, hf_name)
+    new = tmp_path / "new" / "deep"
+    assert main([argument.replace("OUT", str(new)) for argument in arguments]) == 1
+    assert "rococo-eval: error: " in capsys.readouterr().err
+    assert not (tmp_path / "new").exists()
+
+    existing = tmp_path / "existing"
+    (existing / "scores").mkdir(parents=True)
+    (existing / "notes.txt").write_text("mine")
+    before = {path: path.stat().st_mtime_ns for path in [existing, *existing.rglob("*")]}
+    assert main([argument.replace("OUT", str(existing)) for argument in arguments]) == 1
+    assert {path: path.stat().st_mtime_ns for path in [existing, *existing.rglob("*")]} == before
+    assert (existing / "notes.txt").read_text() == "mine"
+
+
+def test_run_interrupted_while_saving_scores_leaves_no_empty_folder(benchmark, hf_name, tmp_path, monkeypatch,
+                                                                      capsys):
+    """Ctrl-C while the first score matrix is written: its temporary file is removed, and the folders the command
+    made for it and for the report, now empty, with it; an existing folder and its files stay."""
+    from rococo_eval.io.savedscores import ScoreMatrixWriter
+
+    def interrupted(self, start, rows):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(ScoreMatrixWriter, "write", interrupted)
+    (tmp_path / "existing").mkdir()
+    (tmp_path / "existing" / "notes.txt").write_text("mine")
+    assert main(["run", "--model", hf_name, "--benchmark", str(benchmark), "--attacks", "rand_voca", "--out",
+                 str(tmp_path / "new" / "report"), "--cache-dir", str(tmp_path / "cache"), "--device", "cpu",
+                 "--workers", "1", "--save-scores", str(tmp_path / "existing" / "scores"), "-q"]) == 130
+    assert "interrupted" in capsys.readouterr().err
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["cache", "existing"]
+    assert [path.name for path in (tmp_path / "existing").iterdir()] == ["notes.txt"]

@@ -58,7 +58,6 @@ import io
 import json
 import logging
 import shutil
-import tempfile
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -82,7 +81,7 @@ from rococo_eval.data.manifest import (
     write_mix_tables,
 )
 from rococo_eval.data.source import BenchmarkSource, ImageFolderError
-from rococo_eval.io.atomic import write_json
+from rococo_eval.io.atomic import temporary_beside, write_json
 from rococo_eval.processes import ONE
 from rococo_eval.version import __version__
 
@@ -269,8 +268,8 @@ def make_benchmark(data, out_dir, *, image_root=None, strategies: Iterable[str] 
     if not processes.is_main:
         logger.info("%s: its share of the text encodings is done; rank 0 writes the benchmark", processes.name)
         return out
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
+    staging = temporary_beside(out)  # a folder made as every output is: its mode from the umask (mkdtemp's is 0700)
+    staging.mkdir()
     try:
         image_attacks = [image_attack_name(method, s) for method in methods for s in seeds]
         _write_benchmark_files(staging, image_set, plan, text, image_attacks,

@@ -68,6 +68,7 @@ from rococo_eval.data.configs import (
     tables_of,
 )
 from rococo_eval.data.source import RococoSource, Source, fetch_images
+from rococo_eval.io.atomic import temporary_beside
 from rococo_eval.io.download import (
     COCO_IMAGE_BASE_URL,
     COCO_TERMS_URL,
@@ -171,8 +172,8 @@ def export_dataset(out_dir, configs: Iterable[str] | str | None = None, *, annot
                          f"overwrite=True (--overwrite)")
     source = source_for_configs(configs, annotations_dir, images_dir, cache_dir, image_base_url=image_base_url,
                                 progress=progress)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
+    staging = temporary_beside(out)  # a folder made as every output is: its mode from the umask (mkdtemp's is 0700)
+    staging.mkdir()
     try:
         splits = write_tables(source, configs, staging, workers=workers, progress=progress)
         (staging / "README.md").write_text(_dataset_card(splits, source), encoding="utf-8")

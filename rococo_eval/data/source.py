@@ -31,6 +31,7 @@ import abc
 import functools
 import logging
 import os
+import shlex
 from pathlib import Path, PurePosixPath
 from typing import Protocol
 
@@ -175,6 +176,10 @@ class _AnnotatedSource(abc.ABC):
     def _no_images_advice(self) -> str:
         """How to give the source its images, for the error of a source without them."""
 
+    @abc.abstractmethod
+    def _image_advice(self) -> tuple[str, str]:
+        """What an image of the source is, and how to fetch it again, for the error of one missing or damaged."""
+
     def _read(self, name: str) -> list[dict]:
         if name not in self._records:
             records = self._records_of(name)
@@ -251,7 +256,7 @@ class _AnnotatedSource(abc.ABC):
             >>> RococoSource().original_image(0)  # doctest: +ELLIPSIS
             Traceback (most recent call last):
             ...
-            ValueError: this RococoSource has no `images_dir`: pass the COCO root ...fetch_images(source, folder)
+            ValueError: this RococoSource has no `images_dir`: pass the COCO root ...fetch_images() ...
         """
         return self._open_original(index)[1]
 
@@ -259,13 +264,13 @@ class _AnnotatedSource(abc.ABC):
         if self.images_dir is None:
             raise ValueError(f"this {type(self).__name__} has no `images_dir`: {self._no_images_advice()}")
         path = self.images_dir / self.image_files[self._check_index(index)]
-        fetch = f"rococo_eval.data.source.fetch_images(source, {str(self.images_dir)!r})"
+        kind, fetch = self._image_advice()
         try:
             return read_image_file(path)
         except FileNotFoundError:
-            raise FileNotFoundError(f"COCO test image {str(path)!r} is missing; fetch it again with {fetch}") from None
+            raise FileNotFoundError(f"{kind} {str(path)!r} is missing; {fetch}") from None
         except CorruptImageError as error:
-            raise CorruptImageError(f"COCO test image {error}; delete it and fetch it again with {fetch}") from error
+            raise CorruptImageError(f"{kind} {error}; delete it, then {fetch}") from error
 
     def alteration(self, index: int, attack: str) -> tuple[int, tuple[int, int, int, int] | None]:
         """The partner image of ``index``'s altered copy, and for ``patch`` its box ``(row0, row1, col0, col1)``
@@ -408,9 +413,13 @@ class RococoSource(_AnnotatedSource):
     def _table_of(self, attack: str) -> MixTable:
         return _mix_table(*parse_image_attack(attack))
 
+    def _image_advice(self) -> tuple[str, str]:
+        return "COCO test image", f"fetch it again: {fetch_advice(self.images_dir)}"
+
     def _no_images_advice(self) -> str:
         return ("pass the COCO root holding val2014/ (RococoSource(images_dir=...)), or download the "
-                f"{self.num_images:,} images with rococo_eval.data.source.fetch_images(source, folder)")
+                f"{self.num_images:,} images with rococo_eval.data.source.fetch_images() (into <cache>/coco; it "
+                "returns the folder to pass)")
 
     def adversarial_sources(self, attack: str) -> list[int]:
         """For each adversarial caption of text attack ``attack`` (in :meth:`adversarial_captions`' order), the
@@ -506,6 +515,9 @@ class BenchmarkSource(_AnnotatedSource):
             self._mix_tables[attack] = self.benchmark.mix_table(attack)
         return self._mix_tables[attack]
 
+    def _image_advice(self) -> tuple[str, str]:
+        return "benchmark image", f"put it back from the image set of the benchmark {str(self.benchmark.root)!r}"
+
     def _no_images_advice(self) -> str:
         return ("pass the folder its image paths are relative to (BenchmarkSource(folder, images_dir=...), "
                 "--images-dir)")
@@ -566,11 +578,7 @@ def _check_images_dir(root: Path, image_files: list[str]) -> Path:
     if not missing:
         return root
     shown = ", ".join(repr(str(root / name)) for name in missing[:3])
-    advice = _layout_hint(root, missing[0]) or (
-        f"Fetch the missing images (resumable, only those missing) with "
-        f"rococo_eval.data.source.fetch_images(source, {str(root)!r}), or leave `images_dir` unset (no "
-        f"--images-dir) to download them into the cache."
-    )
+    advice = _layout_hint(root, missing[0]) or f"Fetch the missing ones: {fetch_advice(root)}."
     raise ImageFolderError(
         f"`images_dir` {str(root)!r} lacks {len(missing)} of the {len(image_files)} COCO test images, "
         f"for example {shown}. `images_dir` must be the COCO root: the folder that holds "
@@ -585,6 +593,19 @@ def _layout_hint(root: Path, relative: str) -> str:
     for candidate in sorted(root.glob(f"*/{relative}")):
         return f"The images are one level down; pass {str(candidate.parents[1])!r}."
     return ""
+
+
+def fetch_advice(root: Path) -> str:
+    """How to fetch the COCO test images missing from the COCO root ``root`` (resumable: only those missing), on the
+    command line and in Python, as the error messages give it.
+
+    Example:
+        >>> print(fetch_advice(Path("/data/coco")))  # doctest: +NORMALIZE_WHITESPACE
+        add --download-images to `rococo-eval run --images-dir /data/coco`, or call
+        rococo_eval.data.source.fetch_images(dest_root='/data/coco') in Python
+    """
+    return (f"add --download-images to `rococo-eval run --images-dir {shlex.quote(str(root))}`, or call "
+            f"rococo_eval.data.source.fetch_images(dest_root={str(root)!r}) in Python")
 
 
 def fetch_images(source=None, dest_root=None, *, base_url=None, workers: int = DEFAULT_DOWNLOAD_WORKERS,

@@ -60,9 +60,11 @@ def results_from_mteb(results: Any) -> tuple[dict[str, GalleryResult], dict[str,
     """
     found: dict[str, GalleryResult] = {}
     tied: dict[str, int] = {}
+    others = []
     for name, scores, where in _task_scores(results):
         gallery = _gallery_of_task(name, where)
         if gallery is None:
+            others.append(str(name))
             continue
         key = gallery_key(*gallery)
         if key in found:
@@ -71,7 +73,7 @@ def results_from_mteb(results: Any) -> tuple[dict[str, GalleryResult], dict[str,
         tied[key] = metrics.pop(TIED_QUERIES, 0)
         found[key] = GalleryResult(exact_numbers(metrics, where))
     if not found:
-        raise ValueError("the MTEB results given hold no RoCOCO task (RoCOCO-<attack>-I2T or -T2I)")
+        raise ValueError(_no_rococo_task(results, others))
     ordered = dict(sorted(found.items(), key=lambda item: (item[0].split("/")[0] != CLEAN, item[0])))
     return ordered, {key: count for key, count in tied.items() if count}
 
@@ -157,7 +159,8 @@ def _task_scores(results: Any) -> Iterable[tuple[Any, dict, str]]:
     if isinstance(results, (str, Path)):
         folder = Path(results)
         if not folder.is_dir():
-            raise ValueError(f"{str(results)!r} is not an MTEB results folder (no such folder)")
+            raise ValueError(f"MTEB results folder {str(results)!r} "
+                             f"{'is a file, not a folder' if folder.exists() else 'does not exist'}")
         for path in sorted(folder.rglob("RoCOCO-*.json")):
             document = _read_result_file(path)
             yield document.get("task_name"), _test_scores(document.get("scores"), path), str(path)
@@ -166,6 +169,32 @@ def _task_scores(results: Any) -> Iterable[tuple[Any, dict, str]]:
     for task_result in task_results:
         where = str(task_result.task_name)
         yield task_result.task_name, _test_scores(task_result.scores, where), where
+
+
+def _no_rococo_task(results: Any, others: list[str]) -> str:
+    """Why ``results`` gave no RoCOCO result: an empty folder, or a folder (or results) of other tasks only
+    (``others``: their names).
+
+    Example:
+        >>> import tempfile
+        >>> folder = Path(tempfile.mkdtemp())
+        >>> _no_rococo_task(folder, [])  # doctest: +ELLIPSIS
+        "MTEB results folder '...' is empty: ..."
+        >>> _ = (folder / "model_meta.json").write_text("{}")
+        >>> _no_rococo_task(folder, [])  # doctest: +ELLIPSIS
+        "MTEB results folder '...' holds 1 file (model_meta.json) but no result of a RoCOCO task: ..."
+    """
+    wanted = "RoCOCO-<attack>-I2T.json or -T2I.json, under <model>/<revision>/, as mteb.evaluate writes them with a " \
+             "ResultCache (docs/harness.md)"
+    if not isinstance(results, (str, Path)):
+        return (f"the MTEB results given hold no RoCOCO task (RoCOCO-<attack>-I2T or -T2I); "
+                f"{'their tasks: ' + ', '.join(others) if others else 'they hold no task'}")
+    files = sorted(path.relative_to(results).as_posix() for path in Path(results).rglob("*") if path.is_file())
+    if not files:
+        return f"MTEB results folder {str(results)!r} is empty: it should hold {wanted}"
+    shown = ", ".join(files[:3]) + (f", ... ({len(files) - 3} more)" if len(files) > 3 else "")
+    return (f"MTEB results folder {str(results)!r} holds {len(files)} file{'s' if len(files) > 1 else ''} ({shown}) "
+            f"but no result of a RoCOCO task: it should hold {wanted}")
 
 
 def _read_result_file(path: Path) -> dict:

@@ -2,6 +2,11 @@
 
 Every file the package writes whole (reports, charts, embedding shards and manifests) goes through
 :func:`write_atomic`: a new temporary file in the same folder, flushed to disk, then renamed over the target.
+Score matrices written block by block (:class:`rococo_eval.io.savedscores.ScoreMatrixWriter`) take their
+temporary file's name from :func:`temporary_beside` too.
+
+Every file is created as ``open`` creates one, with the mode ``0o666`` less the umask (``0o644`` under the usual
+``022``): one rule for every output, whatever wrote it.
 
 Example:
     >>> import tempfile
@@ -56,8 +61,7 @@ def write_atomic(path: str | os.PathLike, write: Callable[[BinaryIO], object]) -
         (b'\\x00\\x01', ['data.bin'])
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.{uuid.uuid4().hex}.part")
+    temporary = temporary_beside(path)
     try:
         with open(temporary, "xb") as handle:
             write(handle)
@@ -69,6 +73,23 @@ def write_atomic(path: str | os.PathLike, write: Callable[[BinaryIO], object]) -
         raise
     logger.debug("wrote %s", path)
     return path
+
+
+def temporary_beside(path: str | os.PathLike) -> Path:
+    """A new name for the temporary file (or folder) of ``path``, in its folder (created if missing):
+    ``.<name>.<random>.part``, hidden, and never a name another writer uses. The caller creates it with ``open`` or
+    ``mkdir`` (their modes, ``0o666`` or ``0o777`` less the umask; not ``tempfile``'s ``0o600`` and ``0o700``), then
+    renames it to ``path``.
+
+    Example:
+        >>> import tempfile
+        >>> temporary = temporary_beside(Path(tempfile.mkdtemp()) / "new" / "scores.npy")
+        >>> temporary.parent.is_dir(), temporary.name.startswith(".scores.npy."), temporary.suffix
+        (True, True, '.part')
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path.with_name(f".{path.name}.{uuid.uuid4().hex}.part")
 
 
 def write_json(value, path: str | os.PathLike, *, compact: bool = False) -> Path:

@@ -24,12 +24,11 @@ Example:
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
-from rococo_eval.io.atomic import write_atomic
+from rococo_eval.io.atomic import temporary_beside, write_atomic
 
 
 def score_file_name(attack: str, direction: str, candidates: int | None = None) -> str:
@@ -103,10 +102,8 @@ class ScoreMatrixWriter:
         self._matrix = None
 
     def __enter__(self):
-        handle, name = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=self.path.parent)
-        os.close(handle)
-        self._temporary = Path(name)
-        self._matrix = np.lib.format.open_memmap(name, mode="w+", dtype=self.dtype, shape=self.shape)
+        self._temporary = temporary_beside(self.path)
+        self._matrix = np.lib.format.open_memmap(self._temporary, mode="w+", dtype=self.dtype, shape=self.shape)
         return self
 
     def write(self, start: int, rows) -> None:

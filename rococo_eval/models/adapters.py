@@ -1,7 +1,7 @@
 """Image-text models behind one small interface: image and caption embeddings scored by their dot product.
 
-The families, named the way the ``rococo-eval`` command takes them (:data:`MODEL_FORMS`; :func:`load_model` looks
-the prefix up in one registry):
+The families, named the way the ``rococo-eval`` command takes them (:data:`MODEL_FORMS`, the one list of the forms
+that the error messages, ``run --help`` and the docs show; :func:`load_model` looks the prefix up in one registry):
 
 - ``open_clip:ARCH/PRETRAINED``: an open_clip architecture and pretrained tag (``ViT-B-32/openai``), or a
   checkpoint file after the slash; ``none`` builds the architecture with random weights.
@@ -45,8 +45,10 @@ import importlib
 import json
 import logging
 import os
+import re
 from dataclasses import dataclass
-from typing import Optional, Protocol, Sequence
+from pathlib import Path
+from typing import Callable, Optional, Protocol, Sequence
 
 import numpy as np
 from PIL import Image
@@ -56,23 +58,44 @@ from rococo_eval.models.similarity import DEFAULT_SIMILARITY
 
 logger = logging.getLogger(__name__)
 
+
+@dataclass(frozen=True)
+class ModelForm:
+    """One way to name a model (``--model``): its ``syntax``, what it names, and the family (``library``) that
+    loads it. :data:`MODEL_FORMS` lists them all.
+
+    Example:
+        >>> print(MODEL_FORMS[2])
+        open_clip:local-dir:PATH (an open_clip model in a local folder)
+    """
+
+    library: str
+    syntax: str
+    description: str
+
+    def __str__(self) -> str:
+        return f"{self.syntax} ({self.description})"
+
+
 MODEL_FORMS = (
-    "open_clip:ARCH/PRETRAINED (e.g. open_clip:ViT-B-32/openai; PRETRAINED may be a checkpoint file, "
-    "or 'none' for random weights)",
-    "open_clip:hf-hub:ORG/REPO",
-    "open_clip:local-dir:PATH",
-    "hf:REPO_OR_PATH (a transformers dual encoder, e.g. hf:openai/clip-vit-base-patch32, or a BLIP/BLIP-2 "
-    "retrieval checkpoint, e.g. hf:Salesforce/blip-itm-base-coco)",
-    "blip:PATH.pth (an official BLIP retrieval checkpoint, e.g. blip:model_base_retrieval_coco.pth)",
-    "vse:PATH.pth (an official VSE infinity checkpoint, e.g. vse:coco_wsl_grid_bert/model_best.pth)",
-    "pcmepp:REPO_OR_FOLDER (an official PCME++ checkpoint, scored by CSD, e.g. "
-    "pcmepp:SanghyukChun/PCMEPP-ViT-B-16-CC3M-12M-RedCaps-256M)",
-    "module:callable (your own model: callable() returns an object with encode_images and encode_texts, "
-    "e.g. my_models:load_model; see rococo_eval.models.custom)",
+    ModelForm("open_clip", "open_clip:ARCH/PRETRAINED", "an open_clip architecture and pretrained tag, e.g. "
+              "open_clip:ViT-B-32/openai; PRETRAINED may be a checkpoint file, or 'none' for random weights"),
+    ModelForm("open_clip", "open_clip:hf-hub:ORG/REPO", "an open_clip model on the Hugging Face Hub"),
+    ModelForm("open_clip", "open_clip:local-dir:PATH", "an open_clip model in a local folder"),
+    ModelForm("hf", "hf:REPO_OR_PATH", "a transformers dual encoder, e.g. hf:openai/clip-vit-base-patch32, or a "
+              "BLIP/BLIP-2 retrieval checkpoint, e.g. hf:Salesforce/blip-itm-base-coco; a Hub repository or a folder"),
+    ModelForm("blip", "blip:PATH.pth", "an official BLIP retrieval checkpoint, e.g. blip:model_base_retrieval_coco.pth"),
+    ModelForm("vse", "vse:PATH.pth", "an official VSE infinity checkpoint, e.g. vse:coco_wsl_grid_bert/model_best.pth"),
+    ModelForm("pcmepp", "pcmepp:REPO_OR_FOLDER", "an official PCME++ checkpoint, scored by CSD, e.g. "
+              "pcmepp:SanghyukChun/PCMEPP-ViT-B-16-CC3M-12M-RedCaps-256M"),
+    ModelForm("python", "module:callable", "your own model: callable() returns an object with encode_images and "
+              "encode_texts, e.g. my_models:load_model; see rococo_eval.models.custom"),
 )
 PRECISIONS = ("fp32", "fp16", "bf16")
 INSTALL_HINT = "pip install 'rococo-eval[models]'"
 _RANDOM_WEIGHTS = ("none", "random")
+_CHECKPOINT_SUFFIXES = (".pt", ".pth", ".bin", ".safetensors")  # an open_clip PRETRAINED that names a file
+_HUB_ID = re.compile(r"[A-Za-z0-9_][\w.-]*(/[A-Za-z0-9_][\w.-]*)?")  # a Hugging Face Hub repository id: NAME, ORG/NAME
 _OPEN_CLIP_SCHEMAS = ("hf-hub:", "local-dir:")
 _RESIZE_MODES = ("shortest", "squash")
 _INTERPOLATIONS = {"bicubic": Image.Resampling.BICUBIC, "bilinear": Image.Resampling.BILINEAR}
@@ -138,8 +161,8 @@ class TokenizingModel(ImageTextModel, Protocol):
 
 @dataclass(frozen=True)
 class ModelName:
-    """A parsed model name: ``library`` is ``"open_clip"``, ``"hf"``, ``"blip"``, ``"vse"``, ``"pcmepp"`` or
-    ``"python"`` (``module:callable``); ``pretrained`` is None for none."""
+    """A parsed model name: ``library`` is a :class:`ModelForm`'s (``"open_clip"``, ``"hf"``, ...; ``"python"`` for
+    ``module:callable``); ``pretrained`` is None for none."""
 
     library: str
     name: str
@@ -162,20 +185,40 @@ def parse_model_name(text: str) -> ModelName:
         ...
         rococo_eval.models.adapters.ModelError: unknown model name 'clip-vit'; accepted forms: ...
     """
-    library, sep, rest = str(text).partition(":")
-    if sep and rest and library in ("hf", "blip", "vse", "pcmepp"):
-        return ModelName(library, rest, None)
-    if sep and rest and library == "open_clip":
+    library, _, rest = str(text).partition(":")
+    built_in = library in _FAMILIES and library != "python"  # "python" names module:callable, no prefix
+    if library == "open_clip" and rest:
         if rest.startswith(_OPEN_CLIP_SCHEMAS):
             return ModelName("open_clip", rest, None)
         arch, slash, pretrained = rest.partition("/")
         if arch and slash and pretrained:
             return ModelName("open_clip", arch, None if pretrained.lower() in _RANDOM_WEIGHTS else pretrained)
-    from rococo_eval.models.custom import names_a_callable
+    elif built_in and rest:
+        return ModelName(library, rest, None)
+    if not built_in:  # a built-in prefix with a wrong rest (open_clip:RN50) is no module:callable
+        from rococo_eval.models.custom import names_a_callable
 
-    if names_a_callable(text):
-        return ModelName("python", str(text), None)
-    raise ModelError(f"unknown model name {text!r}; accepted forms: " + "; ".join(MODEL_FORMS))
+        if names_a_callable(text):
+            return ModelName("python", str(text), None)
+    raise ModelError(f"unknown model name {text!r}; accepted forms: " + "; ".join(map(str, MODEL_FORMS)))
+
+
+def check_model_name(text: str) -> ModelName:
+    """:func:`parse_model_name`, then what can be checked in an instant, without the model's library or its weights:
+    the files and folders it names exist, and a Hub repository id has the form of one.
+
+    Raises:
+        ModelError: naming ``model`` and ``text``, and the form expected.
+
+    Example:
+        >>> check_model_name("vse:no-such-folder/model_best.pth")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        rococo_eval.models.adapters.ModelError: `model` 'vse:no-such-folder/model_best.pth': no such file ...
+    """
+    parsed = parse_model_name(text)
+    _FAMILIES[parsed.library].check(str(text), parsed)
+    return parsed
 
 
 def load_model(name: str, device: Optional[str] = None, precision: str = "fp32") -> ImageTextModel:
@@ -193,10 +236,10 @@ def load_model(name: str, device: Optional[str] = None, precision: str = "fp32")
             family that cannot be read (named).
         MissingExtraError: when torch, open_clip or transformers is not installed.
     """
-    parsed = parse_model_name(name)
+    parsed = check_model_name(name)
     if precision not in PRECISIONS:
         raise ValueError(f"`precision` must be one of {PRECISIONS}, got {precision!r}")
-    return _FAMILIES[parsed.library](name, parsed, device, precision)
+    return _FAMILIES[parsed.library].load(name, parsed, device, precision)
 
 
 def _load_open_clip(name: str, parsed: ModelName, device: Optional[str], precision: str):
@@ -243,13 +286,69 @@ def _load_callable(name: str, parsed: ModelName, device: Optional[str], precisio
     return load_callable(name, device, precision)
 
 
+def _check_open_clip(name: str, parsed: ModelName) -> None:
+    """``open_clip:``: a ``local-dir:`` folder or a checkpoint file that exists, or an ``hf-hub:`` repository id (the
+    architecture and the tag are open_clip's to check, when it is imported to load the model)."""
+    location = parsed.name.partition(":")[2]
+    if parsed.name.startswith("local-dir:") and not Path(location).expanduser().is_dir():
+        raise ModelError(f"`model` {name!r}: no such folder {location!r}: expected {_form_of(name)}")
+    if parsed.name.startswith("hf-hub:") and not _HUB_ID.fullmatch(location):
+        raise ModelError(f"`model` {name!r}: {location!r} is no Hub repository id: expected {_form_of(name)}")
+    pretrained = parsed.pretrained or ""
+    if ("/" in pretrained or pretrained.endswith(_CHECKPOINT_SUFFIXES)) and not os.path.exists(pretrained):
+        raise ModelError(f"`model` {name!r}: no such checkpoint file {pretrained!r}: expected {_form_of(name)}")
+
+
+def _check_transformers(name: str, parsed: ModelName) -> None:
+    """``hf:``: a folder that exists, or a Hub repository id."""
+    path = Path(parsed.name).expanduser()
+    if path.is_file() or not (path.is_dir() or _HUB_ID.fullmatch(parsed.name)):
+        problem = "a file, not a folder" if path.is_file() else "no such folder, and not a Hub repository id"
+        raise ModelError(f"`model` {name!r}: {problem}: expected {_form_of(name)}")
+
+
+def _check_file(name: str, parsed: ModelName) -> None:
+    """``blip:`` and ``vse:``: a checkpoint file that exists."""
+    if not Path(parsed.name).expanduser().is_file():
+        raise ModelError(f"`model` {name!r}: no such file {parsed.name!r}: expected {_form_of(name)}")
+
+
+def _check_pcmepp(name: str, parsed: ModelName) -> None:
+    """``pcmepp:``: a folder that exists, or a Hub repository id (:func:`rococo_eval.models.checkpoints.local_folder`)."""
+    from rococo_eval.models.checkpoints import CheckpointError, local_folder
+
+    try:
+        local_folder(parsed.name, f"`model` {name!r}", str(_form_of(name)))
+    except CheckpointError as error:
+        raise ModelError(str(error)) from error
+
+
+def _check_callable(name: str, parsed: ModelName) -> None:
+    """``module:callable``: :func:`parse_model_name` has found the module; the callable is looked up when loaded."""
+
+
+def _form_of(name: str) -> ModelForm:
+    """The :class:`ModelForm` that built-in model name ``name`` is written in."""
+    library, _, rest = name.partition(":")
+    schema = rest.partition(":")[0] + ":" if rest.startswith(_OPEN_CLIP_SCHEMAS) else ""
+    return next(form for form in MODEL_FORMS if form.syntax.startswith(f"{library}:{schema}"))
+
+
+@dataclass(frozen=True)
+class _Family:
+    """How a family's models are checked cheaply (``check(name, parsed)``: :func:`check_model_name`) and loaded."""
+
+    check: Callable[[str, ModelName], None]
+    load: Callable[[str, ModelName, Optional[str], str], ImageTextModel]
+
+
 _FAMILIES = {
-    "open_clip": _load_open_clip,
-    "hf": _load_transformers,
-    "blip": _checkpoint_family("blip_official", "load_official_checkpoint"),  # BLIP's .pth, converted
-    "vse": _checkpoint_family("vse_infty", "load_vse_infty"),  # VSE infinity's model_best.pth
-    "pcmepp": _checkpoint_family("pcmepp", "load_pcmepp"),  # PCME++'s save_pretrained folder, scored by CSD
-    "python": _load_callable,
+    "open_clip": _Family(_check_open_clip, _load_open_clip),
+    "hf": _Family(_check_transformers, _load_transformers),
+    "blip": _Family(_check_file, _checkpoint_family("blip_official", "load_official_checkpoint")),  # BLIP's .pth
+    "vse": _Family(_check_file, _checkpoint_family("vse_infty", "load_vse_infty")),  # VSE infinity's model_best.pth
+    "pcmepp": _Family(_check_pcmepp, _checkpoint_family("pcmepp", "load_pcmepp")),  # save_pretrained, scored by CSD
+    "python": _Family(_check_callable, _load_callable),
 }
 
 

@@ -32,7 +32,7 @@ import math
 import numbers
 import re
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Iterable, Optional, Sequence
 
 from rococo_eval.io.scorefiles import check_size, parse_json
 
@@ -104,6 +104,29 @@ def load_torch_file(path, what: str, allowed: Iterable[type] = ()):
         reason = str(error).splitlines()[0] if str(error) else ""
         raise CheckpointError(f"{what}: torch.load(weights_only=True) cannot read it ({type(error).__name__}: "
                               f"{reason})") from error
+
+
+def local_folder(name_or_path: str, what: str, expected: str) -> Optional[Path]:
+    """The folder ``name_or_path`` names, or None for a Hub repository id (``ORG/NAME``), read from the name alone
+    (a checkpoint given as a folder or a repository: ``--model pcmepp:...`` is checked before any work).
+
+    Raises:
+        CheckpointError: neither; ``what`` names the argument and its value, ``expected`` what it should name.
+
+    Example:
+        >>> local_folder("SanghyukChun/PCMEPP-ViT-B-16-CC3M-12M-RedCaps-256M", "m", ""), local_folder(".", "m", "")
+        (None, PosixPath('.'))
+        >>> local_folder("nowhere", "`model` 'pcmepp:nowhere'", "a PCME++ folder")
+        Traceback (most recent call last):
+        ...
+        rococo_eval.models.checkpoints.CheckpointError: `model` 'pcmepp:nowhere': no such folder, and not a Hub repository id (ORG/NAME): expected a PCME++ folder
+    """
+    folder = Path(name_or_path).expanduser()
+    if folder.is_dir():
+        return folder
+    if folder.exists() or name_or_path.count("/") != 1:
+        raise CheckpointError(f"{what}: no such folder, and not a Hub repository id (ORG/NAME): expected {expected}")
+    return None
 
 
 def load_strictly(module, state: dict, what: str) -> None:

@@ -61,6 +61,7 @@ from rococo_eval.models.checkpoints import (
     bounded_int,
     bounded_number,
     build_strictly,
+    local_folder,
     read_json_file,
 )
 from rococo_eval.models.similarity import score_vectors
@@ -174,12 +175,8 @@ def checkpoint_files(name_or_path: str, what: str) -> tuple[Path, Path]:
     Raises:
         PcmeppError: neither a folder with the files nor a repository that has them.
     """
-    folder = Path(name_or_path).expanduser()
-    if not folder.is_dir():
-        if folder.exists() or name_or_path.count("/") != 1:
-            raise PcmeppError(f"{what}: no such folder, and not a Hub repository id (ORG/NAME): expected a folder "
-                              f"saved by HfPCMEPPModel.save_pretrained ({CONFIG_FILE} and {SAFETENSORS_FILE})")
-        folder = _download(name_or_path, what)
+    expected = f"a folder saved by HfPCMEPPModel.save_pretrained ({CONFIG_FILE} and {SAFETENSORS_FILE})"
+    folder = local_folder(name_or_path, what, expected) or _download(name_or_path, what)
     config = folder / CONFIG_FILE
     weights = next((folder / name for name in (SAFETENSORS_FILE, PICKLE_FILE) if (folder / name).is_file()), None)
     if not config.is_file() or weights is None:

@@ -229,6 +229,15 @@ def _protocol_members() -> set[str]:
     return set(Source.__annotations__) | {name for name in vars(Source) if not name.startswith("_")}
 
 
+def test_a_benchmark_image_gone_after_the_check_is_not_called_a_coco_image(benchmark, image_set, tmp_path):
+    shutil.copytree(image_set, tmp_path / "images")
+    source = BenchmarkSource(benchmark, images_dir=tmp_path / "images")
+    (tmp_path / "images" / source.image_files[0]).unlink()
+    with pytest.raises(FileNotFoundError, match=f"benchmark image '.*' is missing; put it back from the image set of "
+                                                f"the benchmark '{benchmark}'"):
+        source.original_image(0)
+
+
 @pytest.mark.parametrize("kind", ["rococo", "benchmark"])
 def test_both_sources_have_every_member_of_the_protocol(annotations_dir, benchmark, kind):
     """Looked up without calling a property (``isinstance`` on a Protocol would read them on Python 3.11)."""

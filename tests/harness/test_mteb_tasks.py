@@ -246,14 +246,33 @@ def test_ties_follow_the_ids_adversarial_first():
         rococo_scores(qrels, {"q": {"decoy-000001": 0.9}}, {"decoy-000001"}, counts, k=(1, 5))
 
 
-def test_results_without_rococo_tasks_are_refused(tmp_path):
-    with pytest.raises(ValueError, match="hold no RoCOCO task"):
-        results_from_mteb(tmp_path)
-    with pytest.raises(ValueError, match="is not an MTEB results folder"):
-        results_from_mteb(tmp_path / "missing")
-    done = subprocess.run([sys.executable, "-m", "rococo_eval", "from-mteb", str(tmp_path / "missing"), "--out",
-                           str(tmp_path / "out")], capture_output=True, text=True, cwd=tmp_path)
-    assert done.returncode != 0 and "is not an MTEB results folder" in done.stderr and not (tmp_path / "out").exists()
+def from_mteb(folder, out) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "rococo_eval", "from-mteb", str(folder), "--out", str(out)],
+                          capture_output=True, text=True, cwd=out.parent)
+
+
+def test_results_without_rococo_tasks_are_refused_naming_the_folder_and_what_it_holds(tmp_path):
+    """Missing, a file, empty, other tasks' files: each said, with the folder's name; and no report folder made."""
+    (tmp_path / "empty").mkdir()
+    other = tmp_path / "other" / "a-model" / "1"
+    other.mkdir(parents=True)
+    (other / "STS12.json").write_text("{}")
+    (other / "model_meta.json").write_text("{}")
+    (tmp_path / "a-file").write_text("")
+    expected = {"missing": "does not exist", "a-file": "is a file, not a folder",
+                "empty": "is empty: it should hold RoCOCO-<attack>-I2T.json or -T2I.json",
+                "other": "holds 2 files (a-model/1/STS12.json, a-model/1/model_meta.json) but no result of a RoCOCO "
+                         "task: it should hold RoCOCO-<attack>-I2T.json"}
+    for name, said in expected.items():
+        message = f"MTEB results folder {str(tmp_path / name)!r} {said}"
+        with pytest.raises(ValueError) as refused:
+            results_from_mteb(tmp_path / name)
+        assert message in str(refused.value)
+        done = from_mteb(tmp_path / name, tmp_path / "out")
+        assert done.returncode == 1 and f"rococo-eval: error: {message}" in done.stderr
+        assert not (tmp_path / "out").exists()
+    with pytest.raises(ValueError, match=r"hold no RoCOCO task \(RoCOCO-<attack>-I2T or -T2I\); they hold no task"):
+        results_from_mteb([])
 
 
 def test_the_docs_mteb_example_runs_and_writes_the_report(benchmark, tmp_path):

@@ -254,7 +254,8 @@ def test_score_reads_a_dataset_order_matrix_in_the_dataset_order(captions_per_im
     official = rococo_recall.rococo_recall(scores, **layouts["official"].metric_inputs())
     assert_report_equals(tmp_path / "official", {"rand_voca/image_to_text": official})  # used as given, on request
     assert official["recall@1"] < 1
-    assert "in the official order, as chosen; but the scores decide the dataset order" in caplog.text  # a warning
+    assert "in the official order (shape (5000, 50010); attack named in the file name, direction read from the " \
+        "shape, order given); but the scores decide the dataset order" in caplog.text  # a warning
     capsys.readouterr()
 
 
@@ -344,7 +345,8 @@ def test_score_says_when_the_files_disagree(benchmark, tmp_path, capsys, caplog)
     assert f"from {mixed[3]} (the clean part of mix_seed7)" in found["message"]
     warned = [record for record in caplog.records if record.getMessage() == f"the files disagree: {found['message']}"]
     assert [record.levelname for record in warned] == ["WARNING"]
-    assert f"## Files that disagree\n\n- {found['message']}\n" in (tmp_path / "disagree" / "report.md").read_text()
+    assert f"## Warnings\n\n- the files disagree: {found['message']}\n" in \
+        (tmp_path / "disagree" / "report.md").read_text()
 
 
 def test_score_names_the_model_and_says_how_long_it_took(benchmark, tmp_path, capsys):

@@ -96,3 +96,53 @@ def test_a_rerankers_rows_are_marked_for_the_leaderboard(tmp_path):
     evaluation = logic.evaluate_files([str(path) for path in paths], captions_per_image=CAPTIONS)
     assert [row.get("reranked") for row in evaluation.rows] == [True, True]
     assert "disagree" not in evaluation.message and "consistency" not in evaluation.meta
+    # issue 39: the check that did not run is said, in the message and the report
+    warning = ("the clean numbers of blip_clean_text_to_image.npz, blip_mix_seed1_text_to_image.npz were not checked "
+               "against the other files of their direction: a re-ranker's scores (compact files, or a fill block), "
+               "whose attacked galleries re-rank other candidates than the clean one, so their clean parts may differ "
+               "by right")
+    assert evaluation.meta["warnings"] == [warning]
+    assert f"Warnings about these numbers (the report records them too):\n- {warning}" in evaluation.message
+    logic.write_outputs(evaluation, tmp_path)
+    assert f"## Warnings\n\n- {warning}\n" in (tmp_path / "report.md").read_text()
+
+
+def test_the_space_refuses_a_stated_order_that_the_scores_are_significantly_against(tmp_path):
+    """Issue 39, through the Space's logic: the order stated in the layout table is refused when 61 of the 79
+    informative sampled queries are against it (p = 6.3e-7), taken at 60 (p = 2.1e-6), and the checkbox scores a
+    refused order with a warning in the message and the report."""
+    from helpers.order_votes import plant_votes
+    from helpers.space_app import DECIDING_CAPTIONS
+    from rococo_eval.layout import image_to_text_layout
+
+    layout = image_to_text_layout(DECIDING_CAPTIONS, order="official")
+    for official, dataset in ((61, 18), (60, 19)):
+        np.save(tmp_path / f"m{official}_rand_voca.npy",
+                plant_votes(np.zeros((layout.num_queries, layout.num_gallery), np.float32), DECIDING_CAPTIONS,
+                            official, dataset))
+    refused, accepted = (str(tmp_path / f"m{official}_rand_voca.npy") for official in (61, 60))
+    table = [["m61_rand_voca.npy", "rand_voca", "image_to_text", "dataset"]]
+    with pytest.raises(plan.PlanError) as raised:
+        logic.evaluate_files([refused], table, captions_per_image=DECIDING_CAPTIONS)
+    assert raised.value.problems == [
+        "m61_rand_voca.npy: rand_voca image-to-text gallery: the dataset order is given, but the scores are against "
+        "the dataset order (one-sided sign test: p = 6.3e-07, below the 1e-06 level): 61 of 80 sampled queries score "
+        "their official-order ground truth higher, 18 their dataset-order one. Scored in the dataset order, each "
+        "query's ground truth would be other captions than those its scores pick out; choose official from its order "
+        f"list under the layout table, or tick “{logic.TRUST_ORDER_LABEL}” to score it in the dataset order all the "
+        "same"]
+    other = logic.evaluate_files([refused], [table[0][:3] + ["official"]], captions_per_image=DECIDING_CAPTIONS)
+    assert other.meta["files"]["rand_voca/image_to_text"]["order"] == "official" and "Warnings" not in other.message
+    taken = logic.evaluate_files([accepted], [["m60_rand_voca.npy", "rand_voca", "image_to_text", "dataset"]],
+                                 captions_per_image=DECIDING_CAPTIONS)
+    assert taken.meta["files"]["rand_voca/image_to_text"]["order"] == "dataset" and "warnings" not in taken.meta
+    assert "the scores do not decide the order (of 80 sampled queries, 60 score" in taken.message
+
+    trusted = logic.evaluate_files([refused], table, captions_per_image=DECIDING_CAPTIONS, trust_given_order=True)
+    warning = ("m61_rand_voca.npy: scored in the dataset order all the same, as asked, although the scores are "
+               "against the dataset order (one-sided sign test: p = 6.3e-07, below the 1e-06 level): 61 of 80 "
+               "sampled queries score their official-order ground truth higher, 18 their dataset-order one")
+    assert trusted.meta["warnings"] == [warning]
+    assert f"Warnings about these numbers (the report records them too):\n- {warning}" in trusted.message
+    logic.write_outputs(trusted, tmp_path)
+    assert f"## Warnings\n\n- {warning}\n" in (tmp_path / "report.md").read_text()

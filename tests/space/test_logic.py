@@ -101,10 +101,7 @@ def test_a_rerankers_rows_are_marked_for_the_leaderboard(tmp_path):
                "against the other files of their direction: a re-ranker's scores (compact files, or a fill block), "
                "whose attacked galleries re-rank other candidates than the clean one, so their clean parts may differ "
                "by right")
-    assert evaluation.meta["warnings"] == [warning]
-    assert f"Warnings about these numbers (the report records them too):\n- {warning}" in evaluation.message
-    logic.write_outputs(evaluation, tmp_path)
-    assert f"## Warnings\n\n- {warning}\n" in (tmp_path / "report.md").read_text()
+    assert_warned(evaluation, warning, tmp_path)
 
 
 def test_the_space_refuses_a_stated_order_that_the_scores_are_significantly_against(tmp_path):
@@ -142,7 +139,12 @@ def test_the_space_refuses_a_stated_order_that_the_scores_are_significantly_agai
     warning = ("m61_rand_voca.npy: scored in the dataset order all the same, as asked, although the scores are "
                "against the dataset order (one-sided sign test: p = 6.3e-07, below the 1e-06 level): 61 of 80 "
                "sampled queries score their official-order ground truth higher, 18 their dataset-order one")
-    assert trusted.meta["warnings"] == [warning]
-    assert f"Warnings about these numbers (the report records them too):\n- {warning}" in trusted.message
-    logic.write_outputs(trusted, tmp_path)
-    assert f"## Warnings\n\n- {warning}\n" in (tmp_path / "report.md").read_text()
+    assert_warned(trusted, warning, tmp_path)
+
+
+def assert_warned(evaluation, warning, folder):
+    """``evaluation`` has the one validity warning ``warning``: in its meta, its message and its report.md."""
+    assert evaluation.meta["warnings"] == [warning]
+    assert f"Warnings about these numbers (the report records them too):\n- {warning}" in evaluation.message
+    logic.write_outputs(evaluation, folder)
+    assert f"## Warnings\n\n- {warning}\n" in (folder / "report.md").read_text()

@@ -646,3 +646,24 @@ def test_score_says_that_compact_files_were_not_compared(benchmark, tmp_path):
     assert done.stderr == f"rococo-eval: {warning}\n"
     assert report["meta"]["warnings"] == [warning] and "consistency" not in report["meta"]
     assert f"## Warnings\n\n- {warning}\n" in (tmp_path / "report" / "report.md").read_text()
+
+
+def test_from_mteb_warns_of_ties_that_mteb_decided_even_when_quiet(tmp_path):
+    """Issue 39: the ranks that MTEB's order of tied items decided are a warning about the numbers: on stderr with
+    --quiet, in report.json's meta and in report.md."""
+    layout = gallery_layout(CLEAN, IMAGE_TO_TEXT, [5, 5, 5, 5])
+    scores = np.random.default_rng(0).standard_normal((layout.num_queries, layout.num_gallery))
+    numbers = rococo_recall.rococo_recall(scores, **layout.metric_inputs())
+    task = {"task_name": "RoCOCO-clean-I2T", "scores": {"test": [
+        {**{f"rococo_{name}": value for name, value in numbers.items()}, "rococo_tied_queries": 2}]}}
+    folder = tmp_path / "mteb" / "org__model" / "revision"
+    folder.mkdir(parents=True)
+    (folder / "RoCOCO-clean-I2T.json").write_text(json.dumps(task))
+    done = _score_in_a_terminal("from-mteb", tmp_path / "mteb", "--out", tmp_path / "report", "--quiet")
+    assert done.returncode == 0, done.stderr
+    warning = ("MTEB ordered tied items by id for 2 queries of clean/image_to_text: run's pessimistic ties may give "
+               "lower numbers there")
+    assert done.stderr == f"rococo-eval: {warning}\n"
+    meta = json.loads((tmp_path / "report" / "report.json").read_text())["meta"]
+    assert meta["warnings"] == [warning] and meta["tied_queries"] == {"clean/image_to_text": 2}
+    assert f"## Warnings\n\n- {warning}\n" in (tmp_path / "report" / "report.md").read_text()

@@ -148,3 +148,29 @@ def assert_warned(evaluation, warning, folder):
     assert f"Warnings about these numbers (the report records them too):\n- {warning}" in evaluation.message
     logic.write_outputs(evaluation, folder)
     assert f"## Warnings\n\n- {warning}\n" in (folder / "report.md").read_text()
+
+
+def test_a_files_note_is_the_same_when_detected_and_when_given_back(tmp_path):
+    """Issue 39: the layout table's note said "as the file name says" and the evaluation's "as chosen" for the same
+    file, whose layout the table only gave back as detected. Each note says where each part came from (the file
+    name, the shape, the scores, or given), whichever way the layout arrived."""
+    from helpers.space_app import DECIDING_CAPTIONS, clear_scores
+
+    paths = []
+    for attack, order, name in (("danger", "dataset", "vit_danger_dataset_order.npy"),
+                                ("rand_voca", "official", "vit_rand_voca.npy")):
+        paths.append(str(tmp_path / name))
+        np.save(paths[-1], clear_scores(attack, order)[1])
+    rows = logic.detect_layouts(paths, DECIDING_CAPTIONS)
+    notes = [row[4] for row in rows]
+    assert notes[0].startswith("danger image-to-text gallery in the dataset order (shape (80, 801); attack and order "
+                               "named in the file name, direction read from the shape); the scores decide the dataset")
+    assert notes[1].startswith("rand_voca image-to-text gallery in the official order (shape (80, 801); attack named "
+                               "in the file name, direction read from the shape, order read from the scores); the "
+                               "scores decide the official")
+    evaluation = logic.evaluate_files(paths, rows, captions_per_image=DECIDING_CAPTIONS)
+    assert [file["note"] for file in evaluation.meta["files"].values()] == notes
+    assert all(f"): {note}" in evaluation.message for note in notes)
+    attack_only = logic.evaluate_files(paths[1:], [["vit_rand_voca.npy", "rand_voca", "", ""]],
+                                       captions_per_image=DECIDING_CAPTIONS)
+    assert attack_only.meta["files"]["rand_voca/image_to_text"]["note"] == notes[1]

@@ -24,6 +24,8 @@ from typing import BinaryIO, Callable
 
 import numpy as np
 
+import rococo_eval.validity as validity
+
 logger = logging.getLogger(__name__)
 
 
@@ -182,7 +184,7 @@ def open_cache_folder(folder: Path, manifest: dict, holds: str) -> None:
         try:
             found = json.loads(path.read_text(encoding="utf-8"))
         except (ValueError, UnicodeDecodeError, RecursionError) as error:
-            logger.warning("%s is damaged (%s): written anew", path, str(error)[:100])
+            validity.warn("%s is damaged (%s): written anew", path, str(error)[:100])
             found = None
         if found is not None and found != manifest:
             raise ValueError(f"cache folder {str(folder)!r} holds other {holds} ({found}); remove it")

@@ -84,7 +84,6 @@ def test_a_cache_folder_is_made_with_its_manifest_and_refuses_another(tmp_path):
 
 def test_a_damaged_manifest_is_written_anew_with_a_warning_about_the_numbers(tmp_path):
     """Issue 39: a damaged cache file is a validity warning, which the report records and --quiet keeps."""
-    from rococo_eval.io.atomic import open_cache_folder
     from rococo_eval.validity import recorded
 
     (tmp_path / "manifest.json").write_text("{not json")

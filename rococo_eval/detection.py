@@ -45,14 +45,19 @@ Refusing a stated order (:attr:`OrderDecision.contradicted`): deciding asks for 
 fills in what nobody said; an order that the user states (or that the file name states) is refused on less, as soon
 as the evidence is significantly against it: when, under a one-sided sign test, so many informative queries
 favouring the other order would come from coin flips with a chance below ``ORDER_CONTRADICTION_LEVEL`` (1e-6; an
-exact binomial tail). 452 of 511 queries against a stated order (88%: not decided) have a chance of 2e-76; with
-the 511 informative queries of RoCOCO's 512 sampled rows, 310 against (61%) are refused and 309 accepted (p = 8e-7
-and 1.3e-6). Why 1e-6: a model scored in its true order favours it in nearly every query, so a true stated order
-is never near the level (none of the measured model-like matrices above contradicted its true order, and at the
-level a matrix without signal contradicts a stated order once in a million), while a stated order that is wrong
-costs the whole number. Every decided order also contradicts the other (at 50 queries, 45 one way have a chance of
-2e-9), so a stated order that the scores decide against is refused by the same rule. ``--trust-order`` (the
-Space's checkbox) scores a refused order all the same, with a validity warning (:mod:`rococo_eval.validity`).
+exact binomial tail). 452 of 511 queries against a stated order (88%: not decided) have a chance of 2e-76; with the
+511 informative queries of RoCOCO's 512 sampled rows, 310 against (61%) are refused and 309 accepted (p = 8e-7 and
+1.3e-6). Why 1e-6: a model scored in its true order favours it in nearly every query, so its true order is never
+near the level, while a wrong stated order costs the whole number; queries that favour either order by a coin flip
+contradict a stated order in one matrix in a million. Every decided order also contradicts the other (45 of 50
+queries for one given order have a chance of 2e-9), so a stated order that the scores decide against is refused by
+the same rule. Measured as above (200 seeds per case, 2026-12-05): every model-like matrix, from d = 1 (decided in
+2% of runs) up and with the adversarial boosts, contradicted the other order (3,200 of 3,200 runs) and none its true
+order; random, constant and image-blind matrices contradicted neither. One kind is refused in its true order:
+image-blind scores that favour every adversarial caption (+1) contradicted it in every run, because their votes are
+no coin flips (the other order's ground truth falls on adversarial captions in part of the rows); such a model ranks
+by chance (R@1 near 0). ``--trust-order`` (the Space's checkbox) scores a refused order all the same, with a
+validity warning (:mod:`rococo_eval.validity`).
 
 Example:
     >>> choice = choose_layout((3, 31), [5, 6, 5], "clip_rand_voca.npy", scores=np.zeros((3, 31)))

@@ -296,7 +296,8 @@ def _scored_message(plans, warnings: Sequence[str], disagree: bool, problems: Se
         message += ("\n\nWarnings about these numbers (the report records them too):\n"
                     + "\n".join(f"- {warning}" for warning in warnings))
     if disagree:
-        message += "\n\nThe files disagree, so they are not one model's files saved alike: the leaderboard refuses them."
+        message += ("\n\nThe files disagree, so they are not one model's files saved alike: the leaderboard refuses "
+                    "them.")
     if problems:
         message += f"\n\nNot scored ({len(problems)}):\n" + "\n".join(f"- {problem}" for problem in problems)
     return message

@@ -125,9 +125,9 @@ def test_the_space_refuses_a_stated_order_that_the_scores_are_significantly_agai
         "m61_rand_voca.npy: rand_voca image-to-text gallery: the dataset order is given, but the scores are against "
         "the dataset order (one-sided sign test: p = 6.3e-07, below the 1e-06 level): 61 of 80 sampled queries score "
         "their official-order ground truth higher, 18 their dataset-order one. Scored in the dataset order, each "
-        "query's ground truth would be other captions than those its scores pick out; choose official from its order "
-        f"list under the layout table, or tick “{logic.TRUST_ORDER_LABEL}” to score it in the dataset order all the "
-        "same"]
+        "query's ground truth would be other captions than those its scores pick out; choose official from its "
+        f"order list under the layout table, or tick “{logic.TRUST_ORDER_LABEL}” to score it in the dataset order all "
+        "the same"]
     other = logic.evaluate_files([refused], [table[0][:3] + ["official"]], captions_per_image=DECIDING_CAPTIONS)
     assert other.meta["files"]["rand_voca/image_to_text"]["order"] == "official" and "Warnings" not in other.message
     taken = logic.evaluate_files([accepted], [["m60_rand_voca.npy", "rand_voca", "image_to_text", "dataset"]],

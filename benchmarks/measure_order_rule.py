@@ -1,10 +1,12 @@
-"""How often the order rule decides, and whether it is ever wrong, on RoCOCO's real caption counts.
+"""How often the order rules decide and refuse, and whether they are ever wrong, on RoCOCO's real caption counts.
 
     python benchmarks/measure_order_rule.py [--runs 200] [--annotations-dir DIR]
 
 An attacked image-to-text matrix has the same shape in the official and the dataset order, and
 :func:`rococo_eval.detection.decide_order` reads the order off the scores only when they clearly show
-it. This script feeds it, ``--runs`` seeds per case:
+it, and refuses a stated order that they are significantly against (``OrderDecision.contradicted``). This script
+feeds it, ``--runs`` seeds per case, and counts the runs decided, decided wrongly, and those in which each order
+would be refused if stated (the true one: a wrongful refusal; the other: a rightful one):
 
 - model-like scores in each order: ground truth +d over unit Gaussian noise, the image's own adversarial
   captions +0.8 d (also with every adversarial caption boosted), for several d, with the R@1 such a model gets;
@@ -83,13 +85,21 @@ def without_signal(kind, layout, seed):
 
 
 def tally(make, captions, truth, runs):
-    """(decided, wrong) over ``runs`` seeds; with ``truth`` None every decision is wrong."""
-    decided = wrong = 0
+    """(decided, wrong, true order refused, other order refused) over ``runs`` seeds: ``truth`` is the order the
+    scores are laid out in (without a signal, every decision is wrong whatever it says)."""
+    decided = wrong = true_refused = other_refused = 0
     for seed in range(runs):
-        order = decide_order(make(seed), captions).order
-        decided += bool(order)
-        wrong += bool(order) and order != truth
-    return decided, wrong
+        decision = decide_order(make(seed), captions)
+        decided += bool(decision.order)
+        wrong += bool(decision.order) and decision.order != truth
+        true_refused += decision.contradicted == truth
+        other_refused += bool(decision.contradicted) and decision.contradicted != truth
+    return decided, wrong, true_refused, other_refused
+
+
+def cells(counts, runs):
+    decided, wrong, true_refused, other_refused = counts
+    return f"{decided}/{runs} | {wrong} | {true_refused} | {other_refused}/{runs}"
 
 
 def main(argv=None):
@@ -100,24 +110,24 @@ def main(argv=None):
     captions = [len(record["caption"]) for record in read_annotation_file("clean", options.annotations_dir)]
     layouts = {order: image_to_text_layout(captions, attacked=True, order=order) for order in ("official", "dataset")}
     started = time.perf_counter()
-    print("| scores | order | decided | wrong |")
-    print("|---|---|---|---|")
+    print("| scores | order | decided | wrong | true order refused | other order refused |")
+    print("|---|---|---|---|---|---|")
     for order, layout in layouts.items():
         for d in (1.0, 1.25, 1.5, 1.75, 2.0, 3.0):
-            decided, wrong = tally(lambda seed: model_like(layout, captions, d, seed), captions, order, options.runs)
+            counts = tally(lambda seed: model_like(layout, captions, d, seed), captions, order, options.runs)
             print(f"| model-like, d = {d} (R@1 ~{recall_at_1(layout, captions, d):.1f}%) | {order} | "
-                  f"{decided}/{options.runs} | {wrong} |")
+                  f"{cells(counts, options.runs)} |")
         for bias in (1.0, 2.0):
-            decided, wrong = tally(lambda seed: model_like(layout, captions, 2.0, seed, bias), captions, order,
-                                   options.runs)
-            print(f"| model-like, d = 2, every adversarial caption +{bias} | {order} | {decided}/{options.runs} | "
-                  f"{wrong} |")
-    for kind in ("random", "image-blind", "image-blind, adversarial +1"):
-        decided, _ = tally(lambda seed: without_signal(kind, layouts["dataset"], seed), captions, None, options.runs)
-        print(f"| {kind} | - | {decided}/{options.runs} | {decided} |")
+            counts = tally(lambda seed: model_like(layout, captions, 2.0, seed, bias), captions, order, options.runs)
+            print(f"| model-like, d = 2, every adversarial caption +{bias} | {order} | {cells(counts, options.runs)} |")
+    for kind in ("random", "image-blind", "image-blind, adversarial +1"):  # laid out in the dataset order
+        decided, _, true_refused, other_refused = tally(lambda seed: without_signal(kind, layouts["dataset"], seed),
+                                                        captions, "dataset", options.runs)
+        print(f"| {kind} | dataset | {cells((decided, decided, true_refused, other_refused), options.runs)} |")
     constant = decide_order(np.zeros((layouts["official"].num_queries, layouts["official"].num_gallery), np.float16),
                             captions)
-    print(f"| constant | - | {int(bool(constant.order))}/1 | {int(bool(constant.order))} |")
+    refused = int(bool(constant.contradicted))
+    print(f"| constant | - | {cells((int(bool(constant.order)),) * 2 + (refused, refused), 1)} |")
     print(f"\n{time.perf_counter() - started:.0f} s", file=sys.stderr)
 
 

@@ -25,6 +25,7 @@ import time
 import warnings
 from pathlib import Path
 
+import rococo_eval.validity as validity
 from rococo_eval.catalog import ATTACKS, CLEAN, DIRECTIONS, SEEDS, select_attacks
 from rococo_eval.detection import CUSTOM
 from rococo_eval.io.download import DEFAULT_IMAGE_WORKERS, MAX_DEFAULT_IMAGE_WORKERS, default_cache_dir
@@ -38,6 +39,10 @@ from rococo_eval.version import __version__
 logger = logging.getLogger("rococo_eval")
 
 DEFAULT_OUT = "rococo-report"
+QUIET_HELP = ("drop the progress bars, the notes (what was read, how long it took) and the model libraries' "
+              "messages; never the errors, nor the warnings about the numbers (files that disagree, an order "
+              "scored against its scores, checks that could not run, damaged cache files), which the report "
+              "records too")
 _SPEC = re.compile(r"[a-z0-9_]+(:[a-z0-9_]*){0,2}")
 
 
@@ -156,7 +161,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="the model the files are of: the report's title, model-card.md's name and `table`'s row")
     score.add_argument("--trust-order", action="store_true",
                        help="score an attacked image-to-text gallery in the ORDER given (or named in the file name) "
-                            "even when its scores clearly show the other order, which is refused otherwise")
+                            "even when its scores are significantly against it (a one-sided sign test below 1e-6), "
+                            "which is refused otherwise; the report and stderr then warn of it")
     score.set_defaults(handler=score_command)
 
     attack = commands.add_parser(
@@ -188,7 +194,7 @@ def build_parser() -> argparse.ArgumentParser:
                                             "$ROCOCO_CACHE_DIR or ~/.cache/rococo-eval)")
     attack.add_argument("--workers", type=_positive_int, help="threads making altered images")
     attack.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
-    attack.add_argument("--quiet", "-q", action="store_true", help="no progress bars and no notes")
+    attack.add_argument("--quiet", "-q", action="store_true", help=QUIET_HELP)
     attack.add_argument("--verbose", "-v", action="count", default=0, help="more log lines (-vv: debug)")
     attack.set_defaults(handler=attack_command)
 
@@ -211,7 +217,7 @@ def build_parser() -> argparse.ArgumentParser:
     from_mteb.add_argument("results", metavar="MTEB_RESULTS_DIR", help="MTEB's results folder, for one model")
     from_mteb.add_argument("--model-name", help="the report's model name (default: MTEB's name of the model)")
     from_mteb.add_argument("--out", default=DEFAULT_OUT, help=f"report folder (default ./{DEFAULT_OUT})")
-    from_mteb.add_argument("--quiet", "-q", action="store_true", help="no notes")
+    from_mteb.add_argument("--quiet", "-q", action="store_true", help=QUIET_HELP)
     from_mteb.add_argument("--verbose", "-v", action="count", default=0, help="more log lines (-vv: debug)")
     from_mteb.set_defaults(handler=from_mteb_command)
 
@@ -221,7 +227,7 @@ def build_parser() -> argparse.ArgumentParser:
         command.add_argument("--benchmark", help="a benchmark folder made by `rococo-eval attack`, instead of RoCOCO "
                                                  "(its images default to the folder it records)")
         command.add_argument("--out", default=DEFAULT_OUT, help=f"report folder (default ./{DEFAULT_OUT})")
-        command.add_argument("--quiet", "-q", action="store_true", help="no progress bars and no notes")
+        command.add_argument("--quiet", "-q", action="store_true", help=QUIET_HELP)
         command.add_argument("--verbose", "-v", action="count", default=0, help="more log lines (-vv: debug)")
     return parser
 
@@ -422,14 +428,17 @@ def score_command(args) -> Path:
     for spec, path in map(split_file_argument, args.files):
         attack, direction, order = parse_layout_spec(spec, attacks)
         requests.append(ScoreRequest(path, attack=attack, direction=direction, order=order))
-    try:
-        plans = plan_score_files(requests, source.captions_per_image, attacks=attacks,
-                                 adversarial_per_image=adversarial_per_image_of(source), ask_order=_ask_order_by_spec,
-                                 trust_given_order=args.trust_order, fix_order=_fix_order_by_spec)
-        results = score_planned(plans)
-    except PlanError as error:
-        raise CommandError(str(error)) from None
-    meta = {**model, **report_meta(plans), **report_entries(disagreements_of(plans, results))}
+    with validity.recorded() as warnings:
+        try:
+            plans = plan_score_files(requests, source.captions_per_image, attacks=attacks,
+                                     adversarial_per_image=adversarial_per_image_of(source),
+                                     ask_order=_ask_order_by_spec, trust_given_order=args.trust_order,
+                                     fix_order=_fix_order_by_spec)
+            results = score_planned(plans)
+        except PlanError as error:
+            raise CommandError(str(error)) from None
+        found = disagreements_of(plans, results)
+    meta = {**model, **report_meta(plans), **report_entries(found), **validity.report_entries(warnings)}
     _report(results, out, meta, args.quiet, source, time.perf_counter() - started)
     return out
 
@@ -618,8 +627,8 @@ def _ask_order_by_spec(choice, request) -> str:
 
 def _fix_order_by_spec(choice, request) -> str:
     """How ``score`` says to fix a stated order that the scores contradict: the other spec, or ``--trust-order``."""
-    decided = choice.order_decision.order
-    return (f"give it as {choice.attack}:{choice.direction}:{decided}={request.path}, or add --trust-order to score "
+    favoured = choice.order_decision.favoured
+    return (f"give it as {choice.attack}:{choice.direction}:{favoured}={request.path}, or add --trust-order to score "
             f"it in the {choice.order} order all the same")
 
 
@@ -665,7 +674,8 @@ def as_flags(message: str, args) -> str:
 def _configure_logging(verbose: int, quiet: bool, progress_notes: bool = False) -> None:
     """Notes of this package at the chosen level on stderr: errors only with ``quiet``; else warnings, or with
     ``progress_notes`` (``run``) also the INFO lines that say what is done and how fast (one per item set
-    embedded, per gallery scored), which is the progress a log or CI job sees; each ``-v`` one level more."""
+    embedded, per gallery scored), which is the progress a log or CI job sees; each ``-v`` one level more.
+    Validity warnings (:mod:`rococo_eval.validity`) keep their own level: ``quiet`` never drops them."""
     try:
         launch = launched()
     except ValueError:

@@ -41,6 +41,24 @@ never decided wrongly (3,200 runs, including d = 2 with every adversarial captio
 all refused); random, constant and image-blind (one score per caption) matrices were never decided
 (``benchmarks/measure_order_rule.py`` reproduces these figures).
 
+Refusing a stated order (:attr:`OrderDecision.contradicted`): deciding asks for near-unanimity, because a decision
+fills in what nobody said; an order that the user states (or that the file name states) is refused on less, as soon
+as the evidence is significantly against it: when, under a one-sided sign test, so many informative queries
+favouring the other order would come from coin flips with a chance below ``ORDER_CONTRADICTION_LEVEL`` (1e-6; an
+exact binomial tail). 452 of 511 queries against a stated order (88%: not decided) have a chance of 2e-76; with the
+511 informative queries of RoCOCO's 512 sampled rows, 310 against (61%) are refused and 309 accepted (p = 8e-7 and
+1.3e-6). Why 1e-6: a model scored in its true order favours it in nearly every query, so its true order is never
+near the level, while a wrong stated order costs the whole number; queries that favour either order by a coin flip
+contradict a stated order in one matrix in a million. Every decided order also contradicts the other (45 of 50
+queries for one given order have a chance of 2e-9), so a stated order that the scores decide against is refused by
+the same rule. Measured as above (200 seeds per case, 2026-12-05): every model-like matrix, from d = 1 (decided in
+2% of runs) up and with the adversarial boosts, contradicted the other order (3,200 of 3,200 runs) and none its true
+order; random, constant and image-blind matrices contradicted neither. One kind is refused in its true order:
+image-blind scores that favour every adversarial caption (+1) contradicted it in every run, because their votes are
+no coin flips (the other order's ground truth falls on adversarial captions in part of the rows); such a model ranks
+by chance (R@1 near 0). ``--trust-order`` (the Space's checkbox) scores a refused order all the same, with a
+validity warning (:mod:`rococo_eval.validity`).
+
 Example:
     >>> scores = np.zeros((3, 31))  # constant scores cannot tell the order
     >>> choice = choose_layout((3, 31), [5, 6, 5], "m_rand_voca.npy", scores=scores)
@@ -52,6 +70,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -69,9 +88,13 @@ from rococo_eval.layout import (
 )
 
 CUSTOM = "custom"
+# where a part of a layout came from, as a layout's note says it
+GIVEN, NAMED, FROM_SHAPE, FROM_SCORES = ("given", "named in the file name", "read from the shape",
+                                         "read from the scores")
 ORDER_SAMPLE_ROWS = 512
 ORDER_MIN_QUERIES = 50
 ORDER_MIN_SHARE = 0.9
+ORDER_CONTRADICTION_LEVEL = 1e-6
 
 
 @dataclass(frozen=True)
@@ -91,25 +114,86 @@ class OrderDecision:
     sampled: int
 
     @property
+    def favoured(self) -> str:
+        """The order that more sampled queries favour; ``""`` when as many favour each.
+
+        Example:
+            >>> OrderDecision("", 40, 60, 512).favoured, OrderDecision("", 3, 3, 512).favoured
+            ('dataset', '')
+        """
+        if self.official == self.dataset:
+            return ""
+        return "official" if self.official > self.dataset else "dataset"
+
+    @property
+    def p_value(self) -> float:
+        """The one-sided sign test's p-value of the favoured order: the chance that, were each informative query a
+        coin flip between the orders, at least as many would favour one order (exact: a binomial tail).
+
+        Example:
+            >>> OrderDecision("", 452, 59, 512).p_value < 1e-75, OrderDecision("", 5, 5, 512).p_value
+            (True, 0.623046875)
+        """
+        informative = self.official + self.dataset
+        return sign_test(max(self.official, self.dataset), informative)
+
+    @property
+    def contradicted(self) -> str:
+        """The order that the scores are significantly against (the other order has ``p_value`` below
+        ``ORDER_CONTRADICTION_LEVEL``; the module docstring says why), which a stated order must not be; ``""``
+        when neither is. A decided order's other order is always contradicted.
+
+        Example:
+            >>> OrderDecision("", 310, 201, 512).contradicted, OrderDecision("", 309, 202, 512).contradicted
+            ('dataset', '')
+        """
+        if self.p_value >= ORDER_CONTRADICTION_LEVEL:
+            return ""
+        return "dataset" if self.favoured == "official" else "official"
+
+    @property
+    def contradiction(self) -> str:
+        """Why the scores refuse the :attr:`contradicted` order, in words; ``""`` when they refuse neither.
+
+        Example:
+            >>> OrderDecision("", 452, 59, 512).contradiction
+            'the scores are against the dataset order (one-sided sign test: p = 2.4e-76, below the 1e-06 level)'
+        """
+        if not self.contradicted:
+            return ""
+        if self.order:
+            return f"the scores decide the {self.order} order"
+        return (f"the scores are against the {self.contradicted} order (one-sided sign test: p = {self.p_value:.2g}, "
+                f"below the {ORDER_CONTRADICTION_LEVEL:g} level)")
+
+    @property
     def note(self) -> str:
-        """The decision and its evidence, in words."""
+        """The decision and its evidence, in words (and, when nothing is decided, the order the scores are against).
+
+        Example:
+            >>> OrderDecision("", 452, 59, 512).note  # doctest: +NORMALIZE_WHITESPACE
+            'the scores do not decide the order (of 512 sampled queries, 452 score their official-order ground truth
+            higher and 59 their dataset-order ground truth; deciding takes at least 50 such queries, 90% of them one
+            way); the scores are against the dataset order (one-sided sign test: p = 2.4e-76, below the 1e-06 level)'
+        """
         counts = (f"of {self.sampled} sampled queries, {self.official} score their official-order ground truth "
                   f"higher and {self.dataset} their dataset-order ground truth")
         if self.order:
             return f"the scores decide the {self.order} order ({counts})"
         return (f"the scores do not decide the order ({counts}; deciding takes at least {ORDER_MIN_QUERIES} such "
-                f"queries, {ORDER_MIN_SHARE:.0%} of them one way)")
+                f"queries, {ORDER_MIN_SHARE:.0%} of them one way)"
+                + (f"; {self.contradiction}" if self.contradicted else ""))
 
     @property
     def evidence(self) -> str:
-        """The counts behind the decision, the decided order's first.
+        """The counts behind the decision, the decided (else the favoured) order's first.
 
         Example:
             >>> OrderDecision("official", 458, 53, 512).evidence
             '458 of 512 sampled queries score their official-order ground truth higher, 53 their dataset-order one'
         """
         counts = {"official": self.official, "dataset": self.dataset}
-        first = self.order or "official"
+        first = self.order or self.favoured or "official"
         second = "dataset" if first == "official" else "official"
         return (f"{counts[first]} of {self.sampled} sampled queries score their {first}-order ground truth higher, "
                 f"{counts[second]} their {second}-order one")
@@ -195,6 +279,19 @@ def decide_order(scores, captions_per_image, max_rows: int = ORDER_SAMPLE_ROWS, 
     return OrderDecision(leader if decided else "", votes["official"], votes["dataset"], len(sampled))
 
 
+def sign_test(successes: int, trials: int) -> float:
+    """The one-sided sign test's p-value: the chance of at least ``successes`` heads in ``trials`` fair coin flips,
+    exact (the binomial tail summed in integers, then divided once).
+
+    Example:
+        >>> sign_test(45, 50), sign_test(0, 0)
+        (2.104926011270436e-09, 1.0)
+    """
+    if trials <= 0:
+        return 1.0
+    return sum(math.comb(trials, heads) for heads in range(max(successes, 0), trials + 1)) / 2 ** trials
+
+
 def detect_layout(shape, captions_per_image, file_name: str = "", scores=None, *,
                   adversarial_per_image: int = ADVERSARIAL_PER_IMAGE, attacks=ATTACKS) -> LayoutChoice:
     """The standard RoCOCO gallery a score matrix of ``shape`` belongs to, when that is unambiguous.
@@ -222,7 +319,8 @@ def detect_layout(shape, captions_per_image, file_name: str = "", scores=None, *
         >>> captions = [5, 6, 5]
         >>> choice = detect_layout((3, 16), captions)
         >>> choice.attack, choice.direction, choice.order, choice.note
-        ('clean', 'image_to_text', 'official', 'clean image-to-text gallery (shape (3, 16))')
+        ('clean', 'image_to_text', 'official', 'clean image-to-text gallery (shape (3, 16); attack and direction read \
+from the shape)')
         >>> detect_layout((16, 6), captions, "vse_patch_seed100.npy").attack
         'patch_seed100'
         >>> detect_layout((3, 31), captions, "vse_danger.npy").order  # no scores: the order stays open
@@ -267,7 +365,8 @@ def detect_layout(shape, captions_per_image, file_name: str = "", scores=None, *
                              f"{direction} gallery (a {named[0]} gallery is {attacked}): check the file, or choose "
                              "the attack clean")
         return LayoutChoice(CLEAN, direction, "official",
-                            f"clean {direction.replace('_', '-')} gallery (shape {shape})")
+                            _gallery_note(CLEAN, direction, "", shape, _parts_read(CLEAN, direction, shape, file_name,
+                                                                                   captions_per_image, named)))
     attacks = [a for a, _ in matches]
     if not named:
         raise ValueError(f"shape {shape} fits an attacked {direction} gallery of {', '.join(attacks)}: choose the "
@@ -277,10 +376,10 @@ def detect_layout(shape, captions_per_image, file_name: str = "", scores=None, *
                 else f"names the attack {named[0]}, scored {attack_direction(named[0])},")
         raise ValueError(f"the file name {said} but shape {shape} is that of an attacked {direction} gallery: "
                          "check the file, or choose the attack")
-    note = f"{named[0]} {direction.replace('_', '-')} gallery (shape {shape}; attack named in the file name)"
+    parts = _parts_read(named[0], direction, shape, file_name, captions_per_image, named)
     if direction == TEXT_TO_IMAGE:
-        return LayoutChoice(named[0], direction, "official", note)
-    return _order_from_scores(named[0], note, captions_per_image, scores, adversarial_per_image)
+        return LayoutChoice(named[0], direction, "official", _gallery_note(named[0], direction, "", shape, parts))
+    return _order_from_scores(named[0], shape, parts, captions_per_image, scores, adversarial_per_image)
 
 
 def choose_layout(shape, captions_per_image, file_name: str = "", attack: str = "", direction: str = "",
@@ -297,10 +396,18 @@ def choose_layout(shape, captions_per_image, file_name: str = "", attack: str = 
     is the set's number of adversarial captions per image in a text attack; ``attacks`` the attacks a given
     ``attack`` may name (RoCOCO's, or a generated benchmark's, whose image attacks may have other seeds).
 
+    The note says where each part came from: named in the file name, read from the shape, read from the scores,
+    or given. What the file itself states is said before what was given (and only checked against it), so one file
+    gets one note whether its layout was detected or given back as detected (the Space's layout table).
+
     Example:
         >>> choice = choose_layout((3, 31), [5, 6, 5], attack="danger", order="dataset")
         >>> choice.direction, choice.note
-        ('image_to_text', 'danger image-to-text gallery in the dataset order, as chosen')
+        ('image_to_text', 'danger image-to-text gallery in the dataset order (shape (3, 31); attack and order given, \
+direction read from the shape)')
+        >>> choose_layout((3, 31), [5, 6, 5], "m_danger_i2t_dataset_order.npy").note
+        'danger image-to-text gallery in the dataset order (shape (3, 31); attack, direction and order named in \
+the file name)'
         >>> choose_layout((3, 31), [5, 6, 5], attack="danger").order
         ''
         >>> choose_layout((3, 16), [5, 6, 5], attack="danger")
@@ -309,7 +416,6 @@ def choose_layout(shape, captions_per_image, file_name: str = "", attack: str = 
         ValueError: danger/image_to_text expects a (3, 31) matrix, got (3, 16), which fits clean/image_to_text
     """
     attack, direction, order = (str(value or "").strip() for value in (attack, direction, order))
-    how = "as chosen" if order or not _named_order(file_name) else "as the file name says"
     order = order or _named_order(file_name)
     shape = tuple(int(n) for n in shape)
     if attack == CUSTOM:
@@ -338,17 +444,20 @@ def choose_layout(shape, captions_per_image, file_name: str = "", attack: str = 
                                                                     adversarial_per_image=adversarial_per_image))
         raise ValueError(f"{attack}/{direction} expects a {expected} matrix, got {shape}, which fits "
                          f"{fits or 'no RoCOCO layout'}")
-    if attack == CLEAN or direction == TEXT_TO_IMAGE:
-        order = order or "official"  # a clean or text-to-image gallery is the same in both orders
+    parts = _parts_read(attack, direction, shape, file_name, captions_per_image, _named_galleries(file_name, attacks))
+    if attack == CLEAN or direction == TEXT_TO_IMAGE:  # a clean or text-to-image gallery is the same in both orders
+        return LayoutChoice(attack, direction, order or "official", _gallery_note(attack, direction, "", shape, parts))
     if not order:
-        return _order_from_scores(attack, f"{attack} image-to-text gallery, as chosen", captions_per_image, scores,
-                                  adversarial_per_image)
-    note = f"{attack} {direction.replace('_', '-')} gallery in the {order} order, {how}"
-    if attack == CLEAN or direction == TEXT_TO_IMAGE or scores is None:
-        return LayoutChoice(attack, direction, order, note)
+        return _order_from_scores(attack, shape, parts, captions_per_image, scores, adversarial_per_image)
+    if scores is None:
+        where = NAMED if _named_order(file_name) == order else GIVEN
+        return LayoutChoice(attack, direction, order, _gallery_note(attack, direction, order, shape,
+                                                                    {**parts, "order": where}))
     decision = decide_order(scores() if callable(scores) else scores, captions_per_image,
                             adversarial_per_image=adversarial_per_image)
-    if decision.order and decision.order != order:
+    where = NAMED if _named_order(file_name) == order else FROM_SCORES if decision.order == order else GIVEN
+    note = _gallery_note(attack, direction, order, shape, {**parts, "order": where})
+    if decision.contradicted == order:
         return LayoutChoice(attack, direction, order, f"{note}; but {decision.note}: check the order", decision)
     return LayoutChoice(attack, direction, order, f"{note}; {decision.note}", decision)
 
@@ -369,18 +478,49 @@ def _clean_direction(shape, captions_per_image, stated: str = "") -> str:
     return fits[0]
 
 
-def _order_from_scores(attack, note, captions_per_image, scores, adversarial_per_image) -> LayoutChoice:
-    """The choice for an attacked image-to-text gallery whose order nobody gave: from the scores, or blank."""
+def _order_from_scores(attack, shape, parts, captions_per_image, scores, adversarial_per_image) -> LayoutChoice:
+    """The choice for an attacked image-to-text gallery whose order nobody gave (``parts``: where its attack and
+    direction came from): from the scores, or blank."""
     orders = describe_orders(adversarial_per_image)
+    note = _gallery_note(attack, IMAGE_TO_TEXT, "", shape, parts)
     if scores is None:
         return LayoutChoice(attack, IMAGE_TO_TEXT, "",
                             f"{note}; the order cannot be read from the shape: choose it, {orders}")
     decision = decide_order(scores() if callable(scores) else scores, captions_per_image,
                             adversarial_per_image=adversarial_per_image)
     if decision.order:
+        note = _gallery_note(attack, IMAGE_TO_TEXT, decision.order, shape, {**parts, "order": FROM_SCORES})
         return LayoutChoice(attack, IMAGE_TO_TEXT, decision.order, f"{note}; {decision.note}", decision)
     return LayoutChoice(attack, IMAGE_TO_TEXT, "", f"{note}; {decision.note}: choose the order, {orders}",
                         decision)
+
+
+def _parts_read(attack, direction, shape, file_name, captions_per_image, named) -> dict[str, str]:
+    """Where a gallery's attack and direction come from, as its note says it (:func:`_gallery_note`): what the file
+    states (its name ``named`` galleries, its shape) before what was given, which was then only checked."""
+    clean_fits = [d for a, d in matching_galleries(shape, captions_per_image) if a == CLEAN]
+    return {"attack": FROM_SHAPE if attack == CLEAN else NAMED if attack in named else GIVEN,
+            "direction": (NAMED if _named_direction(file_name) == direction
+                          else GIVEN if attack == CLEAN and len(clean_fits) > 1 else FROM_SHAPE)}
+
+
+def _gallery_note(attack, direction, order, shape, parts) -> str:
+    """A gallery in words, with where each part of its layout came from (``parts``: ``{part: where}``, parts that
+    came from the same place said together).
+
+    Example:
+        >>> _gallery_note("danger", IMAGE_TO_TEXT, "dataset", (3, 31), {"attack": GIVEN, "direction": FROM_SHAPE,
+        ...                                                            "order": GIVEN})
+        'danger image-to-text gallery in the dataset order (shape (3, 31); attack and order given, direction read \
+from the shape)'
+    """
+    by_source: dict[str, list[str]] = {}
+    for part, where in parts.items():
+        by_source.setdefault(where, []).append(part)
+    sources = ", ".join(f"{', '.join(names[:-1])} and {names[-1]} {where}" if len(names) > 1 else f"{names[0]} {where}"
+                        for where, names in by_source.items())
+    in_order = f" in the {order} order" if order else ""
+    return f"{attack} {direction.replace('_', '-')} gallery{in_order} (shape {shape}; {sources})"
 
 
 def _best_reference_score(scores, rows, references) -> np.ndarray:

@@ -24,6 +24,7 @@ import logging
 from pathlib import Path
 from typing import Optional, Sequence, Union
 
+import rococo_eval.validity as validity
 from rococo_eval.catalog import select_attacks as catalog_select_attacks
 from rococo_eval.io.download import default_cache_dir
 from rococo_eval.models.cache import DEFAULT_BATCH_SIZE, EmbeddingCache
@@ -85,13 +86,14 @@ def evaluate_model(model, source=None, *, attacks: Union[str, Sequence[str]] = "
         source = default_source(images_dir, benchmark, annotations_dir, cache_dir)
     attacks = select_attacks(attacks, source)
     cache_dir = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
-    cache = EmbeddingCache(cache_dir / "embeddings", batch_size=batch_size, workers=workers, progress=progress)
-    reranker = None
-    if hasattr(model, "match"):  # scored in two stages: ITC ranking, then ITM on the top candidates
-        reranker = Reranker(model, cache.root, k=rerank_k, batch_size=batch_size, workers=workers,
-                            progress=progress, processes=processes)
-    results = score_model(model, source, attacks, cache, reranker=reranker, save_scores=save_scores,
-                          processes=processes, compact_scores=compact_scores)
+    with validity.recorded() as warnings:  # a damaged cache file dropped, for the report
+        cache = EmbeddingCache(cache_dir / "embeddings", batch_size=batch_size, workers=workers, progress=progress)
+        reranker = None
+        if hasattr(model, "match"):  # scored in two stages: ITC ranking, then ITM on the top candidates
+            reranker = Reranker(model, cache.root, k=rerank_k, batch_size=batch_size, workers=workers,
+                                progress=progress, processes=processes)
+        results = score_model(model, source, attacks, cache, reranker=reranker, save_scores=save_scores,
+                              processes=processes, compact_scores=compact_scores)
     if not processes.is_main:
         return {}
     device = getattr(model, "device", None)  # its kind: "cuda", whichever GPU a process of a launch took
@@ -99,7 +101,7 @@ def evaluate_model(model, source=None, *, attacks: Union[str, Sequence[str]] = "
                    "similarity": getattr(model, "similarity", DEFAULT_SIMILARITY),
                    "precision": getattr(model, "precision", None),
                    "device": str(device).split(":")[0] if device is not None else None, "attacks": list(attacks),
-                   "images_dir": str(source.images_dir), **(meta or {})}
+                   "images_dir": str(source.images_dir), **(meta or {}), **validity.report_entries(warnings)}
     if reranker is not None:
         report_meta["rerank"] = {"k": rerank_k, "itm_pairs_computed": reranker.computed,
                                  "itm_pairs_reused": reranker.reused}

@@ -155,8 +155,8 @@ def test_evaluate_standard_galleries(client, tmp_path):
         assert saved["results"][key] == as_saved(result, tmp_path), key
     assert saved["meta"]["files"]["danger/image_to_text"]["order"] == "dataset"
     assert saved["meta"]["files"]["rand_voca/image_to_text"]["path"] == "clip_rand_voca.npy"
-    assert "clip_rand_voca.npy` (30 x 302, float32): rand_voca image-to-text gallery in the official order, " \
-           "as chosen" in message
+    assert "clip_rand_voca.npy` (30 x 302, float32): rand_voca image-to-text gallery in the official order (shape " \
+           "(30, 302); attack named in the file name, direction read from the shape, order given)" in message
     attacks = [row[table["headers"].index("attack")] for row in table["data"]]
     assert attacks == ["clean", "rand_voca", "danger", "clean", "mix_seed1", "mix_seed10", "mix_seed100",
                        "mix (mean of seeds 1, 10, 100)"]
@@ -230,10 +230,12 @@ ERRORS = [
     ("clean_rand_voca.npy", np.zeros(SHAPES["attacked/image_to_text"], np.float32), None,
      "clean_rand_voca.npy: the file name 'clean_rand_voca.npy' names clean and rand_voca"),
     ("m_rand_voca.npy", np.zeros(SHAPES["attacked/image_to_text"], np.float32), None,
-     r"m_rand_voca.npy: rand_voca image-to-text gallery \(shape \(30, 302\); attack named in the file name\); the "
+     r"m_rand_voca.npy: rand_voca image-to-text gallery \(shape \(30, 302\); attack named in the file name, direction "
+     r"read from the shape\); the "
      r"scores do not decide the order .*: choose the order, official .* or dataset .*; choose it from its order list"),
     ("danger.npy", np.zeros(SHAPES["attacked/image_to_text"], np.float32), ["danger.npy", "danger", "", ""],
-     r"danger.npy: danger image-to-text gallery, as chosen; the scores do not decide the order"),
+     r"danger.npy: danger image-to-text gallery \(shape \(30, 302\); attack named in the file name, direction read "
+     r"from the shape\); the scores do not decide the order"),
     ("wrong.npy", np.zeros((30, 302), np.float32), ["wrong.npy", "mix_seed1", "", ""],
      r"wrong.npy: mix_seed1/text_to_image expects a \(152, 60\) matrix, got \(30, 302\)"),
     ("typo.npy", np.zeros((30, 302), np.float32), ["typo.npy", "rand-voca", "", ""],
@@ -1036,8 +1038,10 @@ def test_files_that_disagree_are_named_in_the_message_and_the_report(client, tmp
     patched = saved["results"]["patch_seed10/text_to_image"]["clean_recall@1"]
     assert clean != patched
     [found] = saved["meta"]["consistency"]
-    assert ("The files disagree (1), so they are not one model's files saved alike; the leaderboard refuses them:\n"
-            f"- {found['message']}") in message
+    assert f"Warnings about these numbers (the report records them too):\n- the files disagree: {found['message']}" \
+        in message
+    assert "The files disagree, so they are not one model's files saved alike: the leaderboard refuses them." in message
+    assert "disagree (" not in message  # no stray count
     assert (f"{clean:.2f} ({round(clean * 152 / 100)} of 152 queries) from clean_text_to_image.npy (the clean "
             "gallery), mix_seed1_text_to_image.npy (the clean part of mix_seed1); "
             f"{patched:.2f} ({round(patched * 152 / 100)} of 152 queries) from patch_seed10_text_to_image.npy "

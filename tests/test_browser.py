@@ -200,10 +200,10 @@ def test_an_unclear_order_is_asked_for_and_then_used(page, tmp_path):
     order_list.locator("input").click()
     page.get_by_role("option", name="dataset", exact=True).click()
     layouts = page.get_by_role("grid", name="layouts")
-    layouts.get_by_role("gridcell").filter(has_text="in the dataset order, as chosen").wait_for()
+    layouts.get_by_role("gridcell").filter(has_text="order given").wait_for()
     headers, rows = _table(page, "[aria-label=layouts]")
     assert rows[0][:4] == ["noise_danger.npy", "danger", "image_to_text", "dataset"]
-    assert "as chosen" in rows[0][4] and "choose the order" not in " ".join(rows[0])  # the note is told
+    assert "order given" in rows[0][4] and "choose the order" not in " ".join(rows[0])  # the note is told
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "browser-order-list.png"))
     page.get_by_role("button", name="Evaluate", exact=True).click()
@@ -212,7 +212,7 @@ def test_an_unclear_order_is_asked_for_and_then_used(page, tmp_path):
     shown = dict(zip(headers, rows[0]))
     expected = rococo_recall(scores, **layout.metric_inputs())
     assert float(shown["R@1"]) == round(expected["recall@1"], 2)
-    assert "danger image-to-text gallery in the dataset order, as chosen" in \
+    assert "danger image-to-text gallery in the dataset order (shape " in \
         page.locator("#evaluate-message").inner_text()
 
 

@@ -256,7 +256,8 @@ def test_score_reads_a_dataset_order_matrix_in_the_dataset_order(captions_per_im
     official = rococo_recall.rococo_recall(scores, **layouts["official"].metric_inputs())
     assert_report_equals(tmp_path / "official", {"rand_voca/image_to_text": official})  # used as given, on request
     assert official["recall@1"] < 1
-    assert "in the official order, as chosen; but the scores decide the dataset order" in caplog.text  # a warning
+    assert "in the official order (shape (5000, 50010); attack named in the file name, direction read from the " \
+        "shape, order given); but the scores decide the dataset order" in caplog.text  # a warning
     capsys.readouterr()
 
 
@@ -346,7 +347,8 @@ def test_score_says_when_the_files_disagree(benchmark, tmp_path, capsys, caplog)
     assert f"from {mixed[3]} (the clean part of mix_seed7)" in found["message"]
     warned = [record for record in caplog.records if record.getMessage() == f"the files disagree: {found['message']}"]
     assert [record.levelname for record in warned] == ["WARNING"]
-    assert f"## Files that disagree\n\n- {found['message']}\n" in (tmp_path / "disagree" / "report.md").read_text()
+    assert f"## Warnings\n\n- the files disagree: {found['message']}\n" in \
+        (tmp_path / "disagree" / "report.md").read_text()
 
 
 def test_score_names_the_model_and_says_how_long_it_took(benchmark, tmp_path, capsys):
@@ -725,3 +727,120 @@ def test_run_interrupted_while_saving_scores_leaves_no_empty_folder(benchmark, h
     assert "interrupted" in capsys.readouterr().err
     assert sorted(path.name for path in tmp_path.iterdir()) == ["cache", "existing"]
     assert [path.name for path in (tmp_path / "existing").iterdir()] == ["notes.txt"]
+
+
+def _score_in_a_terminal(*arguments):
+    """``rococo-eval ARGUMENTS`` in its own process: what a user sees on stdout and stderr (in-process, pytest's log
+    capture replaces the command's stderr handler)."""
+    return subprocess.run([sys.executable, "-m", "rococo_eval", *map(str, arguments)], capture_output=True, text=True)
+
+
+@pytest.mark.slow
+def test_score_refuses_a_stated_order_that_the_evidence_is_significantly_against(captions_per_image, tmp_path, capsys):
+    """Issue 39: an official-order rand_voca matrix whose model is right on 452 of the 511 informative sampled
+    queries (88%: below the 90% that decides) was scored as stated, in the dataset order, to R@1 0.02. The sign test
+    refuses it; at the boundary, 310 of 511 against the stated order are refused (p = 8.1e-7) and 309 are not
+    (p = 1.3e-6); the other order is taken; --trust-order scores a refused order with a warning that --quiet keeps."""
+    from helpers.order_votes import plant_votes
+
+    paths = {}
+    for official, dataset in ((452, 59), (310, 201), (309, 202)):
+        paths[official] = sparse_npy(tmp_path / f"m{official}_rand_voca.npy", (5000, 50010))
+        scores = np.load(paths[official], mmap_mode="r+")
+        plant_votes(scores, captions_per_image, official, dataset)
+        scores.flush()
+        del scores
+    for official, dataset, p_value in ((452, 59, "2.4e-76"), (310, 201, "8.1e-07")):
+        path = paths[official]
+        assert main(["score", f"rand_voca:image_to_text:dataset={path}", "--out", str(tmp_path / "refused")]) == 1
+        error = capsys.readouterr().err
+        assert (f"rococo-eval: error: {path}: rand_voca image-to-text gallery: the dataset order is given, but the "
+                f"scores are against the dataset order (one-sided sign test: p = {p_value}, below the 1e-06 level): "
+                f"{official} of 512 sampled queries score their official-order ground truth higher, {dataset} their "
+                "dataset-order one.") in error
+        assert (f"give it as rand_voca:image_to_text:official={path}, or add --trust-order to score it in the dataset "
+                "order all the same") in error
+    assert not (tmp_path / "refused" / "report.json").exists()
+
+    assert main(["score", f"rand_voca:dataset={paths[309]}", "--out", str(tmp_path / "accepted"), "-q"]) == 0
+    report = json.loads((tmp_path / "accepted" / "report.json").read_text())
+    assert "the scores do not decide the order (of 512 sampled queries, 309 score their official-order ground truth " \
+           "higher and 202 their dataset-order ground truth;" in report["meta"]["files"]["rand_voca/image_to_text"][
+               "note"]
+    assert "warnings" not in report["meta"]
+    assert main(["score", f"rand_voca:official={paths[310]}", "--out", str(tmp_path / "other"), "-q"]) == 0
+    assert json.loads((tmp_path / "other" / "report.json").read_text())["meta"]["files"]["rand_voca/image_to_text"][
+        "order"] == "official"
+
+    trusted = _score_in_a_terminal("score", f"rand_voca:dataset={paths[310]}", "--trust-order", "--quiet",
+                                   "--out", tmp_path / "trusted")
+    assert trusted.returncode == 0, trusted.stderr
+    warning = (f"{paths[310]}: scored in the dataset order all the same, as asked, although the scores are against "
+               "the dataset order (one-sided sign test: p = 8.1e-07, below the 1e-06 level): 310 of 512 sampled "
+               "queries score their official-order ground truth higher, 201 their dataset-order one")
+    assert trusted.stderr == f"rococo-eval: {warning}\n"  # --quiet: no note, but the warning
+    assert json.loads((tmp_path / "trusted" / "report.json").read_text())["meta"]["warnings"] == [warning]
+    assert f"## Warnings\n\n- {warning}\n" in (tmp_path / "trusted" / "report.md").read_text()
+
+
+def test_quiet_keeps_the_warning_that_the_files_disagree(benchmark, tmp_path):
+    """Issue 39: `score --quiet` on files that disagree printed the table and nothing else. Quiet drops the notes
+    (how long it took, where the report is), never the warning, which report.json and report.md record too."""
+    mixed = benchmark_files(tmp_path / "mixed", BenchmarkSource(benchmark), seeds={"mix_seed7": 1})
+    loud = _score_in_a_terminal("score", "--benchmark", benchmark, "--out", tmp_path / "loud", *mixed)
+    quiet = _score_in_a_terminal("score", "--benchmark", benchmark, "--out", tmp_path / "quiet", "--quiet", *mixed)
+    assert loud.returncode == quiet.returncode == 0, loud.stderr + quiet.stderr
+    [found] = json.loads((tmp_path / "quiet" / "report.json").read_text())["meta"]["consistency"]
+    warning = f"the files disagree: {found['message']}"
+    assert "galleries scored in" in loud.stderr and f"rococo-eval: {warning}\n" in loud.stderr
+    assert quiet.stderr == f"rococo-eval: {warning}\n" and quiet.stdout == loud.stdout
+    assert json.loads((tmp_path / "quiet" / "report.json").read_text())["meta"]["warnings"] == [warning]
+    report = (tmp_path / "quiet" / "report.md").read_text()
+    assert report.startswith(f"# RoCOCO report\n\n## Warnings\n\n- {warning}\n\n|")
+
+
+def test_score_says_that_compact_files_were_not_compared(benchmark, tmp_path):
+    """Issue 39: two compact files (a re-ranker's) whose clean R@1 differ were scored without a word of the check
+    that did not run; it is said on stderr, --quiet or not, and in the report."""
+    source = BenchmarkSource(benchmark)
+    paths = []
+    for seed, attack in ((2, CLEAN), (0, "mix_seed7")):  # two draws whose clean R@1 differ: 11.86 and 6.78
+        layout = source.gallery(attack, TEXT_TO_IMAGE)
+        scores = np.random.default_rng(seed).standard_normal((layout.num_queries, layout.num_gallery))
+        top = np.argsort(-scores, axis=1)[:, :4]
+        paths.append(tmp_path / f"blip_{attack}_text_to_image.npz")
+        np.savez(paths[-1], top_columns=top, top_scores=np.take_along_axis(scores, top, axis=1).astype(np.float32),
+                 fill=np.float32(-100), num_gallery=layout.num_gallery)
+    done = _score_in_a_terminal("score", "--benchmark", benchmark, "--out", tmp_path / "report", "-q", *paths)
+    assert done.returncode == 0, done.stderr
+    report = json.loads((tmp_path / "report" / "report.json").read_text())
+    clean = [report["results"][key]["recall@1" if key.startswith(CLEAN) else "clean_recall@1"]
+             for key in ("clean/text_to_image", "mix_seed7/text_to_image")]
+    assert clean[0] != clean[1]  # they differ, and nothing compares them
+    warning = (f"the clean numbers of {paths[0]}, {paths[1]} were not checked against the other files of their "
+               "direction: a re-ranker's scores (compact files, or a fill block), whose attacked galleries re-rank "
+               "other candidates than the clean one, so their clean parts may differ by right")
+    assert done.stderr == f"rococo-eval: {warning}\n"
+    assert report["meta"]["warnings"] == [warning] and "consistency" not in report["meta"]
+    assert f"## Warnings\n\n- {warning}\n" in (tmp_path / "report" / "report.md").read_text()
+
+
+def test_from_mteb_warns_of_ties_that_mteb_decided_even_when_quiet(tmp_path):
+    """Issue 39: the ranks that MTEB's order of tied items decided are a warning about the numbers: on stderr with
+    --quiet, in report.json's meta and in report.md."""
+    layout = gallery_layout(CLEAN, IMAGE_TO_TEXT, [5, 5, 5, 5])
+    scores = np.random.default_rng(0).standard_normal((layout.num_queries, layout.num_gallery))
+    numbers = rococo_recall.rococo_recall(scores, **layout.metric_inputs())
+    task = {"task_name": "RoCOCO-clean-I2T", "scores": {"test": [
+        {**{f"rococo_{name}": value for name, value in numbers.items()}, "rococo_tied_queries": 2}]}}
+    folder = tmp_path / "mteb" / "org__model" / "revision"
+    folder.mkdir(parents=True)
+    (folder / "RoCOCO-clean-I2T.json").write_text(json.dumps(task))
+    done = _score_in_a_terminal("from-mteb", tmp_path / "mteb", "--out", tmp_path / "report", "--quiet")
+    assert done.returncode == 0, done.stderr
+    warning = ("MTEB ordered tied items by id for 2 queries of clean/image_to_text: run's pessimistic ties may give "
+               "lower numbers there")
+    assert done.stderr == f"rococo-eval: {warning}\n"
+    meta = json.loads((tmp_path / "report" / "report.json").read_text())["meta"]
+    assert meta["warnings"] == [warning] and meta["tied_queries"] == {"clean/image_to_text": 2}
+    assert f"## Warnings\n\n- {warning}\n" in (tmp_path / "report" / "report.md").read_text()

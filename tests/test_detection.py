@@ -1,12 +1,25 @@
 """rococo_eval.detection: the gallery a score matrix belongs to, from its shape and file name; a layout given in
 part, completed and checked; the order of an attacked image-to-text gallery, decided from the scores or not at all."""
 
+import math
+
 import numpy as np
 import pytest
 
 from rococo_eval.catalog import DIRECTIONS, IMAGE_ATTACKS, TEXT_ATTACKS
 from rococo_eval.layout import image_to_text_layout, matching_galleries
-from rococo_eval.detection import LayoutChoice, OrderDecision, choose_layout, decide_order, detect_layout
+from rococo_eval.detection import (
+    ORDER_CONTRADICTION_LEVEL,
+    ORDER_MIN_QUERIES,
+    ORDER_MIN_SHARE,
+    ORDER_SAMPLE_ROWS,
+    LayoutChoice,
+    OrderDecision,
+    choose_layout,
+    decide_order,
+    detect_layout,
+    sign_test,
+)
 from rococo_eval.io.scorefiles import read_header, read_scores
 from helpers.sparse_files import sparse_npy
 
@@ -126,7 +139,8 @@ def test_detect_layout_without_captions():
 def test_choose_layout():
     assert choose_layout((16, 3), TINY, "x.npy", attack="clean", order="dataset").order == "dataset"  # the same
     assert choose_layout((3, 31), TINY, "rand_voca.npy", order="dataset") == LayoutChoice(
-        "rand_voca", "image_to_text", "dataset", "rand_voca image-to-text gallery in the dataset order, as chosen")
+        "rand_voca", "image_to_text", "dataset", "rand_voca image-to-text gallery in the dataset order (shape (3, 31); "
+        "attack named in the file name, direction read from the shape, order given)")
     assert choose_layout((16, 3), TINY, attack="clean").direction == "text_to_image"
     assert choose_layout((9, 9), None, attack="custom", direction="image_to_text").order == "custom"
     assert choose_layout((16, 6), TINY, "mix_seed1.npy", direction="text_to_image").attack == "mix_seed1"
@@ -268,11 +282,13 @@ def test_a_given_order_is_used_and_checked_against_the_scores():
     shape = scores.shape
     agreed = choose_layout(shape, MANY, "m_rand_voca.npy", order="dataset", scores=scores)
     assert agreed.order == "dataset" and agreed.order_decision.order == "dataset"
-    assert agreed.note.startswith("rand_voca image-to-text gallery in the dataset order, as chosen; the scores "
-                                  "decide the dataset order (of 300 sampled queries")
+    assert agreed.note.startswith("rand_voca image-to-text gallery in the dataset order (shape (300, 3005); attack "
+                                  "named in the file name, direction read from the shape, order read from the "
+                                  "scores); the scores decide the dataset order (of 300 sampled queries")
     disputed = choose_layout(shape, MANY, "m_rand_voca.npy", order="official", scores=scores)
     assert disputed.order == "official"  # as given
-    assert "in the official order, as chosen; but the scores decide the dataset order (" in disputed.note
+    assert "in the official order (shape (300, 3005); attack named in the file name, direction read from the shape, " \
+        "order given); but the scores decide the dataset order (" in disputed.note
     assert disputed.note.endswith("): check the order")
 
 
@@ -315,3 +331,50 @@ def test_another_sets_scores_decide_their_order(order):
     assert (choice.attack, choice.order, choice.order_decision) == ("same_concept", order, decision)
     with pytest.raises(ValueError, match=r"`scores` must be the \(150, 1050\) matrix of an attacked image-to-text"):
         decide_order(scores, OTHER_MANY)
+
+
+# Issue 39: a stated order that the scores are significantly against (a one-sided sign test), decided or not.
+
+def test_the_sign_test_is_the_exact_binomial_tail():
+    assert sign_test(0, 20) == 1.0 and sign_test(20, 20) == 2.0 ** -20 and sign_test(5, 0) == 1.0
+    assert sign_test(3, 4) == 5 / 16  # 4 + 1 of the 16 sequences have 3 or 4 heads
+    assert abs(sign_test(45, 50) - 2.1049e-9) < 1e-13  # the module docstring's chance of a decision by coin flips
+    assert sign_test(452, 511) < 1e-75  # issue 39's reproduction
+
+
+def test_a_decided_order_always_contradicts_the_other():
+    """Deciding (50 informative queries, 90% one way) is stricter than refusing: any decided order's other order is
+    refused by the one rule, at every number of informative queries a sample gives."""
+    for informative in range(ORDER_MIN_QUERIES, 2 * ORDER_SAMPLE_ROWS):
+        fewest = math.ceil(ORDER_MIN_SHARE * informative)
+        assert sign_test(fewest, informative) < ORDER_CONTRADICTION_LEVEL, informative
+
+
+@pytest.mark.parametrize("official, dataset, contradicted", [
+    (61, 18, "dataset"),  # p = 6.3e-7: below the level
+    (60, 19, ""),  # p = 2.1e-6: not
+    (18, 61, "official"),
+    (19, 60, ""),
+    (40, 39, ""),
+])
+def test_a_stated_order_is_refused_when_significantly_contradicted(official, dataset, contradicted):
+    from helpers.order_votes import plant_votes
+    from helpers.space_app import DECIDING_CAPTIONS
+
+    layout = image_to_text_layout(DECIDING_CAPTIONS, order="official")
+    scores = plant_votes(np.zeros((layout.num_queries, layout.num_gallery), np.float32), DECIDING_CAPTIONS,
+                         official, dataset)
+    decision = decide_order(scores, DECIDING_CAPTIONS)
+    assert decision.order == "" and decision.contradicted == contradicted  # 77% at most: nothing is decided
+    for stated in ("official", "dataset"):
+        choice = choose_layout(scores.shape, DECIDING_CAPTIONS, "m_rand_voca.npy", order=stated, scores=scores)
+        assert choice.order == stated and choice.order_decision == decision
+        if stated == contradicted:
+            assert choice.note.endswith(f"; the scores are against the {stated} order (one-sided sign test: p = "
+                                        f"{decision.p_value:.2g}, below the 1e-06 level): check the order")
+            assert "; but the scores do not decide the order (of 80 sampled queries" in choice.note
+        else:
+            assert "; the scores do not decide the order (of 80 sampled queries" in choice.note
+            assert "check the order" not in choice.note and ("are against the" in choice.note) == bool(contradicted)
+    unstated = choose_layout(scores.shape, DECIDING_CAPTIONS, "m_rand_voca.npy", scores=scores)
+    assert unstated.order == "" and ("are against the" in unstated.note) == bool(contradicted)

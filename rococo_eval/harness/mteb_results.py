@@ -11,20 +11,18 @@ digit. ``rococo-eval from-mteb`` is its command.
 
 from __future__ import annotations
 
-import logging
 import math
 import re
 import reprlib
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional
 
+import rococo_eval.validity as validity
 from rococo_eval.catalog import CLEAN, IMAGE_TO_TEXT, TEXT_TO_IMAGE, check_direction, gallery_key
 from rococo_eval.io.scorefiles import check_size, parse_json
 from rococo_eval.reporting.report import summary_rows, write_report
 from rococo_eval.results import GalleryResult
 from rococo_recall import percentages
-
-logger = logging.getLogger(__name__)
 
 SCORE_PREFIX = "rococo_"  # RoCOCO's own numbers in an MTEB task's scores: rococo_recall@1, rococo_false_rate, ...
 TIED_QUERIES = "tied_queries"  # rococo_tied_queries: queries whose rank MTEB's order of tied items decides
@@ -116,13 +114,16 @@ def report_from_mteb(results: Any, out=None, *, model_name: Optional[str] = None
     """rococo-eval's report of MTEB's results (:func:`results_from_mteb`): ``{"meta", "results", "summary"}`` as
     ``rococo-eval run`` returns it, written with ``out`` (``report.json``, ``report.md``, ``recall.png``,
     ``model-card.md``) so that the table and the Space's leaderboard read it as they read ``run``'s. ``meta`` holds
-    ``scored_by: mteb`` and, when ties decided some queries' ranks, ``tied_queries`` by gallery (logged too)."""
+    ``scored_by: mteb`` and, when ties decided some queries' ranks, ``tied_queries`` by gallery and a validity
+    warning (:mod:`rococo_eval.validity`; in ``warnings``, and on stderr)."""
     gallery_results, tied = results_from_mteb(results)
     meta = {"model": model_name or _model_name(results), "scored_by": "mteb"}
     if tied:
         meta["tied_queries"] = tied
-        logger.warning("MTEB ordered tied items by id for %s: run's pessimistic ties may give lower numbers there",
-                       ", ".join(f"{count} queries of {key}" for key, count in tied.items()))
+        with validity.recorded() as warnings:
+            validity.warn("MTEB ordered tied items by id for %s: run's pessimistic ties may give lower numbers there",
+                          ", ".join(f"{count} queries of {key}" for key, count in tied.items()))
+        meta.update(validity.report_entries(warnings))
     if out is not None:
         Path(out).mkdir(parents=True, exist_ok=True)
         write_report(gallery_results, Path(out), meta)

@@ -29,6 +29,8 @@ from typing import BinaryIO, Callable
 
 import numpy as np
 
+import rococo_eval.validity as validity
+
 logger = logging.getLogger(__name__)
 
 
@@ -209,7 +211,7 @@ def open_cache_folder(folder: Path, manifest: dict, holds: str, shown: dict | No
         try:
             found = json.loads(path.read_text(encoding="utf-8"))
         except (ValueError, UnicodeDecodeError, RecursionError) as error:
-            logger.warning("%s is damaged (%s): written anew", path, str(error)[:100])
+            validity.warn("%s is damaged (%s): written anew", path, str(error)[:100])
             found = None
         if isinstance(found, dict) and {key: value for key, value in found.items() if key not in shown} == manifest:
             return

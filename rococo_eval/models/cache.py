@@ -57,6 +57,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from rococo_eval.io.atomic import checked_stem, open_cache_folder, read_checked, write_checked
+import rococo_eval.validity as validity
 
 logger = logging.getLogger(__name__)
 
@@ -316,7 +317,7 @@ def _read_shards(folder: Path, count: int, drop: bool = True) -> dict[tuple[int,
             except (OSError, ValueError) as error:
                 problem = str(error)
         if problem is not None:
-            logger.warning("cache shard %s is dropped: %s", path, problem)
+            validity.warn("cache shard %s is dropped (its rows are embedded again): %s", path, problem)
             if drop:
                 path.unlink(missing_ok=True)
             continue
@@ -326,7 +327,8 @@ def _read_shards(folder: Path, count: int, drop: bool = True) -> dict[tuple[int,
         width = max(widths, key=lambda value: len(widths[value]))
         for key in [key for value, keys in widths.items() if value != width for key in keys]:
             path, _ = shards.pop(key)
-            logger.warning("cache shard %s is dropped: its rows are not %d wide as the others", path, width)
+            validity.warn("cache shard %s is dropped (its rows are embedded again): its rows are not %d wide as the "
+                          "others", path, width)
             if drop:
                 path.unlink(missing_ok=True)
     return shards
@@ -346,7 +348,7 @@ def _read_finished(folder: Path, count: int) -> Optional[np.ndarray]:
         try:
             return _read_rows(path, count)
         except (OSError, ValueError) as error:
-            logger.warning("cached embeddings %s are dropped and embedded again: %s", path, error)
+            validity.warn("cached embeddings %s are dropped and embedded again: %s", path, error)
             path.unlink(missing_ok=True)
     return None
 
@@ -365,7 +367,7 @@ def _adopt_finished(stale: Path, count: int) -> None:
         logger.warning("%s (an earlier version's cache, without a digest of its content) is kept as %s: its dtype, "
                        "shape and values were checked, its bytes cannot be", stale, adopted.name)
     except (OSError, ValueError, EOFError) as error:
-        logger.warning("%s (an earlier version's cache) is dropped and embedded again: %s", stale, error)
+        validity.warn("%s (an earlier version's cache) is dropped and embedded again: %s", stale, error)
     stale.unlink(missing_ok=True)
 
 

@@ -122,8 +122,10 @@ def write_report(results: Mapping[str, GalleryResult], out: Path, meta: dict, so
 
     ``report.json`` holds ``meta`` (this package's version, Python's, and what the caller records: the model, or
     the score files of :func:`rococo_eval.scoring.plan.report_meta`), ``results`` (the metric's scalar outputs by
-    gallery key), ``summary`` (:func:`summary_rows`) and, with per-query arrays, ``analysis``. Files whose clean
-    numbers disagree (``meta["consistency"]``, :mod:`rococo_eval.scoring.consistency`) get a section of ``report.md``.
+    gallery key), ``summary`` (:func:`summary_rows`) and, with per-query arrays, ``analysis``. The validity warnings
+    of the evaluation (``meta["warnings"]``, :mod:`rococo_eval.validity`: files whose clean numbers disagree, an order
+    scored against its scores, a check that could not run ...) get a "Warnings" section of ``report.md``, under its
+    title.
 
     Results that carry the metric's per-query arrays and a layout (:attr:`GalleryResult.analysable`) also get the failure analysis (:func:`rococo_eval.reporting.analysis.analyse`, with captions and partners from
     ``source``): ``per_query.parquet`` (every query's ranks and top-1 item), ``flipped.csv`` (every flipped
@@ -154,9 +156,8 @@ def write_report(results: Mapping[str, GalleryResult], out: Path, meta: dict, so
                                 "flipped_file": paths["flipped"].name}
     paths["json"] = write_json(document, out / "report.json")
     title = f"# RoCOCO report: {meta['model']}\n\n" if "model" in meta else "# RoCOCO report\n\n"
-    markdown = title + to_markdown(rows) + "\n"
-    if meta.get("consistency"):  # files whose clean numbers differ (rococo_eval.scoring.consistency)
-        markdown += "\n## Files that disagree\n\n" + "".join(f"- {entry['message']}\n" for entry in meta["consistency"])
+    warned = "".join(f"- {warning}\n" for warning in meta.get("warnings", ()))
+    markdown = title + (f"## Warnings\n\n{warned}\n" if warned else "") + to_markdown(rows) + "\n"
     if analysis is not None:
         markdown += "\n" + analysis_markdown(analysis) + "\n"
     paths["markdown"] = write_atomic(out / "report.md", lambda handle: handle.write(markdown.encode("utf-8")))

@@ -8,12 +8,14 @@ user said of each file's layout, and both go through here:
    .choose_layout`: attack, direction and order from what was given, the file name, the shape and, for the
    order of an attacked image-to-text gallery, the scores), and refuses what cannot be scored exactly: every
    file's problem is listed in one :class:`PlanError`, before any file is scored.
-   A stated order (given, or in the file name) that the scores clearly contradict is refused with the evidence,
-   unless the caller trusts the given order (``trust_given_order``).
+   A stated order (given, or in the file name) that the scores are significantly against
+   (:attr:`rococo_eval.detection.OrderDecision.contradicted`) is refused with the evidence, unless the caller trusts
+   the given order (``trust_given_order``: then it is scored with a validity warning, :mod:`rococo_eval.validity`).
 2. :func:`score_planned` scores each planned file with the metric, at the cut-offs its gallery allows, with the
    per-query arrays the failure analysis reads.
 3. :func:`disagreements_of` says which files give different clean numbers for one direction
-   (:mod:`rococo_eval.scoring.consistency`).
+   (:mod:`rococo_eval.scoring.consistency`), and which a re-ranker's files could not be compared: validity
+   warnings both.
 4. :func:`report_meta` is what the report (:func:`rococo_eval.reporting.report.write_report`) records of the files
    and of the :class:`ScoringOptions`.
 
@@ -51,6 +53,7 @@ from rococo_eval.io import scorefiles
 from rococo_eval.layout import ADVERSARIAL_PER_IMAGE, GalleryLayout, gallery_layout, recall_cutoffs
 from rococo_eval.results import GalleryResult
 from rococo_eval.scoring.consistency import Disagreement, disagreements, has_fill_block
+from rococo_eval.validity import warn
 from rococo_recall import TIE_POLICIES
 
 if TYPE_CHECKING:
@@ -164,7 +167,7 @@ def _give_the_order(choice: LayoutChoice, request: ScoreRequest) -> str:
 
 
 def _give_or_trust(choice: LayoutChoice, request: ScoreRequest) -> str:
-    return (f"give the {choice.order_decision.order} order, or pass `trust_given_order=True` to score it in the "
+    return (f"give the {choice.order_decision.favoured} order, or pass `trust_given_order=True` to score it in the "
             f"{choice.order} order all the same")
 
 
@@ -219,8 +222,9 @@ def plan_score_files(requests: Sequence[ScoreRequest], captions_per_image, *,
         read_off_level: the log level of a note on a layout read off the file rather than given (the command warns;
             the Space, where detection is the usual path, shows the notes on the page instead).
         trust_given_order: score an attacked image-to-text gallery in the order stated (given, or in the file name)
-            even when its scores clearly show the other one (:func:`rococo_eval.detection.decide_order`); its note
-            keeps the evidence. False (the default) refuses such a file with the evidence.
+            even when its scores are significantly against it
+            (:attr:`rococo_eval.detection.OrderDecision.contradicted`); its note keeps the evidence, and a validity
+            warning says it. False (the default) refuses such a file with the evidence.
         fix_order: what to tell the user when a stated order is refused: how to give the other one, or to trust it
             (the command names its spec and ``--trust-order``, the Space its layout table and checkbox).
 
@@ -263,9 +267,11 @@ def plan_each(requests: Sequence[ScoreRequest], captions_per_image, *,
         kept.append(planned)
     for planned in kept:
         request, choice = planned.request, planned.choice
-        decided = choice.order_decision.order if choice.order_decision else ""
+        decision = choice.order_decision
         given = any((request.attack, request.direction, request.order))
-        read_off_the_file = not given or decided not in ("", request.order)  # or the scores dispute the given order
+        disputed = decision is not None and (decision.order not in ("", request.order)
+                                             or decision.contradicted == choice.order)
+        read_off_the_file = not given or disputed  # or the scores dispute the given order
         logger.log(read_off_level if read_off_the_file else logging.INFO, "%s: %s", request.name, choice.note)
     return kept, problems
 
@@ -313,8 +319,9 @@ def score_each(plans: Sequence[PlannedFile],
 def disagreements_of(plans: Sequence[PlannedFile], results: Mapping[str, GalleryResult]) -> list[Disagreement]:
     """The directions whose files give different clean numbers (:func:`rococo_eval.scoring.consistency.disagreements`),
     each file named as its request names it, with its dtype; a re-ranker's files (:attr:`GalleryResult.reranked`)
-    and custom layouts (their own references: no clean gallery to agree with) are not compared. A message of each is
-    logged as a warning.
+    and custom layouts (their own references: no clean gallery to agree with) are not compared. Each disagreement is
+    a validity warning (:func:`rococo_eval.validity.warn`), and so are a re-ranker's files left out of a
+    comparison with other files of their direction (the check did not run for them).
 
     Example:
         >>> disagreements_of([], {})
@@ -326,11 +333,14 @@ def disagreements_of(plans: Sequence[PlannedFile], results: Mapping[str, Gallery
                           dtypes={planned.key: planned.info.dtype for planned in scored},
                           reranked={key for key, result in results.items() if result.reranked})
     for disagreement in found:
-        logger.warning("the files disagree: %s", disagreement.message)
-    skipped = sorted(planned.request.name for planned in scored if results[planned.key].reranked)
-    if skipped and len(scored) > 1:
-        logger.info("not compared with the other files (a re-ranker's scores: an attacked gallery re-ranks other "
-                    "candidates than the clean one): %s", ", ".join(skipped))
+        warn("the files disagree: %s", disagreement.message)
+    directions = [planned.key.partition("/")[2] for planned in scored]
+    skipped = sorted(planned.request.name for planned, direction in zip(scored, directions)
+                     if results[planned.key].reranked and directions.count(direction) > 1)
+    if skipped:
+        warn("the clean numbers of %s were not checked against the other files of their direction: a re-ranker's "
+             "scores (compact files, or a fill block), whose attacked galleries re-rank other candidates than the "
+             "clean one, so their clean parts may differ by right", ", ".join(skipped))
     return found
 
 
@@ -369,12 +379,13 @@ def _plan_one(request, captions_per_image, adversarial_per_image, attacks, custo
         raise ValueError("custom layouts have no place in a RoCOCO report; score them with rococo_recall directly")
     if not choice.order:
         raise ValueError(f"{choice.note}; {ask_order(choice, request)}")
-    decided = choice.order_decision.order if choice.order_decision is not None else ""
-    if decided and decided != choice.order:
+    if choice.order_decision is not None and choice.order_decision.contradicted == choice.order:
         if not trust_given_order:
             raise ValueError(_contradicted(choice, request, fix_order))
         choice = dataclasses.replace(choice, note=f"{choice.note}; scored in the {choice.order} order all the same, "
                                                   "as asked")
+        warn("%s: scored in the %s order all the same, as asked, although %s: %s", request.name, choice.order,
+             choice.order_decision.contradiction, choice.order_decision.evidence)
     if choice.attack != CUSTOM:
         layout = _standard_layout(choice.attack, choice.direction, choice.order, tuple(captions_per_image),
                                   adversarial_per_image)
@@ -395,11 +406,11 @@ def _plan_one(request, captions_per_image, adversarial_per_image, attacks, custo
 
 def _contradicted(choice: LayoutChoice, request: ScoreRequest,
                   fix_order: Callable[[LayoutChoice, ScoreRequest], str]) -> str:
-    """Why a stated order is refused: the scores clearly show the other one, and the counts that show it."""
+    """Why a stated order is refused: the scores are significantly against it, and the counts that show it."""
     stated = "given" if request.order else "stated in the file name"
-    decided = choice.order_decision.order
-    return (f"{choice.attack} image-to-text gallery: the {choice.order} order is {stated}, but the scores decide the "
-            f"{decided} order: {choice.order_decision.evidence}. Scored in the {choice.order} order, each query's "
+    decision = choice.order_decision
+    return (f"{choice.attack} image-to-text gallery: the {choice.order} order is {stated}, but "
+            f"{decision.contradiction}: {decision.evidence}. Scored in the {choice.order} order, each query's "
             f"ground truth would be other captions than those its scores pick out; {fix_order(choice, request)}")
 
 

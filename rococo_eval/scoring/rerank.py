@@ -62,6 +62,7 @@ from tqdm.auto import tqdm
 
 from rococo_eval.catalog import IMAGE_TO_TEXT
 from rococo_eval.io.atomic import checked_stem, open_cache_folder, read_checked, write_checked
+import rococo_eval.validity as validity
 from rococo_eval.layout import gallery_vectors
 from rococo_eval.processes import ONE, share
 
@@ -129,7 +130,7 @@ class PairStore:
                                      "content in its name)")
                 self._pending.append(_read_pairs(path))
             except (OSError, ValueError) as error:
-                logger.warning("ITM cache shard %s is dropped (its pairs are computed again): %s", path, error)
+                validity.warn("ITM cache shard %s is dropped (its pairs are computed again): %s", path, error)
                 if not self.shard_suffix:  # while other processes write, an unreadable shard is left alone
                     path.unlink(missing_ok=True)
                 else:  # left alone, and read (and reported) once

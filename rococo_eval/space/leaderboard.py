@@ -32,7 +32,8 @@ What a submission may be:
 - only files that agree: the clean R@K that the rows of one direction give (the clean gallery's ``recall@K``, every
   attacked gallery's ``clean_recall@K``) must be equal, as one model's files give them
   (:func:`rococo_eval.scoring.consistency.disagreements`; a re-ranker's rows, marked ``reranked``, are not compared,
-  and give no clean column: their attacked galleries re-rank other candidates than the clean one).
+  and give no clean column: their attacked galleries re-rank other candidates than the clean one; the board takes
+  them, and the message of the submission says that their check did not run).
 
 Submitted rows are self-reported: the Space scores the files uploaded, and cannot know that they came from the
 model named. The board marks them ``submitted``, apart from the ``published`` rows.
@@ -215,7 +216,7 @@ class Leaderboard:
                  json.dumps(results, sort_keys=True)))
         if self.copy is not None:
             self.copy.push(self)
-        return True, f"added {model} to the board"
+        return True, f"added {model} to the board" + _unchecked_note(summary_rows)
 
     def _gallery_rows(self, summary_rows: Sequence[dict]) -> list[dict]:
         """The rows of galleries, each checked against the board's galleries (seed means, which the board makes
@@ -391,6 +392,29 @@ def _check_agreement(rows: Sequence[dict]) -> None:
         raise ValueError("the files of this evaluation disagree, so they are not one model's files saved alike: "
                          + " | ".join(disagreement.message for disagreement in found)
                          + ". The board takes one model's files; evaluate them again together")
+
+
+def _unchecked_note(rows: Sequence[dict]) -> str:
+    """What an added submission's message says of its re-ranker's rows (``reranked``) that other rows of their
+    direction were not compared with: the board takes them, as the check cannot apply to them (their attacked
+    galleries re-rank other candidates than the clean one), and says that it did not run.
+
+    Example:
+        >>> rows = [{"attack": "clean", "direction": "text_to_image", "reranked": True},
+        ...         {"attack": "mix_seed1", "direction": "text_to_image", "reranked": True, "file": "blip_mix.npz"}]
+        >>> _unchecked_note(rows)  # doctest: +ELLIPSIS
+        "; the clean numbers of clean/text_to_image, mix_seed1/text_to_image (blip_mix.npz) were not compared: ..."
+        >>> _unchecked_note(rows[:1])
+        ''
+    """
+    directions = [str(row.get("direction", "")) for row in rows]
+    unchecked = [gallery_key(str(row.get("attack", "")), direction) + (f" ({row['file']})" if row.get("file") else "")
+                 for row, direction in zip(rows, directions) if row.get("reranked") and directions.count(direction) > 1]
+    if not unchecked:
+        return ""
+    return (f"; the clean numbers of {', '.join(unchecked)} were not compared: a re-ranker's attacked galleries "
+            "re-rank other candidates than its clean one, so their clean parts may differ by right (the board's "
+            "clean column comes from the clean gallery alone)")
 
 
 def rococo_galleries(captions_per_image: Sequence[int], attacks: Sequence[str] = ATTACKS) -> dict[str, tuple[int, int]]:

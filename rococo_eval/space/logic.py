@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Sequence
 
 import pandas as pd
 
+import rococo_eval.validity as validity
 from rococo_eval.catalog import ATTACKS, IMAGE_TO_TEXT, gallery_key
 from rococo_eval.layout import ADVERSARIAL_PER_IMAGE, caption_offsets
 from rococo_eval.reporting import analysis, report
@@ -201,7 +202,9 @@ def choose_order(paths: Sequence[str] | None, layouts, attack: str, order: str,
         >>> table = [["m_danger.npy", "danger", "image_to_text", "", "…: choose the order, …"]]
         >>> row = choose_order([str(path)], table, "danger", "dataset", [5, 6, 5])[0]
         >>> row[3], row[4].split(";")[0]
-        ('dataset', 'danger image-to-text gallery in the dataset order, as chosen')
+        ('dataset', 'danger image-to-text gallery in the dataset order (shape (3, 31)')
+        >>> row[4].split(";")[1]
+        ' attack named in the file name, direction read from the shape, order given)'
     """
     by_name = {Path(path).name: path for path in paths or []}
     rows = [(cells + [""] * len(LAYOUT_HEADERS))[:len(LAYOUT_HEADERS)] for cells in
@@ -236,7 +239,8 @@ def evaluate_files(paths: Sequence[str] | None, layouts=None, references: str | 
 
     An order stated in the table (or in a file's name) that the file's scores clearly contradict is refused with the
     evidence, unless ``trust_given_order`` (the page's :data:`TRUST_ORDER_LABEL`). Files whose clean numbers
-    disagree (:mod:`rococo_eval.scoring.consistency`) are scored, and the message and the report's ``meta`` say so;
+    disagree (:mod:`rococo_eval.scoring.consistency`) are scored, and the message and the report's ``meta`` say so
+    (as they say every validity warning, :mod:`rococo_eval.validity`, in ``meta["warnings"]``);
     their rows never reach the leaderboard (:meth:`rococo_eval.space.leaderboard.Leaderboard.submit` refuses them).
     The message says how long reading and scoring the files took. Rows of a re-ranker's files carry
     ``reranked: True``, so that the leaderboard does not compare their clean parts.
@@ -254,16 +258,17 @@ def evaluate_files(paths: Sequence[str] | None, layouts=None, references: str | 
     chosen = _layout_rows(layouts, names)
     requests = [ScoreRequest(path, name, *(chosen.get(name, []) + ["", "", ""])[:3])
                 for path, name in zip(paths, names)]
-    plans, problems = plan_each(requests, captions_per_image, adversarial_per_image=adversarial_per_image,
-                                attacks=attacks, custom=True, references=references, adversarial=adversarial,
-                                ask_order=_ask_order_in_table, read_off_level=logging.INFO,
-                                trust_given_order=trust_given_order, fix_order=_fix_order_in_table)
-    scored, refused = score_each(plans, options)
-    problems += refused
-    if not scored:
-        raise PlanError(problems)
-    plans = [planned for planned in plans if planned.key in scored]
-    disagreements = disagreements_of(plans, scored)
+    with validity.recorded() as warnings:
+        plans, problems = plan_each(requests, captions_per_image, adversarial_per_image=adversarial_per_image,
+                                    attacks=attacks, custom=True, references=references, adversarial=adversarial,
+                                    ask_order=_ask_order_in_table, read_off_level=logging.INFO,
+                                    trust_given_order=trust_given_order, fix_order=_fix_order_in_table)
+        scored, refused = score_each(plans, options)
+        problems += refused
+        if not scored:
+            raise PlanError(problems)
+        plans = [planned for planned in plans if planned.key in scored]
+        disagreements = disagreements_of(plans, scored)
     seconds = time.perf_counter() - started
     rows = report.summary_rows({key: result.metrics for key, result in scored.items()})
     files = {planned.key: planned.request.name for planned in plans}
@@ -272,21 +277,27 @@ def evaluate_files(paths: Sequence[str] | None, layouts=None, references: str | 
         row["file"] = files.get(key, "")
         if key in scored and scored[key].reranked:
             row["reranked"] = True
-    message = _scored_message(plans, disagreements, problems, f"in {seconds:.2f} s, ties {ties}, bootstrap {bootstrap}")
-    meta = {**report_meta(plans, options), **report_entries(disagreements)}
+    message = _scored_message(plans, warnings, bool(disagreements), problems,
+                              f"in {seconds:.2f} s, ties {ties}, bootstrap {bootstrap}")
+    meta = {**report_meta(plans, options), **report_entries(disagreements), **validity.report_entries(warnings)}
     return Evaluation(scored, meta, rows, message, *_failures(scored, source))
 
 
-def _scored_message(plans, disagreements, problems: Sequence[str], how: str) -> str:
+def _scored_message(plans, warnings: Sequence[str], disagree: bool, problems: Sequence[str], how: str) -> str:
     """What the page says of an evaluation of score files: each file scored (``how``: the time and the settings) and
-    how its layout was read, the files that disagree, and the files not scored with why."""
+    how its layout was read, the validity warnings (:mod:`rococo_eval.validity`: files that disagree, whether they
+    ``disagree``, a check that could not run, an order scored against its scores), and the files not scored with
+    why."""
     lines = [f"- `{planned.request.name}` ({planned.info.shape[0]} x {planned.info.shape[1]}, {planned.info.dtype}"
              + (f", compact: top {planned.info.candidates} per query" if planned.info.is_compact else "") + "):"
              f" {planned.choice.note}" + _cutoffs_note(planned.cutoffs, planned.info.shape[1]) for planned in plans]
     message = f"Scored {len(plans)} file(s) {how}:\n" + "\n".join(lines)
-    if disagreements:
-        message += (f"\n\nThe files disagree ({len(disagreements)}), so they are not one model's files saved alike; "
-                    "the leaderboard refuses them:\n" + "\n".join(f"- {found.message}" for found in disagreements))
+    if warnings:
+        message += ("\n\nWarnings about these numbers (the report records them too):\n"
+                    + "\n".join(f"- {warning}" for warning in warnings))
+    if disagree:
+        message += ("\n\nThe files disagree, so they are not one model's files saved alike: the leaderboard refuses "
+                    "them.")
     if problems:
         message += f"\n\nNot scored ({len(problems)}):\n" + "\n".join(f"- {problem}" for problem in problems)
     return message
@@ -326,7 +337,7 @@ def _ask_order_in_table(choice, request) -> str:
 
 def _fix_order_in_table(choice, request) -> str:
     """How the Space says to fix a stated order that the scores contradict: the other order, or the override."""
-    return (f"choose {choice.order_decision.order} from its order list under the layout table, or tick "
+    return (f"choose {choice.order_decision.favoured} from its order list under the layout table, or tick "
             f"“{TRUST_ORDER_LABEL}” to score it in the {choice.order} order all the same")
 
 

@@ -80,3 +80,14 @@ def test_a_cache_folder_is_made_with_its_manifest_and_refuses_another(tmp_path):
         open_cache_folder(folder, {"model": "b", "count": 3}, "ITM scores")
     assert str(caught.value) == f"cache folder {str(folder)!r} holds other ITM scores ({manifest}); remove it"
     assert json.loads((folder / "manifest.json").read_text()) == manifest
+
+
+def test_a_damaged_manifest_is_written_anew_with_a_warning_about_the_numbers(tmp_path):
+    """Issue 39: a damaged cache file is a validity warning, which the report records and --quiet keeps."""
+    from rococo_eval.validity import recorded
+
+    (tmp_path / "manifest.json").write_text("{not json")
+    with recorded() as found:
+        open_cache_folder(tmp_path, {"model": "a"}, "embeddings")
+    assert len(found) == 1 and found[0].startswith(f"{tmp_path / 'manifest.json'} is damaged (")
+    assert found[0].endswith("): written anew")

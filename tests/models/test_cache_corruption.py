@@ -173,9 +173,11 @@ def test_a_run_on_a_damaged_cache_gives_the_same_report(hf_name, blip_name, benc
                 data[60] ^= 0xFF
             path.write_bytes(bytes(data))
         caplog.clear()
-        assert main(arguments + ["--out", str(tmp_path / "second")]) == 0  # not quiet: it warns
+        assert main(arguments + ["--out", str(tmp_path / "second"), "--quiet"]) == 0  # quiet, and still it warns
         err = caplog.text
         first, second = (json.loads((tmp_path / name / "report.json").read_text()) for name in ("first", "second"))
         assert first["results"] == second["results"], model
+        assert "warnings" not in first["meta"]
         for path in finished[:2] + pairs[:3]:
             assert str(path) in err, path
+            assert any(str(path) in warning for warning in second["meta"]["warnings"]), path  # issue 39

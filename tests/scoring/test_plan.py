@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 
 import numpy as np
@@ -132,3 +133,42 @@ def test_a_stated_order_that_the_scores_contradict_is_refused_with_the_evidence_
         assert report_meta([planned])["files"]["rand_voca/image_to_text"]["note"] == planned.choice.note
     [agreeing] = plan_score_files([ScoreRequest(tmp_path / "m_rand_voca.npy", order="official")], DECIDING_CAPTIONS)
     assert agreeing.choice.order == "official" and "all the same" not in agreeing.choice.note
+
+
+def test_a_stated_order_that_the_scores_are_significantly_against_is_refused(tmp_path):
+    """Issue 39: below the decision's 90%, 61 of 79 informative queries against the stated order (p = 6.3e-7) are
+    refused with the counts and the test; 60 (p = 2.1e-6) are scored as stated; trusted, a refused order is scored
+    with a validity warning."""
+    from helpers.order_votes import plant_votes
+    from helpers.space_app import DECIDING_CAPTIONS
+    from rococo_eval.layout import image_to_text_layout
+    from rococo_eval.validity import recorded
+
+    layout = image_to_text_layout(DECIDING_CAPTIONS, order="official")
+    for official, dataset in ((61, 18), (60, 19)):
+        path = tmp_path / f"m{official}_rand_voca.npy"
+        np.save(path, plant_votes(np.zeros((layout.num_queries, layout.num_gallery), np.float32), DECIDING_CAPTIONS,
+                                  official, dataset))
+    refused = ScoreRequest(tmp_path / "m61_rand_voca.npy", "m61_rand_voca.npy", order="dataset")
+    with pytest.raises(PlanError) as raised:
+        plan_score_files([refused], DECIDING_CAPTIONS)
+    assert raised.value.problems == [
+        "m61_rand_voca.npy: rand_voca image-to-text gallery: the dataset order is given, but the scores are against "
+        "the dataset order (one-sided sign test: p = 6.3e-07, below the 1e-06 level): 61 of 80 sampled queries score "
+        "their official-order ground truth higher, 18 their dataset-order one. Scored in the dataset order, each "
+        "query's ground truth would be other captions than those its scores pick out; give the official order, or "
+        "pass `trust_given_order=True` to score it in the dataset order all the same"]
+    [other] = plan_score_files([dataclasses.replace(refused, order="official")], DECIDING_CAPTIONS)
+    assert other.choice.order == "official"
+    with recorded() as warnings:
+        [accepted] = plan_score_files([ScoreRequest(tmp_path / "m60_rand_voca.npy", order="dataset")],
+                                      DECIDING_CAPTIONS)
+        assert accepted.choice.order == "dataset" and warnings == []
+        assert "; the scores do not decide the order (of 80 sampled queries, 60 score their official-order ground " \
+               "truth higher and 19 their dataset-order ground truth; deciding takes" in accepted.choice.note
+        [trusted] = plan_score_files([refused], DECIDING_CAPTIONS, trust_given_order=True)
+    assert trusted.choice.order == "dataset" and trusted.choice.note.endswith("all the same, as asked")
+    assert warnings == ["m61_rand_voca.npy: scored in the dataset order all the same, as asked, although the scores "
+                        "are against the dataset order (one-sided sign test: p = 6.3e-07, below the 1e-06 level): 61 "
+                        "of 80 sampled queries score their official-order ground truth higher, 18 their dataset-order "
+                        "one"]

@@ -300,7 +300,7 @@ def test_compact_files_are_scored_exactly_as_the_run_and_are_smaller(saved_score
     assert {planned.key for planned in plans} == set(results)
     assert all(planned.info.is_compact and planned.info.candidates == k for planned in plans)
     notes = {planned.key: planned.choice.note for planned in plans}
-    assert "as the file name says; the scores do not decide" in notes["rand_voca/image_to_text"]  # scores were read
+    assert "order named in the file name); the scores do not decide" in notes["rand_voca/image_to_text"]  # read
     assert_same_results(score_planned(plans), results)
     for key, path in paths.items():
         compact = read_top_k(path)
@@ -359,7 +359,7 @@ def test_run_then_score_reads_the_saved_matrices_back(blip_name, source, coco_ro
         for name in ("recall@1", "recall@5", "recall@10", "r_mean", "false_rate", "clean_recall@1"):
             assert rescored["results"][key][name] == output[name], (key, name)
     note = rescored["meta"]["files"]["rand_voca/image_to_text"]["note"]
-    assert "in the official order, as the file name says" in note
+    assert "in the official order (shape (5000, 50010); attack, direction and order named in the file name)" in note
 
 
 def test_pair_store_drops_a_torn_shard_and_refuses_another_models_folder(tmp_path):

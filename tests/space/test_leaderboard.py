@@ -371,7 +371,10 @@ def test_a_rerankers_rows_are_not_compared_and_give_no_clean_column(tmp_path):
     board = board_at(tmp_path / "board.sqlite3")
     reranked = [dict(row, reranked=True, **({"clean_recall@1": 53.0} if row["attack"] == "danger" else {}))
                 for row in ROWS if row["direction"] == "image_to_text"]
-    assert board.submit(reranked, model="blip")[0]
+    added, message = board.submit(reranked, model="blip")
+    assert added and message.startswith(  # issue 39: the check that did not run is said
+        "added blip to the board; the clean numbers of "
+        + ", ".join(row["attack"] + "/image_to_text" for row in reranked) + " were not compared: a re-ranker's attacked galleries re-rank other candidates than its clean one")
     attacked_only = [row for row in reranked if row["attack"] != "clean"]
     assert board.submit(attacked_only, model="blip, attacks only")[0]
     rows = {row["model"]: row for row in board.rows(kind=SUBMITTED)}

@@ -96,3 +96,81 @@ def test_a_rerankers_rows_are_marked_for_the_leaderboard(tmp_path):
     evaluation = logic.evaluate_files([str(path) for path in paths], captions_per_image=CAPTIONS)
     assert [row.get("reranked") for row in evaluation.rows] == [True, True]
     assert "disagree" not in evaluation.message and "consistency" not in evaluation.meta
+    # issue 39: the check that did not run is said, in the message and the report
+    warning = ("the clean numbers of blip_clean_text_to_image.npz, blip_mix_seed1_text_to_image.npz were not checked "
+               "against the other files of their direction: a re-ranker's scores (compact files, or a fill block), "
+               "whose attacked galleries re-rank other candidates than the clean one, so their clean parts may differ "
+               "by right")
+    assert_warned(evaluation, warning, tmp_path)
+
+
+def test_the_space_refuses_a_stated_order_that_the_scores_are_significantly_against(tmp_path):
+    """Issue 39, through the Space's logic: the order stated in the layout table is refused when 61 of the 79
+    informative sampled queries are against it (p = 6.3e-7), taken at 60 (p = 2.1e-6), and the checkbox scores a
+    refused order with a warning in the message and the report."""
+    from helpers.order_votes import plant_votes
+    from helpers.space_app import DECIDING_CAPTIONS
+    from rococo_eval.layout import image_to_text_layout
+
+    layout = image_to_text_layout(DECIDING_CAPTIONS, order="official")
+    for official, dataset in ((61, 18), (60, 19)):
+        np.save(tmp_path / f"m{official}_rand_voca.npy",
+                plant_votes(np.zeros((layout.num_queries, layout.num_gallery), np.float32), DECIDING_CAPTIONS,
+                            official, dataset))
+    refused, accepted = (str(tmp_path / f"m{official}_rand_voca.npy") for official in (61, 60))
+    table = [["m61_rand_voca.npy", "rand_voca", "image_to_text", "dataset"]]
+    with pytest.raises(plan.PlanError) as raised:
+        logic.evaluate_files([refused], table, captions_per_image=DECIDING_CAPTIONS)
+    assert raised.value.problems == [
+        "m61_rand_voca.npy: rand_voca image-to-text gallery: the dataset order is given, but the scores are against "
+        "the dataset order (one-sided sign test: p = 6.3e-07, below the 1e-06 level): 61 of 80 sampled queries score "
+        "their official-order ground truth higher, 18 their dataset-order one. Scored in the dataset order, each "
+        "query's ground truth would be other captions than those its scores pick out; choose official from its "
+        f"order list under the layout table, or tick “{logic.TRUST_ORDER_LABEL}” to score it in the dataset order all "
+        "the same"]
+    other = logic.evaluate_files([refused], [table[0][:3] + ["official"]], captions_per_image=DECIDING_CAPTIONS)
+    assert other.meta["files"]["rand_voca/image_to_text"]["order"] == "official" and "Warnings" not in other.message
+    taken = logic.evaluate_files([accepted], [["m60_rand_voca.npy", "rand_voca", "image_to_text", "dataset"]],
+                                 captions_per_image=DECIDING_CAPTIONS)
+    assert taken.meta["files"]["rand_voca/image_to_text"]["order"] == "dataset" and "warnings" not in taken.meta
+    assert "the scores do not decide the order (of 80 sampled queries, 60 score" in taken.message
+
+    trusted = logic.evaluate_files([refused], table, captions_per_image=DECIDING_CAPTIONS, trust_given_order=True)
+    warning = ("m61_rand_voca.npy: scored in the dataset order all the same, as asked, although the scores are "
+               "against the dataset order (one-sided sign test: p = 6.3e-07, below the 1e-06 level): 61 of 80 "
+               "sampled queries score their official-order ground truth higher, 18 their dataset-order one")
+    assert_warned(trusted, warning, tmp_path)
+
+
+def assert_warned(evaluation, warning, folder):
+    """``evaluation`` has the one validity warning ``warning``: in its meta, its message and its report.md."""
+    assert evaluation.meta["warnings"] == [warning]
+    assert f"Warnings about these numbers (the report records them too):\n- {warning}" in evaluation.message
+    logic.write_outputs(evaluation, folder)
+    assert f"## Warnings\n\n- {warning}\n" in (folder / "report.md").read_text()
+
+
+def test_a_files_note_is_the_same_when_detected_and_when_given_back(tmp_path):
+    """Issue 39: the layout table's note said "as the file name says" and the evaluation's "as chosen" for the same
+    file, whose layout the table only gave back as detected. Each note says where each part came from (the file
+    name, the shape, the scores, or given), whichever way the layout arrived."""
+    from helpers.space_app import DECIDING_CAPTIONS, clear_scores
+
+    paths = []
+    for attack, order, name in (("danger", "dataset", "vit_danger_dataset_order.npy"),
+                                ("rand_voca", "official", "vit_rand_voca.npy")):
+        paths.append(str(tmp_path / name))
+        np.save(paths[-1], clear_scores(attack, order)[1])
+    rows = logic.detect_layouts(paths, DECIDING_CAPTIONS)
+    notes = [row[4] for row in rows]
+    assert notes[0].startswith("danger image-to-text gallery in the dataset order (shape (80, 801); attack and order "
+                               "named in the file name, direction read from the shape); the scores decide the dataset")
+    assert notes[1].startswith("rand_voca image-to-text gallery in the official order (shape (80, 801); attack named "
+                               "in the file name, direction read from the shape, order read from the scores); the "
+                               "scores decide the official")
+    evaluation = logic.evaluate_files(paths, rows, captions_per_image=DECIDING_CAPTIONS)
+    assert [file["note"] for file in evaluation.meta["files"].values()] == notes
+    assert all(f"): {note}" in evaluation.message for note in notes)
+    attack_only = logic.evaluate_files(paths[1:], [["vit_rand_voca.npy", "rand_voca", "", ""]],
+                                       captions_per_image=DECIDING_CAPTIONS)
+    assert attack_only.meta["files"]["rand_voca/image_to_text"]["note"] == notes[1]

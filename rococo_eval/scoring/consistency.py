@@ -183,6 +183,32 @@ def disagreements(results: Mapping[str, Any], files: Optional[Mapping[str, str]]
     return found
 
 
+def not_compared(files: Mapping[str, str], reranked: Collection[str]) -> str:
+    """What to say of the re-ranker's galleries (``reranked``, gallery keys) that :func:`disagreements` leaves out
+    although other galleries of their direction are there (``files``: the name of every gallery evaluated, by its
+    key): their check did not run; ``""`` when there is none. The command, the Space and the leaderboard say it in
+    these words.
+
+    Example:
+        >>> files = {"clean/text_to_image": "t2i.npz", "mix_seed1/text_to_image": "mix.npz",
+        ...          "clean/image_to_text": "i2t.npz"}
+        >>> print(not_compared(files, reranked=files))  # doctest: +NORMALIZE_WHITESPACE
+        the clean numbers of mix.npz, t2i.npz were not checked against the other files of their direction: a
+        re-ranker's scores (compact files, or a fill block), whose attacked galleries re-rank other candidates than
+        the clean one, so their clean parts may differ by right
+        >>> not_compared(files, reranked=["clean/image_to_text"])  # alone in its direction: nothing to compare with
+        ''
+    """
+    directions = [key.partition("/")[2] for key in files]
+    names = sorted(files[key] for key, direction in zip(files, directions)
+                   if key in reranked and directions.count(direction) > 1)
+    if not names:
+        return ""
+    return (f"the clean numbers of {', '.join(names)} were not checked against the other files of their direction: a "
+            "re-ranker's scores (compact files, or a fill block), whose attacked galleries re-rank other candidates "
+            "than the clean one, so their clean parts may differ by right")
+
+
 def report_entries(found: Collection[Disagreement]) -> dict[str, Any]:
     """What a report's ``meta`` records of the disagreements: ``consistency``, only when there are some (a report of
     files that agree is the same as before this check).

@@ -52,7 +52,7 @@ from rococo_eval.detection import CUSTOM, LayoutChoice, choose_layout
 from rococo_eval.io import scorefiles
 from rococo_eval.layout import ADVERSARIAL_PER_IMAGE, GalleryLayout, gallery_layout, recall_cutoffs
 from rococo_eval.results import GalleryResult
-from rococo_eval.scoring.consistency import Disagreement, disagreements, has_fill_block
+from rococo_eval.scoring.consistency import Disagreement, disagreements, has_fill_block, not_compared
 from rococo_eval.validity import warn
 from rococo_recall import TIE_POLICIES
 
@@ -334,13 +334,10 @@ def disagreements_of(plans: Sequence[PlannedFile], results: Mapping[str, Gallery
                           reranked={key for key, result in results.items() if result.reranked})
     for disagreement in found:
         warn("the files disagree: %s", disagreement.message)
-    directions = [planned.key.partition("/")[2] for planned in scored]
-    skipped = sorted(planned.request.name for planned, direction in zip(scored, directions)
-                     if results[planned.key].reranked and directions.count(direction) > 1)
-    if skipped:
-        warn("the clean numbers of %s were not checked against the other files of their direction: a re-ranker's "
-             "scores (compact files, or a fill block), whose attacked galleries re-rank other candidates than the "
-             "clean one, so their clean parts may differ by right", ", ".join(skipped))
+    unchecked = not_compared({planned.key: planned.request.name for planned in scored},
+                             reranked={key for key, result in results.items() if result.reranked})
+    if unchecked:
+        warn("%s", unchecked)
     return found
 
 

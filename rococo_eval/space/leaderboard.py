@@ -86,7 +86,7 @@ from rococo_eval.catalog import ATTACKS, CLEAN, IMAGE_ATTACKS, TEXT_ATTACKS, gal
 from rococo_eval.layout import gallery_shape
 from rococo_eval.models import adapters
 from rococo_eval.reporting.report import REFERENCE_RESULTS, VSE_INFINITY
-from rococo_eval.scoring.consistency import disagreements
+from rococo_eval.scoring.consistency import disagreements, not_compared
 
 logger = logging.getLogger(__name__)
 
@@ -385,7 +385,7 @@ class HubCopy:
 
 def _check_agreement(rows: Sequence[dict]) -> None:
     """Refuse rows whose clean numbers disagree (files of different models, or saved in different dtypes)."""
-    keyed = {gallery_key(str(row.get("attack", "")), str(row.get("direction", ""))): row for row in rows}
+    keyed = _by_gallery(rows)
     found = disagreements(keyed, {key: str(row.get("file") or "") for key, row in keyed.items()},
                           reranked={key for key, row in keyed.items() if row.get("reranked")})
     if found:
@@ -396,25 +396,27 @@ def _check_agreement(rows: Sequence[dict]) -> None:
 
 def _unchecked_note(rows: Sequence[dict]) -> str:
     """What an added submission's message says of its re-ranker's rows (``reranked``) that other rows of their
-    direction were not compared with: the board takes them, as the check cannot apply to them (their attacked
-    galleries re-rank other candidates than the clean one), and says that it did not run.
+    direction were not compared with (:func:`rococo_eval.scoring.consistency.not_compared`, the words of the command
+    and of the evaluation's message): the board takes them, as the check cannot apply to them, and says that it did
+    not run.
 
     Example:
         >>> rows = [{"attack": "clean", "direction": "text_to_image", "reranked": True},
         ...         {"attack": "mix_seed1", "direction": "text_to_image", "reranked": True, "file": "blip_mix.npz"}]
         >>> _unchecked_note(rows)  # doctest: +ELLIPSIS
-        "; the clean numbers of clean/text_to_image, mix_seed1/text_to_image (blip_mix.npz) were not compared: ..."
+        "; the clean numbers of blip_mix.npz, clean/text_to_image were not checked against the other files of ..."
         >>> _unchecked_note(rows[:1])
         ''
     """
-    directions = [str(row.get("direction", "")) for row in rows]
-    unchecked = [gallery_key(str(row.get("attack", "")), direction) + (f" ({row['file']})" if row.get("file") else "")
-                 for row, direction in zip(rows, directions) if row.get("reranked") and directions.count(direction) > 1]
-    if not unchecked:
-        return ""
-    return (f"; the clean numbers of {', '.join(unchecked)} were not compared: a re-ranker's attacked galleries "
-            "re-rank other candidates than its clean one, so their clean parts may differ by right (the board's "
-            "clean column comes from the clean gallery alone)")
+    keyed = _by_gallery(rows)
+    unchecked = not_compared({key: str(row.get("file") or key) for key, row in keyed.items()},
+                             reranked={key for key, row in keyed.items() if row.get("reranked")})
+    return f"; {unchecked} (the board's clean column comes from the clean gallery alone)" if unchecked else ""
+
+
+def _by_gallery(rows: Sequence[dict]) -> dict[str, dict]:
+    """The submitted ``rows`` by gallery key (``"attack/direction"``), as the agreement check reads them."""
+    return {gallery_key(str(row.get("attack", "")), str(row.get("direction", ""))): row for row in rows}
 
 
 def rococo_galleries(captions_per_image: Sequence[int], attacks: Sequence[str] = ATTACKS) -> dict[str, tuple[int, int]]:

@@ -131,6 +131,17 @@ def check_direction(attack: str, direction: str) -> str:
     return direction
 
 
+def direction_text(direction: str) -> str:
+    """A direction as every table, heading and message shows it: ``image-to-text`` (hyphens, which a narrow column
+    may wrap at).
+
+    Example:
+        >>> direction_text("image_to_text")
+        'image-to-text'
+    """
+    return direction.replace("_", "-")
+
+
 def gallery_key(attack: str, direction: str) -> str:
     """The key of one gallery's results: ``"<attack>/<direction>"``.
 

@@ -77,7 +77,15 @@ from pathlib import Path
 
 import numpy as np
 
-from rococo_eval.catalog import ATTACKS, CLEAN, DIRECTIONS, IMAGE_TO_TEXT, TEXT_TO_IMAGE, attack_direction
+from rococo_eval.catalog import (
+    ATTACKS,
+    CLEAN,
+    DIRECTIONS,
+    IMAGE_TO_TEXT,
+    TEXT_TO_IMAGE,
+    attack_direction,
+    direction_text,
+)
 from rococo_eval.layout import (
     ADVERSARIAL_PER_IMAGE,
     ORDERS,
@@ -520,7 +528,7 @@ from the shape)'
     sources = ", ".join(f"{', '.join(names[:-1])} and {names[-1]} {where}" if len(names) > 1 else f"{names[0]} {where}"
                         for where, names in by_source.items())
     in_order = f" in the {order} order" if order else ""
-    return f"{attack} {direction.replace('_', '-')} gallery{in_order} (shape {shape}; {sources})"
+    return f"{attack} {direction_text(direction)} gallery{in_order} (shape {shape}; {sources})"
 
 
 def _best_reference_score(scores, rows, references) -> np.ndarray:

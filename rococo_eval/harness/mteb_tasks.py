@@ -67,6 +67,7 @@ from rococo_eval.catalog import (
     IMAGE_TO_TEXT,
     TEXT_ATTACKS,
     TEXT_TO_IMAGE,
+    direction_text,
     gallery_direction,
     gallery_key,
     select_attacks,
@@ -276,7 +277,7 @@ def task_metadata(attack: str, direction: str, dataset: str, revision: str) -> T
             f"{'captions (one word replaced)' if direction == IMAGE_TO_TEXT else 'images (mixed or patched)'}")
     return TaskMetadata(
         name=TASK_NAME.format(attack=attack, short=SHORT_DIRECTIONS[direction]),
-        description=(f"RoCOCO {direction.replace('_', '-')} retrieval on {what}. Adversarial items are never "
+        description=(f"RoCOCO {direction_text(direction)} retrieval on {what}. Adversarial items are never "
                      "relevant; the main score is hit rate at 1 (Recall@1), and RoCOCO's own numbers (clean R@1, "
                      "false rate, attack success rate) are the rococo_ scores."),
         reference="https://arxiv.org/abs/2304.10727",

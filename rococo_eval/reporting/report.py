@@ -31,7 +31,15 @@ from typing import Mapping
 import numpy as np
 
 from rococo_eval.attacks.replacements import highlight
-from rococo_eval.catalog import CLEAN, DIRECTIONS, IMAGE_ATTACK_METHODS, TEXT_ATTACKS, TEXT_TO_IMAGE, parse_image_attack
+from rococo_eval.catalog import (
+    CLEAN,
+    DIRECTIONS,
+    IMAGE_ATTACK_METHODS,
+    TEXT_ATTACKS,
+    TEXT_TO_IMAGE,
+    direction_text,
+    parse_image_attack,
+)
 from rococo_eval.data.annotations import OFFICIAL_COMMIT, OFFICIAL_REPOSITORY
 from rococo_eval.data.source import ROCOCO_CARD_DATASET
 from rococo_eval.io.atomic import write_atomic, write_json
@@ -254,8 +262,9 @@ def summary_rows(results: dict[str, dict]) -> list[dict]:
 
 def format_rows(rows) -> tuple[list[str], list[list[str]]]:
     """Headers and cells of a table of ``rows``: only columns some row has, as every table shows them: numbers with
-    :data:`DECIMALS` decimals (:func:`percent_text`), directions hyphenated (:func:`direction_text`), ``n/a`` where a
-    number is not defined (the false rate and attack success of a clean gallery, which has no adversarial item).
+    :data:`DECIMALS` decimals (:func:`percent_text`), directions hyphenated
+    (:func:`~rococo_eval.catalog.direction_text`), ``n/a`` where a number is not defined (the false rate and attack
+    success of a clean gallery, which has no adversarial item).
     :func:`legend` says what the columns mean.
 
     A value with an interval shows it beside it: ``37.00 [35.61, 38.42]`` (95% CI), ``21.00 (19.00–24.00)`` (range
@@ -280,16 +289,6 @@ def percent_text(value) -> str:
     """
     value = float(value)
     return NOT_DEFINED if math.isnan(value) else f"{value:.{DECIMALS}f}"
-
-
-def direction_text(direction: str) -> str:
-    """A direction as every table and heading shows it: ``image-to-text`` (hyphens, which a narrow column may wrap at).
-
-    Example:
-        >>> direction_text("image_to_text")
-        'image-to-text'
-    """
-    return direction.replace("_", "-")
 
 
 def legend(rows=None) -> str:

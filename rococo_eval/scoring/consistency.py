@@ -47,7 +47,7 @@ from typing import Any, Collection, Mapping, Optional
 
 import numpy as np
 
-from rococo_eval.catalog import CLEAN
+from rococo_eval.catalog import CLEAN, direction_text
 
 FILL_SAMPLE_ROWS = 8
 FILL_MIN_SHARE = 0.1
@@ -118,7 +118,7 @@ class Disagreement:
             groups.setdefault(numbers.recalls[cutoff], []).append(numbers)
         values = "; ".join(f"{group[0].shown(cutoff)} from {', '.join(numbers.label for numbers in group)}"
                            for group in groups.values())
-        text = (f"{self.direction.replace('_', '-')}: the clean R@{cutoff} differs between files: {values}"
+        text = (f"{direction_text(self.direction)}: the clean R@{cutoff} differs between files: {values}"
                 + (f" (R@{', R@'.join(map(str, self.cutoffs[1:]))} differ too)" if self.cutoffs[1:] else "")
                 + ". One model's files give equal clean numbers: each ranks the same queries over the same clean "
                   "items with the same scores")

@@ -52,7 +52,7 @@ from rococo_recall import TIE_POLICIES
 # images or a small table, so 4 keep the page responsive for several users in little memory. Evaluations have
 # their own limit, `concurrency`.
 LIGHT_REQUEST_CONCURRENCY = 4
-# The results table's columns (file, attack, direction, clean R@1, 3 recalls, R_mean, false rate, attack success),
+# The results table's columns (file, attack, direction, clean R@1, 3 recalls, r_mean, false rate, attack success),
 # wide enough for their numbers and for their headers to wrap between words, 1,112 px in all: the table fits a
 # 1280 px page (a wider one, with intervals, scrolls inside its frame).
 _RESULTS_WIDTHS = ["260px", "140px", "110px"] + ["86px"] * 7

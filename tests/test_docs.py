@@ -202,3 +202,18 @@ def test_no_name_in_a_table_breaks_across_lines_at_1280_px(site, browser):
     tab.close()
     assert names > 100
     assert not broken, broken
+
+
+def test_the_pages_name_each_column_as_the_tables_label_it():
+    """Issue 39, item 7 (one spelling): a page names a results column as the tables and their legend label it
+    (``r_mean``, not ``R_mean``)."""
+    from rococo_eval.reporting.report import format_rows
+
+    row = {"attack": "danger", "direction": "image_to_text", "clean_recall@1": 1.0, "clean_r_mean": 1.0,
+           "recall@1": 1.0, "r_mean": 1.0, "false_rate": 1.0, "attack_success_rate": 1.0}
+    labels = [label for label in format_rows([row])[0] if re.search(r"[_@]", label)]
+    assert labels == ["clean R@1", "clean r_mean", "R@1", "r_mean"]
+    misspelt = [(page.name, found.group(0)) for page in sorted((ROOT / "docs").glob("*.md")) for label in labels
+                for found in re.finditer(rf"(?<![\w@]){re.escape(label)}(?![\w@])", page.read_text(), re.IGNORECASE)
+                if found.group(0) != label]
+    assert misspelt == []

@@ -27,7 +27,7 @@ logger = logging.getLogger(__name__)
 
 THUMBNAIL_PX = 128
 # what the Evaluate tab's results table leaves to the report: an attacked gallery's clean R@K beyond R@1 and clean
-# R_mean, and the counts
+# r_mean, and the counts
 _LEFT_TO_REPORT = re.compile(r"clean_(recall@(?!1(?:_|$))\d+|r_mean)(_ci|_range|_bounds)?|num_\w+")
 # The leaderboard's columns, each a short header for a column of :data:`rococo_eval.space.leaderboard.COLUMNS`: R@1
 # without attacks, the means over every text attack (image-to-text) and every image attack (text-to-image), each text
@@ -128,10 +128,10 @@ def table(rows: Sequence[dict]) -> pd.DataFrame:
 
 def results_table(rows: Sequence[dict]) -> pd.DataFrame:
     """An evaluation's summary rows as the Evaluate tab shows them, narrow enough for a 1280 px page: the file, the
-    gallery, clean R@1, the R@K, R_mean, the false rate and the attack success (:func:`table`'s cells: the direction
+    gallery, clean R@1, the R@K, r_mean, the false rate and the attack success (:func:`table`'s cells: the direction
     hyphenated, so that it wraps, and ``n/a`` for the false rate and the attack success of a clean gallery, which has
-    no attack). The clean R@5, R@10 and R_mean of an attacked gallery (the clean gallery's, when it is scored too) and
-    the counts are left to the report.
+    no attack). The clean R@5, R@10 and clean r_mean of an attacked gallery (the clean gallery's, when it is scored
+    too) and the counts are left to the report.
 
     Example:
         >>> rows = [{"attack": "clean", "direction": "image_to_text", "recall@1": 50.0, "false_rate": 0.0,

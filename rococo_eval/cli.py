@@ -446,9 +446,11 @@ def score_command(args) -> Path:
 def table_command(args) -> Path:
     """``rococo-eval table``: reports in, one comparison out (:mod:`rococo_eval.reporting.table`). Returns the
     Markdown table's path."""
-    from rococo_eval.reporting.table import comparison, read_reports, to_markdown, write_table
+    from rococo_eval.reporting.table import comparison, read_reports, to_markdown, warnings_of, write_table
 
     reports = read_reports(args.reports)
+    for warning in warnings_of(reports):  # what the reports warn of their numbers, which the comparison shows
+        validity.warn("%s", warning)
     paths = write_table(args.reports, writable_folder(args.out))
     print(to_markdown(*comparison(reports)))
     if not args.quiet:

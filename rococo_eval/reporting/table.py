@@ -5,7 +5,9 @@
 gallery in the reports' ``summary`` (:func:`rococo_eval.reporting.report.summary_rows`): the two clean galleries,
 each text attack (image-to-text), each image attack and each image method's mean over its seeds
 (text-to-image). A gallery that a report does not hold is left empty. The columns are named by gallery key
-(``rand_voca/image_to_text``; a seed mean is ``mix/text_to_image``).
+(``rand_voca/image_to_text``; a seed mean is ``mix/text_to_image``). The warnings about the numbers that a report
+records (``meta["warnings"]``, :mod:`rococo_eval.validity`) come with its row: ``table.md`` lists them
+(:func:`warnings_of`), and ``rococo-eval table`` says them on stderr.
 
 Example:
     >>> report = {"meta": {"model": "toy"}, "summary": [
@@ -95,6 +97,21 @@ def comparison(reports: Sequence[tuple[str, dict]]) -> tuple[list[str], list[dic
     return columns, rows
 
 
+def warnings_of(reports: Sequence[tuple[str, dict]]) -> list[str]:
+    """The warnings about the numbers that the ``reports`` (:func:`read_reports`) record, each after its report's
+    folder: a comparison of the numbers carries them, as each report does.
+
+    Example:
+        >>> warnings_of([("runs/a", {"meta": {"warnings": ["the files disagree: ..."]}}), ("runs/b", {"meta": {}})])
+        ['runs/a: the files disagree: ...']
+    """
+    found = []
+    for folder, document in reports:
+        warnings = (document.get("meta") or {}).get("warnings") or []
+        found += [f"{folder}: {warning}" for warning in (warnings if isinstance(warnings, list) else [warnings])]
+    return found
+
+
 def to_csv(columns: Sequence[str], rows: Sequence[dict]) -> str:
     """The comparison as CSV: ``model``, ``report``, then one column of R@1 per gallery (empty where absent).
 
@@ -166,16 +183,20 @@ def plot_comparison(columns: Sequence[str], rows: Sequence[dict], path) -> Path:
 
 
 def write_table(report_paths: Sequence, out) -> dict[str, Path]:
-    """Compare the reports at ``report_paths`` into ``out``: ``table.csv``, ``table.md`` and ``table.png``.
+    """Compare the reports at ``report_paths`` into ``out``: ``table.csv``, ``table.md`` (under a "Warnings" section
+    when a report records some: :func:`warnings_of`) and ``table.png``.
 
     Returns:
         the paths written, by kind (``csv``, ``markdown``, ``chart``; no chart without matplotlib).
     """
-    columns, rows = comparison(read_reports(report_paths))
+    reports = read_reports(report_paths)
+    columns, rows = comparison(reports)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     text = to_csv(columns, rows).encode("utf-8")
-    markdown = ("# RoCOCO comparison: R@1 (%)\n\n" + to_markdown(columns, rows) + "\n").encode("utf-8")
+    warned = "".join(f"- {warning}\n" for warning in warnings_of(reports))
+    markdown = ("# RoCOCO comparison: R@1 (%)\n\n" + (f"## Warnings\n\n{warned}\n" if warned else "")
+                + to_markdown(columns, rows) + "\n").encode("utf-8")
     paths = {"csv": write_atomic(out / "table.csv", lambda handle: handle.write(text)),
              "markdown": write_atomic(out / "table.md", lambda handle: handle.write(markdown))}
     try:

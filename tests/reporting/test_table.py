@@ -4,6 +4,8 @@ import csv
 import io
 import json
 import shutil
+import subprocess
+import sys
 
 import pytest
 
@@ -66,3 +68,21 @@ def test_what_is_not_a_report_is_refused_by_name(tmp_path, capsys, content, prob
     assert main(["table", str(tmp_path), "--out", str(tmp_path / "out")]) == 1
     error = capsys.readouterr().err
     assert problem in error and str(tmp_path) in error and not (tmp_path / "out" / "table.csv").exists()
+
+
+def test_the_warnings_of_the_reports_come_with_their_numbers(tmp_path):
+    """Issue 39, item 2: a report's warnings about its numbers (files that disagree, ...) were dropped by the
+    comparison of its numbers; `table` says them on stderr, --quiet or not, and table.md lists them."""
+    warning = "the files disagree: image-to-text: the clean R@1 differs between files"
+    for name, warnings in (("warned", [warning]), ("clean", [])):
+        (tmp_path / name).mkdir()
+        meta = {"model": name, **({"warnings": warnings} if warnings else {})}
+        summary = [{"attack": "clean", "direction": "image_to_text", "recall@1": 50.0}]
+        (tmp_path / name / "report.json").write_text(json.dumps({"meta": meta, "summary": summary}))
+    done = subprocess.run([sys.executable, "-m", "rococo_eval", "table", str(tmp_path / "warned"),
+                           str(tmp_path / "clean"), "--out", str(tmp_path / "table"), "--quiet"],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == f"rococo-eval: {tmp_path / 'warned'}: {warning}\n"
+    assert (tmp_path / "table" / "table.md").read_text().startswith(
+        f"# RoCOCO comparison: R@1 (%)\n\n## Warnings\n\n- {tmp_path / 'warned'}: {warning}\n\n| model |")

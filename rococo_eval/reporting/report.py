@@ -302,13 +302,17 @@ def legend(rows=None) -> str:
         - n/a: not defined (a clean gallery has no adversarial item: no false rate, no attack success).
         - R@K: share of the queries with a correct item among the K top-scored items of the gallery
         - false rate: share of the queries whose top-1 item is adversarial
+        >>> legend([{"attack": "clean", "recall@1": 50.0, "num_queries": 30}]).splitlines()[0]
+        '- Numbers are percentages (0 to 100), with 2 decimals, but the counts (queries).'
     """
     names = _COLUMNS if rows is None else dict.fromkeys(_generic(name) for name in _columns(rows))
     suffixes = _INTERVALS if rows is None else [suffix for suffix in _INTERVALS
                                                 if any(name.endswith(suffix) for row in rows for name in row)]
     entries = [(_COLUMNS[name][0], _COLUMNS[name][1]) for name in names if name in _COLUMNS]
     entries += [_INTERVALS[suffix] for suffix in suffixes]
-    return "\n".join([f"- Numbers are percentages (0 to 100), with {DECIMALS} decimals.",
+    counts = [_COLUMNS[name][0] for name in names if name.startswith("num_")]
+    but = f", but the counts ({', '.join(counts)})" if counts else ""
+    return "\n".join([f"- Numbers are percentages (0 to 100), with {DECIMALS} decimals{but}.",
                       f"- {NOT_DEFINED}: not defined (a clean gallery has no adversarial item: no false rate, no "
                       "attack success)."] + [f"- {term}: {meaning}" for term, meaning in entries])
 

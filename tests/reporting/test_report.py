@@ -122,7 +122,7 @@ def test_tables():
     # issue 39: one legend under both, naming what the numbers are, each column shown and each interval kind
     assert markdown[markdown.index("") + 1:] == text[text.index("") + 1:] == legend(rows).splitlines()
     assert legend(rows).splitlines() == [
-        "- Numbers are percentages (0 to 100), with 2 decimals.",
+        "- Numbers are percentages (0 to 100), with 2 decimals, but the counts (queries, gallery).",
         "- n/a: not defined (a clean gallery has no adversarial item: no false rate, no attack success).",
         "- clean R@K: R@K of the gallery without its adversarial items (the clean gallery's R@K)",
         "- R@K: share of the queries with a correct item among the K top-scored items of the gallery",
@@ -149,6 +149,17 @@ def test_every_percentage_has_two_decimals_and_a_clean_gallery_none_of_the_attac
          "own_image_wins": 0}]}, min_count=20)
     assert "| dog | 49 | 13 | 26.53 |" in markdown and "| cat | 20 | 5 | 25.00 |" in markdown
     assert "| mix | mix_seed1 | 0 | 0 | n/a | 0 |" in markdown
+
+
+def test_the_legend_does_not_call_the_counts_percentages():
+    """Issue 39, item 7: report.md's table has the counts (queries, gallery, adversarial), whole numbers, under a
+    legend whose first line said that the numbers are percentages with 2 decimals."""
+    rows = [{"attack": "danger", "direction": "image_to_text", "recall@1": 40.0, "num_queries": 30, "num_gallery": 302,
+             "num_adversarial": 150}]
+    headers, [cells] = format_rows(rows)
+    assert cells[headers.index("queries"):] == ["30", "302", "150"]
+    assert legend(rows).splitlines()[0] == ("- Numbers are percentages (0 to 100), with 2 decimals, but the counts "
+                                            "(queries, gallery, adversarial).")
 
 
 def test_write_json(tmp_path):

@@ -40,9 +40,8 @@ logger = logging.getLogger("rococo_eval")
 
 DEFAULT_OUT = "rococo-report"
 QUIET_HELP = ("drop the progress bars, the notes (what was read, how long it took) and the model libraries' "
-              "messages; never the errors, nor the warnings about the numbers (files that disagree, an order "
-              "scored against its scores, checks that could not run, damaged cache files), which the report "
-              "records too")
+              f"messages; never the errors, nor the warnings about the numbers ({', '.join(validity.KINDS)}), which "
+              "the report records too")
 _SPEC = re.compile(r"[a-z0-9_]+(:[a-z0-9_]*){0,2}")
 
 
@@ -205,7 +204,7 @@ def build_parser() -> argparse.ArgumentParser:
                                             "mean over its seeds.")
     table.add_argument("reports", nargs="+", metavar="REPORT_DIR", help="a report folder (or its report.json)")
     table.add_argument("--out", default=".", help="folder of table.csv, table.md, table.png (default: here)")
-    table.add_argument("--quiet", "-q", action="store_true", help="no notes")
+    table.add_argument("--quiet", "-q", action="store_true", help=QUIET_HELP)
     table.add_argument("--verbose", "-v", action="count", default=0, help="more log lines (-vv: debug)")
     table.set_defaults(handler=table_command)
 

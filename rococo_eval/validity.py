@@ -3,7 +3,8 @@
 A validity warning is a statement about the numbers themselves, not about the work: files of one evaluation that
 disagree on their clean gallery (:mod:`rococo_eval.scoring.consistency`), a re-ranker's files whose agreement could
 not be checked, a stated order that the scores contradict scored all the same (``--trust-order``, the Space's
-checkbox), ties that MTEB's order of items decided, a damaged cache file dropped (its items computed again). Each
+checkbox), ties that MTEB's order of items decided, a damaged cache file dropped (its items computed again), and
+the warnings that the reports compared by ``rococo-eval table`` record (:data:`KINDS` names them). Each
 goes through the one logger :data:`VALIDITY_LOGGER` (a child of ``rococo_eval``'s), whose level is set here to
 WARNING once and for all: ``rococo-eval --quiet`` lowers the package's notes to errors, and this logger keeps its
 own level, so its warnings still reach stderr (a caller who really wants them gone names this logger).
@@ -27,6 +28,9 @@ import threading
 from typing import Iterator, Sequence
 
 VALIDITY_LOGGER = "rococo_eval.validity"
+# Each kind of validity warning that the package gives, as `--quiet`'s help names what it keeps
+KINDS = ("files that disagree", "files whose agreement could not be checked", "an order scored against its scores",
+         "ties that MTEB's order decided", "damaged cache files", "the warnings of the reports compared")
 
 logger = logging.getLogger(VALIDITY_LOGGER)
 logger.setLevel(logging.WARNING)  # its own level: the package's (--quiet: errors only) does not drop these

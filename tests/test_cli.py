@@ -729,6 +729,24 @@ def test_run_interrupted_while_saving_scores_leaves_no_empty_folder(benchmark, h
     assert [path.name for path in (tmp_path / "existing").iterdir()] == ["notes.txt"]
 
 
+def test_every_quiet_says_it_keeps_each_kind_of_warning_about_the_numbers():
+    """Issue 39, item 2: `--quiet` documents exactly what it drops and keeps. Each command's help of it named the
+    warnings it keeps, but not from-mteb's own (ties that MTEB's order decided), and table's said "no notes"
+    although it now passes its reports' warnings on."""
+    import argparse
+
+    from rococo_eval.cli import build_parser
+
+    parser = build_parser()
+    [commands] = [action for action in parser._actions if isinstance(action, argparse._SubParsersAction)]
+    for name, command in commands.choices.items():
+        [quiet] = [action for action in command._actions if "--quiet" in action.option_strings]
+        for kind in ("files that disagree", "an order scored against its scores", "files whose agreement could not "
+                     "be checked", "ties that MTEB's order decided", "damaged cache files", "the warnings of the "
+                     "reports compared"):
+            assert kind in quiet.help, (name, kind)
+
+
 def _score_in_a_terminal(*arguments):
     """``rococo-eval ARGUMENTS`` in its own process: what a user sees on stdout and stderr (in-process, pytest's log
     capture replaces the command's stderr handler)."""

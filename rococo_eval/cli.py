@@ -461,11 +461,10 @@ def table_command(args) -> Path:
 def from_mteb_command(args) -> Path:
     """``rococo-eval from-mteb``: MTEB's results of the RoCOCO tasks in, run's report out
     (:func:`rococo_eval.harness.mteb_results.report_from_mteb`). Returns the report folder."""
-    from rococo_eval.harness.mteb_results import report_from_mteb, results_from_mteb
+    from rococo_eval.harness.mteb_results import report_from_mteb
     from rococo_eval.reporting.report import to_text_table
 
-    results_from_mteb(args.results)  # read and checked before the report folder is made
-    out = writable_folder(args.out)
+    out = writable_folder(args.out)  # checked, not made: report_from_mteb reads and checks the results first
     report = report_from_mteb(args.results, out=out, model_name=args.model_name)
     print(to_text_table(report["summary"]))
     if not args.quiet:

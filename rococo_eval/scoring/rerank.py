@@ -60,9 +60,9 @@ from typing import Iterator, Sequence
 import numpy as np
 from tqdm.auto import tqdm
 
+import rococo_eval.validity as validity
 from rococo_eval.catalog import IMAGE_TO_TEXT
 from rococo_eval.io.atomic import checked_stem, open_cache_folder, read_checked, write_checked
-import rococo_eval.validity as validity
 from rococo_eval.layout import gallery_vectors
 from rococo_eval.processes import ONE, share
 

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import rococo_eval.validity as validity
 from rococo_eval.catalog import ATTACKS, CLEAN, DIRECTIONS, SEEDS, select_attacks
-from rococo_eval.detection import CUSTOM
+from rococo_eval.detection import CUSTOM, ORDER_CONTRADICTION_LEVEL
 from rococo_eval.io.download import DEFAULT_IMAGE_WORKERS, MAX_DEFAULT_IMAGE_WORKERS, default_cache_dir
 from rococo_eval.layout import ORDERS, describe_orders
 from rococo_eval.models.adapters import MODEL_FORMS
@@ -160,7 +160,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="the model the files are of: the report's title, model-card.md's name and `table`'s row")
     score.add_argument("--trust-order", action="store_true",
                        help="score an attacked image-to-text gallery in the ORDER given (or named in the file name) "
-                            "even when its scores are significantly against it (a one-sided sign test below 1e-6), "
+                            "even when its scores are significantly against it (a one-sided sign test below "
+                            f"{ORDER_CONTRADICTION_LEVEL:g}, the level the refusal names), "
                             "which is refused otherwise; the report and stderr then warn of it")
     score.set_defaults(handler=score_command)
 

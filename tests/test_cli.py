@@ -729,22 +729,37 @@ def test_run_interrupted_while_saving_scores_leaves_no_empty_folder(benchmark, h
     assert [path.name for path in (tmp_path / "existing").iterdir()] == ["notes.txt"]
 
 
-def test_every_quiet_says_it_keeps_each_kind_of_warning_about_the_numbers():
-    """Issue 39, item 2: `--quiet` documents exactly what it drops and keeps. Each command's help of it named the
-    warnings it keeps, but not from-mteb's own (ties that MTEB's order decided), and table's said "no notes"
-    although it now passes its reports' warnings on."""
+def _subcommands() -> dict:
+    """The parser of each subcommand of `rococo-eval`, by name."""
     import argparse
 
     from rococo_eval.cli import build_parser
 
-    parser = build_parser()
-    [commands] = [action for action in parser._actions if isinstance(action, argparse._SubParsersAction)]
-    for name, command in commands.choices.items():
+    [commands] = [action for action in build_parser()._actions if isinstance(action, argparse._SubParsersAction)]
+    return dict(commands.choices)
+
+
+def test_every_quiet_says_it_keeps_each_kind_of_warning_about_the_numbers():
+    """Issue 39, item 2: `--quiet` documents exactly what it drops and keeps. Each command's help of it named the
+    warnings it keeps, but not from-mteb's own (ties that MTEB's order decided), and table's said "no notes"
+    although it now passes its reports' warnings on."""
+    for name, command in _subcommands().items():
         [quiet] = [action for action in command._actions if "--quiet" in action.option_strings]
         for kind in ("files that disagree", "an order scored against its scores", "files whose agreement could not "
                      "be checked", "ties that MTEB's order decided", "damaged cache files", "the warnings of the "
                      "reports compared"):
             assert kind in quiet.help, (name, kind)
+
+
+def test_trust_orders_help_gives_the_level_that_the_refusal_names():
+    """Issue 39, items 1 and 9: --trust-order's help wrote the sign test's level by hand ("1e-6") and the refusal
+    from the constant ("below the 1e-06 level"): one level, written alike."""
+    from rococo_eval.detection import ORDER_CONTRADICTION_LEVEL, OrderDecision
+
+    help_text = " ".join(_subcommands()["score"].format_help().split())
+    level = f"{ORDER_CONTRADICTION_LEVEL:g}"
+    assert f"below the {level} level" in OrderDecision("", 452, 59, 512).contradiction
+    assert f"a one-sided sign test below {level}," in help_text
 
 
 def _score_in_a_terminal(*arguments):

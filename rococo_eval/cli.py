@@ -581,7 +581,8 @@ def output_folders(args) -> list[Path]:
     """The folders that the command ``args`` writes into: ``--out``, ``--save-scores``, ``--save-embeddings``' folder.
 
     Example:
-        >>> output_folders(build_parser().parse_args(["run", "--model", "hf:m", "--save-embeddings", "e/m.safetensors"]))
+        >>> args = build_parser().parse_args(["run", "--model", "hf:m", "--save-embeddings", "e/m.safetensors"])
+        >>> output_folders(args)
         [PosixPath('rococo-report'), PosixPath('e')]
     """
     embeddings = getattr(args, "save_embeddings", None)

@@ -18,6 +18,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
@@ -26,6 +27,19 @@ import numpy as np
 from rococo_eval.layout import GalleryLayout
 from rococo_recall import PER_QUERY_KEYS  # the metric's per-query outputs, in its order
 
+DECIMALS = 2  # every percentage shown (tables, report.md, the terminal, the Space, messages) has this many decimals
+NOT_DEFINED = "n/a"  # what a table shows for a number that is not defined
+
+
+def percent_text(value) -> str:
+    """A percentage as every table and message shows it: :data:`DECIMALS` decimals, ``n/a`` for NaN (not defined).
+
+    Example:
+        >>> percent_text(25), percent_text(26.525), percent_text(float("nan"))
+        ('25.00', '26.52', 'n/a')
+    """
+    value = float(value)
+    return NOT_DEFINED if math.isnan(value) else f"{value:.{DECIMALS}f}"
 
 
 @dataclass(frozen=True)

@@ -50,15 +50,13 @@ from rococo_eval.reporting.analysis import (
     most_damaging,
     write_per_query_parquet,
 )
-from rococo_eval.results import GalleryResult
+from rococo_eval.results import DECIMALS, NOT_DEFINED, GalleryResult, percent_text
 from rococo_eval.version import __version__
 
 logger = logging.getLogger(__name__)
 
 _TEXT_COLUMNS = ("model", "file", "attack", "direction")
 _TRAILING_COLUMNS = ("num_queries", "num_gallery", "num_adversarial", "source")
-DECIMALS = 2  # every percentage shown (tables, report.md, the terminal, the Space) has this many decimals
-NOT_DEFINED = "n/a"  # what a table shows for a number that is not defined
 # Each column of the tables, by its name in a row (R@K: one column per K): its label and what it means, the one legend
 # of every table (:func:`legend`). A clean gallery has no adversarial item, so no false rate and no attack success.
 _COLUMNS = {
@@ -262,7 +260,7 @@ def summary_rows(results: dict[str, dict]) -> list[dict]:
 
 def format_rows(rows) -> tuple[list[str], list[list[str]]]:
     """Headers and cells of a table of ``rows``: only columns some row has, as every table shows them: numbers with
-    :data:`DECIMALS` decimals (:func:`percent_text`), directions hyphenated
+    :data:`~rococo_eval.results.DECIMALS` decimals (:func:`~rococo_eval.results.percent_text`), directions hyphenated
     (:func:`~rococo_eval.catalog.direction_text`), ``n/a`` where a number is not defined (the false rate and attack
     success of a clean gallery, which has no adversarial item).
     :func:`legend` says what the columns mean.
@@ -278,17 +276,6 @@ def format_rows(rows) -> tuple[list[str], list[list[str]]]:
     """
     columns = _columns(rows)
     return [_label(name) for name in columns], [[_cell(row, name) for name in columns] for row in rows]
-
-
-def percent_text(value) -> str:
-    """A number as every table shows it: :data:`DECIMALS` decimals, ``n/a`` for NaN (not defined).
-
-    Example:
-        >>> percent_text(25), percent_text(26.525), percent_text(float("nan"))
-        ('25.00', '26.52', 'n/a')
-    """
-    value = float(value)
-    return NOT_DEFINED if math.isnan(value) else f"{value:.{DECIMALS}f}"
 
 
 def legend(rows=None) -> str:

@@ -33,7 +33,7 @@ import numpy as np
 
 from rococo_eval.catalog import CLEAN, DIRECTIONS, IMAGE_ATTACK_METHODS, gallery_key
 from rococo_eval.io.atomic import write_atomic
-from rococo_eval.reporting.report import percent_text
+from rococo_eval.results import percent_text
 
 REPORT_FILE = "report.json"
 _SHORT = {"image_to_text": "i2t", "text_to_image": "t2i"}
@@ -131,7 +131,7 @@ def to_csv(columns: Sequence[str], rows: Sequence[dict]) -> str:
 
 def to_markdown(columns: Sequence[str], rows: Sequence[dict]) -> str:
     """The comparison as a Markdown table of R@1 (as every table shows a percentage:
-    :func:`rococo_eval.reporting.report.percent_text`); the seed means are marked.
+    :func:`rococo_eval.results.percent_text`); the seed means are marked.
 
     Example:
         >>> print(to_markdown(["rand_voca/image_to_text"], [{"model": "a|b", "rand_voca/image_to_text": 37.5}]))

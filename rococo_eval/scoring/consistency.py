@@ -48,6 +48,7 @@ from typing import Any, Collection, Mapping, Optional
 import numpy as np
 
 from rococo_eval.catalog import CLEAN, direction_text
+from rococo_eval.results import percent_text
 
 FILL_SAMPLE_ROWS = 8
 FILL_MIN_SHARE = 0.1
@@ -82,8 +83,8 @@ class CleanNumbers:
         """Its clean R@``cutoff`` with the number of queries it counts, which shows a difference of one query."""
         value = self.recalls[cutoff]
         if not self.queries:
-            return f"{value:.2f}"
-        return f"{value:.2f} ({round(value * self.queries / 100)} of {self.queries} queries)"
+            return percent_text(value)
+        return f"{percent_text(value)} ({round(value * self.queries / 100)} of {self.queries} queries)"
 
 
 @dataclass(frozen=True)

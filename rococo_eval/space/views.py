@@ -21,6 +21,7 @@ from pandas.io.formats.style import Styler
 from rococo_eval.attacks.replacements import find_replacements, highlight
 from rococo_eval.catalog import IMAGE_ATTACKS, TEXT_ATTACKS
 from rococo_eval.reporting import report
+from rococo_eval.results import percent_text
 from rococo_eval.space.leaderboard import SUBMITTED
 
 logger = logging.getLogger(__name__)
@@ -149,7 +150,7 @@ def results_table(rows: Sequence[dict]) -> pd.DataFrame:
 
 def rates_table(rows: Sequence[Sequence], headers: Sequence[str]) -> Styler:
     """Rows of counts and rates (``headers``; a rate's header ends in ``(%)``) as the page shows them: each rate as
-    every table shows a percentage (:func:`rococo_eval.reporting.report.percent_text`), still a number, so that the
+    every table shows a percentage (:func:`rococo_eval.results.percent_text`), still a number, so that the
     column sorts by value.
 
     Example:
@@ -159,7 +160,7 @@ def rates_table(rows: Sequence[Sequence], headers: Sequence[str]) -> Styler:
     """
     shown = pd.DataFrame(list(rows), columns=list(headers))
     rates = [header for header in shown.columns if header.endswith("(%)")]
-    return shown.style.format(report.percent_text, subset=rates)
+    return shown.style.format(percent_text, subset=rates)
 
 
 def board_table(rows: Sequence[Mapping], view: str = "all") -> pd.DataFrame:
@@ -201,7 +202,7 @@ def board_table(rows: Sequence[Mapping], view: str = "all") -> pd.DataFrame:
 
 def board_shown(rows: Sequence[Mapping], view: str = "all") -> Styler:
     """:func:`board_table` as the page shows it: each R@1 as every table shows a percentage
-    (:func:`rococo_eval.reporting.report.percent_text`), blank where the row has none (the numbers stay numbers, so
+    (:func:`rococo_eval.results.percent_text`), blank where the row has none (the numbers stay numbers, so
     that a column sorts by value).
 
     Example:
@@ -210,7 +211,7 @@ def board_shown(rows: Sequence[Mapping], view: str = "all") -> Styler:
     """
     table = board_table(rows, view)
     numbers = [header for header in table.columns if header in _BOARD_COLUMNS]
-    return table.style.format(report.percent_text, subset=numbers, na_rep="")
+    return table.style.format(percent_text, subset=numbers, na_rep="")
 
 
 def source_markdown(source: str, link: str = "") -> str:

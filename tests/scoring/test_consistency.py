@@ -169,3 +169,14 @@ def test_a_custom_layout_is_not_compared(tmp_path):
     assert results["rand_voca/image_to_text"].metrics["clean_recall@1"] == 100.0
     assert results["clean/image_to_text"].metrics["recall@1"] < 100.0
     assert disagreements_of(plans, results) == []
+
+
+def test_the_numbers_of_a_disagreement_are_shown_as_every_table_shows_them(monkeypatch):
+    """Issue 39, item 7: every percentage shown has DECIMALS decimals; the message of files that disagree (in the
+    report, the Space's message and on stderr) wrote its own two, so a change of the rule missed it."""
+    import rococo_eval.results as results
+
+    monkeypatch.setattr(results, "DECIMALS", 3)
+    found = disagreements({"clean/image_to_text": {"recall@1": 80.0, "num_queries": 30},
+                           "danger/image_to_text": {"clean_recall@1": 90.0, "recall@1": 60.0, "num_queries": 30}})
+    assert "80.000 (24 of 30 queries) from clean/image_to_text" in found[0].message

@@ -288,6 +288,27 @@ def bounded_number(value, field: str, low: float, high: float, what: str) -> flo
                           f"{high}")
 
 
+def attention_heads(heads, width: int, part: str, setting: str, what: str) -> int:
+    """``heads`` as the number of attention heads of ``part``'s layers, ``width`` wide: an int from 1 to ``width`` that
+    splits it (``transformers`` divides by it). ``setting`` names where it comes from, ``what`` the checkpoint.
+
+    Raises:
+        CheckpointError: ``heads`` out of bounds (0 for a width under the default head width), or not a divisor.
+
+    Example:
+        >>> attention_heads(12, 768, "its BERT", "text_num_attention_heads", "m")
+        12
+        >>> attention_heads(5, 768, "its BERT", "text_num_attention_heads", "m")
+        Traceback (most recent call last):
+        ...
+        rococo_eval.models.checkpoints.CheckpointError: m: its BERT's width 768 does not split into 5 attention heads (text_num_attention_heads)
+    """
+    heads = bounded_int(heads, f"{part}'s attention heads ({setting})", 1, width, what)
+    if width % heads:
+        raise CheckpointError(f"{what}: {part}'s width {width} does not split into {heads} attention heads ({setting})")
+    return heads
+
+
 def check_state(state: dict, what: str) -> None:
     """Check a state dict's tensors before a model is built for them: each is a tensor whose dimensions are at most
     :data:`MAX_DIMENSION` and whose storage holds its declared shape, and all of them together hold at most

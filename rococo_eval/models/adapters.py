@@ -252,8 +252,15 @@ def _load_transformers(name: str, parsed: ModelName, device: Optional[str], prec
         blip as rerank_models,  # BLIP and BLIP-2 retrieval checkpoints, scored in two stages (scoring.rerank)
     )
 
+    from rococo_eval.models.checkpoints import CheckpointError, check_transformers_folder
+
     _import("torch")
     transformers = _import("transformers")
+    if Path(parsed.name).expanduser().is_dir():
+        try:
+            check_transformers_folder(Path(parsed.name).expanduser(), f"`model` {name!r}")
+        except CheckpointError as error:
+            raise ModelError(str(error)) from error
     try:
         if rerank_models.is_reranking_config(transformers.AutoConfig.from_pretrained(parsed.name)):
             return rerank_models.load_reranking_model(name, parsed.name, TorchModel(name, device, precision))

@@ -68,6 +68,21 @@ MAX_REGION_IDS_BYTES = 16 << 20
 # How deep a settings file nests ({"key": value}), and PCME++'s config.json ({"vision_cfg": {"image_size": [...]}})
 MAX_SETTINGS_DEPTH = 1
 MAX_CONFIG_DEPTH = 3
+# A transformers folder (``hf:``): its config.json nests 3 deep (``text_config.id2label``), twice that is allowed; its
+# other settings files are read within MAX_SETTINGS_BYTES, its tokenizer's files within MAX_TOKENIZER_BYTES (XLM-R's
+# tokenizer.json, among the largest, is 17 MB).
+MAX_TRANSFORMERS_CONFIG_DEPTH = 6
+MAX_TOKENIZER_BYTES = 64 << 20
+TRANSFORMERS_FILES = {"config.json": MAX_SETTINGS_BYTES, "preprocessor_config.json": MAX_SETTINGS_BYTES,
+                      "tokenizer_config.json": MAX_SETTINGS_BYTES, "special_tokens_map.json": MAX_SETTINGS_BYTES,
+                      "tokenizer.json": MAX_TOKENIZER_BYTES, "vocab.json": MAX_TOKENIZER_BYTES,
+                      "vocab.txt": MAX_TOKENIZER_BYTES, "merges.txt": MAX_TOKENIZER_BYTES,
+                      "spiece.model": MAX_TOKENIZER_BYTES, "sentencepiece.bpe.model": MAX_TOKENIZER_BYTES}
+# The fields of a transformers config (at any level: text_config, vision_config, ...) that size what it builds.
+TRANSFORMERS_SIZES = {"num_hidden_layers": MAX_LAYERS, "hidden_size": MAX_WIDTH, "intermediate_size": MAX_WIDTH,
+                      "projection_dim": MAX_WIDTH, "num_attention_heads": MAX_WIDTH, "vocab_size": MAX_DIMENSION,
+                      "max_position_embeddings": MAX_POSITIONS, "image_size": MAX_IMAGE_SIZE,
+                      "patch_size": MAX_IMAGE_SIZE}
 
 
 class CheckpointError(ValueError):
@@ -307,6 +322,57 @@ def attention_heads(heads, width: int, part: str, setting: str, what: str) -> in
     if width % heads:
         raise CheckpointError(f"{what}: {part}'s width {width} does not split into {heads} attention heads ({setting})")
     return heads
+
+
+def check_transformers_folder(folder, what: str) -> None:
+    """Check a ``transformers`` model folder before ``from_pretrained`` reads it: its settings and tokenizer files
+    (:data:`TRANSFORMERS_FILES`) within their sizes, and its ``config.json`` within :data:`MAX_SETTINGS_BYTES` and
+    :data:`MAX_TRANSFORMERS_CONFIG_DEPTH`, with every size field (:data:`TRANSFORMERS_SIZES`) an int within its
+    bound, attention heads that split their width and patches no larger than the image.
+
+    Raises:
+        CheckpointError: naming the file and the field.
+
+    Example:
+        >>> import json, tempfile
+        >>> folder = Path(tempfile.mkdtemp())
+        >>> _ = (folder / "config.json").write_text(json.dumps({"text_config": {"num_hidden_layers": 10**6}}))
+        >>> check_transformers_folder(folder, "`model` 'hf:m'")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        rococo_eval.models.checkpoints.CheckpointError: `model` 'hf:m': its config '...config.json': text_config.num_hidden_layers = 1000000 is out of bounds: an int from 1 to 96
+    """
+    folder = Path(folder)
+    for name, limit in TRANSFORMERS_FILES.items():
+        path = folder / name
+        if path.exists():
+            try:
+                check_size(path, limit)
+            except (OSError, ValueError) as error:
+                raise CheckpointError(f"{what}: {str(path)!r}: {error}") from error
+    path = folder / "config.json"
+    if path.is_file():
+        what = f"{what}: its config {str(path)!r}"
+        _check_transformers_sizes(read_json_file(path, what, MAX_SETTINGS_BYTES, MAX_TRANSFORMERS_CONFIG_DEPTH), "",
+                                  what)
+
+
+def _check_transformers_sizes(config, prefix: str, what: str) -> None:
+    """The size fields of ``config`` (an object of ``config.json`` at ``prefix``) and of the objects in it."""
+    if not isinstance(config, dict):
+        raise CheckpointError(f"{what}: {prefix or 'the file'} must be a JSON object, got {_shown(config)}")
+    for key, value in config.items():
+        if isinstance(value, dict):
+            _check_transformers_sizes(value, f"{prefix}{key}.", what)
+        elif key in TRANSFORMERS_SIZES and value is not None:
+            for size in value if isinstance(value, list) else [value]:
+                bounded_int(size, f"{prefix}{key}", 1, TRANSFORMERS_SIZES[key], what)
+    width, heads = config.get("hidden_size"), config.get("num_attention_heads")
+    if isinstance(width, int) and isinstance(heads, int):
+        attention_heads(heads, width, prefix.rstrip(".") or "the model", f"{prefix}num_attention_heads", what)
+    image, patch = config.get("image_size"), config.get("patch_size")
+    if image is not None and isinstance(patch, int):
+        bounded_int(patch, f"{prefix}patch_size", 1, min(image if isinstance(image, list) else [image]), what)
 
 
 def check_state(state: dict, what: str) -> None:

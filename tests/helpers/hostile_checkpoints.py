@@ -6,7 +6,7 @@ import argparse
 import json
 
 from helpers.sparse_files import sparse_file
-from helpers.tiny_models import TINY_PCMEPP, make_tiny_pcmepp, save_vse_checkpoint
+from helpers.tiny_models import TINY_PCMEPP, make_tiny_hf_clip, make_tiny_pcmepp, save_vse_checkpoint
 
 
 def vse_with_text_weights(folder, states, **weights) -> str:
@@ -85,3 +85,33 @@ def region_features_with_sparse_ids(folder, image_files, dimension: int) -> str:
 def nested_json(depth: int) -> str:
     """A JSON object nesting ``depth`` lists deep: ``{"tokenizer": [[[...]]]}``."""
     return '{"tokenizer": ' + "[" * depth + "]" * depth + "}"
+
+
+def hf_with_config(folder, **changes) -> str:
+    """A tiny ``hf:`` CLIP folder whose ``config.json`` has ``changes`` (``"text_config.num_hidden_layers": N``, a
+    dotted path to a field) made."""
+    name = make_tiny_hf_clip(folder)
+    path = folder / "tiny-clip" / "config.json"
+    config = json.loads(path.read_text())
+    for field, value in changes.items():
+        *parents, last = field.split(".")
+        holder = config
+        for key in parents:
+            holder = holder[key]
+        holder[last] = value
+    path.write_text(json.dumps(config))
+    return name
+
+
+def hf_with_file_text(folder, file_name: str, text: str) -> str:
+    """A tiny ``hf:`` CLIP folder whose file ``file_name`` is ``text``."""
+    name = make_tiny_hf_clip(folder)
+    (folder / "tiny-clip" / file_name).write_text(text)
+    return name
+
+
+def hf_with_sparse_file(folder, file_name: str) -> str:
+    """A tiny ``hf:`` CLIP folder whose file ``file_name`` (its config, a vocabulary) is a 2 GiB hole."""
+    name = make_tiny_hf_clip(folder)
+    sparse_file(folder / "tiny-clip" / file_name)
+    return name

@@ -10,6 +10,10 @@ import torch
 
 from rococo_eval.models.checkpoints import MAX_LAYERS, MAX_PARAMETERS, CheckpointError, check_state
 from helpers.hostile_checkpoints import (
+    hf_with_config,
+    hf_with_file_text,
+    hf_with_sparse_file,
+    nested_json,
     pcmepp_with_config,
     pcmepp_with_sparse_config,
     region_features_with_sparse_ids,
@@ -56,6 +60,28 @@ MEMORY_PROBES = {
                                    "vocab.txt: the file is 2147483648 bytes (2.0 GB), over the limit"),
     "pcmepp: a config.json of 2 GiB": (lambda folder, _: pcmepp_with_sparse_config(folder), "config.json",
                                        "config.json: the file is 2147483648 bytes (2.0 GB), over the limit"),
+    "hf: text_config.num_hidden_layers 100,000": (
+        lambda folder, _: hf_with_config(folder, **{"text_config.num_hidden_layers": 100_000}),
+        "tiny-clip/config.json", f"text_config.num_hidden_layers = 100000 is out of bounds: an int from 1 to "
+                                 f"{MAX_LAYERS}"),
+    "hf: vision_config.hidden_size 10**6": (
+        lambda folder, _: hf_with_config(folder, **{"vision_config.hidden_size": 10**6}),
+        "tiny-clip/config.json", "vision_config.hidden_size = 1000000 is out of bounds"),
+    "hf: vision_config.patch_size 0": (
+        lambda folder, _: hf_with_config(folder, **{"vision_config.patch_size": 0}),
+        "tiny-clip/config.json", "vision_config.patch_size = 0 is out of bounds: an int from 1 to"),
+    "hf: heads that do not split the width": (
+        lambda folder, _: hf_with_config(folder, **{"text_config.num_attention_heads": 3}),
+        "tiny-clip/config.json", "text_config's width 32 does not split into 3 attention heads"),
+    "hf: a config.json nested 100,000 deep": (
+        lambda folder, _: hf_with_file_text(folder, "config.json", nested_json(100_000)),
+        "tiny-clip/config.json", "nests 100001 deep"),
+    "hf: a config.json of 2 GiB": (lambda folder, _: hf_with_sparse_file(folder, "config.json"),
+                                   "tiny-clip/config.json",
+                                   "config.json: the file is 2147483648 bytes (2.0 GB), over the limit"),
+    "hf: a tokenizer.json of 2 GiB": (lambda folder, _: hf_with_sparse_file(folder, "tokenizer.json"),
+                                      "tiny-clip/tokenizer.json",
+                                      "tokenizer.json: the file is 2147483648 bytes (2.0 GB), over the limit"),
 }
 REGION_IDS_PROBE = "vse: a region features' ids file of 2 GiB"
 BLIP_VOCABULARY_PROBE = "blip: a vocabulary of 2 GiB"

@@ -489,6 +489,13 @@ class OpenClipModel(TorchModel):
 
     def __init__(self, name: str, parsed: ModelName, device: Optional[str], precision: str):
         super().__init__(name, device, precision)
+        if parsed.name.startswith("local-dir:"):
+            from rococo_eval.models.checkpoints import CheckpointError, check_open_clip_folder
+
+            try:
+                check_open_clip_folder(Path(parsed.name.partition(":")[2]).expanduser(), f"`model` {name!r}")
+            except CheckpointError as error:
+                raise ModelError(str(error)) from error
         open_clip = _import_open_clip()
         _check_open_clip_name(open_clip, parsed)
         torch = self.torch

@@ -68,10 +68,11 @@ MAX_REGION_IDS_BYTES = 16 << 20
 # How deep a settings file nests ({"key": value}), and PCME++'s config.json ({"vision_cfg": {"image_size": [...]}})
 MAX_SETTINGS_DEPTH = 1
 MAX_CONFIG_DEPTH = 3
-# A transformers folder (``hf:``): its config.json nests 3 deep (``text_config.id2label``), twice that is allowed; its
-# other settings files are read within MAX_SETTINGS_BYTES, its tokenizer's files within MAX_TOKENIZER_BYTES (XLM-R's
-# tokenizer.json, among the largest, is 17 MB).
-MAX_TRANSFORMERS_CONFIG_DEPTH = 6
+# A model folder's config: transformers' config.json (``hf:``) nests 3 deep (``text_config.id2label``), open_clip's
+# open_clip_config.json (``open_clip:local-dir:``) 4 (``model_cfg.vision_cfg.image_size``); a bit more is allowed.
+# A transformers folder's other settings files are read within MAX_SETTINGS_BYTES, its tokenizer's files within
+# MAX_TOKENIZER_BYTES (XLM-R's tokenizer.json, among the largest, is 17 MB).
+MAX_MODEL_CONFIG_DEPTH = 6
 MAX_TOKENIZER_BYTES = 64 << 20
 TRANSFORMERS_FILES = {"config.json": MAX_SETTINGS_BYTES, "preprocessor_config.json": MAX_SETTINGS_BYTES,
                       "tokenizer_config.json": MAX_SETTINGS_BYTES, "special_tokens_map.json": MAX_SETTINGS_BYTES,
@@ -83,6 +84,11 @@ TRANSFORMERS_SIZES = {"num_hidden_layers": MAX_LAYERS, "hidden_size": MAX_WIDTH,
                       "projection_dim": MAX_WIDTH, "num_attention_heads": MAX_WIDTH, "vocab_size": MAX_DIMENSION,
                       "max_position_embeddings": MAX_POSITIONS, "image_size": MAX_IMAGE_SIZE,
                       "patch_size": MAX_IMAGE_SIZE}
+# The same for open_clip's model_cfg (vision_cfg, text_cfg); ``layers`` is a list for a ResNet's stages.
+OPEN_CLIP_CONFIG = "open_clip_config.json"
+OPEN_CLIP_SIZES = {"layers": MAX_LAYERS, "width": MAX_WIDTH, "heads": MAX_WIDTH, "head_width": MAX_WIDTH,
+                   "embed_dim": MAX_WIDTH, "context_length": MAX_POSITIONS, "vocab_size": MAX_DIMENSION,
+                   "image_size": MAX_IMAGE_SIZE, "patch_size": MAX_IMAGE_SIZE}
 
 
 class CheckpointError(ValueError):
@@ -327,7 +333,7 @@ def attention_heads(heads, width: int, part: str, setting: str, what: str) -> in
 def check_transformers_folder(folder, what: str) -> None:
     """Check a ``transformers`` model folder before ``from_pretrained`` reads it: its settings and tokenizer files
     (:data:`TRANSFORMERS_FILES`) within their sizes, and its ``config.json`` within :data:`MAX_SETTINGS_BYTES` and
-    :data:`MAX_TRANSFORMERS_CONFIG_DEPTH`, with every size field (:data:`TRANSFORMERS_SIZES`) an int within its
+    :data:`MAX_MODEL_CONFIG_DEPTH`, with every size field (:data:`TRANSFORMERS_SIZES`) an int within its
     bound, attention heads that split their width and patches no larger than the image.
 
     Raises:
@@ -350,26 +356,60 @@ def check_transformers_folder(folder, what: str) -> None:
                 check_size(path, limit)
             except (OSError, ValueError) as error:
                 raise CheckpointError(f"{what}: {str(path)!r}: {error}") from error
-    path = folder / "config.json"
+    _check_model_config(folder / "config.json", TRANSFORMERS_SIZES, what)
+
+
+def check_open_clip_folder(folder, what: str) -> None:
+    """Check an open_clip ``local-dir:`` folder before open_clip reads it: its :data:`OPEN_CLIP_CONFIG` within
+    :data:`MAX_SETTINGS_BYTES` and :data:`MAX_MODEL_CONFIG_DEPTH`, every size field (:data:`OPEN_CLIP_SIZES`) an int
+    within its bound, ``mlp_ratio`` at most :data:`MAX_MLP_RATIO`, attention heads that split their width and patches
+    no larger than the image.
+
+    Raises:
+        CheckpointError: naming the file and the field.
+
+    Example:
+        >>> import json, tempfile
+        >>> folder = Path(tempfile.mkdtemp())
+        >>> config = {"model_cfg": {"vision_cfg": {"width": 32, "head_width": 64}}}
+        >>> _ = (folder / OPEN_CLIP_CONFIG).write_text(json.dumps(config))
+        >>> check_open_clip_folder(folder, "`model` 'open_clip:local-dir:m'")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        rococo_eval.models.checkpoints.CheckpointError: `model` 'open_clip:local-dir:m': its config '...open_clip_config.json': model_cfg.vision_cfg.head_width = 64 is out of bounds: an int from 1 to 32
+    """
+    _check_model_config(Path(folder) / OPEN_CLIP_CONFIG, OPEN_CLIP_SIZES, what)
+
+
+def _check_model_config(path: Path, sizes: dict, what: str) -> None:
+    """The model config ``path``, when there is one, read within bounds and its ``sizes`` checked."""
     if path.is_file():
         what = f"{what}: its config {str(path)!r}"
-        _check_transformers_sizes(read_json_file(path, what, MAX_SETTINGS_BYTES, MAX_TRANSFORMERS_CONFIG_DEPTH), "",
-                                  what)
+        _check_sizes(read_json_file(path, what, MAX_SETTINGS_BYTES, MAX_MODEL_CONFIG_DEPTH), sizes, "", what)
 
 
-def _check_transformers_sizes(config, prefix: str, what: str) -> None:
-    """The size fields of ``config`` (an object of ``config.json`` at ``prefix``) and of the objects in it."""
+def _check_sizes(config, sizes: dict, prefix: str, what: str) -> None:
+    """The size fields (``sizes``: field, bound) of ``config`` (an object of a config file at ``prefix``) and of the
+    objects in it; attention heads (given, or by their width) that split their layer's width; patches that fit."""
     if not isinstance(config, dict):
         raise CheckpointError(f"{what}: {prefix or 'the file'} must be a JSON object, got {_shown(config)}")
     for key, value in config.items():
         if isinstance(value, dict):
-            _check_transformers_sizes(value, f"{prefix}{key}.", what)
-        elif key in TRANSFORMERS_SIZES and value is not None:
+            _check_sizes(value, sizes, f"{prefix}{key}.", what)
+        elif key == "mlp_ratio" and value is not None:
+            bounded_number(value, f"{prefix}{key}", 0, MAX_MLP_RATIO, what)
+        elif key in sizes and value is not None:
             for size in value if isinstance(value, list) else [value]:
-                bounded_int(size, f"{prefix}{key}", 1, TRANSFORMERS_SIZES[key], what)
-    width, heads = config.get("hidden_size"), config.get("num_attention_heads")
-    if isinstance(width, int) and isinstance(heads, int):
-        attention_heads(heads, width, prefix.rstrip(".") or "the model", f"{prefix}num_attention_heads", what)
+                bounded_int(size, f"{prefix}{key}", 1, sizes[key], what)
+    part = prefix.rstrip(".") or "the model"
+    for width_key, heads_key in (("hidden_size", "num_attention_heads"), ("width", "heads")):
+        width, heads = config.get(width_key), config.get(heads_key)
+        if isinstance(width, int) and isinstance(heads, int):
+            attention_heads(heads, width, part, f"{prefix}{heads_key}", what)
+    width, head_width = config.get("width"), config.get("head_width")
+    if isinstance(width, int) and isinstance(head_width, int):  # open_clip's ViT: width // head_width heads
+        bounded_int(head_width, f"{prefix}head_width", 1, width, what)
+        attention_heads(width // head_width, width, part, f"{prefix}width // {prefix}head_width", what)
     image, patch = config.get("image_size"), config.get("patch_size")
     if image is not None and isinstance(patch, int):
         bounded_int(patch, f"{prefix}patch_size", 1, min(image if isinstance(image, list) else [image]), what)

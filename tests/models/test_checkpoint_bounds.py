@@ -14,6 +14,9 @@ from helpers.hostile_checkpoints import (
     hf_with_file_text,
     hf_with_sparse_file,
     nested_json,
+    open_clip_with_config,
+    open_clip_with_model_config,
+    open_clip_with_sparse_config,
     pcmepp_with_config,
     pcmepp_with_sparse_config,
     region_features_with_sparse_ids,
@@ -24,7 +27,8 @@ from helpers.hostile_checkpoints import (
 )
 from helpers.memory_limit import probe, run_probes
 from helpers.sparse_files import sparse_file
-from helpers.tiny_models import TINY_VSE, tiny_vse_states, vse_options
+from helpers.tiny_models import TINY_VSE, tiny_vse_states, torchvision_stand_in, vse_options
+from rococo_eval.models.adapters import ModelError, load_model
 
 REFUSAL_SECONDS = 10  # a refusal reads a tiny file and checks numbers; what it refuses took 75-114 s to build
 LOAD = "rococo_eval.models.adapters:load_model"
@@ -82,6 +86,24 @@ MEMORY_PROBES = {
     "hf: a tokenizer.json of 2 GiB": (lambda folder, _: hf_with_sparse_file(folder, "tokenizer.json"),
                                       "tiny-clip/tokenizer.json",
                                       "tokenizer.json: the file is 2147483648 bytes (2.0 GB), over the limit"),
+    "open_clip: vision_cfg.layers 100,000": (
+        lambda folder, _: open_clip_with_model_config(folder, vision={"layers": 100_000}), "open_clip_config.json",
+        f"model_cfg.vision_cfg.layers = 100000 is out of bounds: an int from 1 to {MAX_LAYERS}"),
+    "open_clip: text_cfg.width 10**6": (
+        lambda folder, _: open_clip_with_model_config(folder, text={"width": 10**6}), "open_clip_config.json",
+        "model_cfg.text_cfg.width = 1000000 is out of bounds"),
+    "open_clip: vision_cfg.mlp_ratio 10**6": (
+        lambda folder, _: open_clip_with_model_config(folder, vision={"mlp_ratio": 1e6}), "open_clip_config.json",
+        "model_cfg.vision_cfg.mlp_ratio = 1000000.0 is out of bounds"),
+    "open_clip: vision_cfg.patch_size 0": (
+        lambda folder, _: open_clip_with_model_config(folder, vision={"patch_size": 0}), "open_clip_config.json",
+        "model_cfg.vision_cfg.patch_size = 0 is out of bounds"),
+    "open_clip: an open_clip_config.json nested 100,000 deep": (
+        lambda folder, _: open_clip_with_config(folder, nested_json(100_000)), "open_clip_config.json",
+        "nests 100001 deep"),
+    "open_clip: an open_clip_config.json of 2 GiB": (
+        lambda folder, _: open_clip_with_sparse_config(folder), "open_clip_config.json",
+        "open_clip_config.json: the file is 2147483648 bytes (2.0 GB), over the limit"),
 }
 REGION_IDS_PROBE = "vse: a region features' ids file of 2 GiB"
 BLIP_VOCABULARY_PROBE = "blip: a vocabulary of 2 GiB"
@@ -145,3 +167,17 @@ def test_tensors_sharing_one_storage_are_bounded_by_the_values_they_declare_toge
     with pytest.raises(CheckpointError, match=f"its tensors declare {len(state) << 20} values, over the bound of "
                                               f"{MAX_PARAMETERS}"):
         check_state(state, "m")
+
+
+@pytest.mark.parametrize("vision, text, said", [
+    ({"patch_size": 0}, {}, "model_cfg.vision_cfg.patch_size = 0 is out of bounds"),
+    ({"head_width": 64}, {}, "model_cfg.vision_cfg.head_width = 64 is out of bounds: an int from 1 to 32"),
+    ({}, {"heads": 3}, "model_cfg.text_cfg's width 32 does not split into 3 attention heads"),
+], ids=["patch 0", "a head wider than the width", "heads that do not split the width"])
+def test_an_open_clip_folder_is_refused_by_field_where_open_clip_divides_by_zero(tmp_path, vision, text, said):
+    """Loaded with open_clip importable (the torchvision stand-in): once ZeroDivisionError or an AssertionError
+    from torch, now one line naming the folder's config and the field."""
+    name = open_clip_with_model_config(tmp_path / "model", vision=vision, text=text)
+    with torchvision_stand_in(), pytest.raises(ModelError) as refused:
+        load_model(name, device="cpu")
+    assert str(refused.value).startswith(f"`model` {name!r}: its config ") and said in str(refused.value)

@@ -213,3 +213,19 @@ def test_a_sparse_2_gb_result_file_is_refused_at_once_under_a_memory_limit(tmp_p
                                         f"limit of {MAX_RESULTS_FILE_BYTES} bytes (1.0 MB)"]
     assert time.monotonic() - started < 30 and not (tmp_path / "report").exists()
     assert os.path.getsize(path) == 2 << 30
+
+
+def test_results_of_two_models_are_refused_naming_both_folders(tmp_path):
+    """Each gallery once, but from two models (or two revisions): one report would mix their numbers."""
+    folder = tmp_path / "results"
+    for model, task in (("org__a", TASK), ("org__b", "RoCOCO-clean-I2T")):
+        path = folder / model / "0.1.0" / f"{task}.json"
+        path.parent.mkdir(parents=True)
+        path.write_text(json.dumps(result_document(task)))
+    message = (f"MTEB results folder {str(folder)!r} holds RoCOCO results in 2 folders ({folder / 'org__a' / '0.1.0'}, "
+               f"{folder / 'org__b' / '0.1.0'}): give the folder of one model's results")
+    with pytest.raises(ValueError) as refused:
+        results_from_mteb(folder)
+    assert str(refused.value) == message
+    assert main(["from-mteb", str(folder), "--out", str(tmp_path / "report")]) == 1
+    assert not (tmp_path / "report").exists()

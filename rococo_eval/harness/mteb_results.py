@@ -172,9 +172,13 @@ def _task_scores(results: Any) -> Iterable[tuple[Any, dict, str]]:
             yield document.get("task_name"), _test_scores(document.get("scores"), path), str(path)
         return
     task_results = getattr(results, "task_results", results)
-    for task_result in task_results:
-        where = str(task_result.task_name)
-        yield task_result.task_name, _test_scores(task_result.scores, where), where
+    if isinstance(task_results, (bytes, Mapping)) or not isinstance(task_results, Iterable):
+        raise ValueError(f"`results` must be a ModelResult, a list of TaskResult or a results folder, got "
+                         f"{_shown(results)}")
+    for index, task_result in enumerate(task_results):
+        name = getattr(task_result, "task_name", None)
+        where = name if isinstance(name, str) else f"`results`[{index}]"
+        yield name, _test_scores(getattr(task_result, "scores", None), where), where
 
 
 def _no_rococo_task(results: Any, others: list[str]) -> str:

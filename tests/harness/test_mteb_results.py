@@ -229,3 +229,18 @@ def test_results_of_two_models_are_refused_naming_both_folders(tmp_path):
     assert str(refused.value) == message
     assert main(["from-mteb", str(folder), "--out", str(tmp_path / "report")]) == 1
     assert not (tmp_path / "report").exists()
+
+
+@pytest.mark.parametrize("results, said", [
+    (5, "`results` must be a ModelResult, a list of TaskResult or a results folder, got 5"),
+    (None, "`results` must be a ModelResult, a list of TaskResult or a results folder, got null"),
+    ({"task_name": TASK}, "`results` must be a ModelResult, a list of TaskResult or a results folder, got {'task_name"),
+    ([object()], "`results`[0]: `scores` must be an object of MTEB's splits, got null"),
+    ([result_document()], "`results`[0]: `scores` must be an object of MTEB's splits, got null"),
+])
+def test_results_that_are_no_mteb_objects_are_refused_naming_the_argument(results, said):
+    """``report_from_mteb`` takes what ``mteb.evaluate`` returns: anything else is a ValueError, not a TypeError or
+    AttributeError."""
+    with pytest.raises(ValueError) as refused:
+        results_from_mteb(results)
+    assert str(refused.value).startswith(said)

@@ -256,11 +256,15 @@ def _load_transformers(name: str, parsed: ModelName, device: Optional[str], prec
 
     _import("torch")
     transformers = _import("transformers")
-    if Path(parsed.name).expanduser().is_dir():
-        try:
-            check_transformers_folder(Path(parsed.name).expanduser(), f"`model` {name!r}")
-        except CheckpointError as error:
-            raise ModelError(str(error)) from error
+    folder = Path(parsed.name).expanduser()
+    try:
+        if not folder.is_dir():  # a Hub id: its config.json, downloaded (or found in the cache), is checked first
+            folder = Path(transformers.utils.cached_file(parsed.name, "config.json")).parent
+        check_transformers_folder(folder, f"`model` {name!r}")
+    except CheckpointError as error:
+        raise ModelError(str(error)) from error
+    except OSError as error:
+        raise ModelError(f"cannot load {name!r} with transformers: {error}") from error
     try:
         if rerank_models.is_reranking_config(transformers.AutoConfig.from_pretrained(parsed.name)):
             return rerank_models.load_reranking_model(name, parsed.name, TorchModel(name, device, precision))

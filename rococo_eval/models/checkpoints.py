@@ -74,7 +74,7 @@ MAX_CONFIG_DEPTH = 3
 # MAX_TOKENIZER_BYTES (XLM-R's tokenizer.json, among the largest, is 17 MB).
 MAX_MODEL_CONFIG_DEPTH = 6
 MAX_TOKENIZER_BYTES = 64 << 20
-TRANSFORMERS_FILES = {"config.json": MAX_SETTINGS_BYTES, "preprocessor_config.json": MAX_SETTINGS_BYTES,
+TRANSFORMERS_FILES = {"preprocessor_config.json": MAX_SETTINGS_BYTES,
                       "tokenizer_config.json": MAX_SETTINGS_BYTES, "special_tokens_map.json": MAX_SETTINGS_BYTES,
                       "tokenizer.json": MAX_TOKENIZER_BYTES, "vocab.json": MAX_TOKENIZER_BYTES,
                       "vocab.txt": MAX_TOKENIZER_BYTES, "merges.txt": MAX_TOKENIZER_BYTES,
@@ -331,8 +331,8 @@ def attention_heads(heads, width: int, part: str, setting: str, what: str) -> in
 
 
 def check_transformers_folder(folder, what: str) -> None:
-    """Check a ``transformers`` model folder before ``from_pretrained`` reads it: its settings and tokenizer files
-    (:data:`TRANSFORMERS_FILES`) within their sizes, and its ``config.json`` within :data:`MAX_SETTINGS_BYTES` and
+    """Check a ``transformers`` model folder before ``from_pretrained`` reads it: its other settings and tokenizer
+    files (:data:`TRANSFORMERS_FILES`) within their sizes, and its ``config.json`` within :data:`MAX_SETTINGS_BYTES` and
     :data:`MAX_MODEL_CONFIG_DEPTH`, with every size field (:data:`TRANSFORMERS_SIZES`) an int within its
     bound, attention heads that split their width and patches no larger than the image.
 
@@ -355,7 +355,7 @@ def check_transformers_folder(folder, what: str) -> None:
             try:
                 check_size(path, limit)
             except (OSError, ValueError) as error:
-                raise CheckpointError(f"{what}: {str(path)!r}: {error}") from error
+                raise CheckpointError(f"{what}: its file {str(path)!r}: {error}") from error
     _check_model_config(folder / "config.json", TRANSFORMERS_SIZES, what)
 
 
@@ -384,8 +384,8 @@ def check_open_clip_folder(folder, what: str) -> None:
 def _check_model_config(path: Path, sizes: dict, what: str) -> None:
     """The model config ``path``, when there is one, read within bounds and its ``sizes`` checked."""
     if path.is_file():
-        what = f"{what}: its config {str(path)!r}"
-        _check_sizes(read_json_file(path, what, MAX_SETTINGS_BYTES, MAX_MODEL_CONFIG_DEPTH), sizes, "", what)
+        config = read_json_file(path, f"{what}: its config", MAX_SETTINGS_BYTES, MAX_MODEL_CONFIG_DEPTH)
+        _check_sizes(config, sizes, "", f"{what}: its config {str(path)!r}")
 
 
 def _check_sizes(config, sizes: dict, prefix: str, what: str) -> None:

@@ -5,6 +5,10 @@ plus 2 GiB (:mod:`helpers.memory_limit`), where building or reading what it decl
 The probes are generated here (:mod:`helpers.hostile_checkpoints`): tiny checkpoints declaring huge architectures,
 and side files that are 2 GiB holes."""
 
+import shutil
+import sys
+import time
+
 import pytest
 import torch
 
@@ -25,7 +29,7 @@ from helpers.hostile_checkpoints import (
     vse_with_sparse_vocabulary,
     vse_with_text_weights,
 )
-from helpers.memory_limit import probe, run_probes
+from helpers.memory_limit import probe, run_probes, run_under_memory_limit
 from helpers.sparse_files import sparse_file
 from helpers.tiny_models import TINY_VSE, tiny_vse_states, torchvision_stand_in, vse_options
 from rococo_eval.models.adapters import ModelError, load_model
@@ -181,3 +185,29 @@ def test_an_open_clip_folder_is_refused_by_field_where_open_clip_divides_by_zero
     with torchvision_stand_in(), pytest.raises(ModelError) as refused:
         load_model(name, device="cpu")
     assert str(refused.value).startswith(f"`model` {name!r}: its config ") and said in str(refused.value)
+
+
+@pytest.mark.parametrize("hostile", ["100,000 text layers", "a config.json of 2 GiB"])
+def test_a_hub_models_config_is_checked_before_transformers_reads_it(tmp_path, monkeypatch, hostile):
+    """``hf:ORG/NAME``: the config.json the Hub gives (here from its cache, offline) is checked as a local folder's
+    is, in a child under a 3 GiB address space: once minutes of building layers, or the 2 GiB file read whole."""
+    snapshot = tmp_path / "hub" / "models--org--tiny" / "snapshots" / "0123abc"
+    (tmp_path / "local").mkdir()
+    if hostile == "100,000 text layers":
+        local = hf_with_config(tmp_path / "local", **{"text_config.num_hidden_layers": 100_000})
+        said = f"text_config.num_hidden_layers = 100000 is out of bounds: an int from 1 to {MAX_LAYERS}"
+    else:
+        local = hf_with_sparse_file(tmp_path / "local", "config.json")
+        said = "config.json: the file is 2147483648 bytes (2.0 GB), over the limit"
+    shutil.copytree(local.removeprefix("hf:"), snapshot)
+    (snapshot.parents[1] / "refs").mkdir()
+    (snapshot.parents[1] / "refs" / "main").write_text(snapshot.name)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    started = time.monotonic()
+    done = run_under_memory_limit([sys.executable, "-c", "from rococo_eval.models.adapters import load_model; "
+                                   "load_model('hf:org/tiny', device='cpu')"], limit_bytes=3 << 30, timeout_s=120)
+    refusal = done.stderr.strip().splitlines()[-1]
+    assert refusal.startswith(f"rococo_eval.models.adapters.ModelError: `model` 'hf:org/tiny': its config "
+                              f"'{snapshot / 'config.json'}': ") and said in refusal, done.stderr
+    assert time.monotonic() - started < 60

@@ -187,27 +187,36 @@ def test_an_open_clip_folder_is_refused_by_field_where_open_clip_divides_by_zero
     assert str(refused.value).startswith(f"`model` {name!r}: its config ") and said in str(refused.value)
 
 
-@pytest.mark.parametrize("hostile", ["100,000 text layers", "a config.json of 2 GiB"])
-def test_a_hub_models_config_is_checked_before_transformers_reads_it(tmp_path, monkeypatch, hostile):
-    """``hf:ORG/NAME``: the config.json the Hub gives (here from its cache, offline) is checked as a local folder's
-    is, in a child under a 3 GiB address space: once minutes of building layers, or the 2 GiB file read whole."""
+HUB_PROBES = {  # a model named by its Hub id: (generator(folder) -> local model name, its name by Hub id, the field)
+    "hf: 100,000 text layers": (
+        lambda folder: hf_with_config(folder, **{"text_config.num_hidden_layers": 100_000}), "hf:org/tiny",
+        "config.json': text_config.num_hidden_layers = 100000 is out of bounds"),
+    "hf: a config.json of 2 GiB": (lambda folder: hf_with_sparse_file(folder, "config.json"), "hf:org/tiny",
+                                   "config.json': config.json: the file is 2147483648 bytes (2.0 GB), over the limit"),
+    "open_clip: 100,000 vision layers": (
+        lambda folder: open_clip_with_model_config(folder, vision={"layers": 100_000}), "open_clip:hf-hub:org/tiny",
+        "open_clip_config.json': model_cfg.vision_cfg.layers = 100000 is out of bounds"),
+}
+
+
+@pytest.mark.parametrize("hostile", HUB_PROBES)
+def test_a_hub_models_config_is_checked_before_it_is_read(tmp_path, monkeypatch, hostile):
+    """``hf:ORG/NAME``, ``open_clip:hf-hub:ORG/NAME``: the config the Hub gives (here from its cache, offline) is
+    checked as a local folder's is, in a child under a 3 GiB address space: once minutes of building layers, or the
+    2 GiB file read whole, ending in MemoryError."""
+    generate, name, said = HUB_PROBES[hostile]
     snapshot = tmp_path / "hub" / "models--org--tiny" / "snapshots" / "0123abc"
     (tmp_path / "local").mkdir()
-    if hostile == "100,000 text layers":
-        local = hf_with_config(tmp_path / "local", **{"text_config.num_hidden_layers": 100_000})
-        said = f"text_config.num_hidden_layers = 100000 is out of bounds: an int from 1 to {MAX_LAYERS}"
-    else:
-        local = hf_with_sparse_file(tmp_path / "local", "config.json")
-        said = "config.json: the file is 2147483648 bytes (2.0 GB), over the limit"
-    shutil.copytree(local.removeprefix("hf:"), snapshot)
+    local = generate(tmp_path / "local")
+    shutil.copytree(local.split(":")[-1], snapshot)
     (snapshot.parents[1] / "refs").mkdir()
     (snapshot.parents[1] / "refs" / "main").write_text(snapshot.name)
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     started = time.monotonic()
     done = run_under_memory_limit([sys.executable, "-c", "from rococo_eval.models.adapters import load_model; "
-                                   "load_model('hf:org/tiny', device='cpu')"], limit_bytes=3 << 30, timeout_s=120)
+                                   f"load_model({name!r}, device='cpu')"], limit_bytes=3 << 30, timeout_s=120)
     refusal = done.stderr.strip().splitlines()[-1]
-    assert refusal.startswith(f"rococo_eval.models.adapters.ModelError: `model` 'hf:org/tiny': its config "
-                              f"'{snapshot / 'config.json'}': ") and said in refusal, done.stderr
+    assert refusal.startswith(f"rococo_eval.models.adapters.ModelError: `model` {name!r}: its config "
+                              f"'{snapshot}/") and said in refusal, done.stderr
     assert time.monotonic() - started < 60

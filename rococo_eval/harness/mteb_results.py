@@ -50,9 +50,9 @@ def results_from_mteb(results: Any) -> tuple[dict[str, GalleryResult], dict[str,
         a correct and a wrong clean item decided in MTEB's order (``run``'s pessimistic policy may rank them lower).
 
     Raises:
-        ValueError: no RoCOCO task in ``results``, two results for one gallery (give one model's folder), or a result
-            that these tasks cannot have made: a file that is no MTEB result (too large, nested too deep, not JSON,
-            or fields of other types), a task of a gallery RoCOCO does not have, a missing or impossible number (a
+        ValueError: no RoCOCO task in ``results``, two results for one gallery or results in two folders (give one
+            model's folder), or a result that these tasks cannot have made: a file that is no MTEB result (too large,
+            nested too deep, not JSON, or fields of other types), a task of a gallery RoCOCO does not have, a missing or impossible number (a
             percentage outside 0 to 100, a count that is negative or over :data:`MAX_COUNT`, recalls that fall as K
             grows); each names the file (or the task) and the field.
     """
@@ -131,7 +131,6 @@ def report_from_mteb(results: Any, out=None, *, model_name: Optional[str] = None
     return {"meta": meta, "results": metrics, "summary": summary_rows(metrics)}
 
 
-
 def _gallery_of_task(name, where) -> Optional[tuple[str, str]]:
     """``(attack, direction)`` of the gallery a RoCOCO task (:data:`TASK_NAME`) scores; None for another task's name.
 
@@ -162,14 +161,24 @@ def _task_scores(results: Any) -> Iterable[tuple[Any, dict, str]]:
         if not folder.is_dir():
             raise ValueError(f"MTEB results folder {str(results)!r} "
                              f"{'is a file, not a folder' if folder.exists() else 'does not exist'}")
-        for path in sorted(folder.rglob("RoCOCO-*.json")):
+        paths = sorted(folder.rglob("RoCOCO-*.json"))
+        holders = sorted({str(path.parent) for path in paths})
+        if len(holders) > 1:
+            shown = ", ".join(holders[:3]) + (", ..." if len(holders) > 3 else "")
+            raise ValueError(f"MTEB results folder {str(results)!r} holds RoCOCO results in {len(holders)} folders "
+                             f"({shown}): give the folder of one model's results")
+        for path in paths:
             document = _read_result_file(path)
             yield document.get("task_name"), _test_scores(document.get("scores"), path), str(path)
         return
     task_results = getattr(results, "task_results", results)
-    for task_result in task_results:
-        where = str(task_result.task_name)
-        yield task_result.task_name, _test_scores(task_result.scores, where), where
+    if isinstance(task_results, (bytes, Mapping)) or not isinstance(task_results, Iterable):
+        raise ValueError(f"`results` must be a ModelResult, a list of TaskResult or a results folder, got "
+                         f"{_shown(results)}")
+    for index, task_result in enumerate(task_results):
+        name = getattr(task_result, "task_name", None)
+        where = name if isinstance(name, str) else f"`results`[{index}]"
+        yield name, _test_scores(getattr(task_result, "scores", None), where), where
 
 
 def _no_rococo_task(results: Any, others: list[str]) -> str:

@@ -30,8 +30,13 @@ from typing import BinaryIO, Callable
 import numpy as np
 
 import rococo_eval.validity as validity
+from rococo_eval.io.scorefiles import check_size, parse_json
 
 logger = logging.getLogger(__name__)
+
+# A cache folder's manifest.json: a few fingerprints and counts (and a name, for people), one object deep.
+MAX_MANIFEST_BYTES = 1 << 20
+MAX_MANIFEST_DEPTH = 4
 
 
 def write_atomic(path: str | os.PathLike, write: Callable[[BinaryIO], object]) -> Path:
@@ -209,8 +214,9 @@ def open_cache_folder(folder: Path, manifest: dict, holds: str, shown: dict | No
     path = folder / "manifest.json"
     if path.is_file():
         try:
-            found = json.loads(path.read_text(encoding="utf-8"))
-        except (ValueError, UnicodeDecodeError, RecursionError) as error:
+            check_size(path, MAX_MANIFEST_BYTES)
+            found = parse_json(path.read_bytes(), "manifest", MAX_MANIFEST_DEPTH)
+        except ValueError as error:  # not JSON, not UTF-8, too large or too deep
             validity.warn("%s is damaged (%s): written anew", path, str(error)[:100])
             found = None
         if isinstance(found, dict) and {key: value for key, value in found.items() if key not in shown} == manifest:

@@ -252,8 +252,19 @@ def _load_transformers(name: str, parsed: ModelName, device: Optional[str], prec
         blip as rerank_models,  # BLIP and BLIP-2 retrieval checkpoints, scored in two stages (scoring.rerank)
     )
 
+    from rococo_eval.models.checkpoints import CheckpointError, check_transformers_folder
+
     _import("torch")
     transformers = _import("transformers")
+    folder = Path(parsed.name).expanduser()
+    try:
+        if not folder.is_dir():  # a Hub id: its config.json, downloaded (or found in the cache), is checked first
+            folder = Path(transformers.utils.cached_file(parsed.name, "config.json")).parent
+        check_transformers_folder(folder, f"`model` {name!r}")
+    except CheckpointError as error:
+        raise ModelError(str(error)) from error
+    except OSError as error:
+        raise ModelError(f"cannot load {name!r} with transformers: {error}") from error
     try:
         if rerank_models.is_reranking_config(transformers.AutoConfig.from_pretrained(parsed.name)):
             return rerank_models.load_reranking_model(name, parsed.name, TorchModel(name, device, precision))
@@ -482,6 +493,8 @@ class OpenClipModel(TorchModel):
 
     def __init__(self, name: str, parsed: ModelName, device: Optional[str], precision: str):
         super().__init__(name, device, precision)
+        if parsed.name.startswith(_OPEN_CLIP_SCHEMAS):
+            _check_open_clip_config(name, parsed)
         open_clip = _import_open_clip()
         _check_open_clip_name(open_clip, parsed)
         torch = self.torch
@@ -691,6 +704,26 @@ def _square_size(size) -> int:
             raise ModelError(f"only square image sizes are supported, got {size!r}")
         size = size[0]
     return int(size)
+
+
+def _check_open_clip_config(name: str, parsed: ModelName) -> None:
+    """The config of an open_clip ``local-dir:`` folder or ``hf-hub:`` repository (downloaded, or found in the cache,
+    first), checked before open_clip reads it (:func:`~rococo_eval.models.checkpoints.check_open_clip_folder`)."""
+    import huggingface_hub
+
+    from rococo_eval.models.checkpoints import OPEN_CLIP_CONFIG, CheckpointError, check_open_clip_folder
+
+    schema, _, location = parsed.name.partition(":")
+    try:
+        if schema == "local-dir":
+            folder = Path(location).expanduser()
+        else:
+            folder = Path(huggingface_hub.hf_hub_download(location, OPEN_CLIP_CONFIG)).parent
+        check_open_clip_folder(folder, f"`model` {name!r}")
+    except CheckpointError as error:
+        raise ModelError(str(error)) from error
+    except (OSError, huggingface_hub.errors.EntryNotFoundError) as error:
+        raise ModelError(f"cannot load {name!r}: no {OPEN_CLIP_CONFIG} ({error})") from error
 
 
 def _check_open_clip_name(open_clip, parsed: ModelName) -> None:

@@ -60,9 +60,11 @@ from pathlib import Path
 
 from rococo_eval.io.scorefiles import check_size
 from rococo_eval.models.checkpoints import (
+    MAX_IMAGE_SIZE,
     MAX_LAYERS,
     MAX_VOCABULARY_BYTES,
     CheckpointError,
+    attention_heads,
     bounded_int,
     build_strictly,
     load_torch_file,
@@ -191,21 +193,24 @@ def blip_config(state: dict, settings: dict | None = None, bos_token_id=None, pa
 
     settings = settings or {}
     width = state["visual_encoder.cls_token"].shape[-1]
-    patch = state["visual_encoder.patch_embed.proj.weight"].shape[-1]
+    patch = bounded_int(state["visual_encoder.patch_embed.proj.weight"].shape[-1],
+                        "its ViT's patch size (visual_encoder.patch_embed.proj.weight)", 1, MAX_IMAGE_SIZE, what)
     positions = state["visual_encoder.pos_embed"].shape[1] - 1
     grid = round(positions ** 0.5)
-    if grid * grid != positions:
+    if grid < 1 or grid * grid != positions:
         raise CheckpointError(f"{what}: its ViT has {positions} patch positions, not a square grid")
     vocab_size, text_width = state["text_encoder.embeddings.word_embeddings.weight"].shape
     vision = dict(hidden_size=width, intermediate_size=state["visual_encoder.blocks.0.mlp.fc1.weight"].shape[0],
                   num_hidden_layers=_count(state, "visual_encoder.blocks", what),
-                  num_attention_heads=int(settings.get("vision_num_attention_heads", width // HEAD_WIDTH)),
+                  num_attention_heads=attention_heads(settings.get("vision_num_attention_heads", width // HEAD_WIDTH),
+                                                      width, "its ViT", "vision_num_attention_heads", what),
                   image_size=grid * patch, patch_size=patch, hidden_act="gelu", layer_norm_eps=VISION_LAYER_NORM_EPS)
     text = dict(vocab_size=vocab_size, hidden_size=text_width,
                 encoder_hidden_size=state["text_encoder.encoder.layer.0.crossattention.self.key.weight"].shape[1],
                 intermediate_size=state["text_encoder.encoder.layer.0.intermediate.dense.weight"].shape[0],
                 num_hidden_layers=_count(state, "text_encoder.encoder.layer", what),
-                num_attention_heads=int(settings.get("text_num_attention_heads", text_width // HEAD_WIDTH)),
+                num_attention_heads=attention_heads(settings.get("text_num_attention_heads", text_width // HEAD_WIDTH),
+                                                    text_width, "its BERT", "text_num_attention_heads", what),
                 max_position_embeddings=state["text_encoder.embeddings.position_embeddings.weight"].shape[0],
                 hidden_act="gelu", layer_norm_eps=TEXT_LAYER_NORM_EPS, pad_token_id=pad_token_id)
     text.update({name: value for name, value in (("bos_token_id", bos_token_id), ("sep_token_id", sep_token_id))

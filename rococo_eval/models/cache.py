@@ -57,6 +57,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from rococo_eval.io.atomic import checked_stem, open_cache_folder, read_checked, write_checked
+from rococo_eval.models.similarity import finite_rows
 import rococo_eval.validity as validity
 
 logger = logging.getLogger(__name__)
@@ -215,7 +216,7 @@ class EmbeddingCache:
         with tqdm(total=len(items), initial=done, desc=items.name, unit=items.kind,
                   disable=not self.progress, dynamic_ncols=True) as bar, contextlib.closing(loaded):
             for (start, stop), batch in loaded:  # closed on an error too: its threads stop before it propagates
-                rows = _check_vectors(encode(batch), stop - start, model.name)
+                rows = _check_vectors(encode(batch), stop - start, model.name, encode.__name__)
                 shards[(start, stop)] = (_save_rows(folder, f"rows-{start:06d}-{stop:06d}", rows), rows)
                 bar.update(stop - start)
         seconds, encoded = time.perf_counter() - started, len(items) - done
@@ -497,12 +498,12 @@ def _finished(entry):
     return rows, batch.rows
 
 
-def _check_vectors(vectors, rows: int, model_name: str) -> np.ndarray:
-    vectors = np.asarray(vectors, dtype=np.float32)
-    if vectors.ndim != 2 or vectors.shape[0] != rows:
-        raise ValueError(f"model {model_name!r} returned shape {vectors.shape} for a batch of {rows}")
-    if not np.isfinite(vectors).all():
-        raise ValueError(f"model {model_name!r} returned non-finite embeddings")
+def _check_vectors(vectors, rows: int, model_name: str, method: str) -> np.ndarray:
+    """``method``'s output for a batch of ``rows`` items as float32 rows (:func:`~rococo_eval.models.similarity.
+    finite_rows`), one per item."""
+    vectors = finite_rows(vectors, model_name, method)
+    if vectors.shape[0] != rows:
+        raise ValueError(f"model {model_name!r}: {method} returned {vectors.shape[0]} rows for a batch of {rows}")
     return vectors
 
 

@@ -68,6 +68,27 @@ MAX_REGION_IDS_BYTES = 16 << 20
 # How deep a settings file nests ({"key": value}), and PCME++'s config.json ({"vision_cfg": {"image_size": [...]}})
 MAX_SETTINGS_DEPTH = 1
 MAX_CONFIG_DEPTH = 3
+# A model folder's config: transformers' config.json (``hf:``) nests 3 deep (``text_config.id2label``), open_clip's
+# open_clip_config.json (``open_clip:local-dir:``) 4 (``model_cfg.vision_cfg.image_size``); a bit more is allowed.
+# A transformers folder's other settings files are read within MAX_SETTINGS_BYTES, its tokenizer's files within
+# MAX_TOKENIZER_BYTES (XLM-R's tokenizer.json, among the largest, is 17 MB).
+MAX_MODEL_CONFIG_DEPTH = 6
+MAX_TOKENIZER_BYTES = 64 << 20
+TRANSFORMERS_FILES = {"preprocessor_config.json": MAX_SETTINGS_BYTES,
+                      "tokenizer_config.json": MAX_SETTINGS_BYTES, "special_tokens_map.json": MAX_SETTINGS_BYTES,
+                      "tokenizer.json": MAX_TOKENIZER_BYTES, "vocab.json": MAX_TOKENIZER_BYTES,
+                      "vocab.txt": MAX_TOKENIZER_BYTES, "merges.txt": MAX_TOKENIZER_BYTES,
+                      "spiece.model": MAX_TOKENIZER_BYTES, "sentencepiece.bpe.model": MAX_TOKENIZER_BYTES}
+# The fields of a transformers config (at any level: text_config, vision_config, ...) that size what it builds.
+TRANSFORMERS_SIZES = {"num_hidden_layers": MAX_LAYERS, "hidden_size": MAX_WIDTH, "intermediate_size": MAX_WIDTH,
+                      "projection_dim": MAX_WIDTH, "num_attention_heads": MAX_WIDTH, "vocab_size": MAX_DIMENSION,
+                      "max_position_embeddings": MAX_POSITIONS, "image_size": MAX_IMAGE_SIZE,
+                      "patch_size": MAX_IMAGE_SIZE}
+# The same for open_clip's model_cfg (vision_cfg, text_cfg); ``layers`` is a list for a ResNet's stages.
+OPEN_CLIP_CONFIG = "open_clip_config.json"
+OPEN_CLIP_SIZES = {"layers": MAX_LAYERS, "width": MAX_WIDTH, "heads": MAX_WIDTH, "head_width": MAX_WIDTH,
+                   "embed_dim": MAX_WIDTH, "context_length": MAX_POSITIONS, "vocab_size": MAX_DIMENSION,
+                   "image_size": MAX_IMAGE_SIZE, "patch_size": MAX_IMAGE_SIZE}
 
 
 class CheckpointError(ValueError):
@@ -286,6 +307,112 @@ def bounded_number(value, field: str, low: float, high: float, what: str) -> flo
         return float(value)
     raise CheckpointError(f"{what}: {field} = {_shown(value)} is out of bounds: a number above {low} and at most "
                           f"{high}")
+
+
+def attention_heads(heads, width: int, part: str, setting: str, what: str) -> int:
+    """``heads`` as the number of attention heads of ``part``'s layers, ``width`` wide: an int from 1 to ``width`` that
+    splits it (``transformers`` divides by it). ``setting`` names where it comes from, ``what`` the checkpoint.
+
+    Raises:
+        CheckpointError: ``heads`` out of bounds (0 for a width under the default head width), or not a divisor.
+
+    Example:
+        >>> attention_heads(12, 768, "its BERT", "text_num_attention_heads", "m")
+        12
+        >>> attention_heads(5, 768, "its BERT", "text_num_attention_heads", "m")
+        Traceback (most recent call last):
+        ...
+        rococo_eval.models.checkpoints.CheckpointError: m: its BERT's width 768 does not split into 5 attention heads (text_num_attention_heads)
+    """
+    heads = bounded_int(heads, f"{part}'s attention heads ({setting})", 1, width, what)
+    if width % heads:
+        raise CheckpointError(f"{what}: {part}'s width {width} does not split into {heads} attention heads ({setting})")
+    return heads
+
+
+def check_transformers_folder(folder, what: str) -> None:
+    """Check a ``transformers`` model folder before ``from_pretrained`` reads it: its other settings and tokenizer
+    files (:data:`TRANSFORMERS_FILES`) within their sizes, and its ``config.json`` within :data:`MAX_SETTINGS_BYTES` and
+    :data:`MAX_MODEL_CONFIG_DEPTH`, with every size field (:data:`TRANSFORMERS_SIZES`) an int within its
+    bound, attention heads that split their width and patches no larger than the image.
+
+    Raises:
+        CheckpointError: naming the file and the field.
+
+    Example:
+        >>> import json, tempfile
+        >>> folder = Path(tempfile.mkdtemp())
+        >>> _ = (folder / "config.json").write_text(json.dumps({"text_config": {"num_hidden_layers": 10**6}}))
+        >>> check_transformers_folder(folder, "`model` 'hf:m'")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        rococo_eval.models.checkpoints.CheckpointError: `model` 'hf:m': its config '...config.json': text_config.num_hidden_layers = 1000000 is out of bounds: an int from 1 to 96
+    """
+    folder = Path(folder)
+    for name, limit in TRANSFORMERS_FILES.items():
+        path = folder / name
+        if path.exists():
+            try:
+                check_size(path, limit)
+            except (OSError, ValueError) as error:
+                raise CheckpointError(f"{what}: its file {str(path)!r}: {error}") from error
+    _check_model_config(folder / "config.json", TRANSFORMERS_SIZES, what)
+
+
+def check_open_clip_folder(folder, what: str) -> None:
+    """Check an open_clip ``local-dir:`` folder before open_clip reads it: its :data:`OPEN_CLIP_CONFIG` within
+    :data:`MAX_SETTINGS_BYTES` and :data:`MAX_MODEL_CONFIG_DEPTH`, every size field (:data:`OPEN_CLIP_SIZES`) an int
+    within its bound, ``mlp_ratio`` at most :data:`MAX_MLP_RATIO`, attention heads that split their width and patches
+    no larger than the image.
+
+    Raises:
+        CheckpointError: naming the file and the field.
+
+    Example:
+        >>> import json, tempfile
+        >>> folder = Path(tempfile.mkdtemp())
+        >>> config = {"model_cfg": {"vision_cfg": {"width": 32, "head_width": 64}}}
+        >>> _ = (folder / OPEN_CLIP_CONFIG).write_text(json.dumps(config))
+        >>> check_open_clip_folder(folder, "`model` 'open_clip:local-dir:m'")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        rococo_eval.models.checkpoints.CheckpointError: `model` 'open_clip:local-dir:m': its config '...open_clip_config.json': model_cfg.vision_cfg.head_width = 64 is out of bounds: an int from 1 to 32
+    """
+    _check_model_config(Path(folder) / OPEN_CLIP_CONFIG, OPEN_CLIP_SIZES, what)
+
+
+def _check_model_config(path: Path, sizes: dict, what: str) -> None:
+    """The model config ``path``, when there is one, read within bounds and its ``sizes`` checked."""
+    if path.is_file():
+        config = read_json_file(path, f"{what}: its config", MAX_SETTINGS_BYTES, MAX_MODEL_CONFIG_DEPTH)
+        _check_sizes(config, sizes, "", f"{what}: its config {str(path)!r}")
+
+
+def _check_sizes(config, sizes: dict, prefix: str, what: str) -> None:
+    """The size fields (``sizes``: field, bound) of ``config`` (an object of a config file at ``prefix``) and of the
+    objects in it; attention heads (given, or by their width) that split their layer's width; patches that fit."""
+    if not isinstance(config, dict):
+        raise CheckpointError(f"{what}: {prefix or 'the file'} must be a JSON object, got {_shown(config)}")
+    for key, value in config.items():
+        if isinstance(value, dict):
+            _check_sizes(value, sizes, f"{prefix}{key}.", what)
+        elif key == "mlp_ratio" and value is not None:
+            bounded_number(value, f"{prefix}{key}", 0, MAX_MLP_RATIO, what)
+        elif key in sizes and value is not None:
+            for size in value if isinstance(value, list) else [value]:
+                bounded_int(size, f"{prefix}{key}", 1, sizes[key], what)
+    part = prefix.rstrip(".") or "the model"
+    for width_key, heads_key in (("hidden_size", "num_attention_heads"), ("width", "heads")):
+        width, heads = config.get(width_key), config.get(heads_key)
+        if isinstance(width, int) and isinstance(heads, int):
+            attention_heads(heads, width, part, f"{prefix}{heads_key}", what)
+    width, head_width = config.get("width"), config.get("head_width")
+    if isinstance(width, int) and isinstance(head_width, int):  # open_clip's ViT: width // head_width heads
+        bounded_int(head_width, f"{prefix}head_width", 1, width, what)
+        attention_heads(width // head_width, width, part, f"{prefix}width // {prefix}head_width", what)
+    image, patch = config.get("image_size"), config.get("patch_size")
+    if image is not None and isinstance(patch, int):
+        bounded_int(patch, f"{prefix}patch_size", 1, min(image if isinstance(image, list) else [image]), what)
 
 
 def check_state(state: dict, what: str) -> None:

@@ -167,8 +167,8 @@ def score_blocks(similarity: str, queries: np.ndarray, gallery: np.ndarray, quer
 
 def dense_numbers(value, what: str):
     """``value`` as a dense array of real numbers (bools, ints or floats), or refused with a ``ValueError`` naming
-    ``what``: strings, None, dicts, ragged or object arrays, ints beyond 64 bits, and sparse or meta-device torch
-    tensors. A torch tensor is returned as it is, on its device; anything else as a NumPy array.
+    ``what``: strings, None, dicts, ragged or object arrays, ints beyond 64 bits, and sparse, nested or meta-device
+    torch tensors. A torch tensor is returned as it is, on its device; anything else as a NumPy array.
 
     Example:
         >>> dense_numbers([[1, 2]], "`rows`").dtype
@@ -179,9 +179,10 @@ def dense_numbers(value, what: str):
         ValueError: `rows` must be an array of real numbers (...), got [[1.0], [2.0, 3.0]]
     """
     if hasattr(value, "layout") and hasattr(value, "device"):  # a torch tensor (torch is not needed here)
-        if str(value.layout) != "torch.strided" or value.device.type == "meta" or value.is_complex():
+        nested = "nested " if value.is_nested else ""  # a nested tensor's layout may read strided
+        if str(value.layout) != "torch.strided" or nested or value.device.type == "meta" or value.is_complex():
             raise ValueError(f"{what} must be a dense tensor of real numbers on a device that holds data, got a "
-                             f"{value.dtype} tensor of layout {value.layout} on {value.device}")
+                             f"{nested}{value.dtype} tensor of layout {value.layout} on {value.device}")
         return value
     try:
         array = np.asarray(value)

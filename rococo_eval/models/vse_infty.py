@@ -75,6 +75,7 @@ from rococo_eval.models.checkpoints import (
     MAX_WIDTH,
     MIN_IMAGE_SIZE,
     CheckpointError,
+    attention_heads,
     bounded_int,
     bounded_number,
     build_strictly,
@@ -419,13 +420,8 @@ def bert_config(text_state: dict, heads: Optional[int] = None, what: str = "the 
     last = max((int(match[1]) for match in map(_BERT_LAYER.match, text_state) if match), default=-1)
     layers = bounded_int(last + 1, f"BERT's layers (bert.encoder.layer.{last}.*)", 1, MAX_LAYERS, what)
     hidden = sizes["hidden_size"]
-    if heads is None:
-        heads = hidden // TEXT_HEAD_WIDTH
-    elif isinstance(heads, bool) or not isinstance(heads, int):
-        raise VseCheckpointError(f"{what}: text_num_attention_heads must be an int, got {heads!r}")
-    if heads < 1 or hidden % heads:
-        raise VseCheckpointError(f"{what}: BERT's width {hidden} does not split into {heads} attention heads: give "
-                                 "text_num_attention_heads in the settings file beside the checkpoint")
+    heads = attention_heads(hidden // TEXT_HEAD_WIDTH if heads is None else heads, hidden, "BERT",
+                            "text_num_attention_heads in the settings file beside the checkpoint", what)
     return transformers.BertConfig(num_hidden_layers=layers, num_attention_heads=heads, hidden_act="gelu",
                                    layer_norm_eps=BERT_LAYER_NORM_EPS, pad_token_id=0, **sizes)
 

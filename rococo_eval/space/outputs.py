@@ -135,7 +135,21 @@ class OutputFolders:
     def shared(self, name: str, make: Callable[[Path], Shared]) -> Shared:
         """What ``make(folder)`` returns, for files that are the same for every request (the synthetic example's
         score files): written once per process into ``shared/NAME`` and handed out again while they are all there
-        as written; they count in the budget and are never removed to make room."""
+        as written; they count in the budget and are never removed to make room.
+
+        Example:
+            >>> import tempfile
+            >>> outputs, written = OutputFolders(Path(tempfile.mkdtemp()), budget=1000), []
+            >>> def example(folder):
+            ...     written.append((folder / "scores.npy").write_bytes(b"0123"))
+            ...     return folder / "scores.npy"
+            >>> first, again = outputs.shared("example", example), outputs.shared("example", example)
+            >>> first == again, first.read_bytes(), len(written), outputs.used()
+            (True, b'0123', 1, 4)
+            >>> first.unlink()  # a file lost is written again at the next request
+            >>> outputs.shared("example", example).read_bytes(), len(written)
+            (b'0123', 2)
+        """
         with self._shared_lock:
             result, files = self._shared.get(name, (None, None))
             if files is None or any(_file_size(path) != size for path, size in files.items()):

@@ -213,3 +213,34 @@ def test_a_sparse_2_gb_result_file_is_refused_at_once_under_a_memory_limit(tmp_p
                                         f"limit of {MAX_RESULTS_FILE_BYTES} bytes (1.0 MB)"]
     assert time.monotonic() - started < 30 and not (tmp_path / "report").exists()
     assert os.path.getsize(path) == 2 << 30
+
+
+def test_results_of_two_models_are_refused_naming_both_folders(tmp_path):
+    """Each gallery once, but from two models (or two revisions): one report would mix their numbers."""
+    folder = tmp_path / "results"
+    for model, task in (("org__a", TASK), ("org__b", "RoCOCO-clean-I2T")):
+        path = folder / model / "0.1.0" / f"{task}.json"
+        path.parent.mkdir(parents=True)
+        path.write_text(json.dumps(result_document(task)))
+    message = (f"MTEB results folder {str(folder)!r} holds RoCOCO results in 2 folders ({folder / 'org__a' / '0.1.0'}, "
+               f"{folder / 'org__b' / '0.1.0'}): give the folder of one model's results")
+    with pytest.raises(ValueError) as refused:
+        results_from_mteb(folder)
+    assert str(refused.value) == message
+    assert main(["from-mteb", str(folder), "--out", str(tmp_path / "report")]) == 1
+    assert not (tmp_path / "report").exists()
+
+
+@pytest.mark.parametrize("results, said", [
+    (5, "`results` must be a ModelResult, a list of TaskResult or a results folder, got 5"),
+    (None, "`results` must be a ModelResult, a list of TaskResult or a results folder, got null"),
+    ({"task_name": TASK}, "`results` must be a ModelResult, a list of TaskResult or a results folder, got {'task_name"),
+    ([object()], "`results`[0]: `scores` must be an object of MTEB's splits, got null"),
+    ([result_document()], "`results`[0]: `scores` must be an object of MTEB's splits, got null"),
+])
+def test_results_that_are_no_mteb_objects_are_refused_naming_the_argument(results, said):
+    """``report_from_mteb`` takes what ``mteb.evaluate`` returns: anything else is a ValueError, not a TypeError or
+    AttributeError."""
+    with pytest.raises(ValueError) as refused:
+        results_from_mteb(results)
+    assert str(refused.value).startswith(said)

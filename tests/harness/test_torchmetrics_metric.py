@@ -265,12 +265,14 @@ def hostile_updates():
                         ("an object array", np.array([[1.0, None]], dtype=object)),
                         ("a list of ints beyond int64", [[2**70, 1]]),
                         ("a sparse COO tensor", torch.eye(3).to_sparse()),
-                        ("a tensor on the meta device", torch.ones(3, 4, device="meta"))]:
+                        ("a tensor on the meta device", torch.ones(3, 4, device="meta")),
+                        ("a nested tensor", torch.nested.nested_tensor([torch.ones(4), torch.ones(2), torch.ones(4)]))]:
         yield f"embeddings: {what}", value, indexes, "`embeddings`"
     for what, value in [("a string", "abc"), ("None", None), ("a dict", {"a": 1}), ("a ragged list", [[0], [1, 2], []]),
                         ("an object array", np.array([0, 1, None], dtype=object)), ("strings", ["0", "1", "2"]),
                         ("a sparse COO tensor", torch.arange(3).to_sparse()),
                         ("a tensor on the meta device", torch.arange(3, device="meta")),
+                        ("a nested tensor", torch.nested.nested_tensor([torch.arange(2), torch.arange(1)])),
                         ("ints beyond int64", [0, 1, 2**64]), ("2**63", [0, 1, 2**63]),
                         ("uint64 beyond int64", np.array([0, 1, 2**63], dtype=np.uint64)),
                         ("a uint64 tensor beyond int64", torch.tensor([0, 1, 2**63], dtype=torch.uint64)),

@@ -6,7 +6,13 @@ import argparse
 import json
 
 from helpers.sparse_files import sparse_file
-from helpers.tiny_models import TINY_PCMEPP, make_tiny_pcmepp, save_vse_checkpoint
+from helpers.tiny_models import (
+    TINY_OPEN_CLIP_CONFIG,
+    TINY_PCMEPP,
+    make_tiny_hf_clip,
+    make_tiny_pcmepp,
+    save_vse_checkpoint,
+)
 
 
 def vse_with_text_weights(folder, states, **weights) -> str:
@@ -85,3 +91,55 @@ def region_features_with_sparse_ids(folder, image_files, dimension: int) -> str:
 def nested_json(depth: int) -> str:
     """A JSON object nesting ``depth`` lists deep: ``{"tokenizer": [[[...]]]}``."""
     return '{"tokenizer": ' + "[" * depth + "]" * depth + "}"
+
+
+def hf_with_config(folder, **changes) -> str:
+    """A tiny ``hf:`` CLIP folder whose ``config.json`` has ``changes`` (``"text_config.num_hidden_layers": N``, a
+    dotted path to a field) made."""
+    name = make_tiny_hf_clip(folder)
+    path = folder / "tiny-clip" / "config.json"
+    config = json.loads(path.read_text())
+    for field, value in changes.items():
+        *parents, last = field.split(".")
+        holder = config
+        for key in parents:
+            holder = holder[key]
+        holder[last] = value
+    path.write_text(json.dumps(config))
+    return name
+
+
+def hf_with_file_text(folder, file_name: str, text: str) -> str:
+    """A tiny ``hf:`` CLIP folder whose file ``file_name`` is ``text``."""
+    name = make_tiny_hf_clip(folder)
+    (folder / "tiny-clip" / file_name).write_text(text)
+    return name
+
+
+def hf_with_sparse_file(folder, file_name: str) -> str:
+    """A tiny ``hf:`` CLIP folder whose file ``file_name`` (its config, a vocabulary) is a 2 GiB hole."""
+    name = make_tiny_hf_clip(folder)
+    sparse_file(folder / "tiny-clip" / file_name)
+    return name
+
+
+def open_clip_with_config(folder, text: str) -> str:
+    """An ``open_clip:local-dir:`` folder whose ``open_clip_config.json`` is ``text`` (and no weights: the config is
+    checked before they are read)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "open_clip_config.json").write_text(text)
+    return f"open_clip:local-dir:{folder}"
+
+
+def open_clip_with_model_config(folder, vision=None, text=None) -> str:
+    """An ``open_clip:local-dir:`` folder of the tiny architecture with ``vision`` and ``text`` fields changed."""
+    config = {**TINY_OPEN_CLIP_CONFIG, "vision_cfg": {**TINY_OPEN_CLIP_CONFIG["vision_cfg"], **(vision or {})},
+              "text_cfg": {**TINY_OPEN_CLIP_CONFIG["text_cfg"], **(text or {})}}
+    return open_clip_with_config(folder, json.dumps({"model_cfg": config}))
+
+
+def open_clip_with_sparse_config(folder) -> str:
+    """An ``open_clip:local-dir:`` folder whose ``open_clip_config.json`` is a 2 GiB hole."""
+    folder.mkdir(parents=True, exist_ok=True)
+    sparse_file(folder / "open_clip_config.json")
+    return f"open_clip:local-dir:{folder}"

@@ -1,8 +1,9 @@
 """Work run in a child process under an address-space limit (``RLIMIT_AS``): how a test shows that a hostile input
 is refused within seconds and within memory, not by an allocation failure (nor by the machine's memory running out).
 
-:func:`run_under_memory_limit` runs a command under a fixed limit. For :func:`run_probes`, the child imports what the model families import (torch, transformers, the adapters), measures its address space
-then (the baseline: about 0.7 GB), and limits itself to that plus :data:`HEADROOM_BYTES`. Each probe is a call
+:func:`run_under_memory_limit` runs a command under a fixed limit. For :func:`run_probes`, the child imports what
+the model families import (torch, transformers, the adapters), measures its address space then (the baseline: about
+0.7 GB), and limits itself to that plus :data:`HEADROOM_BYTES`. Each probe is a call
 ``"module:function"`` with JSON arguments; its outcome is the error it raised (type and message, or None) and the
 seconds it took. One child runs all the probes of a test module, so that the imports are paid once."""
 

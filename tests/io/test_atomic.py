@@ -3,10 +3,14 @@ leaves behind, with the permissions of the umask; a cache folder's manifest is w
 
 import json
 import os
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
+from helpers.memory_limit import run_under_memory_limit
+from helpers.sparse_files import sparse_file
 from rococo_eval.io.atomic import open_cache_folder, write_atomic
 
 
@@ -91,3 +95,16 @@ def test_a_damaged_manifest_is_written_anew_with_a_warning_about_the_numbers(tmp
         open_cache_folder(tmp_path, {"model": "a"}, "embeddings")
     assert len(found) == 1 and found[0].startswith(f"{tmp_path / 'manifest.json'} is damaged (")
     assert found[0].endswith("): written anew")
+
+
+def test_a_manifest_of_2_gib_is_written_anew_within_memory(tmp_path):
+    """A cache manifest that is a 2 GiB hole (a faulty disk, a stray copy) is not read whole: under a 1 GiB address
+    space it is called damaged and written anew, within seconds."""
+    sparse_file(tmp_path / "manifest.json", head=b'{"model": "a"')
+    code = ("import sys; from pathlib import Path; from rococo_eval.io.atomic import open_cache_folder; "
+            "open_cache_folder(Path(sys.argv[1]), {'model': 'a'}, 'embeddings')")
+    started = time.monotonic()
+    done = run_under_memory_limit([sys.executable, "-c", code, str(tmp_path)], limit_bytes=1 << 30, timeout_s=60)
+    assert done.returncode == 0, done.stderr
+    assert f"{tmp_path / 'manifest.json'} is damaged (" in done.stderr and time.monotonic() - started < 30
+    assert json.loads((tmp_path / "manifest.json").read_text()) == {"model": "a"}

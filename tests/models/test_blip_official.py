@@ -324,3 +324,50 @@ def test_a_state_dict_naming_layer_1_000_000_is_refused_before_a_layer_is_built(
     with pytest.raises(CheckpointError, match=re.escape(f"the checkpoint: its layers ({stack}.1000000.*) = 1000001 is "
                                                         "out of bounds: an int from 1 to 96")):
         blip_official.blip_config(state)
+
+
+def small_blip_state(vision_width=64, text_width=64, positions=5, patch=16):
+    """An official BLIP retrieval state dict with the keys its configuration is read from (module docstring), at
+    these sizes: enough for the configuration, not for the model."""
+    import torch
+
+    return {"visual_encoder.cls_token": torch.zeros(1, 1, vision_width),
+            "visual_encoder.pos_embed": torch.zeros(1, positions, vision_width),
+            "visual_encoder.patch_embed.proj.weight": torch.zeros(vision_width, 3, patch, patch),
+            "visual_encoder.blocks.0.mlp.fc1.weight": torch.zeros(4 * vision_width, vision_width),
+            "text_encoder.embeddings.word_embeddings.weight": torch.zeros(9, text_width),
+            "text_encoder.embeddings.position_embeddings.weight": torch.zeros(64, text_width),
+            "text_encoder.encoder.layer.0.intermediate.dense.weight": torch.zeros(4 * text_width, text_width),
+            "text_encoder.encoder.layer.0.crossattention.self.key.weight": torch.zeros(text_width, vision_width),
+            "vision_proj.weight": torch.zeros(8, vision_width), "text_proj.weight": torch.zeros(8, text_width),
+            "itm_head.weight": torch.zeros(2, text_width)}
+
+
+def hostile_blip_sizes():
+    """``(what is wrong, the state's sizes, the settings beside it, what the refusal says)``: sizes that transformers
+    divides by, or checks only after the file's name is lost."""
+    yield ("a ViT narrower than one head", {"vision_width": 32}, {},
+           "its ViT's attention heads (vision_num_attention_heads) = 0 is out of bounds: an int from 1 to 32")
+    yield ("a BERT narrower than one head", {"text_width": 48}, {},
+           "its BERT's attention heads (text_num_attention_heads) = 0 is out of bounds: an int from 1 to 48")
+    yield ("heads that do not split the width", {}, {"vision_num_attention_heads": 3},
+           "its ViT's width 64 does not split into 3 attention heads (vision_num_attention_heads)")
+    yield ("patches of 0 pixels", {"patch": 0}, {},
+           "its ViT's patch size (visual_encoder.patch_embed.proj.weight) = 0 is out of bounds: an int from 1 to 2048")
+    yield ("no patch position", {"positions": 1}, {}, "its ViT has 0 patch positions, not a square grid")
+
+
+@pytest.mark.parametrize("sizes, settings, said", [case[1:] for case in hostile_blip_sizes()],
+                         ids=[case[0] for case in hostile_blip_sizes()])
+def test_sizes_transformers_cannot_build_are_refused_naming_the_checkpoint_and_the_field(tmp_path, sizes, settings,
+                                                                                         said):
+    """Once a ZeroDivisionError, or transformers' ValueError that named no file."""
+    import torch
+
+    path = tmp_path / "model.pth"
+    torch.save({"model": small_blip_state(**sizes)}, path)
+    (tmp_path / "vocab.txt").write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\na\ndog\n")  # 9 tokens with [DEC], [ENC]
+    (tmp_path / "model.json").write_text(json.dumps({"tokenizer": "vocab.txt", **settings}))
+    with pytest.raises(ModelError) as refused:
+        load_model(f"blip:{path}", device="cpu")
+    assert str(refused.value) == f"`model` 'blip:{path}': {said}"

@@ -291,9 +291,13 @@ def test_bad_arguments_are_refused_by_name(tmp_path, make, problem):
 
 
 @pytest.mark.parametrize("vectors, problem", [
-    (np.zeros((2, 2)), "model 'broken' returned shape (2, 2) for a batch of 3"),
-    (np.zeros(3), "model 'broken' returned shape (3,) for a batch of 3"),
-    (np.full((3, 2), np.nan), "model 'broken' returned non-finite embeddings"),
+    (np.zeros((2, 2)), "model 'broken': encode_texts returned 2 rows for a batch of 3"),
+    (np.zeros(3), "model 'broken': encode_texts returned shape (3,), not (items, dimension)"),
+    (np.full((3, 2), np.nan), "model 'broken': encode_texts returned non-finite embeddings"),
+    (["x", "y", "z"], "model 'broken': encode_texts's output must be an array of real numbers (no strings, None, "
+                      "ragged lists or ints beyond 64 bits), got ['x', 'y', 'z']"),
+    ({"a": 1}, "model 'broken': encode_texts's output must be an array of real numbers (no strings, None, ragged "
+               "lists or ints beyond 64 bits), got {'a': 1}"),
 ])
 def test_a_models_wrong_output_is_refused_and_nothing_is_cached(tmp_path, vectors, problem):
     class Broken:

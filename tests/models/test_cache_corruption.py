@@ -142,7 +142,7 @@ def test_non_finite_embeddings_are_refused_when_written(tmp_path):
             rows[0, 0] = np.inf
             return rows
 
-    with pytest.raises(ValueError, match="model 'letters' returned non-finite embeddings"):
+    with pytest.raises(ValueError, match="model 'letters': encode_texts returned non-finite embeddings"):
         EmbeddingCache(tmp_path).embeddings(Broken(), ITEMS)
     assert not list(EmbeddingCache(tmp_path).folder(Broken(), ITEMS).glob("*.npy"))
 

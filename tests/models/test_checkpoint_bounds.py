@@ -5,11 +5,22 @@ plus 2 GiB (:mod:`helpers.memory_limit`), where building or reading what it decl
 The probes are generated here (:mod:`helpers.hostile_checkpoints`): tiny checkpoints declaring huge architectures,
 and side files that are 2 GiB holes."""
 
+import shutil
+import sys
+import time
+
 import pytest
 import torch
 
 from rococo_eval.models.checkpoints import MAX_LAYERS, MAX_PARAMETERS, CheckpointError, check_state
 from helpers.hostile_checkpoints import (
+    hf_with_config,
+    hf_with_file_text,
+    hf_with_sparse_file,
+    nested_json,
+    open_clip_with_config,
+    open_clip_with_model_config,
+    open_clip_with_sparse_config,
     pcmepp_with_config,
     pcmepp_with_sparse_config,
     region_features_with_sparse_ids,
@@ -18,9 +29,10 @@ from helpers.hostile_checkpoints import (
     vse_with_sparse_vocabulary,
     vse_with_text_weights,
 )
-from helpers.memory_limit import probe, run_probes
+from helpers.memory_limit import probe, run_probes, run_under_memory_limit
 from helpers.sparse_files import sparse_file
-from helpers.tiny_models import TINY_VSE, tiny_vse_states, vse_options
+from helpers.tiny_models import TINY_VSE, tiny_vse_states, torchvision_stand_in, vse_options
+from rococo_eval.models.adapters import ModelError, load_model
 
 REFUSAL_SECONDS = 10  # a refusal reads a tiny file and checks numbers; what it refuses took 75-114 s to build
 LOAD = "rococo_eval.models.adapters:load_model"
@@ -56,6 +68,46 @@ MEMORY_PROBES = {
                                    "vocab.txt: the file is 2147483648 bytes (2.0 GB), over the limit"),
     "pcmepp: a config.json of 2 GiB": (lambda folder, _: pcmepp_with_sparse_config(folder), "config.json",
                                        "config.json: the file is 2147483648 bytes (2.0 GB), over the limit"),
+    "hf: text_config.num_hidden_layers 100,000": (
+        lambda folder, _: hf_with_config(folder, **{"text_config.num_hidden_layers": 100_000}),
+        "tiny-clip/config.json", f"text_config.num_hidden_layers = 100000 is out of bounds: an int from 1 to "
+                                 f"{MAX_LAYERS}"),
+    "hf: vision_config.hidden_size 10**6": (
+        lambda folder, _: hf_with_config(folder, **{"vision_config.hidden_size": 10**6}),
+        "tiny-clip/config.json", "vision_config.hidden_size = 1000000 is out of bounds"),
+    "hf: vision_config.patch_size 0": (
+        lambda folder, _: hf_with_config(folder, **{"vision_config.patch_size": 0}),
+        "tiny-clip/config.json", "vision_config.patch_size = 0 is out of bounds: an int from 1 to"),
+    "hf: heads that do not split the width": (
+        lambda folder, _: hf_with_config(folder, **{"text_config.num_attention_heads": 3}),
+        "tiny-clip/config.json", "text_config's width 32 does not split into 3 attention heads"),
+    "hf: a config.json nested 100,000 deep": (
+        lambda folder, _: hf_with_file_text(folder, "config.json", nested_json(100_000)),
+        "tiny-clip/config.json", "nests 100001 deep"),
+    "hf: a config.json of 2 GiB": (lambda folder, _: hf_with_sparse_file(folder, "config.json"),
+                                   "tiny-clip/config.json",
+                                   "config.json: the file is 2147483648 bytes (2.0 GB), over the limit"),
+    "hf: a tokenizer.json of 2 GiB": (lambda folder, _: hf_with_sparse_file(folder, "tokenizer.json"),
+                                      "tiny-clip/tokenizer.json",
+                                      "tokenizer.json: the file is 2147483648 bytes (2.0 GB), over the limit"),
+    "open_clip: vision_cfg.layers 100,000": (
+        lambda folder, _: open_clip_with_model_config(folder, vision={"layers": 100_000}), "open_clip_config.json",
+        f"model_cfg.vision_cfg.layers = 100000 is out of bounds: an int from 1 to {MAX_LAYERS}"),
+    "open_clip: text_cfg.width 10**6": (
+        lambda folder, _: open_clip_with_model_config(folder, text={"width": 10**6}), "open_clip_config.json",
+        "model_cfg.text_cfg.width = 1000000 is out of bounds"),
+    "open_clip: vision_cfg.mlp_ratio 10**6": (
+        lambda folder, _: open_clip_with_model_config(folder, vision={"mlp_ratio": 1e6}), "open_clip_config.json",
+        "model_cfg.vision_cfg.mlp_ratio = 1000000.0 is out of bounds"),
+    "open_clip: vision_cfg.patch_size 0": (
+        lambda folder, _: open_clip_with_model_config(folder, vision={"patch_size": 0}), "open_clip_config.json",
+        "model_cfg.vision_cfg.patch_size = 0 is out of bounds"),
+    "open_clip: an open_clip_config.json nested 100,000 deep": (
+        lambda folder, _: open_clip_with_config(folder, nested_json(100_000)), "open_clip_config.json",
+        "nests 100001 deep"),
+    "open_clip: an open_clip_config.json of 2 GiB": (
+        lambda folder, _: open_clip_with_sparse_config(folder), "open_clip_config.json",
+        "open_clip_config.json: the file is 2147483648 bytes (2.0 GB), over the limit"),
 }
 REGION_IDS_PROBE = "vse: a region features' ids file of 2 GiB"
 BLIP_VOCABULARY_PROBE = "blip: a vocabulary of 2 GiB"
@@ -119,3 +171,52 @@ def test_tensors_sharing_one_storage_are_bounded_by_the_values_they_declare_toge
     with pytest.raises(CheckpointError, match=f"its tensors declare {len(state) << 20} values, over the bound of "
                                               f"{MAX_PARAMETERS}"):
         check_state(state, "m")
+
+
+@pytest.mark.parametrize("vision, text, said", [
+    ({"patch_size": 0}, {}, "model_cfg.vision_cfg.patch_size = 0 is out of bounds"),
+    ({"head_width": 64}, {}, "model_cfg.vision_cfg.head_width = 64 is out of bounds: an int from 1 to 32"),
+    ({}, {"heads": 3}, "model_cfg.text_cfg's width 32 does not split into 3 attention heads"),
+], ids=["patch 0", "a head wider than the width", "heads that do not split the width"])
+def test_an_open_clip_folder_is_refused_by_field_where_open_clip_divides_by_zero(tmp_path, vision, text, said):
+    """Loaded with open_clip importable (the torchvision stand-in): once ZeroDivisionError or an AssertionError
+    from torch, now one line naming the folder's config and the field."""
+    name = open_clip_with_model_config(tmp_path / "model", vision=vision, text=text)
+    with torchvision_stand_in(), pytest.raises(ModelError) as refused:
+        load_model(name, device="cpu")
+    assert str(refused.value).startswith(f"`model` {name!r}: its config ") and said in str(refused.value)
+
+
+HUB_PROBES = {  # a model named by its Hub id: (generator(folder) -> local model name, its name by Hub id, the field)
+    "hf: 100,000 text layers": (
+        lambda folder: hf_with_config(folder, **{"text_config.num_hidden_layers": 100_000}), "hf:org/tiny",
+        "config.json': text_config.num_hidden_layers = 100000 is out of bounds"),
+    "hf: a config.json of 2 GiB": (lambda folder: hf_with_sparse_file(folder, "config.json"), "hf:org/tiny",
+                                   "config.json': config.json: the file is 2147483648 bytes (2.0 GB), over the limit"),
+    "open_clip: 100,000 vision layers": (
+        lambda folder: open_clip_with_model_config(folder, vision={"layers": 100_000}), "open_clip:hf-hub:org/tiny",
+        "open_clip_config.json': model_cfg.vision_cfg.layers = 100000 is out of bounds"),
+}
+
+
+@pytest.mark.parametrize("hostile", HUB_PROBES)
+def test_a_hub_models_config_is_checked_before_it_is_read(tmp_path, monkeypatch, hostile):
+    """``hf:ORG/NAME``, ``open_clip:hf-hub:ORG/NAME``: the config the Hub gives (here from its cache, offline) is
+    checked as a local folder's is, in a child under a 3 GiB address space: once minutes of building layers, or the
+    2 GiB file read whole, ending in MemoryError."""
+    generate, name, said = HUB_PROBES[hostile]
+    snapshot = tmp_path / "hub" / "models--org--tiny" / "snapshots" / "0123abc"
+    (tmp_path / "local").mkdir()
+    local = generate(tmp_path / "local")
+    shutil.copytree(local.split(":")[-1], snapshot)
+    (snapshot.parents[1] / "refs").mkdir()
+    (snapshot.parents[1] / "refs" / "main").write_text(snapshot.name)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    started = time.monotonic()
+    done = run_under_memory_limit([sys.executable, "-c", "from rococo_eval.models.adapters import load_model; "
+                                   f"load_model({name!r}, device='cpu')"], limit_bytes=3 << 30, timeout_s=120)
+    refusal = done.stderr.strip().splitlines()[-1]
+    assert refusal.startswith(f"rococo_eval.models.adapters.ModelError: `model` {name!r}: its config "
+                              f"'{snapshot}/") and said in refusal, done.stderr
+    assert time.monotonic() - started < 60

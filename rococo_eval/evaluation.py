@@ -94,6 +94,7 @@ def evaluate_model(model, source=None, *, attacks: Union[str, Sequence[str]] = "
                                 progress=progress, processes=processes)
         results = score_model(model, source, attacks, cache, reranker=reranker, save_scores=save_scores,
                               processes=processes, compact_scores=compact_scores)
+    warnings = list(dict.fromkeys(processes.gathered(warnings)))  # every process's, once: rank 0 writes the report
     if not processes.is_main:
         return {}
     device = getattr(model, "device", None)  # its kind: "cuda", whichever GPU a process of a launch took

@@ -74,6 +74,22 @@ class Processes:
             else:
                 dist.barrier()
 
+    def gathered(self, items) -> list:
+        """Every process's ``items``, in rank order, on every process; ``items`` as a list with one process. A
+        collective: every process calls it, at the same point.
+
+        Example:
+            >>> ONE.gathered(("a", "b"))
+            ['a', 'b']
+        """
+        if self.world == 1:
+            return list(items)
+        import torch.distributed as dist
+
+        every: list = [None] * self.world
+        dist.all_gather_object(every, list(items))
+        return [item for part in every for item in part]
+
     def leave(self) -> None:
         """Leave the process group (after the last barrier)."""
         if self.world > 1:

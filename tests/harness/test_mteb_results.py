@@ -139,7 +139,7 @@ HOSTILE = list(hostile_results())
 
 def results_folder(tmp_path, content: bytes, task=TASK):
     """A results folder as MTEB's ``ResultCache`` lays it out, holding one task's file of ``content``."""
-    path = tmp_path / "results" / "org__model" / "0.1.0" / f"{task}.json"
+    path = tmp_path / "results" / "org__model" / "revision" / f"{task}.json"
     path.parent.mkdir(parents=True)
     path.write_bytes(content)
     return tmp_path / "results", path
@@ -219,11 +219,12 @@ def test_results_of_two_models_are_refused_naming_both_folders(tmp_path):
     """Each gallery once, but from two models (or two revisions): one report would mix their numbers."""
     folder = tmp_path / "results"
     for model, task in (("org__a", TASK), ("org__b", "RoCOCO-clean-I2T")):
-        path = folder / model / "0.1.0" / f"{task}.json"
+        path = folder / model / "revision" / f"{task}.json"
         path.parent.mkdir(parents=True)
         path.write_text(json.dumps(result_document(task)))
-    message = (f"MTEB results folder {str(folder)!r} holds RoCOCO results in 2 folders ({folder / 'org__a' / '0.1.0'}, "
-               f"{folder / 'org__b' / '0.1.0'}): give the folder of one model's results")
+    message = (f"MTEB results folder {str(folder)!r} holds RoCOCO results in 2 folders "
+               f"({folder / 'org__a' / 'revision'}, {folder / 'org__b' / 'revision'}): give the folder of one model's "
+               "results")
     with pytest.raises(ValueError) as refused:
         results_from_mteb(folder)
     assert str(refused.value) == message

@@ -677,15 +677,32 @@ def _configure_logging(verbose: int, quiet: bool, progress_notes: bool = False) 
     """Notes of this package at the chosen level on stderr: errors only with ``quiet``; else warnings, or with
     ``progress_notes`` (``run``) also the INFO lines that say what is done and how fast (one per item set
     embedded, per gallery scored), which is the progress a log or CI job sees; each ``-v`` one level more.
-    Validity warnings (:mod:`rococo_eval.validity`) keep their own level: ``quiet`` never drops them."""
+    Validity warnings (:mod:`rococo_eval.validity`) keep their own level: ``quiet`` never drops them; each reads
+    ``rococo-eval: warning: ...``, apart from the notes."""
     try:
         launch = launched()
     except ValueError:
         launch = None  # main says what is wrong
     rank = f"[rank {launch[0]}]" if launch and launch[1] > 1 else ""  # whose line, in a launch of several
-    logging.basicConfig(format=f"rococo-eval{rank}: %(message)s")
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter(f"rococo-eval{rank}: %(kind)s%(message)s"))
+    handler.addFilter(_mark_warnings)
+    logging.basicConfig(handlers=[handler])
     levels = (logging.WARNING, logging.INFO, logging.DEBUG)[1 if progress_notes else 0:]
     logger.setLevel(logging.ERROR if quiet else levels[min(verbose, len(levels) - 1)])
+
+
+def _mark_warnings(record: logging.LogRecord) -> bool:
+    """Sets a warning about the numbers (:mod:`rococo_eval.validity`) apart from the notes on stderr:
+    ``rococo-eval: warning: ...``.
+
+    Example:
+        >>> record = logging.LogRecord(validity.VALIDITY_LOGGER, logging.WARNING, "", 0, "the files disagree", (), None)
+        >>> _mark_warnings(record), record.kind
+        (True, 'warning: ')
+    """
+    record.kind = "warning: " if record.name == validity.VALIDITY_LOGGER else ""
+    return True
 
 
 _LIBRARY_LOGGERS = ("transformers", "huggingface_hub", "datasets", "open_clip", "timm", "torch")

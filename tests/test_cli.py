@@ -811,7 +811,7 @@ def test_score_refuses_a_stated_order_that_the_evidence_is_significantly_against
     warning = (f"{paths[310]}: scored in the dataset order all the same, as asked, although the scores are against "
                "the dataset order (one-sided sign test: p = 8.1e-07, below the 1e-06 level): 310 of 512 sampled "
                "queries score their official-order ground truth higher, 201 their dataset-order one")
-    assert trusted.stderr == f"rococo-eval: {warning}\n"  # --quiet: no note, but the warning
+    assert trusted.stderr == f"rococo-eval: warning: {warning}\n"  # --quiet: no note, but the warning
     assert json.loads((tmp_path / "trusted" / "report.json").read_text())["meta"]["warnings"] == [warning]
     assert f"## Warnings\n\n- {warning}\n" in (tmp_path / "trusted" / "report.md").read_text()
 
@@ -825,8 +825,8 @@ def test_quiet_keeps_the_warning_that_the_files_disagree(benchmark, tmp_path):
     assert loud.returncode == quiet.returncode == 0, loud.stderr + quiet.stderr
     [found] = json.loads((tmp_path / "quiet" / "report.json").read_text())["meta"]["consistency"]
     warning = f"the files disagree: {found['message']}"
-    assert "galleries scored in" in loud.stderr and f"rococo-eval: {warning}\n" in loud.stderr
-    assert quiet.stderr == f"rococo-eval: {warning}\n" and quiet.stdout == loud.stdout
+    assert "galleries scored in" in loud.stderr and f"rococo-eval: warning: {warning}\n" in loud.stderr
+    assert quiet.stderr == f"rococo-eval: warning: {warning}\n" and quiet.stdout == loud.stdout
     assert json.loads((tmp_path / "quiet" / "report.json").read_text())["meta"]["warnings"] == [warning]
     report = (tmp_path / "quiet" / "report.md").read_text()
     assert report.startswith(f"# RoCOCO report\n\n## Warnings\n\n- {warning}\n\n|")
@@ -853,7 +853,7 @@ def test_score_says_that_compact_files_were_not_compared(benchmark, tmp_path):
     warning = (f"the clean numbers of {paths[0]}, {paths[1]} were not checked against the other files of their "
                "direction: a re-ranker's scores (compact files, or a fill block), whose attacked galleries re-rank "
                "other candidates than the clean one, so their clean parts may differ by right")
-    assert done.stderr == f"rococo-eval: {warning}\n"
+    assert done.stderr == f"rococo-eval: warning: {warning}\n"
     assert report["meta"]["warnings"] == [warning] and "consistency" not in report["meta"]
     assert f"## Warnings\n\n- {warning}\n" in (tmp_path / "report" / "report.md").read_text()
 
@@ -873,7 +873,7 @@ def test_from_mteb_warns_of_ties_that_mteb_decided_even_when_quiet(tmp_path):
     assert done.returncode == 0, done.stderr
     warning = ("MTEB ordered tied items by id for 2 queries of clean/image_to_text: run's pessimistic ties may give "
                "lower numbers there")
-    assert done.stderr == f"rococo-eval: {warning}\n"
+    assert done.stderr == f"rococo-eval: warning: {warning}\n"
     meta = json.loads((tmp_path / "report" / "report.json").read_text())["meta"]
     assert meta["warnings"] == [warning] and meta["tied_queries"] == {"clean/image_to_text": 2}
     assert f"## Warnings\n\n- {warning}\n" in (tmp_path / "report" / "report.md").read_text()

@@ -83,6 +83,6 @@ def test_the_warnings_of_the_reports_come_with_their_numbers(tmp_path):
                            str(tmp_path / "clean"), "--out", str(tmp_path / "table"), "--quiet"],
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
-    assert done.stderr == f"rococo-eval: {tmp_path / 'warned'}: {warning}\n"
+    assert done.stderr == f"rococo-eval: warning: {tmp_path / 'warned'}: {warning}\n"
     assert (tmp_path / "table" / "table.md").read_text().startswith(
         f"# RoCOCO comparison: R@1 (%)\n\n## Warnings\n\n- {tmp_path / 'warned'}: {warning}\n\n| model |")

@@ -1,8 +1,8 @@
 """Two reports on the same queries, compared query by query: which differences of R@1 are real.
 
 ``rococo-eval compare REPORT_A REPORT_B`` reads both reports' per-query outcomes (``per_query.parquet``, which
-``run`` and ``score`` write for RoCOCO's standard galleries: a query's R@1 is a hit when its ``rank`` is 0, its clean
-R@1 when its ``clean_rank`` is 0) and, for every gallery both hold:
+``run`` and ``score`` write for RoCOCO's standard galleries: :func:`~rococo_eval.reporting.analysis.read_outcomes`)
+and, for every gallery both hold:
 
 - both R@1 and their paired difference A - B, with its 95% interval and p-value (the exact McNemar test and
   Newcombe's interval: :mod:`rococo_eval.reporting.significance`);
@@ -34,6 +34,7 @@ from typing import Mapping, Optional
 import numpy as np
 
 from rococo_eval.catalog import CLEAN
+from rococo_eval.reporting.analysis import read_outcomes
 from rococo_eval.reporting.report import direction_text, percent_text
 from rococo_eval.reporting.significance import ALPHA, PairedDifference, holm, paired_difference
 
@@ -60,30 +61,21 @@ class GalleryComparison:
 
 def report_outcomes(folder, document: Mapping, name: str = "REPORT") -> dict[str, dict[str, np.ndarray]]:
     """``{gallery key: {"hit": R@1 hits, "clean_hit": clean R@1 hits}}`` (``bool`` arrays, by query) of the report
-    in ``folder`` (its ``report.json`` is ``document``), read from its per-query file.
+    in ``folder`` (its ``report.json`` is ``document``), read from its per-query file
+    (:func:`~rococo_eval.reporting.analysis.read_outcomes`).
 
     Raises:
         ValueError: the report has no per-query outcomes, or they cannot be read (``name`` names the report).
     """
-    import pyarrow.parquet as pq
-
     analysis = document.get("analysis") or {}
     file = analysis.get("per_query_file")
     if not file:
         raise ValueError(f"{name} {str(folder)!r} holds no per-query outcomes (per_query.parquet): `run` and `score` "
                          "write them for RoCOCO's standard galleries; write the report again with this version")
     try:
-        table = pq.read_table(Path(folder) / file, columns=["gallery", "query", "rank", "clean_rank"])
-    except (OSError, ValueError) as error:
+        return read_outcomes(Path(folder) / file)
+    except (OSError, ValueError, KeyError) as error:
         raise ValueError(f"{name} {str(folder)!r}: cannot read its per-query outcomes {file}: {error}") from None
-    galleries = np.asarray(table.column("gallery").to_pylist(), dtype=object)
-    queries, rank, clean_rank = (table.column(column).to_numpy() for column in ("query", "rank", "clean_rank"))
-    outcomes = {}
-    for key in dict.fromkeys(galleries.tolist()):
-        rows = np.flatnonzero(galleries == key)
-        rows = rows[np.argsort(queries[rows], kind="stable")]
-        outcomes[key] = {"hit": rank[rows] == 0, "clean_hit": clean_rank[rows] == 0}  # R@1 counts rank < 1
-    return outcomes
 
 
 def check_comparable(document_a: Mapping, document_b: Mapping, outcomes_a: Mapping, outcomes_b: Mapping,

@@ -55,7 +55,8 @@ def rank_rows(rows: Sequence[Mapping]) -> list[dict]:
     for column, group in zip(SORT_COLUMNS + (None,), groups):
         if column is not None:
             group.sort(key=lambda row: -float(row[column]))
-        bands = rank_bands([_outcome(row, BANDED[column]) for row in group]) if column in BANDED else [None] * len(group)
+        banded = column in BANDED
+        bands = rank_bands([_outcome(row, BANDED[column]) for row in group]) if banded else [None] * len(group)
         ordered += [{**row, RANK: band_text(band)} for row, band in zip(group, bands)]
     return ordered
 

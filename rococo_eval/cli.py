@@ -209,6 +209,18 @@ def build_parser() -> argparse.ArgumentParser:
     table.add_argument("--verbose", "-v", action="count", default=0, help="more log lines (-vv: debug)")
     table.set_defaults(handler=table_command)
 
+    compare = commands.add_parser(
+        "compare", help="compare two reports query by query: which R@1 differences are real",
+        description="For every gallery both reports hold: both R@1, their paired difference A - B with its 95%% "
+                    "interval and the exact McNemar test's p-value, and for attacked galleries whether the "
+                    "robustness drop (clean R@1 - R@1) differs (docs/space.md, \"Which ranks are real\"). Reports of "
+                    "different galleries or query sets are refused.")
+    compare.add_argument("report_a", metavar="REPORT_A", help="a report folder (or its report.json)")
+    compare.add_argument("report_b", metavar="REPORT_B", help="another report folder, of the same galleries")
+    compare.add_argument("--quiet", "-q", action="store_true", help="no notes")
+    compare.add_argument("--verbose", "-v", action="count", default=0, help="more log lines (-vv: debug)")
+    compare.set_defaults(handler=compare_command)
+
     from_mteb = commands.add_parser(
         "from-mteb", help="write the report of an MTEB run of the RoCOCO tasks",
         description="Turn the results folder of `mteb.evaluate` on the RoCOCO tasks (rococo_eval.mteb_tasks: its "
@@ -318,6 +330,21 @@ def run_command(args) -> Path:
     finally:
         processes.leave()
     return folders[-1]
+
+
+def compare_command(args) -> None:
+    """``rococo-eval compare``: print the paired comparison of two reports
+    (:mod:`rococo_eval.reporting.compare`) on stdout."""
+    from rococo_eval.reporting.compare import check_comparable, compare_outcomes, comparison_text, report_outcomes
+    from rococo_eval.reporting.table import read_reports
+
+    names = ("REPORT_A", "REPORT_B")
+    reports = [read_reports([path])[0] for path in (args.report_a, args.report_b)]
+    outcomes = [report_outcomes(folder, document, name) for (folder, document), name in zip(reports, names)]
+    check_comparable(reports[0][1], reports[1][1], *outcomes, names=names)
+    labels = [f"{(document.get('meta') or {}).get('model') or Path(folder).name} ({folder})"
+              for folder, document in reports]
+    print(comparison_text(compare_outcomes(*outcomes), *labels), end="")
 
 
 def _run_model(args, name: str, source, attacks, images_dir: Path, cache_dir: Path, out: Path, scores_dir,

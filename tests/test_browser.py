@@ -231,7 +231,8 @@ def test_a_submitted_evaluation_appears_on_the_leaderboard(page, tmp_path):
     page.locator("#submit-model textarea, #submit-model input").first.fill("<i>browser</i> model")
     page.get_by_role("button", name="Submit", exact=True).click()
     page.wait_for_function("() => document.querySelector('#submit-message textarea').value"
-                           " === 'added <i>browser</i> model to the board'")
+                           ".startsWith('added <i>browser</i> model to the board; on the board it fills clean i2t, "
+                           "rand voca; mean text is blank')")
     page.get_by_role("tab", name="Leaderboard").click()
     page.locator("#leaderboard-view").get_by_label("text attacks", exact=True).check()
     row = page.locator("#leaderboard-table").get_by_role("row").filter(has_text="<i>browser</i> model")

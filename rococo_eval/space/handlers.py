@@ -44,6 +44,7 @@ from rococo_eval.space.views import (
     BOARD_WIDTHS,
     board_shown,
     caption_table_html,
+    coverage_note,
     flipped_html,
     rates_table,
     results_table,
@@ -254,8 +255,10 @@ class Handlers:
         synthetic example, which is no model); return the message, the board and the session's submission times
         (:func:`rococo_eval.space.leaderboard.rate_allows` limits them).
 
-        The message names every gallery of the evaluation (``evaluated_rows``) that is not on the board (a custom
-        layout's); a generated benchmark's evaluation is refused, naming its galleries: it is not RoCOCO's.
+        The message says which of the board's columns a partial evaluation fills and why a mean is blank
+        (:func:`rococo_eval.space.views.coverage_note`), and names every gallery of the evaluation (``evaluated_rows``)
+        that is not on the board (a custom layout's); a generated benchmark's evaluation is refused, naming its
+        galleries: it is not RoCOCO's.
         """
         times = list(times or [])
         now = time.time()
@@ -270,6 +273,7 @@ class Handlers:
             raise gr.Error(str(error), title="Cannot submit", print_exception=False) from None
         if added:
             times.append(now)
+            message += coverage_note(leaderboard.recall_at_1(board_rows))
             on_board = _gallery_keys(board_rows)
             left_out = [f"{row.get('file') or 'a file'} ({gallery_key(row['attack'], row['direction'])})"
                         for row in evaluated_rows or [] if "seeds" not in row

@@ -87,6 +87,7 @@ from rococo_eval.layout import gallery_shape
 from rococo_eval.models import adapters
 from rococo_eval.reporting.report import REFERENCE_RESULTS, VSE_INFINITY
 from rococo_eval.scoring.consistency import disagreements, not_compared
+from rococo_eval.space.ranking import OUTCOMES, RANK, TEXT_MEAN, TEXT_UNNAMED, rank_rows
 
 logger = logging.getLogger(__name__)
 
@@ -118,9 +119,11 @@ CREATE TABLE IF NOT EXISTS submissions (
     submitted_at TEXT NOT NULL,
     results TEXT NOT NULL
 )"""
-COLUMNS = ["model", "kind", "clean R@1 (i2t)", "clean R@1 (t2i)", "text attacks R@1 (i2t, mean)",
+# A board row's fields: its rank band, its R@1 (clean, the means, a published unnamed attack's, each attack's), what
+# the submission says of itself, and its per-query R@1 hits (OUTCOMES, not shown: they rank it)
+COLUMNS = ["model", RANK, "kind", "clean R@1 (i2t)", "clean R@1 (t2i)", TEXT_MEAN, TEXT_UNNAMED,
            "image attacks R@1 (t2i, mean)", *[f"{attack} R@1" for attack in TEXT_ATTACKS + IMAGE_ATTACKS],
-           "precision", "link", "note", "source", "submitted"]
+           "precision", "link", "note", "source", "submitted", OUTCOMES]
 
 
 class BoardUnavailable(RuntimeError):
@@ -238,15 +241,14 @@ class Leaderboard:
         return rows
 
     def rows(self, search: str = "", kind: str = "all") -> list[dict]:
-        """The board: one row per entry (:data:`COLUMNS`), best attacked text R@1 first; ``search`` keeps the models
-        whose name holds it (any case), ``kind`` the published or the submitted rows."""
+        """The board: one row per entry (:data:`COLUMNS`), in the board's order with its rank bands over every row
+        (:func:`rococo_eval.space.ranking.rank_rows`); ``search`` keeps the models whose name holds it (any case),
+        ``kind`` the published or the submitted rows."""
         with self._connect() as connection:
             entries = connection.execute("SELECT kind, model, link, precision, note, source, submitted_at, results "
                                          "FROM submissions ORDER BY id").fetchall()
         rows = []
         for kind_, model, link, precision, note, source, stamp, results in entries:
-            if kind not in ("all", kind_) or search.lower() not in model.lower():
-                continue
             try:
                 results = json.loads(results)
             except ValueError:
@@ -254,7 +256,8 @@ class Leaderboard:
                                        "results cannot be read: it is left as it is") from None
             rows.append(board_row(results, model=model, kind=kind_, link=link, precision=precision, note=note,
                                   source=source, submitted=stamp))
-        return sorted(rows, key=lambda row: -(_number(row["text attacks R@1 (i2t, mean)"])))
+        return [row for row in rank_rows(rows)
+                if kind in ("all", row["kind"]) and search.lower() in row["model"].lower()]
 
     def export_jsonl(self) -> bytes:
         """Every entry as one JSON line (its stored fields, results as an object), in the order they came."""
@@ -454,22 +457,26 @@ def recall_at_1(summary_rows: Sequence[dict]) -> dict[str, float]:
     return results
 
 
-def board_row(results: dict, **fields) -> dict:
-    """One board row of ``results`` (``{gallery key: R@1}``): the clean R@1, each attack's and the means.
+def board_row(results: dict, outcomes: Optional[Mapping] = None, **fields) -> dict:
+    """One board row of ``results`` (``{gallery key: R@1}``): the clean R@1, each attack's and the means, and the
+    per-query R@1 hits by gallery key (``outcomes``, :data:`~rococo_eval.space.ranking.OUTCOMES`; None: not kept)
+    that rank it (:func:`~rococo_eval.space.ranking.rank_rows` adds its ``rank``).
 
     A mean is over every text attack (or every image attack, all seeds) or none: a mean over some of them would
-    sort beside full means as if it were one."""
+    sort beside full means as if it were one. A published text-attack number whose attack its source does not name
+    (``text/image_to_text``) is no mean: it has its own column (:data:`~rococo_eval.space.ranking.TEXT_UNNAMED`)."""
     text = [results[f"{attack}/image_to_text"] for attack in TEXT_ATTACKS if f"{attack}/image_to_text" in results]
     image = [results[f"{attack}/text_to_image"] for attack in IMAGE_ATTACKS if f"{attack}/text_to_image" in results]
     text, image = (text if len(text) == len(TEXT_ATTACKS) else []), (image if len(image) == len(IMAGE_ATTACKS) else [])
-    row = {"model": fields["model"], "kind": fields["kind"],
+    row = {"model": fields["model"], RANK: None, "kind": fields["kind"],
            "clean R@1 (i2t)": results.get("clean/image_to_text"), "clean R@1 (t2i)": results.get("clean/text_to_image"),
-           "text attacks R@1 (i2t, mean)": results.get("text/image_to_text", _mean(text)),
+           TEXT_MEAN: _mean(text), TEXT_UNNAMED: results.get("text/image_to_text"),
            "image attacks R@1 (t2i, mean)": _mean(image)}
     for attack in TEXT_ATTACKS + IMAGE_ATTACKS:
         direction = "image_to_text" if attack in TEXT_ATTACKS else "text_to_image"
         row[f"{attack} R@1"] = results.get(f"{attack}/{direction}")
     row.update({name: fields[name] for name in ("precision", "link", "note", "source", "submitted")})
+    row[OUTCOMES] = outcomes
     return row
 
 
@@ -536,6 +543,3 @@ def _digest(model: str, results: dict) -> str:
 def _mean(values) -> Optional[float]:
     return round(sum(values) / len(values), 4) if values else None
 
-
-def _number(value) -> float:
-    return -1.0 if value is None else float(value)

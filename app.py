@@ -134,7 +134,7 @@ def build_app(source=None, captions_per_image=None, *, concurrency: int = 2, out
             board_tab = _leaderboard_tab(board_problem, source)
         _wire(handlers, evaluate_tab, flipped_tab, explore_tab, compare_tab, user_rows, board_rows, failures,
               concurrency)
-        _wire_leaderboard(demo, handlers, evaluate_tab, board_tab, board_rows, user_rows)
+        _wire_leaderboard(demo, handlers, evaluate_tab, board_tab, board_rows, user_rows, failures)
         if source is not None:
             demo.load(handlers.show, explore_tab.index, [explore_tab.captions, explore_tab.images, explore_tab.note],
                       api_visibility="private")
@@ -289,7 +289,7 @@ def _submit_form() -> SimpleNamespace:
     return form
 
 
-def _wire_leaderboard(demo, handlers: Handlers, evaluate_tab, board_tab, board_rows, user_rows) -> None:
+def _wire_leaderboard(demo, handlers: Handlers, evaluate_tab, board_tab, board_rows, user_rows, failures) -> None:
     filters = [board_tab.search, board_tab.kind, board_tab.view]
     demo.load(handlers.fresh_board, filters, board_tab.table, api_visibility="private")  # the board of now
     board_tab.refresh.click(handlers.leaderboard, filters, board_tab.table, api_name="leaderboard")
@@ -298,7 +298,7 @@ def _wire_leaderboard(demo, handlers: Handlers, evaluate_tab, board_tab, board_r
     board_tab.search.submit(handlers.board_view, filters, board_tab.table, api_visibility="private")
     form = evaluate_tab.form
     form.submit.click(handlers.submit, [board_rows, form.model, form.link, form.precision, form.note, form.times,
-                                        *filters, user_rows], [form.message, board_tab.table, form.times],
+                                        *filters, user_rows, failures], [form.message, board_tab.table, form.times],
                       api_name="submit", show_progress_on=form.message)  # a refusal marks the form, not the board
 
 

@@ -57,6 +57,7 @@ if TYPE_CHECKING:
     from rococo_eval.data.source import Source
 
 logger = logging.getLogger(__name__)
+ORDER_OVERRIDDEN = "all the same, as asked"  # how a layout note says that the order the scores show was overridden
 
 
 class PlanError(ValueError):
@@ -373,8 +374,7 @@ def _plan_one(request, captions_per_image, adversarial_per_image, attacks, custo
     if decided and decided != choice.order:
         if not trust_given_order:
             raise ValueError(_contradicted(choice, request, fix_order))
-        choice = dataclasses.replace(choice, note=f"{choice.note}; scored in the {choice.order} order all the same, "
-                                                  "as asked")
+        choice = dataclasses.replace(choice, note=f"{choice.note}; scored in the {choice.order} order {ORDER_OVERRIDDEN}")
     if choice.attack != CUSTOM:
         layout = _standard_layout(choice.attack, choice.direction, choice.order, tuple(captions_per_image),
                                   adversarial_per_image)

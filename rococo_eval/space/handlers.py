@@ -22,8 +22,8 @@ from rococo_eval.catalog import IMAGE_TO_TEXT, TEXT_ATTACKS, gallery_key
 from rococo_eval.io.atomic import write_atomic
 from rococo_eval.reporting import report
 from rococo_eval.reporting.analysis import DEFAULT_MIN_COUNT
-from rococo_eval.scoring.plan import adversarial_per_image_of, attacks_of
-from rococo_eval.space import leaderboard
+from rococo_eval.scoring.plan import ORDER_OVERRIDDEN, adversarial_per_image_of, attacks_of
+from rococo_eval.space import hub_records, leaderboard
 from rococo_eval.space.example import EXAMPLE_INTRO, SYNTHETIC_MODEL, write_example
 from rococo_eval.space.logic import (
     ALL_GALLERIES,
@@ -39,6 +39,7 @@ from rococo_eval.space.logic import (
     write_outputs,
 )
 from rococo_eval.space.outputs import OutputFolders
+from rococo_eval.space.records import per_query_outcomes
 from rococo_eval.space.views import (
     BOARD_DATATYPES,
     BOARD_WIDTHS,
@@ -64,22 +65,32 @@ def open_board(path, output_root: Path, source, captions_per_image) -> tuple[lea
     (:attr:`~rococo_eval.data.source.Source.is_rococo`); serving a generated benchmark, or without annotations, it is
     shown and takes none. Everyone together may submit
     ``$ROCOCO_LEADERBOARD_HOURLY_LIMIT`` times an hour (default
-    :data:`~rococo_eval.space.leaderboard.HOURLY_LIMIT`); ``$ROCOCO_LEADERBOARD_REPO`` (and ``$HF_TOKEN``)
-    copies the board to a dataset repo (:class:`~rococo_eval.space.leaderboard.HubCopy`).
+    :data:`~rococo_eval.space.leaderboard.HOURLY_LIMIT`). With ``$ROCOCO_LEADERBOARD_REPO`` (and ``$HF_TOKEN``,
+    ``$ROCOCO_LEADERBOARD_REFRESH_S``) the board is that dataset repo's records and the database their cache, filled
+    before the board is served (:class:`~rococo_eval.space.hub_records.HubRecords`, its mirror and outbox in
+    ``<database>.hub`` beside the database).
 
     Raises:
-        ValueError: ``$ROCOCO_LEADERBOARD_HOURLY_LIMIT`` or ``$ROCOCO_LEADERBOARD_REPO`` is not valid.
+        ValueError: ``$ROCOCO_LEADERBOARD_HOURLY_LIMIT``, ``$ROCOCO_LEADERBOARD_REPO`` or
+            ``$ROCOCO_LEADERBOARD_REFRESH_S`` is not valid.
     """
-    board_path = path or os.environ.get(leaderboard.DB_ENV) or _default_board_path(output_root)
+    board_path = Path(path or os.environ.get(leaderboard.DB_ENV) or _default_board_path(output_root))
     limit = os.environ.get(leaderboard.HOURLY_LIMIT_ENV, "").strip() or str(leaderboard.HOURLY_LIMIT)
     if not limit.isdigit():
         raise ValueError(f"${leaderboard.HOURLY_LIMIT_ENV} must be a whole number >= 0, got {limit!r}")
-    repo = os.environ.get(leaderboard.REPO_ENV)
-    copy = leaderboard.HubCopy(repo, token=os.environ.get("HF_TOKEN")) if repo else None
+    repo = os.environ.get(hub_records.REPO_ENV)
+    refresh = os.environ.get(hub_records.REFRESH_ENV, "").strip() or str(hub_records.REFRESH_S)
+    if not refresh.isdigit() or int(refresh) <= 0:
+        raise ValueError(f"${hub_records.REFRESH_ENV} must be a whole number of seconds > 0, got {refresh!r}")
+    hub = (hub_records.HubRecords(repo, board_path.parent / f"{board_path.name}.hub", token=os.environ.get("HF_TOKEN"),
+                                  refresh_s=int(refresh)) if repo else None)
     rococo = captions_per_image is not None and (source is None or source.is_rococo)
     galleries = leaderboard.rococo_galleries(captions_per_image) if rococo else None
     try:
-        return leaderboard.Leaderboard(board_path, copy, galleries=galleries, hourly_limit=int(limit)), ""
+        board = leaderboard.Leaderboard(board_path, hub, galleries=galleries, hourly_limit=int(limit))
+        if hub is not None:
+            hub.start(board)
+        return board, ""
     except leaderboard.BoardUnavailable as error:
         logger.error("the leaderboard is unavailable: %s", error)
         return None, str(error)
@@ -172,6 +183,10 @@ class Handlers:
         # the leaderboard's rows: the standard galleries only, whose references come from the annotations
         standard_keys = {key for key, result in evaluation.results.items() if result.is_standard}
         standard = [row for row in rows if gallery_key(row["attack"], row["direction"]) in standard_keys]
+        files = evaluation.meta.get("files", {})
+        standard = [{**row, "order_overridden": True}
+                    if ORDER_OVERRIDDEN in files.get(gallery_key(row["attack"], row["direction"]), {}).get("note", "")
+                    else row for row in standard]
         return (evaluation.message, results_table(evaluation.rows), str(chart_path), str(json_path), rows, standard,
                 evaluation.failures, upload_precision(files, evaluation.rows))
 
@@ -249,13 +264,15 @@ class Handlers:
             return board_shown([], view or "all")
 
     def submit(self, board_rows, model, link="", precision="fp32", note="", times=None, search="", kind="all",
-               view="all", evaluated_rows=None):
+               view="all", evaluated_rows=None, failures=None, request: gr.Request = None):
         """Submit this session's last evaluation (``board_rows``: the rows of its RoCOCO galleries; None after the
         synthetic example, which is no model); return the message, the board and the session's submission times
         (:func:`rococo_eval.space.leaderboard.rate_allows` limits them).
 
         The message names every gallery of the evaluation (``evaluated_rows``) that is not on the board (a custom
-        layout's); a generated benchmark's evaluation is refused, naming its galleries: it is not RoCOCO's.
+        layout's); a generated benchmark's evaluation is refused, naming its galleries: it is not RoCOCO's. The
+        record keeps each gallery's per-query outcomes (from ``failures``, the evaluation's per-query arrays), and the
+        board counts the submissions of the client's address (``request``) as well as everyone's.
         """
         times = list(times or [])
         now = time.time()
@@ -264,8 +281,10 @@ class Handlers:
                            "minutes from one session: try again later", title="Cannot submit", print_exception=False)
         try:
             self._check_submittable(board_rows, evaluated_rows)
+            outcomes = {key: per_query_outcomes(result.per_query)
+                        for key, result in (failures.results if failures is not None else {}).items()}
             added, message = self._board().submit(board_rows, model=model, link=link, precision=precision,
-                                                  note=note)
+                                                  note=note, outcomes=outcomes, client=_client(request))
         except (ValueError, leaderboard.BoardUnavailable) as error:
             raise gr.Error(str(error), title="Cannot submit", print_exception=False) from None
         if added:
@@ -312,6 +331,15 @@ def _default_board_path(output_root: Path) -> Path:
     logger.warning("the leaderboard is in %s, which does not outlive this process: set %s to keep it",
                    output_root, leaderboard.DB_ENV)
     return output_root / "leaderboard.sqlite3"
+
+
+def _client(request: gr.Request | None) -> str:
+    """The address a request came from: the first of ``X-Forwarded-For`` (a Space's proxy sets it), else the
+    connection's; empty without a request (a call from Python)."""
+    if request is None:
+        return ""
+    forwarded = (request.headers.get("x-forwarded-for") or "").split(",")[0].strip()
+    return forwarded or (request.client.host if request.client else "")
 
 
 def _gallery_keys(rows: list | None) -> set[str]:

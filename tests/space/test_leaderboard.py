@@ -289,3 +289,30 @@ def test_a_rerankers_rows_are_not_compared_and_give_no_clean_column(tmp_path):
     rows = {row["model"]: row for row in board.rows(kind=SUBMITTED)}
     assert rows["blip"]["clean R@1 (i2t)"] == 51.0  # the clean gallery's own
     assert rows["blip, attacks only"]["clean R@1 (i2t)"] is None and rows["blip, attacks only"]["danger R@1"] == 44.0
+
+
+@pytest.mark.parametrize("name", ["\u3164", "\u2800\u2800", " \u3164 \u115f", "\uffa0"])
+def test_a_name_that_looks_blank_is_refused(tmp_path, name):
+    board = board_at(tmp_path / "board.sqlite3")
+    with pytest.raises(ValueError, match="`model` .* looks blank"):
+        board.submit(ROWS, model=name)
+    assert board.rows(kind=SUBMITTED) == []
+
+
+@pytest.mark.parametrize("name", ["BLIP (paper v1)", "blip (PAPER v5)", "CLIP\u3164ViT-B/32", "ＣＬＩＰ ViT-B/32"])
+def test_a_submission_cannot_take_a_published_rows_name(tmp_path, name):
+    board = board_at(tmp_path / "board.sqlite3")
+    with pytest.raises(ValueError, match="is the name of a published row"):
+        board.submit(ROWS, model=name)
+
+
+def test_one_client_is_limited_apart_from_everyone(tmp_path):
+    """Issue 41: one client with fresh sessions used all 30 hourly submissions; now it has its own limit."""
+    from rococo_eval.space.leaderboard import CLIENT_HOURLY_LIMIT
+
+    board = board_at(tmp_path / "board.sqlite3")
+    for number in range(CLIENT_HOURLY_LIMIT):
+        assert board.submit(ROWS, model=f"spam {number}", client="203.0.113.9")[0]
+    with pytest.raises(ValueError, match=f"{CLIENT_HOURLY_LIMIT} submissions came from your address"):
+        board.submit(ROWS, model="spam again", client="203.0.113.9")
+    assert board.submit(ROWS, model="someone else", client="198.51.100.1")[0]

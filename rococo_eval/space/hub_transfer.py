@@ -73,9 +73,20 @@ def _download(api, repo_id: str, folder: Path) -> None:
     if LEGACY_BOARD in listed and not records:
         print(f"legacy {LEGACY_BOARD}", flush=True)
     wanted = [path for path in records if not (folder / path).is_file()]
+    from huggingface_hub import hf_hub_url
+    from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
 
-    def fetch(path: str) -> str:
-        api.hf_hub_download(repo_id, path, repo_type="dataset", local_dir=folder)
+    headers = build_hf_headers(token=api.token)
+
+    def fetch(path: str) -> str:  # one GET per record: records never change, so no metadata to compare
+        response = get_session().get(hf_hub_url(repo_id, path, repo_type="dataset", endpoint=api.endpoint),
+                                     headers=headers, follow_redirects=True)
+        hf_raise_for_status(response)
+        target = folder / path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        partial = target.with_suffix(".part")
+        partial.write_bytes(response.content)
+        partial.replace(target)  # whole or not at all
         return path
 
     with concurrent.futures.ThreadPoolExecutor(8) as pool:

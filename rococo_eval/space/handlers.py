@@ -183,9 +183,9 @@ class Handlers:
         # the leaderboard's rows: the standard galleries only, whose references come from the annotations
         standard_keys = {key for key, result in evaluation.results.items() if result.is_standard}
         standard = [row for row in rows if gallery_key(row["attack"], row["direction"]) in standard_keys]
-        files = evaluation.meta.get("files", {})
+        notes = evaluation.meta.get("files", {})  # each gallery's file and its note (an overridden order's)
         standard = [{**row, "order_overridden": True}
-                    if ORDER_OVERRIDDEN in files.get(gallery_key(row["attack"], row["direction"]), {}).get("note", "")
+                    if ORDER_OVERRIDDEN in notes.get(gallery_key(row["attack"], row["direction"]), {}).get("note", "")
                     else row for row in standard]
         return (evaluation.message, results_table(evaluation.rows), str(chart_path), str(json_path), rows, standard,
                 evaluation.failures, upload_precision(files, evaluation.rows))

@@ -236,35 +236,51 @@ class Handlers:
     def compare(self, user_rows) -> pd.DataFrame:
         return table(compare_rows(user_rows))
 
-    def leaderboard(self, search="", kind="all", view="all"):
-        """The board, filtered by a model-name search and by kind (all, published, submitted), with the columns of
-        ``view`` (:data:`rococo_eval.space.views.BOARD_VIEWS`)."""
+    def leaderboard(self, search="", kind="all", view="all", page=1):
+        """One page of the board (:data:`rococo_eval.space.leaderboard.PAGE_ROWS` rows, page ``page``), filtered by a
+        model-name search and by kind (all, published, submitted), with the columns of ``view``
+        (:data:`rococo_eval.space.views.BOARD_VIEWS`); :meth:`board_note` says which rows of how many it shows."""
         try:
             rows = self._board().rows(search or "", kind or "all")
         except leaderboard.BoardUnavailable as error:
             raise gr.Error(f"the leaderboard is unavailable: {error}", title="Cannot show the leaderboard",
                            print_exception=False) from None
         try:
-            return board_shown(rows, view or "all")
+            return board_shown(leaderboard.page_of(rows, page)[0], view or "all")
         except ValueError as error:
             raise gr.Error(str(error), title="Cannot show the leaderboard", print_exception=False) from None
 
-    def board_view(self, search: str = "", kind: str = "all", view: str = "all") -> gr.Dataframe:
+    def board_view(self, search: str = "", kind: str = "all", view: str = "all", page=1) -> gr.Dataframe:
         """The board as :meth:`leaderboard` gives it, with the column widths and datatypes of ``view``
         (:data:`rococo_eval.space.views.BOARD_WIDTHS`): what the page shows when a filter or the columns change."""
         view = view or "all"
-        return gr.Dataframe(self.leaderboard(search, kind, view), column_widths=BOARD_WIDTHS[view],
+        return gr.Dataframe(self.leaderboard(search, kind, view, page), column_widths=BOARD_WIDTHS[view],
                             datatype=BOARD_DATATYPES[view])
 
-    def fresh_board(self, search="", kind="all", view="all"):
+    def fresh_board(self, search="", kind="all", view="all", page=1):
         """The board as the database holds it when a page loads (empty, as the tab says, when it is unavailable)."""
         try:
-            return board_shown(self._board().rows(search or "", kind or "all"), view or "all")
-        except leaderboard.BoardUnavailable:
+            return board_shown(leaderboard.page_of(self._board().rows(search or "", kind or "all"), page)[0],
+                               view or "all")
+        except (leaderboard.BoardUnavailable, ValueError):
             return board_shown([], view or "all")
 
+    def board_note(self, search="", kind="all", page=1) -> str:
+        """The line under the board: which rows of how many the page shows, and what the board says of where its
+        rows are kept (:meth:`rococo_eval.space.leaderboard.Leaderboard.notes`: a restart that loses them, records
+        of the dataset repo left out as damaged); empty when the board is unavailable (the tab says why)."""
+        try:
+            board = self._board()
+            rows = board.rows(search or "", kind or "all")
+            _, page, pages = leaderboard.page_of(rows, page)
+        except (leaderboard.BoardUnavailable, ValueError):
+            return ""
+        first, last = (page - 1) * leaderboard.PAGE_ROWS + 1, min(page * leaderboard.PAGE_ROWS, len(rows))
+        shown = (f"Rows {first}-{last} of {len(rows)} (page {page} of {pages})." if rows else "No row.")
+        return "\n\n".join([shown, *board.notes()])
+
     def submit(self, board_rows, model, link="", precision="fp32", note="", times=None, search="", kind="all",
-               view="all", evaluated_rows=None, failures=None, request: gr.Request = None):
+               view="all", evaluated_rows=None, failures=None, page=1, request: gr.Request = None):
         """Submit this session's last evaluation (``board_rows``: the rows of its RoCOCO galleries; None after the
         synthetic example, which is no model); return the message, the board and the session's submission times
         (:func:`rococo_eval.space.leaderboard.rate_allows` limits them).
@@ -272,7 +288,8 @@ class Handlers:
         The message names every gallery of the evaluation (``evaluated_rows``) that is not on the board (a custom
         layout's); a generated benchmark's evaluation is refused, naming its galleries: it is not RoCOCO's. The
         record keeps each gallery's per-query outcomes (from ``failures``, the evaluation's per-query arrays), and the
-        board counts the submissions of the client's address (``request``) as well as everyone's.
+        board counts the submissions of the client's address (``request``) as well as everyone's. The board shown
+        is page ``page`` of the filters.
         """
         times = list(times or [])
         now = time.time()
@@ -296,7 +313,7 @@ class Handlers:
             if left_out:
                 message += (f"; not on the board, as custom layouts have no column there: {', '.join(left_out)} "
                             "(their numbers are in the json download)")
-        return message, self.leaderboard(search, kind, view), times
+        return message, self.leaderboard(search, kind, view, page), times
 
     def _check_submittable(self, board_rows: list | None, evaluated_rows: list | None) -> None:
         """Raise the ``ValueError`` that says why the last evaluation cannot go on the board, if it cannot."""

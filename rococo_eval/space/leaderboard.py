@@ -93,7 +93,7 @@ LIMITS = {"model": 100, "link": 300, "note": 500}
 RATE_LIMIT, RATE_WINDOW_S = 3, 600
 HOURLY_LIMIT = 30  # submissions an hour from everyone together
 CLIENT_HOURLY_LIMIT = 5  # submissions an hour from one client (its address), whatever its sessions
-PAGE_ROWS = 100  # board rows a page shows
+PAGE_ROWS = 100  # board rows a page shows (:func:`page_of`): the whole board of 20,000 rows was a 24 MB page load
 # characters that show nothing, though Unicode calls them letters or symbols: Hangul fillers, the braille blank
 BLANK_LOOKING = frozenset("\u115f\u1160\u3164\uffa0\u2800")
 LOCK_TIMEOUT_S = 30
@@ -260,6 +260,29 @@ class Leaderboard:
                 elif not pending:
                     connection.execute("UPDATE submissions SET state = ? WHERE record_id = ?", (ON_HUB, record["id"]))
         return added
+
+    def notes(self) -> list[str]:
+        """What the page says under the board of where its rows are kept: without a repo, that this database is the
+        board and a restart without persistent storage loses it; with one, a repo not reached at the last try, and
+        each record left out (:attr:`~rococo_eval.space.hub_records.HubRecords.skipped`, named with its problem).
+
+        Example:
+            >>> import tempfile, pathlib
+            >>> Leaderboard(pathlib.Path(tempfile.mkdtemp()) / "board.sqlite3").notes()[0][:43]
+            'This board is kept in the Space's database '
+        """
+        if self.hub is None:
+            return ["This board is kept in the Space's database file only (no dataset repo): a restart of a Space "
+                    "without persistent storage loses it."]
+        notes = []
+        if self.hub.reachable is False:
+            notes.append(f"The dataset repo {self.hub.repo_id} did not answer at the last try: the board shows the "
+                         "rows it had, and new rows stay pending until the repo answers.")
+        skipped = list(dict.fromkeys(self.hub.skipped))
+        if skipped:
+            notes.append(f"{len(skipped)} record(s) of the dataset repo {self.hub.repo_id} are left out of the board, "
+                         f"damaged: {'; '.join(skipped)}.")
+        return notes
 
     def mark_on_hub(self, record_id: str) -> None:
         """Mark the row of record ``record_id`` as in the repo (no longer pending)."""
@@ -463,6 +486,26 @@ def published_entries() -> list[tuple]:
                          "grid + BERT on COCO 5K")
             entries.append(_published(f"{model} (paper {version})", results, _PAPER.format(version=version), note))
     return entries
+
+
+def page_of(rows: Sequence, page=1, page_rows: int = PAGE_ROWS) -> tuple[list, int, int]:
+    """The rows of page ``page`` (counted from 1; None: the first) of ``rows``, ``page_rows`` to a page; the page
+    given (the last one for a page past it) and how many pages there are (at least 1).
+
+    Raises:
+        ValueError: ``page`` is not a whole number >= 1.
+
+    Example:
+        >>> shown, page, pages = page_of(list(range(250)), 3)
+        >>> shown[:2], page, pages, page_of(list(range(250)), 9)[1]
+        ([200, 201], 3, 3, 3)
+    """
+    page = 1 if page is None else page
+    if isinstance(page, bool) or not isinstance(page, (int, float)) or page != int(page) or page < 1:
+        raise ValueError(f"`page` must be a whole number >= 1, got {page!r}")
+    pages = max(1, math.ceil(len(rows) / page_rows))
+    page = min(int(page), pages)
+    return list(rows[(page - 1) * page_rows:page * page_rows]), page, pages
 
 
 def rate_allows(times: Sequence[float], now: float, limit: int = RATE_LIMIT, window: float = RATE_WINDOW_S) -> bool:

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from rococo_eval.catalog import gallery_key
+from rococo_eval.space.handlers import Handlers
 from rococo_eval.space.hub_records import HubRecords
 from rococo_eval.space.leaderboard import SUBMITTED, Leaderboard, rococo_galleries
 from rococo_eval.space.records import (
@@ -157,6 +158,24 @@ def test_damaged_records_are_left_out_and_named_and_the_rest_loads(tmp_path, fak
     board.hub.close()
     assert [row[0] for row in shown(board)] == ["model 0", "model 1", "model 2"]
     assert sorted(problem.split(":")[0] for problem in board.hub.skipped) == sorted(bad)
+
+
+def test_the_line_under_the_board_names_the_damaged_records_and_what_a_restart_loses(tmp_path, fake_hub):
+    """The page's line under the board (Handlers.board_note): how many rows it shows, every record left out by name
+    with its problem, and without a repo that a restart without persistent storage loses the board."""
+    put(fake_hub, record(1))
+    damaged = "submissions/2025/" + "d" * 32 + ".json"
+    fake_hub.files[REPO][damaged] = b"not json"
+    board = space(tmp_path / "repo", fake_hub)
+    board.hub.close()
+    note = Handlers(None, CAPTIONS, tmp_path / "outputs", board=board).board_note("", SUBMITTED)
+    assert note.startswith("Rows 1-1 of 1 (page 1 of 1).")
+    assert f"1 record(s) of the dataset repo {REPO} are left out of the board, damaged: {damaged}: not JSON" in note
+    assert "restart" not in note
+    local = Leaderboard(tmp_path / "local.sqlite3", galleries=GALLERIES)
+    note = Handlers(None, CAPTIONS, tmp_path / "outputs", board=local).board_note()
+    assert note.startswith("Rows 1-5 of 5 (page 1 of 1).")
+    assert "a restart of a Space without persistent storage loses it" in note
 
 
 def test_the_same_model_with_the_same_results_in_two_records_is_one_row(tmp_path, fake_hub):

@@ -25,6 +25,7 @@ import os
 import signal
 import sys
 from pathlib import Path
+from typing import Iterator
 
 from rococo_eval.space.records import RECORD_PATTERN, record_path
 
@@ -48,7 +49,11 @@ def main(argv=None) -> int:
         if action == "commit":
             _commit(api, repo_id, paths)
         else:
-            _download(api, repo_id, Path(paths[0]))
+            listed = api.list_repo_files(repo_id, repo_type="dataset")
+            if LEGACY_BOARD in listed and not any(RECORD_PATTERN.fullmatch(path) for path in listed):
+                print(f"legacy {LEGACY_BOARD}", flush=True)
+            for path in download_records(api, repo_id, Path(paths[0]), listed):
+                print(f"got {path}", flush=True)
     except Exception as error:  # the Hub's errors, a network's: one line for the parent's log
         print(f"{type(error).__name__}: {' '.join(str(error).split())}", file=sys.stderr)
         return 1
@@ -67,31 +72,37 @@ def _commit(api, repo_id: str, files: list[str]) -> None:
         print(f"landed {file}", flush=True)
 
 
-def _download(api, repo_id: str, folder: Path) -> None:
-    listed = api.list_repo_files(repo_id, repo_type="dataset")
-    records = [path for path in listed if RECORD_PATTERN.fullmatch(path)]
-    if LEGACY_BOARD in listed and not records:
-        print(f"legacy {LEGACY_BOARD}", flush=True)
-    wanted = [path for path in records if not (folder / path).is_file()]
+def fetch(api, repo_id: str, path: str) -> bytes:
+    """The file ``path`` of the dataset repo ``repo_id`` (an ``huggingface_hub.HfApi``'s endpoint and token), in
+    one GET: records never change, so there is no metadata to compare first.
+
+    Raises:
+        huggingface_hub.errors.HfHubHTTPError: the Hub's answer is an error (no such file, no access).
+    """
     from huggingface_hub import hf_hub_url
     from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
 
-    headers = build_hf_headers(token=api.token)
+    response = get_session().get(hf_hub_url(repo_id, path, repo_type="dataset", endpoint=api.endpoint),
+                                 headers=build_hf_headers(token=api.token), follow_redirects=True)
+    hf_raise_for_status(response)
+    return response.content
 
-    def fetch(path: str) -> str:  # one GET per record: records never change, so no metadata to compare
-        response = get_session().get(hf_hub_url(repo_id, path, repo_type="dataset", endpoint=api.endpoint),
-                                     headers=headers, follow_redirects=True)
-        hf_raise_for_status(response)
+
+def download_records(api, repo_id: str, folder: Path, listed: list[str]) -> Iterator[str]:
+    """Download into ``folder`` every record of ``listed`` (the repo's files) that ``folder`` does not hold yet, each
+    written whole or not at all; yield each record's path as it lands."""
+    wanted = [path for path in listed if RECORD_PATTERN.fullmatch(path) and not (folder / path).is_file()]
+
+    def download(path: str) -> str:
         target = folder / path
         target.parent.mkdir(parents=True, exist_ok=True)
         partial = target.with_suffix(".part")
-        partial.write_bytes(response.content)
+        partial.write_bytes(fetch(api, repo_id, path))
         partial.replace(target)  # whole or not at all
         return path
 
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
-        for path in pool.map(fetch, wanted):
-            print(f"got {path}", flush=True)
+        yield from pool.map(download, wanted)
 
 
 if __name__ == "__main__":

@@ -250,8 +250,7 @@ class Leaderboard:
         with self._connect(immediate=True) as connection:
             for record in records:
                 state = PENDING if pending else ON_HUB
-                results = recall_at_1(summary_rows_of(record))
-                digest = _digest(record["model"], results)
+                digest = row_digest(record)
                 known = connection.execute("SELECT state FROM submissions WHERE record_id = ? OR digest = ?",
                                            (record["id"], digest)).fetchone()
                 if known is None:
@@ -268,8 +267,8 @@ class Leaderboard:
 
         Example:
             >>> import tempfile, pathlib
-            >>> Leaderboard(pathlib.Path(tempfile.mkdtemp()) / "board.sqlite3").notes()[0][:43]
-            'This board is kept in the Space's database '
+            >>> print(Leaderboard(pathlib.Path(tempfile.mkdtemp()) / "board.sqlite3").notes()[0][:60])
+            This board is kept in the Space's database file only (no dat
         """
         if self.hub is None:
             return ["This board is kept in the Space's database file only (no dataset repo): a restart of a Space "
@@ -547,6 +546,12 @@ def _name_key(name: str) -> str:
 def _published(model: str, results: dict, source: str, note: str) -> tuple:
     return (_digest(model, results), PUBLISHED, model, "", "not stated", note, source, "published",
             json.dumps(results, sort_keys=True))
+
+
+def row_digest(record: Mapping) -> str:
+    """The board's key of a checked record's row: its model name and R@1 numbers (:func:`recall_at_1`), so that
+    the same model with the same results is one row, whichever record or submission brought it."""
+    return _digest(record["model"], recall_at_1(summary_rows_of(record)))
 
 
 def _digest(model: str, results: dict) -> str:

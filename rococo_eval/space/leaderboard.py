@@ -27,7 +27,8 @@ What a submission may be:
   them as plain text, never as HTML;
 - a session may submit :data:`RATE_LIMIT` times per :data:`RATE_WINDOW_S` seconds (:func:`rate_allows`), and
   everyone together ``hourly_limit`` times an hour (default :data:`HOURLY_LIMIT`, ``$ROCOCO_LEADERBOARD_HOURLY_LIMIT``
-  in the Space), counted in the database in the transaction that adds the row;
+  in the Space), counted in the database in the transaction that adds the row; the count is of the submissions to
+  this Space, not of the records that came from the repo (another replica's, a maintainer's);
 - only evaluations at the metric's default settings (pessimistic ties, no bootstrap), so that rows compare;
 - only files that agree: the clean R@K that the rows of one direction give (the clean gallery's ``recall@K``, every
   attacked gallery's ``clean_recall@K``) must be equal, as one model's files give them
@@ -119,7 +120,9 @@ CREATE TABLE IF NOT EXISTS submissions (
 )"""
 # columns added since the first board (a board file of an earlier version gets them when it is opened)
 _ADDED_COLUMNS = {"record_id": "TEXT", "state": "TEXT NOT NULL DEFAULT ''", "record": "TEXT",
-                  "client": "TEXT NOT NULL DEFAULT ''"}
+                  "client": "TEXT NOT NULL DEFAULT ''",
+                  # 1: submitted to this Space (the hourly limits count it); 0: a record that came from the repo
+                  "submitted_here": "INTEGER NOT NULL DEFAULT 1"}
 PENDING, ON_HUB = "pending", "on hub"  # a row's state with a repo: its record in the outbox, or in the repo
 COLUMNS = ["model", "kind", "clean R@1 (i2t)", "clean R@1 (t2i)", "text attacks R@1 (i2t, mean)",
            "image attacks R@1 (t2i, mean)", *[f"{attack} R@1" for attack in TEXT_ATTACKS + IMAGE_ATTACKS],
@@ -224,8 +227,8 @@ class Leaderboard:
             exists = connection.execute("SELECT 1 FROM submissions WHERE digest = ?", (digest,)).fetchone()
             if exists:
                 return False, f"{model} with these results is on the board already"
-            recent, = connection.execute("SELECT COUNT(*) FROM submissions WHERE kind = ? AND submitted_at > ?",
-                                         (SUBMITTED, hour_ago)).fetchone()
+            recent, = connection.execute("SELECT COUNT(*) FROM submissions WHERE kind = ? AND submitted_here = 1 "
+                                         "AND submitted_at > ?", (SUBMITTED, hour_ago)).fetchone()
             if recent >= self.hourly_limit:
                 raise ValueError(f"the board took {recent} submissions in the last hour, its limit for everyone "
                                  f"together ({self.hourly_limit}): try again later")
@@ -234,7 +237,7 @@ class Leaderboard:
             if mine >= CLIENT_HOURLY_LIMIT:
                 raise ValueError(f"{mine} submissions came from your address in the last hour, its limit "
                                  f"({CLIENT_HOURLY_LIMIT}): try again later")
-            self._insert(connection, record, digest, PENDING if self.hub is not None else "", client_key)
+            self._insert(connection, record, digest, PENDING if self.hub is not None else "", client_key, here=True)
             if self.hub is not None:
                 self.hub.add_to_outbox(record)  # a failure here rolls the row back
         if self.hub is not None:
@@ -244,8 +247,9 @@ class Leaderboard:
 
     def add_records(self, records: Sequence[dict], pending: bool = False) -> int:
         """Add checked records (:func:`rococo_eval.space.records.read_record`) to the cache, as in the repo or
-        ``pending``; a record already here (its id, or the same model with the same results) adds nothing but its
-        state. Return how many rows were added."""
+        ``pending`` (from this Space's outbox: submitted here, so the hourly limits count it); a record already here
+        (its id, or the same model with the same results) adds nothing but its state. Return how many rows were
+        added."""
         added = 0
         with self._connect(immediate=True) as connection:
             for record in records:
@@ -254,7 +258,7 @@ class Leaderboard:
                 known = connection.execute("SELECT state FROM submissions WHERE record_id = ? OR digest = ?",
                                            (record["id"], digest)).fetchone()
                 if known is None:
-                    self._insert(connection, record, digest, state, "")
+                    self._insert(connection, record, digest, state, "", here=pending)  # the outbox: ours
                     added += 1
                 elif not pending:
                     connection.execute("UPDATE submissions SET state = ? WHERE record_id = ?", (ON_HUB, record["id"]))
@@ -300,14 +304,15 @@ class Leaderboard:
         return {digest: galleries for digest, galleries in found.items() if galleries}
 
     @staticmethod
-    def _insert(connection, record: dict, digest: str, state: str, client_key: str) -> None:
+    def _insert(connection, record: dict, digest: str, state: str, client_key: str, here: bool) -> None:
+        """Add ``record``'s row: submitted to this Space (``here``: the hourly limits count it) or from the repo."""
         results = recall_at_1(summary_rows_of(record))
         connection.execute(
             "INSERT INTO submissions (digest, kind, model, link, precision, note, source, submitted_at, results, "
-            "record_id, state, record, client) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "record_id, state, record, client, submitted_here) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (digest, SUBMITTED, record["model"], record["link"], record["precision"], record["note"],
              record["link"] or "submitted in the Space", record["submitted_at"], json.dumps(results, sort_keys=True),
-             record["id"], state, json.dumps(record, sort_keys=True), client_key))
+             record["id"], state, json.dumps(record, sort_keys=True), client_key, int(here)))
 
     def _gallery_rows(self, summary_rows: Sequence[dict]) -> list[dict]:
         """The rows of galleries, each checked against the board's galleries (seed means, which the board makes

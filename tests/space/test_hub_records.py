@@ -2,6 +2,7 @@
 fake Hub on 127.0.0.1 that stores every commit's files and serves them back: the board outlives the Space's disk."""
 
 import concurrent.futures
+import datetime
 import json
 import time
 
@@ -176,6 +177,27 @@ def test_the_line_under_the_board_names_the_damaged_records_and_what_a_restart_l
     note = Handlers(None, CAPTIONS, tmp_path / "outputs", board=local).board_note()
     assert note.startswith("Rows 1-5 of 5 (page 1 of 1).")
     assert "a restart of a Space without persistent storage loses it" in note
+
+
+def test_the_hourly_limit_counts_the_submissions_to_this_space_not_the_records_of_other_replicas(tmp_path,
+                                                                                                  fake_hub):
+    """Records that another replica committed in the last hour are on the board, but the hourly limit is this
+    Space's: with a limit of 2, two submissions here are taken after 3 recent records came in, and the third is not."""
+    now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    elsewhere = [make_record(*evaluation(seed), model=f"elsewhere {seed}", link="", precision="fp32", note="",
+                             submitted_at=now) for seed in range(3)]
+    put(fake_hub, *elsewhere)
+    board = space(tmp_path, fake_hub)
+    board.hourly_limit = 2
+    board.hub.close()
+    assert [row[0] for row in shown(board)] == ["elsewhere 0", "elsewhere 1", "elsewhere 2"]
+    for seed in (10, 11):
+        rows, outcomes = evaluation(seed)
+        assert board.submit(rows, model=f"here {seed}", outcomes=outcomes)[0]
+    rows, outcomes = evaluation(12)
+    with pytest.raises(ValueError, match=r"the board took 2 submissions in the last hour, its limit for everyone "
+                                         r"together \(2\)"):
+        board.submit(rows, model="here 12", outcomes=outcomes)
 
 
 def test_the_same_model_with_the_same_results_in_two_records_is_one_row(tmp_path, fake_hub):

@@ -233,6 +233,27 @@ def build_parser() -> argparse.ArgumentParser:
     from_mteb.add_argument("--verbose", "-v", action="count", default=0, help="more log lines (-vv: debug)")
     from_mteb.set_defaults(handler=from_mteb_command)
 
+    board = commands.add_parser("leaderboard", help="the Space's leaderboard in its dataset repo",
+                                description="Work on the records of the Space's leaderboard in a dataset repo "
+                                            "(docs/space.md).")
+    board_commands = board.add_subparsers(dest="action", required=True)
+    migrate = board_commands.add_parser(
+        "migrate", help="turn a repo's old leaderboard.jsonl into records, once",
+        description="Turn the old board of a dataset repo (leaderboard.jsonl, which the Space wrote before records) "
+                    "into one record per submitted row, committed in one commit of new files; the published rows "
+                    "are left out (the code holds them), leaderboard.jsonl stays. It prints what it does first, and "
+                    "refuses when some rows are records already, unless --skip-existing. The token is $HF_TOKEN "
+                    "(or the one `hf auth login` saved); $HF_ENDPOINT names a Hub other than huggingface.co.")
+    migrate.add_argument("--repo", required=True, metavar="ORG/NAME", help="the dataset repo")
+    migrate.add_argument("--skip-existing", action="store_true",
+                         help="migrate the rows that are not records yet, leaving out those that are")
+    migrate.add_argument("--dry-run", action="store_true", help="print what it would do, and commit nothing")
+    migrate.add_argument("--annotations-dir", help="folder of the official annotation files, for the galleries' "
+                                                   "shapes (default $ROCOCO_ANNOTATIONS_DIR, else the pinned download)")
+    migrate.add_argument("--quiet", "-q", action="store_true", help="no notes")
+    migrate.add_argument("--verbose", "-v", action="count", default=0, help="more log lines (-vv: debug)")
+    migrate.set_defaults(handler=migrate_command)
+
     for command in (run, score):
         command.add_argument("--annotations-dir", help="folder of the official annotation files "
                                                        "(default $ROCOCO_ANNOTATIONS_DIR, else the pinned download)")
@@ -498,6 +519,34 @@ def from_mteb_command(args) -> Path:
     if not args.quiet:
         print(f"rococo-eval: the report of {report['meta']['model']} is in {out}", file=sys.stderr)
     return out
+
+
+def migrate_command(args) -> list[dict]:
+    """``rococo-eval leaderboard migrate``: a repo's ``leaderboard.jsonl`` into records
+    (:mod:`rococo_eval.space.migration`), said on stdout before it is done. Returns the records committed."""
+    from rococo_eval.data.source import RococoSource
+    from rococo_eval.space.leaderboard import rococo_galleries
+    from rococo_eval.space.migration import LEGACY_BOARD, commit_migration, plan_migration
+    from rococo_eval.space.records import record_path
+
+    galleries = rococo_galleries(RococoSource(args.annotations_dir).captions_per_image)
+    migration = plan_migration(args.repo, galleries)
+    print(f"{LEGACY_BOARD} of {args.repo}: {len(migration.records)} row(s) to turn into records, "
+          f"{len(migration.existing)} that are records already, {migration.published} published (left out: the "
+          "code holds them)")
+    for record in migration.records:
+        print(f"  {record_path(record)}  {record['model']}  ({record['submitted_at']})")
+    for number, model in migration.existing:
+        print(f"  line {number}: {model} is a record already")
+    if migration.existing and not args.skip_existing:
+        raise CommandError(f"{len(migration.existing)} row(s) of {LEGACY_BOARD} are records already (was it migrated "
+                           "before?): nothing was committed; pass --skip-existing to migrate the others only")
+    if args.dry_run or not migration.records:
+        print("nothing committed" + (" (--dry-run)" if args.dry_run else ": no row to migrate"))
+        return []
+    url = commit_migration(migration)
+    print(f"committed {len(migration.records)} record(s): {url}")
+    return migration.records
 
 
 def _score_embeddings_file(args, source, out: Path, model: dict, started: float) -> Path:

@@ -3,6 +3,7 @@
 import json
 import os
 import re
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -962,6 +963,30 @@ def test_sessions_share_an_hourly_limit(tmp_path, monkeypatch):
     monkeypatch.setenv("ROCOCO_LEADERBOARD_HOURLY_LIMIT", "lots")
     with pytest.raises(ValueError, match=r"\$ROCOCO_LEADERBOARD_HOURLY_LIMIT must be a whole number >= 0, got 'lots'"):
         app.build_app(source=TinySource(CAPTIONS), output_dir=tmp_path / "outputs")
+
+
+def test_the_board_sends_one_page_of_rows_at_20000_rows(board_app):
+    """Issue 41: at 20,000 rows a page load sent every row (24 MB); /leaderboard sends one page of PAGE_ROWS rows
+    (page 2 the next ones, a page past the last the last one), a payload that does not grow with the board."""
+    from rococo_eval.space.leaderboard import PAGE_ROWS
+
+    url, database = board_app
+    with sqlite3.connect(database) as connection:  # 20,000 submitted rows, numbered in the order they came
+        connection.execute(
+            "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 20000) "
+            "INSERT INTO submissions (digest, kind, model, link, precision, note, source, submitted_at, results) "
+            "SELECT printf('%064d', i), 'submitted', printf('model %05d', i), '', 'fp32', 'a note of some length', "
+            "'submitted in the Space', '2026-01-01T00:00:00+00:00', '{\"clean/image_to_text\": 50.0}' FROM n")
+    client = Client(url, verbose=False)
+    first = client.predict("", "submitted", "all", api_name="/leaderboard")
+    assert [row[0] for row in first["data"]] == [f"model {number:05d}" for number in range(1, PAGE_ROWS + 1)]
+    assert len(json.dumps(first)) < 100_000
+    second = client.predict("", "submitted", "all", 2, api_name="/leaderboard")
+    assert second["data"][0][0] == f"model {PAGE_ROWS + 1:05d}"
+    last = client.predict("", "submitted", "all", 10_000, api_name="/leaderboard")
+    assert last["data"][-1][0] == "model 20000" and len(last["data"]) == PAGE_ROWS
+    with pytest.raises(AppError, match="Value 0 is less than minimum value 1"):
+        client.predict("", "submitted", "all", 0, api_name="/leaderboard")
 
 
 def test_a_database_that_cannot_be_read_leaves_scoring_working(tmp_path, monkeypatch):

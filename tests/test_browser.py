@@ -370,7 +370,8 @@ def test_a_benchmark_space_names_its_benchmark_and_keeps_its_board(page, tmp_pat
 
 def test_a_page_load_shows_the_board_of_now(page, tmp_path):
     """Rows added after the server started (here by another process's board on the same database) are on the
-    Leaderboard tab when a page loads, before any Refresh (issue 29: the page showed the board of server start)."""
+    Leaderboard tab when a page loads, before any Refresh (issue 29: the page showed the board of server start), and
+    the line under the board counts them."""
     from rococo_eval.space.leaderboard import Leaderboard, rococo_galleries
 
     database = tmp_path / "board.sqlite3"
@@ -391,6 +392,10 @@ def test_a_page_load_shows_the_board_of_now(page, tmp_path):
             board = fresh.locator("#leaderboard-table").get_by_role("row")
             board.filter(has_text="added elsewhere").wait_for()
             assert board.filter(has_text=f"{row['clean_recall@1']:.2f}").count() == 1  # its clean i2t
+            # issue 41: the line under the board says how many rows it shows and that this board is the Space's file
+            status = fresh.locator("#leaderboard-status")
+            status.get_by_text("Rows 1-6 of 6 (page 1 of 1).").wait_for()
+            assert "a restart of a Space without persistent storage loses it" in status.inner_text()
             assert not _errors(fresh), _errors(fresh)
         finally:
             fresh.close()

@@ -205,9 +205,11 @@ def board_table(rows: Sequence[Mapping], view: str = "all") -> pd.DataFrame:
         raise ValueError(f"`view` must be one of {', '.join(BOARD_VIEWS)}, got {view!r}")
     cells = []
     for row in rows:
+        warnings = "".join(f"validity warning: {warning}; " for warning in row.get("warnings", []))
+        kind = row["kind"] if row["kind"] != SUBMITTED else f"{SUBMITTED} {str(row['submitted'])[:10]}"
         shown = {"model": str(row["model"]), RANK: str(row[RANK]), "precision": str(row["precision"]),
-                 "note": str(row["note"]),
-                 "kind": row["kind"] if row["kind"] != SUBMITTED else f"{SUBMITTED} {str(row['submitted'])[:10]}",
+                 "note": warnings + str(row["note"]),
+                 "kind": kind + (" (pending: not yet safe in the dataset repo)" if row.get("pending") else ""),
                  "source": source_markdown(row["source"], row["link"]),
                  **{header: math.nan if row[name] is None else float(row[name])
                     for header, name in _BOARD_COLUMNS.items()}}

@@ -9,10 +9,10 @@ import time
 import numpy as np
 import pytest
 
-from rococo_eval.catalog import gallery_key
+from rococo_eval.catalog import TEXT_ATTACKS, gallery_key
 from rococo_eval.space.handlers import Handlers
 from rococo_eval.space.hub_records import HubRecords
-from rococo_eval.space.leaderboard import SUBMITTED, Leaderboard, rococo_galleries
+from rococo_eval.space.leaderboard import SUBMITTED, Leaderboard, page_of, rococo_galleries
 from rococo_eval.space.records import (
     RecordError,
     content_digest,
@@ -23,6 +23,7 @@ from rococo_eval.space.records import (
     record_bytes,
     record_path,
 )
+from rococo_eval.space.views import board_table
 
 CAPTIONS = [5] * 7 + [6]
 GALLERIES = rococo_galleries(CAPTIONS)
@@ -64,10 +65,10 @@ def put(hub, *records) -> None:
     hub.files.setdefault(REPO, {}).update({record_path(one): record_bytes(one) for one in records})
 
 
-def space(folder, hub, **options):
+def space(folder, hub, galleries=GALLERIES, **options):
     """A Space's board at start: its database in ``folder``, its records from the fake Hub."""
     records = HubRecords(REPO, folder / "board.sqlite3.hub", endpoint=hub.url, **{"timeout_s": 20, **options})
-    board = Leaderboard(folder / "board.sqlite3", records, galleries=GALLERIES, hourly_limit=100)
+    board = Leaderboard(folder / "board.sqlite3", records, galleries=galleries, hourly_limit=100)
     records.start(board)
     return board
 
@@ -298,3 +299,48 @@ def test_validity_warnings_go_into_the_record_and_onto_the_board(tmp_path, fake_
                                            "contradict (trust-order override)"]
     assert board.rows(search="overridden")[0]["warnings"] == stored["validity_warnings"]
     assert gallery_key("rand_voca", "image_to_text") in board.outcomes()[board.rows(search="overridden")[0]["id"]]
+
+
+def test_a_space_restarted_on_a_new_disk_ranks_its_rows_on_the_records_outcomes(tmp_path, fake_hub):
+    """Planted per-query outcomes on 400 image queries: "strong" gets 320 right on every text attack, "weak" 160 and
+    "weak twin" the same 160 but two (one query lost, one won, on every attack). Strong against weak is 160 discordant
+    queries, all one way: significantly better, so strong ranks 1 alone; weak against its twin is 2 discordant queries,
+    one each way: tied, one band. Two rows come from the repo and one is submitted to the first Space; a second Space
+    on an empty disk ranks them the same from the records alone, whatever page or filter shows them; the published
+    rows, without outcomes, stay n/a."""
+    galleries = rococo_galleries([5] * 400)
+    queries = np.arange(400)
+    text_keys = [gallery_key(attack, "image_to_text") for attack in TEXT_ATTACKS]
+
+    def ranked(hit) -> tuple[list[dict], dict]:
+        clean_hit = queries < 360
+        rows = [{"attack": "clean", "direction": "image_to_text", "recall@1": 90.0, "num_queries": 400,
+                 "num_gallery": galleries["clean/image_to_text"][1]}]
+        outcomes = {"clean/image_to_text": {"hit": clean_hit}}
+        for key in text_keys:
+            attack = key.split("/")[0]
+            rows.append({"attack": attack, "direction": "image_to_text", "recall@1": 100.0 * hit.mean(),
+                         "clean_recall@1": 90.0, "num_queries": 400, "num_gallery": galleries[key][1]})
+            outcomes[key] = {"hit": hit, "clean_hit": clean_hit}
+        return rows, outcomes
+
+    strong, weak = queries < 320, queries < 160
+    twin = weak.copy()
+    twin[[0, 200]] = False, True
+    put(fake_hub, *[make_record(*ranked(hit), model=model, link="", precision="fp32", note="",
+                                submitted_at="2026-06-01T10:00:00+00:00")
+                    for model, hit in (("strong", strong), ("weak", weak))])
+    first = space(tmp_path / "disk1", fake_hub, galleries)
+    assert first.submit(ranked(twin)[0], model="weak twin", outcomes=ranked(twin)[1])[0]
+    assert first.hub.wait(60)
+    first.hub.close()
+    bands = {row["model"]: row["rank"] for row in first.rows()}
+    second = space(tmp_path / "disk2", fake_hub, galleries)
+    second.hub.close()
+    assert {row["model"]: row["rank"] for row in second.rows()} == bands
+    assert {model: bands[model] for model in ("strong", "weak", "weak twin")} == {
+        "strong": "1", "weak": "2-3", "weak twin": "2-3"}
+    assert {band for model, band in bands.items() if model not in ("strong", "weak", "weak twin")} == {"n/a"}
+    assert [(row["model"], row["rank"]) for row in second.rows(search="twin")] == [("weak twin", "2-3")]
+    assert [row["rank"] for row in page_of(second.rows(kind=SUBMITTED), 1, page_rows=1)[0]] == ["1"]
+    assert "2-3" in board_table(second.rows(), "means")["rank"].tolist()

@@ -8,7 +8,7 @@ Every action is an API endpoint (``/detect``, ``/evaluate``, ``/flipped``, ``/ex
 ``/compare``, ``/submit``, ``/leaderboard``), so ``gradio_client`` can do what the page does. This file only builds
 the page and wires each button to a handler (:mod:`rococo_eval.space.handlers`); what the handlers call lives in
 :mod:`rococo_eval.space`. The leaderboard lives in the SQLite database at ``$ROCOCO_LEADERBOARD_DB``
-(:mod:`rococo_eval.space.leaderboard`). Each request carries its own data: nothing a user uploads or gets back is
+(:mod:`rococo_eval.board.leaderboard`). Each request carries its own data: nothing a user uploads or gets back is
 kept in this process beyond the request and the user's session.
 """
 
@@ -30,7 +30,7 @@ from rococo_eval.layout import ORDERS, describe_orders, gallery_shape
 from rococo_eval.reporting.analysis import DEFAULT_MIN_COUNT
 from rococo_eval.reporting.report import legend
 from rococo_eval.scoring.plan import adversarial_per_image_of, attacks_of
-from rococo_eval.space import leaderboard
+from rococo_eval.board import leaderboard
 from rococo_eval.space.example import SYNTHETIC_MODEL
 from rococo_eval.space.handlers import Handlers, open_board
 from rococo_eval.space.logic import (

@@ -13,7 +13,7 @@ outcomes), and a second start on the same disk (nothing to download).
 
 Bands: ``--rows`` submitted rows, each with per-query R@1 hits on the four text attacks' galleries (``--queries``
 image queries each; RoCOCO's 5,000), at R@1 rates drawn between 30% and 50%, so that some rows are tied and some
-are not. The board ranks them all (:func:`rococo_eval.space.ranking.rank_rows`: every pair compared by one matrix
+are not. The board ranks them all (:func:`rococo_eval.board.ranking.rank_rows`: every pair compared by one matrix
 product, Holm per row); the baseline compares each pair alone
 (:func:`rococo_eval.reporting.significance.paired_difference`), timed on ``--baseline-rows`` rows and scaled to
 ``--rows`` by the number of pairs. Times are medians of ``--repeat`` rounds.
@@ -35,10 +35,10 @@ from helpers.fake_hub import FakeHub  # noqa: E402
 
 from rococo_eval.catalog import TEXT_ATTACKS  # noqa: E402
 from rococo_eval.reporting.significance import paired_difference  # noqa: E402
-from rococo_eval.space.hub_records import HubRecords  # noqa: E402
-from rococo_eval.space.leaderboard import Leaderboard, rococo_galleries  # noqa: E402
-from rococo_eval.space.ranking import OUTCOMES, TEXT_MEAN, TEXT_UNNAMED, rank_rows  # noqa: E402
-from rococo_eval.space.records import make_record, record_bytes, record_path  # noqa: E402
+from rococo_eval.board.hub_records import HubRecords  # noqa: E402
+from rococo_eval.board.leaderboard import Leaderboard, rococo_galleries  # noqa: E402
+from rococo_eval.board.ranking import OUTCOMES, TEXT_MEAN, TEXT_UNNAMED, rank_rows  # noqa: E402
+from rococo_eval.board.records import make_record, record_bytes, record_path  # noqa: E402
 
 GOAL_START_S, GOAL_BANDS_S = 10.0, 2.0
 CAPTIONS = [5] * 4990 + [6] * 10  # RoCOCO: 5,000 images, 25,010 captions

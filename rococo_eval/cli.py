@@ -217,7 +217,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "different galleries or query sets are refused.")
     compare.add_argument("report_a", metavar="REPORT_A", help="a report folder (or its report.json)")
     compare.add_argument("report_b", metavar="REPORT_B", help="another report folder, of the same galleries")
-    compare.add_argument("--quiet", "-q", action="store_true", help="no notes")
+    compare.add_argument("--quiet", "-q", action="store_true", help=QUIET_HELP)
     compare.add_argument("--verbose", "-v", action="count", default=0, help="more log lines (-vv: debug)")
     compare.set_defaults(handler=compare_command)
 
@@ -250,7 +250,7 @@ def build_parser() -> argparse.ArgumentParser:
     migrate.add_argument("--dry-run", action="store_true", help="print what it would do, and commit nothing")
     migrate.add_argument("--annotations-dir", help="folder of the official annotation files, for the galleries' "
                                                    "shapes (default $ROCOCO_ANNOTATIONS_DIR, else the pinned download)")
-    migrate.add_argument("--quiet", "-q", action="store_true", help="no notes")
+    migrate.add_argument("--quiet", "-q", action="store_true", help=QUIET_HELP)
     migrate.add_argument("--verbose", "-v", action="count", default=0, help="more log lines (-vv: debug)")
     migrate.set_defaults(handler=migrate_command)
 
@@ -523,11 +523,11 @@ def from_mteb_command(args) -> Path:
 
 def migrate_command(args) -> list[dict]:
     """``rococo-eval leaderboard migrate``: a repo's ``leaderboard.jsonl`` into records
-    (:mod:`rococo_eval.space.migration`), said on stdout before it is done. Returns the records committed."""
+    (:mod:`rococo_eval.board.migration`), said on stdout before it is done. Returns the records committed."""
     from rococo_eval.data.source import RococoSource
-    from rococo_eval.space.leaderboard import rococo_galleries
-    from rococo_eval.space.migration import LEGACY_BOARD, commit_migration, plan_migration
-    from rococo_eval.space.records import record_path
+    from rococo_eval.board.leaderboard import rococo_galleries
+    from rococo_eval.board.migration import LEGACY_BOARD, commit_migration, plan_migration
+    from rococo_eval.board.records import record_path
 
     galleries = rococo_galleries(RococoSource(args.annotations_dir).captions_per_image)
     migration = plan_migration(args.repo, galleries)

@@ -968,7 +968,7 @@ def test_sessions_share_an_hourly_limit(tmp_path, monkeypatch):
 def test_the_board_sends_one_page_of_rows_at_20000_rows(board_app):
     """Issue 41: at 20,000 rows a page load sent every row (24 MB); /leaderboard sends one page of PAGE_ROWS rows
     (page 2 the next ones, a page past the last the last one), a payload that does not grow with the board."""
-    from rococo_eval.space.leaderboard import PAGE_ROWS
+    from rococo_eval.board.leaderboard import PAGE_ROWS
 
     url, database = board_app
     with sqlite3.connect(database) as connection:  # 20,000 submitted rows, numbered in the order they came
@@ -1086,7 +1086,7 @@ def test_files_that_disagree_are_named_in_the_message_and_the_report(client, tmp
 def test_the_leaderboard_refuses_files_that_disagree(board_app, tmp_path):
     """Issue 31: two files made independently gave clean R@1 80 and 90 and the board took both; now /submit refuses
     them, naming the files and the numbers, and takes one model's files."""
-    from rococo_eval.space.leaderboard import Leaderboard
+    from rococo_eval.board.leaderboard import Leaderboard
 
     url, database = board_app
     client = Client(url, verbose=False)

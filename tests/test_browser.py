@@ -372,7 +372,7 @@ def test_a_page_load_shows_the_board_of_now(page, tmp_path):
     """Rows added after the server started (here by another process's board on the same database) are on the
     Leaderboard tab when a page loads, before any Refresh (issue 29: the page showed the board of server start), and
     the line under the board counts them."""
-    from rococo_eval.space.leaderboard import Leaderboard, rococo_galleries
+    from rococo_eval.board.leaderboard import Leaderboard, rococo_galleries
 
     database = tmp_path / "board.sqlite3"
     demo = app.build_app(source=TinySource(DECIDING_CAPTIONS), output_dir=tmp_path / "outputs",

@@ -3,9 +3,8 @@
 - :mod:`~rococo_eval.space.logic`: what the Space does, in plain values: detect layouts, score uploads, write the
   report, list flipped queries, explore the attacks, compare with published numbers;
 - :mod:`~rococo_eval.space.views`: how the page shows them: HTML tables, thumbnails, the page's DataFrames;
-- :mod:`~rococo_eval.space.leaderboard`: the leaderboard's rules and its SQLite database (the board, or the cache of
-  the records in a dataset repo); :mod:`~rococo_eval.space.records`: one submission's record, defined once;
-  :mod:`~rococo_eval.space.hub_records`: the records in the repo, transferred by
-  :mod:`~rococo_eval.space.hub_transfer` in a child process;
 - :mod:`~rococo_eval.space.handlers`: what the page's buttons do (it imports gradio; the other modules do not).
+
+The leaderboard itself (its rules, its database, its records in a dataset repo, its rank bands) is the layer below,
+:mod:`rococo_eval.board`, which the command uses too.
 """

@@ -23,7 +23,7 @@ from rococo_eval.io.atomic import write_atomic
 from rococo_eval.reporting import report
 from rococo_eval.reporting.analysis import DEFAULT_MIN_COUNT
 from rococo_eval.scoring.plan import ORDER_OVERRIDDEN, adversarial_per_image_of, attacks_of
-from rococo_eval.space import hub_records, leaderboard
+from rococo_eval.board import hub_records, leaderboard
 from rococo_eval.space.example import EXAMPLE_INTRO, SYNTHETIC_MODEL, write_example
 from rococo_eval.space.logic import (
     ALL_GALLERIES,
@@ -39,7 +39,7 @@ from rococo_eval.space.logic import (
     write_outputs,
 )
 from rococo_eval.space.outputs import OutputFolders
-from rococo_eval.space.records import per_query_outcomes
+from rococo_eval.board.records import per_query_outcomes
 from rococo_eval.space.views import (
     BOARD_DATATYPES,
     BOARD_WIDTHS,
@@ -58,7 +58,7 @@ BOARD_RETRY_S = 60  # an unavailable leaderboard is opened again at most this of
 
 
 def open_board(path, output_root: Path, source, captions_per_image) -> tuple[leaderboard.Leaderboard | None, str]:
-    """The leaderboard (:class:`rococo_eval.space.leaderboard.Leaderboard`) and, when it cannot be used, None
+    """The leaderboard (:class:`rococo_eval.board.leaderboard.Leaderboard`) and, when it cannot be used, None
     and why: the Space still scores, and says the board is unavailable; the file is left as it is.
 
     The database is ``path``, else ``$ROCOCO_LEADERBOARD_DB``, else the default (:func:`_default_board_path`).
@@ -66,9 +66,9 @@ def open_board(path, output_root: Path, source, captions_per_image) -> tuple[lea
     (:attr:`~rococo_eval.data.source.Source.is_rococo`); serving a generated benchmark, or without annotations, it is
     shown and takes none. Everyone together may submit
     ``$ROCOCO_LEADERBOARD_HOURLY_LIMIT`` times an hour (default
-    :data:`~rococo_eval.space.leaderboard.HOURLY_LIMIT`). With ``$ROCOCO_LEADERBOARD_REPO`` (and ``$HF_TOKEN``,
+    :data:`~rococo_eval.board.leaderboard.HOURLY_LIMIT`). With ``$ROCOCO_LEADERBOARD_REPO`` (and ``$HF_TOKEN``,
     ``$ROCOCO_LEADERBOARD_REFRESH_S``) the board is that dataset repo's records and the database their cache, filled
-    before the board is served (:class:`~rococo_eval.space.hub_records.HubRecords`, its mirror and outbox in
+    before the board is served (:class:`~rococo_eval.board.hub_records.HubRecords`, its mirror and outbox in
     ``<database>.hub`` beside the database).
 
     Raises:
@@ -238,7 +238,7 @@ class Handlers:
         return table(compare_rows(user_rows))
 
     def leaderboard(self, search="", kind="all", view="all", page=1):
-        """One page of the board (:data:`rococo_eval.space.leaderboard.PAGE_ROWS` rows, page ``page``), filtered by a
+        """One page of the board (:data:`rococo_eval.board.leaderboard.PAGE_ROWS` rows, page ``page``), filtered by a
         model-name search and by kind (all, published, submitted), with the columns of ``view``
         (:data:`rococo_eval.space.views.BOARD_VIEWS`); :meth:`board_note` says which rows of how many it shows."""
         try:
@@ -268,7 +268,7 @@ class Handlers:
 
     def board_note(self, search="", kind="all", page=1) -> str:
         """The line under the board: which rows of how many the page shows, and what the board says of where its
-        rows are kept (:meth:`rococo_eval.space.leaderboard.Leaderboard.notes`: a restart that loses them, records
+        rows are kept (:meth:`rococo_eval.board.leaderboard.Leaderboard.notes`: a restart that loses them, records
         of the dataset repo left out as damaged); empty when the board is unavailable (the tab says why)."""
         try:
             board = self._board()
@@ -284,7 +284,7 @@ class Handlers:
                view="all", evaluated_rows=None, failures=None, page=1, request: gr.Request = None):
         """Submit this session's last evaluation (``board_rows``: the rows of its RoCOCO galleries; None after the
         synthetic example, which is no model); return the message, the board and the session's submission times
-        (:func:`rococo_eval.space.leaderboard.rate_allows` limits them).
+        (:func:`rococo_eval.board.leaderboard.rate_allows` limits them).
 
         The message says which of the board's columns a partial evaluation fills and why a mean is blank
         (:func:`rococo_eval.space.views.coverage_note`), and names every gallery of the evaluation (``evaluated_rows``)

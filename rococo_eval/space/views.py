@@ -1,7 +1,7 @@
 """How the Space shows its plain values: HTML tables of flipped queries (with thumbnails) and of captions beside
 their attacks, and the tables of results and of the leaderboard as the page's DataFrames.
 
-The values come from :mod:`rococo_eval.space.logic` and :mod:`rococo_eval.space.leaderboard`; nothing here scores or
+The values come from :mod:`rococo_eval.space.logic` and :mod:`rococo_eval.board.leaderboard`; nothing here scores or
 decides. Images are read from the source only to be shown, as inline JPEG thumbnails.
 """
 
@@ -22,8 +22,8 @@ from rococo_eval.attacks.replacements import find_replacements, highlight
 from rococo_eval.catalog import IMAGE_ATTACKS, TEXT_ATTACKS
 from rococo_eval.reporting import report
 from rococo_eval.results import percent_text
-from rococo_eval.space.leaderboard import SUBMITTED, board_row
-from rococo_eval.space.ranking import RANK, TEXT_MEAN, TEXT_UNNAMED
+from rococo_eval.board.leaderboard import SUBMITTED, board_row
+from rococo_eval.board.ranking import RANK, TEXT_MEAN, TEXT_UNNAMED
 
 logger = logging.getLogger(__name__)
 
@@ -31,7 +31,7 @@ THUMBNAIL_PX = 128
 # what the Evaluate tab's results table leaves to the report: an attacked gallery's clean R@K beyond R@1 and clean
 # r_mean, and the counts
 _LEFT_TO_REPORT = re.compile(r"clean_(recall@(?!1(?:_|$))\d+|r_mean)(_ci|_range|_bounds)?|num_\w+")
-# The leaderboard's columns, each a short header for a column of :data:`rococo_eval.space.leaderboard.COLUMNS`: R@1
+# The leaderboard's columns, each a short header for a column of :data:`rococo_eval.board.leaderboard.COLUMNS`: R@1
 # without attacks, the means over every text attack (image-to-text) and every image attack (text-to-image), a published
 # number of one text attack its source does not name, each text attack, each image attack by method and seed.
 # BOARD_VIEWS groups them so that each group reads at 1280 px without sideways scrolling ("all" shows every column,
@@ -177,7 +177,7 @@ def rates_table(rows: Sequence[Sequence], headers: Sequence[str]) -> Styler:
 
 
 def board_table(rows: Sequence[Mapping], view: str = "all") -> pd.DataFrame:
-    """The leaderboard's rows (:meth:`rococo_eval.space.leaderboard.Leaderboard.rows`) as a table: the columns of
+    """The leaderboard's rows (:meth:`rococo_eval.board.leaderboard.Leaderboard.rows`) as a table: the columns of
     ``view`` (:data:`BOARD_VIEWS`: ``"means"``, ``"text attacks"``, ``"image attacks"`` or ``"all"``) under short
     headers, each R@1 a number (NaN where the row has none), the submission's date beside its kind, its link or
     published source as a Markdown link (:func:`source_markdown`), every other text as plain text. :func:`board_shown`
@@ -187,7 +187,7 @@ def board_table(rows: Sequence[Mapping], view: str = "all") -> pd.DataFrame:
         ValueError: ``view`` is not one of :data:`BOARD_VIEWS`.
 
     Example:
-        >>> from rococo_eval.space.leaderboard import COLUMNS
+        >>> from rococo_eval.board.leaderboard import COLUMNS
         >>> row = {name: None for name in COLUMNS}
         >>> row.update({"model": "m", "rank": "1-2", "kind": "submitted", "clean R@1 (i2t)": 81.9, "precision": "fp16",
         ...             "link": "https://example.org/m", "note": "", "source": "https://example.org/m",
@@ -234,7 +234,7 @@ def board_shown(rows: Sequence[Mapping], view: str = "all") -> Styler:
 
 
 def coverage_note(results: Mapping[str, float]) -> str:
-    """What a submission's R@1 (``{gallery key}: R@1``, :func:`rococo_eval.space.leaderboard.recall_at_1`) fill of
+    """What a submission's R@1 (``{gallery key}: R@1``, :func:`rococo_eval.board.leaderboard.recall_at_1`) fill of
     the board, and why a mean is blank, when one is (a mean is over every text attack, or every image attack);
     empty when both means are filled.
 
@@ -259,7 +259,7 @@ def coverage_note(results: Mapping[str, float]) -> str:
 def source_markdown(source: str, link: str = "") -> str:
     r"""Where a board row comes from, as Markdown: its ``link`` as a link (shown without its scheme), else ``source``
     as text, with an arXiv identifier in it linked to its page. Links were checked as ``http(s)://`` with no spaces,
-    quotes or angle brackets (:meth:`~rococo_eval.space.leaderboard.Leaderboard.submit`); text is escaped.
+    quotes or angle brackets (:meth:`~rococo_eval.board.leaderboard.Leaderboard.submit`); text is escaped.
 
     Example:
         >>> source_markdown("Park et al., RoCOCO, arXiv:2304.10727v5, abstract")

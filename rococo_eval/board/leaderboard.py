@@ -43,8 +43,8 @@ A database that cannot be read (not a database, damaged) or stays locked for ``l
 :class:`BoardUnavailable` naming the file and the problem; nothing is written to it.
 
 With ``$ROCOCO_LEADERBOARD_REPO`` (a dataset repo, ``ORG/NAME``), the board is the repo's records, one immutable file
-per submission (:mod:`rococo_eval.space.records`, with each gallery's per-query outcomes), and this database is their
-cache (:class:`rococo_eval.space.hub_records.HubRecords` downloads them at start and every few minutes). A submission
+per submission (:mod:`rococo_eval.board.records`, with each gallery's per-query outcomes), and this database is their
+cache (:class:`rococo_eval.board.hub_records.HubRecords` downloads them at start and every few minutes). A submission
 goes to this database and to the local outbox in one transaction, and its row is *pending* until its record is in
 the repo; the record is committed in the background, so a submission never waits for the Hub. Without a repo, this
 database is the board, and a Space without persistent storage loses it when it restarts.
@@ -86,8 +86,8 @@ from rococo_eval.layout import gallery_shape
 from rococo_eval.models import adapters
 from rococo_eval.reporting.report import REFERENCE_RESULTS, VSE_INFINITY
 from rococo_eval.scoring.consistency import disagreements, not_compared
-from rococo_eval.space.ranking import BANDED, OUTCOMES, RANK, TEXT_MEAN, TEXT_UNNAMED, rank_rows
-from rococo_eval.space.records import make_record, outcomes_of, read_record, record_bytes, summary_rows_of
+from rococo_eval.board.ranking import BANDED, OUTCOMES, RANK, TEXT_MEAN, TEXT_UNNAMED, rank_rows
+from rococo_eval.board.records import make_record, outcomes_of, read_record, record_bytes, summary_rows_of
 
 logger = logging.getLogger(__name__)
 
@@ -149,7 +149,7 @@ class Leaderboard:
 
     Args:
         path: the SQLite file.
-        hub: the :class:`~rococo_eval.space.hub_records.HubRecords` whose outbox each submission's record joins
+        hub: the :class:`~rococo_eval.board.hub_records.HubRecords` whose outbox each submission's record joins
             (None: no repo, this database is the board).
         galleries: ``{gallery key: (queries, gallery items)}`` of the galleries a row may hold (RoCOCO's,
             :func:`rococo_galleries`); None takes no submission (the board is shown, not added to).
@@ -189,7 +189,7 @@ class Leaderboard:
                note: str = "", now: Optional[datetime.datetime] = None,
                outcomes: Optional[Mapping[str, Mapping]] = None, client: str = "") -> tuple[bool, str]:
         """Add an evaluation (its report's summary rows; ``outcomes``, each gallery's per-query outcomes,
-        :func:`rococo_eval.space.records.per_query_outcomes`; their R@1 hits rank the row) from ``client`` (an
+        :func:`rococo_eval.board.records.per_query_outcomes`; their R@1 hits rank the row) from ``client`` (an
         address, kept as its digest); return whether it was added, and what to tell the user. With a repo, its record
         joins the outbox in the transaction that adds the row. What the board must say of the numbers
         (:func:`validity_warnings_of`) goes into the record and onto the board.
@@ -256,7 +256,7 @@ class Leaderboard:
         return True, f"added {model} to the board{pending}" + _unchecked_note(summary_rows)
 
     def add_records(self, records: Sequence[dict], pending: bool = False) -> int:
-        """Add checked records (:func:`rococo_eval.space.records.read_record`) to the cache, as in the repo or
+        """Add checked records (:func:`rococo_eval.board.records.read_record`) to the cache, as in the repo or
         ``pending`` (from this Space's outbox: submitted here, so the hourly limits count it); a record already here
         (its id, or the same model with the same results) adds nothing but its state. Return how many rows were
         added."""
@@ -277,7 +277,7 @@ class Leaderboard:
     def notes(self) -> list[str]:
         """What the page says under the board of where its rows are kept: without a repo, that this database is the
         board and a restart without persistent storage loses it; with one, a repo not reached at the last try, and
-        each record left out (:attr:`~rococo_eval.space.hub_records.HubRecords.skipped`, named with its problem).
+        each record left out (:attr:`~rococo_eval.board.hub_records.HubRecords.skipped`, named with its problem).
 
         Example:
             >>> import tempfile, pathlib
@@ -305,7 +305,7 @@ class Leaderboard:
     def outcomes(self) -> dict[str, dict[str, dict]]:
         """Each submitted row's per-query outcomes: ``{row id: {gallery key: {outcome: numpy booleans}}}``, the
         row id being the ``id`` of :meth:`rows`, the outcomes those of
-        :func:`rococo_eval.space.records.outcomes_of` (``hit``, ``top1_adversarial``, ``clean_hit``; one per query
+        :func:`rococo_eval.board.records.outcomes_of` (``hit``, ``top1_adversarial``, ``clean_hit``; one per query
         in the gallery's query order). Rows without them (published, migrated, or added before records) are left
         out: they cannot be compared query by query."""
         with self._connect() as connection:
@@ -315,7 +315,7 @@ class Leaderboard:
 
     def _hits(self, connection, digests: Sequence[str]) -> dict[str, Optional[dict[str, np.ndarray]]]:
         """``{row id: {gallery key: R@1 hits}}`` of the galleries that rank a row
-        (:data:`~rococo_eval.space.ranking.BANDED`), from its record; None for a row without them (published,
+        (:data:`~rococo_eval.board.ranking.BANDED`), from its record; None for a row without them (published,
         migrated). A record never changes, so each row's hits are read once and kept."""
         missing = [digest for digest in digests if digest not in self._hit_cache]
         for start in range(0, len(missing), _SQL_VARIABLES):
@@ -361,7 +361,7 @@ class Leaderboard:
     def rows(self, search: str = "", kind: str = "all") -> list[dict]:
         """The board: one row per entry (:data:`COLUMNS`, with its ``id``, whether it is ``pending`` and its
         ``warnings``), in the board's order with its rank bands over every row, ranked on the per-query outcomes of
-        the records (:func:`rococo_eval.space.ranking.rank_rows`) before any filter; ``search`` keeps the models
+        the records (:func:`rococo_eval.board.ranking.rank_rows`) before any filter; ``search`` keeps the models
         whose name holds it (any case), ``kind`` the published or the submitted rows: a filter or a page never
         changes a band."""
         with self._connect() as connection:
@@ -502,12 +502,12 @@ def recall_at_1(summary_rows: Sequence[dict]) -> dict[str, float]:
 
 def board_row(results: dict, outcomes: Optional[Mapping] = None, **fields) -> dict:
     """One board row of ``results`` (``{gallery key: R@1}``): the clean R@1, each attack's and the means, and the
-    per-query R@1 hits by gallery key (``outcomes``, :data:`~rococo_eval.space.ranking.OUTCOMES`; None: not kept)
-    that rank it (:func:`~rococo_eval.space.ranking.rank_rows` adds its ``rank``).
+    per-query R@1 hits by gallery key (``outcomes``, :data:`~rococo_eval.board.ranking.OUTCOMES`; None: not kept)
+    that rank it (:func:`~rococo_eval.board.ranking.rank_rows` adds its ``rank``).
 
     A mean is over every text attack (or every image attack, all seeds) or none: a mean over some of them would
     sort beside full means as if it were one. A published text-attack number whose attack its source does not name
-    (``text/image_to_text``) is no mean: it has its own column (:data:`~rococo_eval.space.ranking.TEXT_UNNAMED`)."""
+    (``text/image_to_text``) is no mean: it has its own column (:data:`~rococo_eval.board.ranking.TEXT_UNNAMED`)."""
     text = [results[f"{attack}/image_to_text"] for attack in TEXT_ATTACKS if f"{attack}/image_to_text" in results]
     image = [results[f"{attack}/text_to_image"] for attack in IMAGE_ATTACKS if f"{attack}/text_to_image" in results]
     text, image = (text if len(text) == len(TEXT_ATTACKS) else []), (image if len(image) == len(IMAGE_ATTACKS) else [])

@@ -7,8 +7,8 @@ import numpy as np
 
 from rococo_eval.catalog import TEXT_ATTACKS
 from rococo_eval.reporting.significance import paired_difference
-from rococo_eval.space.leaderboard import SUBMITTED, board_row, published_entries
-from rococo_eval.space.ranking import RANK, TEXT_MEAN, rank_rows
+from rococo_eval.board.leaderboard import SUBMITTED, board_row, published_entries
+from rococo_eval.board.ranking import RANK, TEXT_MEAN, rank_rows
 from rococo_eval.space.views import BOARD_VIEWS, board_shown, board_table, coverage_note
 
 IMAGES = 5000  # RoCOCO's image-to-text queries

@@ -1,4 +1,4 @@
-"""The leaderboard's records in a dataset repo (rococo_eval.space.records, rococo_eval.space.hub_records), against a
+"""The leaderboard's records in a dataset repo (rococo_eval.board.records, rococo_eval.board.hub_records), against a
 fake Hub on 127.0.0.1 that stores every commit's files and serves them back: the board outlives the Space's disk."""
 
 import concurrent.futures
@@ -11,9 +11,9 @@ import pytest
 
 from rococo_eval.catalog import TEXT_ATTACKS, gallery_key
 from rococo_eval.space.handlers import Handlers
-from rococo_eval.space.hub_records import HubRecords
-from rococo_eval.space.leaderboard import SUBMITTED, Leaderboard, page_of, rococo_galleries
-from rococo_eval.space.records import (
+from rococo_eval.board.hub_records import HubRecords
+from rococo_eval.board.leaderboard import SUBMITTED, Leaderboard, page_of, rococo_galleries
+from rococo_eval.board.records import (
     RecordError,
     content_digest,
     make_record,

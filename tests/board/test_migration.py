@@ -1,4 +1,4 @@
-"""``rococo-eval leaderboard migrate`` (rococo_eval.space.migration): the old board's ``leaderboard.jsonl`` in a
+"""``rococo-eval leaderboard migrate`` (rococo_eval.board.migration): the old board's ``leaderboard.jsonl`` in a
 dataset repo becomes records once, said before it is done, against a fake Hub on 127.0.0.1 that stores every
 commit's files; the command runs as a user runs it, in its own process, with ``$HF_ENDPOINT``."""
 
@@ -8,9 +8,9 @@ import subprocess
 import sys
 
 from rococo_eval.data.source import RococoSource
-from rococo_eval.space.hub_records import HubRecords
-from rococo_eval.space.leaderboard import SUBMITTED, Leaderboard, rococo_galleries
-from rococo_eval.space.migration import MIGRATED_WARNING
+from rococo_eval.board.hub_records import HubRecords
+from rococo_eval.board.leaderboard import SUBMITTED, Leaderboard, rococo_galleries
+from rococo_eval.board.migration import MIGRATED_WARNING
 
 REPO = "org/board"
 OLD_BOARD = [  # as the Space's HubCopy wrote it (Leaderboard.export_jsonl): published rows first, in the order they came

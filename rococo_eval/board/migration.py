@@ -4,18 +4,18 @@ migrate --repo ORG/NAME``.
 Before records, the Space copied its whole board to the repo as ``leaderboard.jsonl``: one JSON object a line, the
 published rows and the submitted ones, each with ``kind``, ``model``, ``link``, ``precision``, ``note``, ``source``,
 ``submitted_at`` and ``results`` (``{gallery key: R@1}``). :func:`plan_migration` reads it and makes one record
-(:mod:`rococo_eval.space.records`) of each submitted line; the published lines are left out (the code holds the
+(:mod:`rococo_eval.board.records`) of each submitted line; the published lines are left out (the code holds the
 published rows). A migrated record holds each gallery's R@1 and the gallery's shape (from the annotations), no other
 number and no per-query outcomes (null: the old board had none, so its rows are not compared query by query), and a
 validity warning that says so. Its id is derived from the line (a UUID 5 of its model, results and time), so that
 a line is the same record however often it is planned.
 
 A line whose row is a record already (the same id, or the same model with the same results: the board's one row,
-:func:`rococo_eval.space.leaderboard.row_digest`) is named in :attr:`Migration.existing`; :func:`commit_migration`
+:func:`rococo_eval.board.leaderboard.row_digest`) is named in :attr:`Migration.existing`; :func:`commit_migration`
 commits the others in one commit of new files, and leaves ``leaderboard.jsonl`` where it is.
 
 Example:
-    >>> from rococo_eval.space.leaderboard import rococo_galleries
+    >>> from rococo_eval.board.leaderboard import rococo_galleries
     >>> line = {"kind": "submitted", "model": "m", "link": "", "precision": "fp32", "note": "",
     ...         "submitted_at": "2025-06-01T10:00:00+00:00", "results": {"clean/image_to_text": 50.0}}
     >>> record = legacy_record(line, rococo_galleries([5] * 4), 1)
@@ -32,9 +32,9 @@ import uuid
 from pathlib import Path
 from typing import Mapping, Optional
 
-from rococo_eval.space.hub_transfer import LEGACY_BOARD, download_records, fetch
-from rococo_eval.space.leaderboard import PUBLISHED, row_digest
-from rococo_eval.space.records import RecordError, make_record, read_record, record_bytes, record_path
+from rococo_eval.board.hub_transfer import LEGACY_BOARD, download_records, fetch
+from rococo_eval.board.leaderboard import PUBLISHED, row_digest
+from rococo_eval.board.records import RecordError, make_record, read_record, record_bytes, record_path
 
 # the namespace of the migrated records' ids (UUID 5 of each line's model, results and time)
 LEGACY_NAMESPACE = uuid.UUID("6f1c5b0e-41a4-4d0c-9a41-0c0c0a1e0b41")
@@ -55,8 +55,8 @@ class Migration:
 
 def legacy_record(line: Mapping, galleries: Mapping[str, tuple[int, int]], number: int) -> dict:
     """The record of one submitted line (number ``number``) of ``leaderboard.jsonl``, checked as the board checks a
-    record (:func:`rococo_eval.space.records.read_record`) against ``galleries`` (``{gallery key: (queries, gallery
-    items)}``, :func:`rococo_eval.space.leaderboard.rococo_galleries`).
+    record (:func:`rococo_eval.board.records.read_record`) against ``galleries`` (``{gallery key: (queries, gallery
+    items)}``, :func:`rococo_eval.board.leaderboard.rococo_galleries`).
 
     Raises:
         ValueError: the line is not a row the board would take, naming its number and the problem.

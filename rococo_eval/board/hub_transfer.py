@@ -1,13 +1,13 @@
 """The leaderboard's transfers with its dataset repo, in a child process that the parent kills when the Hub does not
-answer in time (:class:`rococo_eval.space.hub_records.HubRecords`): a thread that waits on a silent Hub cannot be
+answer in time (:class:`rococo_eval.board.hub_records.HubRecords`): a thread that waits on a silent Hub cannot be
 stopped, a process can.
 
-``python -m rococo_eval.space.hub_transfer commit REPO_ID ENDPOINT FILE...`` commits each record file (a
-:mod:`~rococo_eval.space.records` record) in a commit of its own, at its path (:func:`~rococo_eval.space.records.
+``python -m rococo_eval.board.hub_transfer commit REPO_ID ENDPOINT FILE...`` commits each record file (a
+:mod:`~rococo_eval.board.records` record) in a commit of its own, at its path (:func:`~rococo_eval.board.records.
 record_path`), unless the repo holds that path already (a record is never overwritten); it prints ``landed FILE``
 for each that is in the repo.
 
-``python -m rococo_eval.space.hub_transfer download REPO_ID ENDPOINT FOLDER`` downloads into ``FOLDER`` every record
+``python -m rococo_eval.board.hub_transfer download REPO_ID ENDPOINT FOLDER`` downloads into ``FOLDER`` every record
 (``submissions/<YYYY>/<id>.json``) that ``FOLDER`` does not hold yet, printing ``got PATH`` for each, and
 ``legacy leaderboard.jsonl`` when the repo holds the old board but no record.
 
@@ -27,7 +27,7 @@ import sys
 from pathlib import Path
 from typing import Iterator
 
-from rococo_eval.space.records import RECORD_PATTERN, record_path
+from rococo_eval.board.records import RECORD_PATTERN, record_path
 
 LEGACY_BOARD = "leaderboard.jsonl"
 
@@ -40,7 +40,7 @@ def main(argv=None) -> int:
 
     args = sys.argv[1:] if argv is None else argv
     if len(args) < 4 or args[0] not in ("commit", "download"):
-        print("usage: python -m rococo_eval.space.hub_transfer commit|download REPO_ID ENDPOINT FILE...|FOLDER",
+        print("usage: python -m rococo_eval.board.hub_transfer commit|download REPO_ID ENDPOINT FILE...|FOLDER",
               file=sys.stderr)
         return 2
     action, repo_id, endpoint, *paths = args

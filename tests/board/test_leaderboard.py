@@ -1,4 +1,4 @@
-"""rococo_eval.space.leaderboard: the SQLite board survives a restart, starts with the published rows, keeps a
+"""rococo_eval.board.leaderboard: the SQLite board survives a restart, starts with the published rows, keeps a
 result once, and refuses what it cannot show safely."""
 
 import datetime
@@ -7,7 +7,7 @@ import sqlite3
 import pytest
 
 from rococo_eval.catalog import TEXT_ATTACKS, gallery_key
-from rococo_eval.space.leaderboard import (
+from rococo_eval.board.leaderboard import (
     COLUMNS,
     PUBLISHED,
     SUBMITTED,
@@ -16,7 +16,7 @@ from rococo_eval.space.leaderboard import (
     rate_allows,
     rococo_galleries,
 )
-from rococo_eval.space.ranking import RANK, TEXT_MEAN, TEXT_UNNAMED
+from rococo_eval.board.ranking import RANK, TEXT_MEAN, TEXT_UNNAMED
 
 GALLERIES = rococo_galleries([5] * 7 + [6])  # RoCOCO's layout on 8 images
 
@@ -330,7 +330,7 @@ def test_a_submission_cannot_take_a_published_rows_name(tmp_path, name):
 
 def test_one_client_is_limited_apart_from_everyone(tmp_path):
     """Issue 41: one client with fresh sessions used all 30 hourly submissions; now it has its own limit."""
-    from rococo_eval.space.leaderboard import CLIENT_HOURLY_LIMIT
+    from rococo_eval.board.leaderboard import CLIENT_HOURLY_LIMIT
 
     board = board_at(tmp_path / "board.sqlite3")
     for number in range(CLIENT_HOURLY_LIMIT):

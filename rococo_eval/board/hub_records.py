@@ -1,11 +1,11 @@
 """The leaderboard's records in a Hugging Face dataset repo: the board that outlives the Space's disk.
 
 With ``$ROCOCO_LEADERBOARD_REPO`` the Space keeps every accepted submission as one record file in that repo
-(:mod:`rococo_eval.space.records`), and its SQLite file is a cache of those records. :class:`HubRecords` does the
-transfers, each in a child process (:mod:`rococo_eval.space.hub_transfer`) killed after ``timeout_s``:
+(:mod:`rococo_eval.board.records`), and its SQLite file is a cache of those records. :class:`HubRecords` does the
+transfers, each in a child process (:mod:`rococo_eval.board.hub_transfer`) killed after ``timeout_s``:
 
 - **start** (:meth:`HubRecords.start`): the records the local mirror (``folder/records``) lacks are downloaded, every
-  record is checked (:func:`rococo_eval.space.records.read_record`) and added to the cache; a record that fails is
+  record is checked (:func:`rococo_eval.board.records.read_record`) and added to the cache; a record that fails is
   left out, logged and named in :attr:`HubRecords.skipped` (the page shows it under the board). A Hub that cannot be
   reached leaves the cache as it is;
 - **submit**: the board writes the record to the outbox (``folder/outbox``, :meth:`HubRecords.add_to_outbox`) in the
@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Optional
 
 from rococo_eval.io.atomic import write_atomic
-from rococo_eval.space.records import RecordError, read_record, record_bytes, record_path
+from rococo_eval.board.records import RecordError, read_record, record_bytes, record_path
 
 logger = logging.getLogger(__name__)
 
@@ -81,7 +81,7 @@ class HubRecords:
         return sorted(path.stem for path in self.outbox.glob("*.json"))
 
     def start(self, board) -> None:
-        """Fill ``board`` (a :class:`~rococo_eval.space.leaderboard.Leaderboard`) from the repo's records, then
+        """Fill ``board`` (a :class:`~rococo_eval.board.leaderboard.Leaderboard`) from the repo's records, then
         start the thread that commits the outbox and refreshes (never raises for the Hub: a Hub that cannot be
         reached leaves the board as its cache is)."""
         self._board = board
@@ -165,7 +165,7 @@ class HubRecords:
         """Run the child process; return whether it did everything and the lines it printed."""
         env = {**os.environ, **({"HF_TOKEN": self.token} if self.token else {}),
                "ROCOCO_HUB_DEADLINE_S": str(math.ceil(self.timeout_s) + 5)}  # it ends itself too
-        command = [sys.executable, "-m", "rococo_eval.space.hub_transfer", action, self.repo_id,
+        command = [sys.executable, "-m", "rococo_eval.board.hub_transfer", action, self.repo_id,
                    self.endpoint or "-", *paths]
         try:
             done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=self.timeout_s)

@@ -8,7 +8,7 @@ Every action is an API endpoint (``/detect``, ``/evaluate``, ``/flipped``, ``/ex
 ``/compare``, ``/submit``, ``/leaderboard``), so ``gradio_client`` can do what the page does. This file only builds
 the page and wires each button to a handler (:mod:`rococo_eval.space.handlers`); what the handlers call lives in
 :mod:`rococo_eval.space`. The leaderboard lives in the SQLite database at ``$ROCOCO_LEADERBOARD_DB``
-(:mod:`rococo_eval.space.leaderboard`). Each request carries its own data: nothing a user uploads or gets back is
+(:mod:`rococo_eval.board.leaderboard`). Each request carries its own data: nothing a user uploads or gets back is
 kept in this process beyond the request and the user's session.
 """
 
@@ -30,7 +30,7 @@ from rococo_eval.layout import ORDERS, describe_orders, gallery_shape
 from rococo_eval.reporting.analysis import DEFAULT_MIN_COUNT
 from rococo_eval.reporting.report import legend
 from rococo_eval.scoring.plan import adversarial_per_image_of, attacks_of
-from rococo_eval.space import leaderboard
+from rococo_eval.board import leaderboard
 from rococo_eval.space.example import SYNTHETIC_MODEL
 from rococo_eval.space.handlers import Handlers, open_board
 from rococo_eval.space.logic import (
@@ -134,7 +134,7 @@ def build_app(source=None, captions_per_image=None, *, concurrency: int = 2, out
             board_tab = _leaderboard_tab(board_problem, source)
         _wire(handlers, evaluate_tab, flipped_tab, explore_tab, compare_tab, user_rows, board_rows, failures,
               concurrency)
-        _wire_leaderboard(demo, handlers, evaluate_tab, board_tab, board_rows, user_rows)
+        _wire_leaderboard(demo, handlers, evaluate_tab, board_tab, board_rows, user_rows, failures)
         if source is not None:
             demo.load(handlers.show, explore_tab.index, [explore_tab.captions, explore_tab.images, explore_tab.note],
                       api_visibility="private")
@@ -255,12 +255,15 @@ def _leaderboard_tab(problem: str = "", source=None) -> SimpleNamespace:
         tab.kind = gr.Radio(["all", leaderboard.PUBLISHED, leaderboard.SUBMITTED], value="all", label="rows", scale=2)
         tab.view = gr.Radio(list(BOARD_VIEWS), value=BOARD_VIEW, label="columns", scale=3,
                             elem_id="leaderboard-view")
+        tab.page = gr.Number(value=1, precision=0, minimum=1, label=f"page ({leaderboard.PAGE_ROWS} rows)",
+                             scale=1, elem_id="leaderboard-page")
         tab.refresh = gr.Button("Refresh", scale=1)
     gr.Markdown(BOARD_LEGEND, elem_id="leaderboard-legend")
     tab.table = gr.Dataframe(value=board_shown([], BOARD_VIEW), label="leaderboard", interactive=False, wrap=True,
                              datatype=BOARD_DATATYPES[BOARD_VIEW], column_widths=BOARD_WIDTHS[BOARD_VIEW],
                              max_height=1200,
                              elem_id="leaderboard-table")
+    tab.note = gr.Markdown("", elem_id="leaderboard-status")  # which rows of how many; where the board is kept
     return tab
 
 
@@ -289,17 +292,23 @@ def _submit_form() -> SimpleNamespace:
     return form
 
 
-def _wire_leaderboard(demo, handlers: Handlers, evaluate_tab, board_tab, board_rows, user_rows) -> None:
-    filters = [board_tab.search, board_tab.kind, board_tab.view]
-    demo.load(handlers.fresh_board, filters, board_tab.table, api_visibility="private")  # the board of now
-    board_tab.refresh.click(handlers.leaderboard, filters, board_tab.table, api_name="leaderboard")
-    for control in (board_tab.kind, board_tab.view):  # each view has its columns' widths
-        control.change(handlers.board_view, filters, board_tab.table, api_visibility="private")
-    board_tab.search.submit(handlers.board_view, filters, board_tab.table, api_visibility="private")
+def _wire_leaderboard(demo, handlers: Handlers, evaluate_tab, board_tab, board_rows, user_rows, failures) -> None:
+    filters = [board_tab.search, board_tab.kind, board_tab.view, board_tab.page]
+    noted = [board_tab.search, board_tab.kind, board_tab.page]
+
+    def with_note(event):  # the line under the board follows every change of the board
+        event.then(handlers.board_note, noted, board_tab.note, api_visibility="private")
+
+    with_note(demo.load(handlers.fresh_board, filters, board_tab.table, api_visibility="private"))  # the board of now
+    with_note(board_tab.refresh.click(handlers.leaderboard, filters, board_tab.table, api_name="leaderboard"))
+    for control in (board_tab.kind, board_tab.view, board_tab.page):  # each view has its columns' widths
+        with_note(control.change(handlers.board_view, filters, board_tab.table, api_visibility="private"))
+    with_note(board_tab.search.submit(handlers.board_view, filters, board_tab.table, api_visibility="private"))
     form = evaluate_tab.form
-    form.submit.click(handlers.submit, [board_rows, form.model, form.link, form.precision, form.note, form.times,
-                                        *filters, user_rows], [form.message, board_tab.table, form.times],
-                      api_name="submit", show_progress_on=form.message)  # a refusal marks the form, not the board
+    with_note(form.submit.click(handlers.submit, [board_rows, form.model, form.link, form.precision, form.note,
+                                                  form.times, *filters[:3], user_rows, failures, board_tab.page],
+                                [form.message, board_tab.table, form.times], api_name="submit",
+                                show_progress_on=form.message))  # a refusal marks the form, not the board
 
 
 def _wire(handlers: Handlers, evaluate_tab, flipped_tab, explore_tab, compare_tab, user_rows, board_rows, failures,

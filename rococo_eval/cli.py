@@ -209,6 +209,18 @@ def build_parser() -> argparse.ArgumentParser:
     table.add_argument("--verbose", "-v", action="count", default=0, help="more log lines (-vv: debug)")
     table.set_defaults(handler=table_command)
 
+    compare = commands.add_parser(
+        "compare", help="compare two reports query by query: which R@1 differences are real",
+        description="For every gallery both reports hold: both R@1, their paired difference A - B with its 95%% "
+                    "interval and the exact McNemar test's p-value, and for attacked galleries whether the "
+                    "robustness drop (clean R@1 - R@1) differs (docs/space.md, \"Which ranks are real\"). Reports of "
+                    "different galleries or query sets are refused.")
+    compare.add_argument("report_a", metavar="REPORT_A", help="a report folder (or its report.json)")
+    compare.add_argument("report_b", metavar="REPORT_B", help="another report folder, of the same galleries")
+    compare.add_argument("--quiet", "-q", action="store_true", help=QUIET_HELP)
+    compare.add_argument("--verbose", "-v", action="count", default=0, help="more log lines (-vv: debug)")
+    compare.set_defaults(handler=compare_command)
+
     from_mteb = commands.add_parser(
         "from-mteb", help="write the report of an MTEB run of the RoCOCO tasks",
         description="Turn the results folder of `mteb.evaluate` on the RoCOCO tasks (rococo_eval.mteb_tasks: its "
@@ -220,6 +232,27 @@ def build_parser() -> argparse.ArgumentParser:
     from_mteb.add_argument("--quiet", "-q", action="store_true", help=QUIET_HELP)
     from_mteb.add_argument("--verbose", "-v", action="count", default=0, help="more log lines (-vv: debug)")
     from_mteb.set_defaults(handler=from_mteb_command)
+
+    board = commands.add_parser("leaderboard", help="the Space's leaderboard in its dataset repo",
+                                description="Work on the records of the Space's leaderboard in a dataset repo "
+                                            "(docs/space.md).")
+    board_commands = board.add_subparsers(dest="action", required=True)
+    migrate = board_commands.add_parser(
+        "migrate", help="turn a repo's old leaderboard.jsonl into records, once",
+        description="Turn the old board of a dataset repo (leaderboard.jsonl, which the Space wrote before records) "
+                    "into one record per submitted row, committed in one commit of new files; the published rows "
+                    "are left out (the code holds them), leaderboard.jsonl stays. It prints what it does first, and "
+                    "refuses when some rows are records already, unless --skip-existing. The token is $HF_TOKEN "
+                    "(or the one `hf auth login` saved); $HF_ENDPOINT names a Hub other than huggingface.co.")
+    migrate.add_argument("--repo", required=True, metavar="ORG/NAME", help="the dataset repo")
+    migrate.add_argument("--skip-existing", action="store_true",
+                         help="migrate the rows that are not records yet, leaving out those that are")
+    migrate.add_argument("--dry-run", action="store_true", help="print what it would do, and commit nothing")
+    migrate.add_argument("--annotations-dir", help="folder of the official annotation files, for the galleries' "
+                                                   "shapes (default $ROCOCO_ANNOTATIONS_DIR, else the pinned download)")
+    migrate.add_argument("--quiet", "-q", action="store_true", help=QUIET_HELP)
+    migrate.add_argument("--verbose", "-v", action="count", default=0, help="more log lines (-vv: debug)")
+    migrate.set_defaults(handler=migrate_command)
 
     for command in (run, score):
         command.add_argument("--annotations-dir", help="folder of the official annotation files "
@@ -318,6 +351,21 @@ def run_command(args) -> Path:
     finally:
         processes.leave()
     return folders[-1]
+
+
+def compare_command(args) -> None:
+    """``rococo-eval compare``: print the paired comparison of two reports
+    (:mod:`rococo_eval.reporting.compare`) on stdout."""
+    from rococo_eval.reporting.compare import check_comparable, compare_outcomes, comparison_text, report_outcomes
+    from rococo_eval.reporting.table import read_reports
+
+    names = ("REPORT_A", "REPORT_B")
+    reports = [read_reports([path])[0] for path in (args.report_a, args.report_b)]
+    outcomes = [report_outcomes(folder, document, name) for (folder, document), name in zip(reports, names)]
+    check_comparable(reports[0][1], reports[1][1], *outcomes, names=names)
+    labels = [f"{(document.get('meta') or {}).get('model') or Path(folder).name} ({folder})"
+              for folder, document in reports]
+    print(comparison_text(compare_outcomes(*outcomes), *labels), end="")
 
 
 def _run_model(args, name: str, source, attacks, images_dir: Path, cache_dir: Path, out: Path, scores_dir,
@@ -471,6 +519,34 @@ def from_mteb_command(args) -> Path:
     if not args.quiet:
         print(f"rococo-eval: the report of {report['meta']['model']} is in {out}", file=sys.stderr)
     return out
+
+
+def migrate_command(args) -> list[dict]:
+    """``rococo-eval leaderboard migrate``: a repo's ``leaderboard.jsonl`` into records
+    (:mod:`rococo_eval.board.migration`), said on stdout before it is done. Returns the records committed."""
+    from rococo_eval.data.source import RococoSource
+    from rococo_eval.board.leaderboard import rococo_galleries
+    from rococo_eval.board.migration import LEGACY_BOARD, commit_migration, plan_migration
+    from rococo_eval.board.records import record_path
+
+    galleries = rococo_galleries(RococoSource(args.annotations_dir).captions_per_image)
+    migration = plan_migration(args.repo, galleries)
+    print(f"{LEGACY_BOARD} of {args.repo}: {len(migration.records)} row(s) to turn into records, "
+          f"{len(migration.existing)} that are records already, {migration.published} published (left out: the "
+          "code holds them)")
+    for record in migration.records:
+        print(f"  {record_path(record)}  {record['model']}  ({record['submitted_at']})")
+    for number, model in migration.existing:
+        print(f"  line {number}: {model} is a record already")
+    if migration.existing and not args.skip_existing:
+        raise CommandError(f"{len(migration.existing)} row(s) of {LEGACY_BOARD} are records already (was it migrated "
+                           "before?): nothing was committed; pass --skip-existing to migrate the others only")
+    if args.dry_run or not migration.records:
+        print("nothing committed" + (" (--dry-run)" if args.dry_run else ": no row to migrate"))
+        return []
+    url = commit_migration(migration)
+    print(f"committed {len(migration.records)} record(s): {url}")
+    return migration.records
 
 
 def _score_embeddings_file(args, source, out: Path, model: dict, started: float) -> Path:

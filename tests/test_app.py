@@ -3,6 +3,7 @@
 import json
 import os
 import re
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -699,7 +700,10 @@ def test_an_evaluation_is_submitted_and_the_board_survives_a_restart(tmp_path):
         client.predict([handle_file(tmp_path / "clean.npy")], rows(["clean.npy", "", "", ""]), api_name="/evaluate")
         message, board = client.predict("client model", "https://example.org/m", "fp16", "", "", "all",
                                         api_name="/submit")
-        assert message == "added client model to the board"
+        assert message == ("added client model to the board; on the board it fills clean i2t; "  # issue 41: a partial
+                           "mean text is blank: a mean is over all four text attacks and this evaluation has none of "
+                           "them; mean image is blank: a mean is over all six image attacks and this evaluation has "
+                           "none of them")
         assert "client model" in [row[0] for row in board["data"]]
         assert client.predict("client model", "", "fp32", "", "", "all", api_name="/submit")[0].endswith("already")
         with pytest.raises(AppError, match="`link` must start with http"):
@@ -777,8 +781,9 @@ def test_a_custom_layout_never_becomes_a_leaderboard_row(board_app, tmp_path):
                    rows(["rand_voca.npz", "custom", "image_to_text", ""], ["clean.npy", "", "", ""]),
                    api_name="/evaluate")
     message, board = client.predict("honest model", "", "fp32", "", "", "submitted", "all", api_name="/submit")
-    assert message == ("added honest model to the board; not on the board, as custom layouts have no column there: "
-                       "rand_voca.npz (rand_voca/image_to_text) (their numbers are in the json download)")  # named
+    assert message.startswith("added honest model to the board; on the board it fills clean i2t; mean text is blank")
+    assert message.endswith("; not on the board, as custom layouts have no column there: "
+                            "rand_voca.npz (rand_voca/image_to_text) (their numbers are in the json download)")  # named
     [row] = board["data"]
     shown = dict(zip(board["headers"], row))
     assert shown["clean i2t"] == round(rococo_recall(scores, **layout.metric_inputs())["recall@1"], 4)
@@ -952,11 +957,36 @@ def test_sessions_share_an_hourly_limit(tmp_path, monkeypatch):
                 answers.append(str(error))
     finally:
         demo.close()
-    assert answers[:2] == ["added model 0 to the board", "added model 1 to the board"]
+    assert [answer.partition(";")[0] for answer in answers[:2]] == ["added model 0 to the board",
+                                                                    "added model 1 to the board"]
     assert all("its limit for everyone together (2)" in answer for answer in answers[2:]), answers
     monkeypatch.setenv("ROCOCO_LEADERBOARD_HOURLY_LIMIT", "lots")
     with pytest.raises(ValueError, match=r"\$ROCOCO_LEADERBOARD_HOURLY_LIMIT must be a whole number >= 0, got 'lots'"):
         app.build_app(source=TinySource(CAPTIONS), output_dir=tmp_path / "outputs")
+
+
+def test_the_board_sends_one_page_of_rows_at_20000_rows(board_app):
+    """Issue 41: at 20,000 rows a page load sent every row (24 MB); /leaderboard sends one page of PAGE_ROWS rows
+    (page 2 the next ones, a page past the last the last one), a payload that does not grow with the board."""
+    from rococo_eval.board.leaderboard import PAGE_ROWS
+
+    url, database = board_app
+    with sqlite3.connect(database) as connection:  # 20,000 submitted rows, numbered in the order they came
+        connection.execute(
+            "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 20000) "
+            "INSERT INTO submissions (digest, kind, model, link, precision, note, source, submitted_at, results) "
+            "SELECT printf('%064d', i), 'submitted', printf('model %05d', i), '', 'fp32', 'a note of some length', "
+            "'submitted in the Space', '2026-01-01T00:00:00+00:00', '{\"clean/image_to_text\": 50.0}' FROM n")
+    client = Client(url, verbose=False)
+    first = client.predict("", "submitted", "all", api_name="/leaderboard")
+    assert [row[0] for row in first["data"]] == [f"model {number:05d}" for number in range(1, PAGE_ROWS + 1)]
+    assert len(json.dumps(first)) < 100_000
+    second = client.predict("", "submitted", "all", 2, api_name="/leaderboard")
+    assert second["data"][0][0] == f"model {PAGE_ROWS + 1:05d}"
+    last = client.predict("", "submitted", "all", 10_000, api_name="/leaderboard")
+    assert last["data"][-1][0] == "model 20000" and len(last["data"]) == PAGE_ROWS
+    with pytest.raises(AppError, match="Value 0 is less than minimum value 1"):
+        client.predict("", "submitted", "all", 0, api_name="/leaderboard")
 
 
 def test_a_database_that_cannot_be_read_leaves_scoring_working(tmp_path, monkeypatch):
@@ -1056,7 +1086,7 @@ def test_files_that_disagree_are_named_in_the_message_and_the_report(client, tmp
 def test_the_leaderboard_refuses_files_that_disagree(board_app, tmp_path):
     """Issue 31: two files made independently gave clean R@1 80 and 90 and the board took both; now /submit refuses
     them, naming the files and the numbers, and takes one model's files."""
-    from rococo_eval.space.leaderboard import Leaderboard
+    from rococo_eval.board.leaderboard import Leaderboard
 
     url, database = board_app
     client = Client(url, verbose=False)
@@ -1075,8 +1105,8 @@ def test_the_leaderboard_refuses_files_that_disagree(board_app, tmp_path):
 
     one = one_model_files(tmp_path / "one", galleries)
     answer = client.predict([handle_file(path) for path in one], layouts, api_name="/evaluate")
-    assert client.predict("one model", "", "fp32", "", "", "submitted", api_name="/submit")[0] == \
-        "added one model to the board"
+    assert client.predict("one model", "", "fp32", "", "", "submitted", api_name="/submit")[0].startswith(
+        "added one model to the board; on the board it fills clean i2t, clean t2i, rand voca")
     [row] = Leaderboard(database).rows(kind="submitted")
     results = saved_results(answer)["results"]
     assert row["model"] == "one model"

@@ -231,7 +231,8 @@ def test_a_submitted_evaluation_appears_on_the_leaderboard(page, tmp_path):
     page.locator("#submit-model textarea, #submit-model input").first.fill("<i>browser</i> model")
     page.get_by_role("button", name="Submit", exact=True).click()
     page.wait_for_function("() => document.querySelector('#submit-message textarea').value"
-                           " === 'added <i>browser</i> model to the board'")
+                           ".startsWith('added <i>browser</i> model to the board; on the board it fills clean i2t, "
+                           "rand voca; mean text is blank')")
     page.get_by_role("tab", name="Leaderboard").click()
     page.locator("#leaderboard-view").get_by_label("text attacks", exact=True).check()
     row = page.locator("#leaderboard-table").get_by_role("row").filter(has_text="<i>browser</i> model")
@@ -369,8 +370,9 @@ def test_a_benchmark_space_names_its_benchmark_and_keeps_its_board(page, tmp_pat
 
 def test_a_page_load_shows_the_board_of_now(page, tmp_path):
     """Rows added after the server started (here by another process's board on the same database) are on the
-    Leaderboard tab when a page loads, before any Refresh (issue 29: the page showed the board of server start)."""
-    from rococo_eval.space.leaderboard import Leaderboard, rococo_galleries
+    Leaderboard tab when a page loads, before any Refresh (issue 29: the page showed the board of server start), and
+    the line under the board counts them."""
+    from rococo_eval.board.leaderboard import Leaderboard, rococo_galleries
 
     database = tmp_path / "board.sqlite3"
     demo = app.build_app(source=TinySource(DECIDING_CAPTIONS), output_dir=tmp_path / "outputs",
@@ -390,6 +392,10 @@ def test_a_page_load_shows_the_board_of_now(page, tmp_path):
             board = fresh.locator("#leaderboard-table").get_by_role("row")
             board.filter(has_text="added elsewhere").wait_for()
             assert board.filter(has_text=f"{row['clean_recall@1']:.2f}").count() == 1  # its clean i2t
+            # issue 41: the line under the board says how many rows it shows and that this board is the Space's file
+            status = fresh.locator("#leaderboard-status")
+            status.get_by_text("Rows 1-6 of 6 (page 1 of 1).").wait_for()
+            assert "a restart of a Space without persistent storage loses it" in status.inner_text()
             assert not _errors(fresh), _errors(fresh)
         finally:
             fresh.close()

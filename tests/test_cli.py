@@ -730,13 +730,19 @@ def test_run_interrupted_while_saving_scores_leaves_no_empty_folder(benchmark, h
 
 
 def _subcommands() -> dict:
-    """The parser of each subcommand of `rococo-eval`, by name."""
+    """The parser of each subcommand of `rococo-eval`, by name (a group's, such as `leaderboard migrate`, by both)."""
     import argparse
 
     from rococo_eval.cli import build_parser
 
-    [commands] = [action for action in build_parser()._actions if isinstance(action, argparse._SubParsersAction)]
-    return dict(commands.choices)
+    def commands_of(parser, prefix: str = "") -> dict:
+        groups = [action for action in parser._actions if isinstance(action, argparse._SubParsersAction)]
+        if not groups:
+            return {prefix.strip(): parser}
+        return {name: command for group in groups for choice, child in group.choices.items()
+                for name, command in commands_of(child, f"{prefix} {choice}").items()}
+
+    return commands_of(build_parser())
 
 
 def test_every_quiet_says_it_keeps_each_kind_of_warning_about_the_numbers():

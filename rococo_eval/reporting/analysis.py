@@ -361,6 +361,36 @@ def write_per_query_parquet(results: Mapping[str, GalleryResult], path) -> Path:
     return write_atomic(path, lambda handle: pq.write_table(table, handle))
 
 
+def read_outcomes(path) -> dict[str, dict[str, np.ndarray]]:
+    """Each gallery's per-query outcomes in a per-query file (:func:`write_per_query_parquet`), by gallery key, in
+    query order: ``hit``, the R@1 hits (``rank`` 0: R@1 counts the queries whose first correct item ranks below 1),
+    and ``clean_hit``, the clean R@1 hits (``clean_rank`` 0), as ``bool`` arrays.
+
+    Example:
+        >>> import tempfile
+        >>> from rococo_eval.layout import gallery_layout
+        >>> per_query = {"rank": np.array([1, 0]), "clean_rank": np.array([0, 0]),
+        ...              "top1_adversarial": np.array([True, False]), "top_index": np.array([2, 1]),
+        ...              "top_score": np.array([0.9, 0.8]), "best_correct_index": np.array([0, 1]),
+        ...              "best_correct_score": np.array([0.7, 0.8])}
+        >>> result = GalleryResult({}, per_query, gallery_layout("mix_seed1", "text_to_image", [1, 1]))
+        >>> path = write_per_query_parquet({"mix_seed1/text_to_image": result}, Path(tempfile.mkdtemp()) / "q.parquet")
+        >>> {key: {name: hits.tolist() for name, hits in found.items()} for key, found in read_outcomes(path).items()}
+        {'mix_seed1/text_to_image': {'hit': [False, True], 'clean_hit': [True, True]}}
+    """
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(path, columns=["gallery", "query", "rank", "clean_rank"])
+    galleries = np.asarray(table.column("gallery").to_pylist(), dtype=object)
+    queries, rank, clean_rank = (table.column(column).to_numpy() for column in ("query", "rank", "clean_rank"))
+    outcomes = {}
+    for key in dict.fromkeys(galleries.tolist()):
+        rows = np.flatnonzero(galleries == key)
+        rows = rows[np.argsort(queries[rows], kind="stable")]
+        outcomes[key] = {"hit": rank[rows] == 0, "clean_hit": clean_rank[rows] == 0}
+    return outcomes
+
+
 def _arrow_array(values: np.ndarray):
     """``values`` (numbers, booleans or strings) as a pyarrow array, built from its buffers: ``pyarrow.array``
     imports pandas to look for pandas types, about a second of a run.

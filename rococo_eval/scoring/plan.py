@@ -60,6 +60,7 @@ if TYPE_CHECKING:
     from rococo_eval.data.source import Source
 
 logger = logging.getLogger(__name__)
+ORDER_OVERRIDDEN = "all the same, as asked"  # how a layout note says that the order the scores show was overridden
 
 
 class PlanError(ValueError):
@@ -379,9 +380,9 @@ def _plan_one(request, captions_per_image, adversarial_per_image, attacks, custo
     if choice.order_decision is not None and choice.order_decision.contradicted == choice.order:
         if not trust_given_order:
             raise ValueError(_contradicted(choice, request, fix_order))
-        choice = dataclasses.replace(choice, note=f"{choice.note}; scored in the {choice.order} order all the same, "
-                                                  "as asked")
-        warn("%s: scored in the %s order all the same, as asked, although %s: %s", request.name, choice.order,
+        choice = dataclasses.replace(choice, note=f"{choice.note}; scored in the {choice.order} order "
+                                                  f"{ORDER_OVERRIDDEN}")
+        warn("%s: scored in the %s order %s, although %s: %s", request.name, choice.order, ORDER_OVERRIDDEN,
              choice.order_decision.contradiction, choice.order_decision.evidence)
     if choice.attack != CUSTOM:
         layout = _standard_layout(choice.attack, choice.direction, choice.order, tuple(captions_per_image),

@@ -22,8 +22,8 @@ from rococo_eval.catalog import IMAGE_TO_TEXT, TEXT_ATTACKS, gallery_key
 from rococo_eval.io.atomic import write_atomic
 from rococo_eval.reporting import report
 from rococo_eval.reporting.analysis import DEFAULT_MIN_COUNT
-from rococo_eval.scoring.plan import adversarial_per_image_of, attacks_of
-from rococo_eval.space import leaderboard
+from rococo_eval.scoring.plan import ORDER_OVERRIDDEN, adversarial_per_image_of, attacks_of
+from rococo_eval.board import hub_records, leaderboard
 from rococo_eval.space.example import EXAMPLE_INTRO, SYNTHETIC_MODEL, write_example
 from rococo_eval.space.logic import (
     ALL_GALLERIES,
@@ -39,11 +39,13 @@ from rococo_eval.space.logic import (
     write_outputs,
 )
 from rococo_eval.space.outputs import OutputFolders
+from rococo_eval.board.records import per_query_outcomes
 from rococo_eval.space.views import (
     BOARD_DATATYPES,
     BOARD_WIDTHS,
     board_shown,
     caption_table_html,
+    coverage_note,
     flipped_html,
     rates_table,
     results_table,
@@ -56,7 +58,7 @@ BOARD_RETRY_S = 60  # an unavailable leaderboard is opened again at most this of
 
 
 def open_board(path, output_root: Path, source, captions_per_image) -> tuple[leaderboard.Leaderboard | None, str]:
-    """The leaderboard (:class:`rococo_eval.space.leaderboard.Leaderboard`) and, when it cannot be used, None
+    """The leaderboard (:class:`rococo_eval.board.leaderboard.Leaderboard`) and, when it cannot be used, None
     and why: the Space still scores, and says the board is unavailable; the file is left as it is.
 
     The database is ``path``, else ``$ROCOCO_LEADERBOARD_DB``, else the default (:func:`_default_board_path`).
@@ -64,22 +66,32 @@ def open_board(path, output_root: Path, source, captions_per_image) -> tuple[lea
     (:attr:`~rococo_eval.data.source.Source.is_rococo`); serving a generated benchmark, or without annotations, it is
     shown and takes none. Everyone together may submit
     ``$ROCOCO_LEADERBOARD_HOURLY_LIMIT`` times an hour (default
-    :data:`~rococo_eval.space.leaderboard.HOURLY_LIMIT`); ``$ROCOCO_LEADERBOARD_REPO`` (and ``$HF_TOKEN``)
-    copies the board to a dataset repo (:class:`~rococo_eval.space.leaderboard.HubCopy`).
+    :data:`~rococo_eval.board.leaderboard.HOURLY_LIMIT`). With ``$ROCOCO_LEADERBOARD_REPO`` (and ``$HF_TOKEN``,
+    ``$ROCOCO_LEADERBOARD_REFRESH_S``) the board is that dataset repo's records and the database their cache, filled
+    before the board is served (:class:`~rococo_eval.board.hub_records.HubRecords`, its mirror and outbox in
+    ``<database>.hub`` beside the database).
 
     Raises:
-        ValueError: ``$ROCOCO_LEADERBOARD_HOURLY_LIMIT`` or ``$ROCOCO_LEADERBOARD_REPO`` is not valid.
+        ValueError: ``$ROCOCO_LEADERBOARD_HOURLY_LIMIT``, ``$ROCOCO_LEADERBOARD_REPO`` or
+            ``$ROCOCO_LEADERBOARD_REFRESH_S`` is not valid.
     """
-    board_path = path or os.environ.get(leaderboard.DB_ENV) or _default_board_path(output_root)
+    board_path = Path(path or os.environ.get(leaderboard.DB_ENV) or _default_board_path(output_root))
     limit = os.environ.get(leaderboard.HOURLY_LIMIT_ENV, "").strip() or str(leaderboard.HOURLY_LIMIT)
     if not limit.isdigit():
         raise ValueError(f"${leaderboard.HOURLY_LIMIT_ENV} must be a whole number >= 0, got {limit!r}")
-    repo = os.environ.get(leaderboard.REPO_ENV)
-    copy = leaderboard.HubCopy(repo, token=os.environ.get("HF_TOKEN")) if repo else None
+    repo = os.environ.get(hub_records.REPO_ENV)
+    refresh = os.environ.get(hub_records.REFRESH_ENV, "").strip() or str(hub_records.REFRESH_S)
+    if not refresh.isdigit() or int(refresh) <= 0:
+        raise ValueError(f"${hub_records.REFRESH_ENV} must be a whole number of seconds > 0, got {refresh!r}")
+    hub = (hub_records.HubRecords(repo, board_path.parent / f"{board_path.name}.hub", token=os.environ.get("HF_TOKEN"),
+                                  refresh_s=int(refresh)) if repo else None)
     rococo = captions_per_image is not None and (source is None or source.is_rococo)
     galleries = leaderboard.rococo_galleries(captions_per_image) if rococo else None
     try:
-        return leaderboard.Leaderboard(board_path, copy, galleries=galleries, hourly_limit=int(limit)), ""
+        board = leaderboard.Leaderboard(board_path, hub, galleries=galleries, hourly_limit=int(limit))
+        if hub is not None:
+            hub.start(board)
+        return board, ""
     except leaderboard.BoardUnavailable as error:
         logger.error("the leaderboard is unavailable: %s", error)
         return None, str(error)
@@ -172,6 +184,10 @@ class Handlers:
         # the leaderboard's rows: the standard galleries only, whose references come from the annotations
         standard_keys = {key for key, result in evaluation.results.items() if result.is_standard}
         standard = [row for row in rows if gallery_key(row["attack"], row["direction"]) in standard_keys]
+        notes = evaluation.meta.get("files", {})  # each gallery's file and its note (an overridden order's)
+        standard = [{**row, "order_overridden": True}
+                    if ORDER_OVERRIDDEN in notes.get(gallery_key(row["attack"], row["direction"]), {}).get("note", "")
+                    else row for row in standard]
         return (evaluation.message, results_table(evaluation.rows), str(chart_path), str(json_path), rows, standard,
                 evaluation.failures, upload_precision(files, evaluation.rows))
 
@@ -221,41 +237,61 @@ class Handlers:
     def compare(self, user_rows) -> pd.DataFrame:
         return table(compare_rows(user_rows))
 
-    def leaderboard(self, search="", kind="all", view="all"):
-        """The board, filtered by a model-name search and by kind (all, published, submitted), with the columns of
-        ``view`` (:data:`rococo_eval.space.views.BOARD_VIEWS`)."""
+    def leaderboard(self, search="", kind="all", view="all", page=1):
+        """One page of the board (:data:`rococo_eval.board.leaderboard.PAGE_ROWS` rows, page ``page``), filtered by a
+        model-name search and by kind (all, published, submitted), with the columns of ``view``
+        (:data:`rococo_eval.space.views.BOARD_VIEWS`); :meth:`board_note` says which rows of how many it shows."""
         try:
             rows = self._board().rows(search or "", kind or "all")
         except leaderboard.BoardUnavailable as error:
             raise gr.Error(f"the leaderboard is unavailable: {error}", title="Cannot show the leaderboard",
                            print_exception=False) from None
         try:
-            return board_shown(rows, view or "all")
+            return board_shown(leaderboard.page_of(rows, page)[0], view or "all")
         except ValueError as error:
             raise gr.Error(str(error), title="Cannot show the leaderboard", print_exception=False) from None
 
-    def board_view(self, search: str = "", kind: str = "all", view: str = "all") -> gr.Dataframe:
+    def board_view(self, search: str = "", kind: str = "all", view: str = "all", page=1) -> gr.Dataframe:
         """The board as :meth:`leaderboard` gives it, with the column widths and datatypes of ``view``
         (:data:`rococo_eval.space.views.BOARD_WIDTHS`): what the page shows when a filter or the columns change."""
         view = view or "all"
-        return gr.Dataframe(self.leaderboard(search, kind, view), column_widths=BOARD_WIDTHS[view],
+        return gr.Dataframe(self.leaderboard(search, kind, view, page), column_widths=BOARD_WIDTHS[view],
                             datatype=BOARD_DATATYPES[view])
 
-    def fresh_board(self, search="", kind="all", view="all"):
+    def fresh_board(self, search="", kind="all", view="all", page=1):
         """The board as the database holds it when a page loads (empty, as the tab says, when it is unavailable)."""
         try:
-            return board_shown(self._board().rows(search or "", kind or "all"), view or "all")
-        except leaderboard.BoardUnavailable:
+            return board_shown(leaderboard.page_of(self._board().rows(search or "", kind or "all"), page)[0],
+                               view or "all")
+        except (leaderboard.BoardUnavailable, ValueError):
             return board_shown([], view or "all")
 
+    def board_note(self, search="", kind="all", page=1) -> str:
+        """The line under the board: which rows of how many the page shows, and what the board says of where its
+        rows are kept (:meth:`rococo_eval.board.leaderboard.Leaderboard.notes`: a restart that loses them, records
+        of the dataset repo left out as damaged); empty when the board is unavailable (the tab says why)."""
+        try:
+            board = self._board()
+            rows = board.rows(search or "", kind or "all")
+            _, page, pages = leaderboard.page_of(rows, page)
+        except (leaderboard.BoardUnavailable, ValueError):
+            return ""
+        first, last = (page - 1) * leaderboard.PAGE_ROWS + 1, min(page * leaderboard.PAGE_ROWS, len(rows))
+        shown = (f"Rows {first}-{last} of {len(rows)} (page {page} of {pages})." if rows else "No row.")
+        return "\n\n".join([shown, *board.notes()])
+
     def submit(self, board_rows, model, link="", precision="fp32", note="", times=None, search="", kind="all",
-               view="all", evaluated_rows=None):
+               view="all", evaluated_rows=None, failures=None, page=1, request: gr.Request = None):
         """Submit this session's last evaluation (``board_rows``: the rows of its RoCOCO galleries; None after the
         synthetic example, which is no model); return the message, the board and the session's submission times
-        (:func:`rococo_eval.space.leaderboard.rate_allows` limits them).
+        (:func:`rococo_eval.board.leaderboard.rate_allows` limits them).
 
-        The message names every gallery of the evaluation (``evaluated_rows``) that is not on the board (a custom
-        layout's); a generated benchmark's evaluation is refused, naming its galleries: it is not RoCOCO's.
+        The message says which of the board's columns a partial evaluation fills and why a mean is blank
+        (:func:`rococo_eval.space.views.coverage_note`), and names every gallery of the evaluation (``evaluated_rows``)
+        that is not on the board (a custom layout's); a generated benchmark's evaluation is refused, naming its
+        galleries: it is not RoCOCO's. The record keeps each gallery's per-query outcomes (from ``failures``, the
+        evaluation's per-query arrays), which rank the row (its band); the board counts the submissions of the
+        client's address (``request``) as well as everyone's. The board shown is page ``page`` of the filters.
         """
         times = list(times or [])
         now = time.time()
@@ -264,12 +300,15 @@ class Handlers:
                            "minutes from one session: try again later", title="Cannot submit", print_exception=False)
         try:
             self._check_submittable(board_rows, evaluated_rows)
+            outcomes = {key: per_query_outcomes(result.per_query)
+                        for key, result in (failures.results if failures is not None else {}).items()}
             added, message = self._board().submit(board_rows, model=model, link=link, precision=precision,
-                                                  note=note)
+                                                  note=note, outcomes=outcomes, client=_client(request))
         except (ValueError, leaderboard.BoardUnavailable) as error:
             raise gr.Error(str(error), title="Cannot submit", print_exception=False) from None
         if added:
             times.append(now)
+            message += coverage_note(leaderboard.recall_at_1(board_rows))
             on_board = _gallery_keys(board_rows)
             left_out = [f"{row.get('file') or 'a file'} ({gallery_key(row['attack'], row['direction'])})"
                         for row in evaluated_rows or [] if "seeds" not in row
@@ -277,7 +316,7 @@ class Handlers:
             if left_out:
                 message += (f"; not on the board, as custom layouts have no column there: {', '.join(left_out)} "
                             "(their numbers are in the json download)")
-        return message, self.leaderboard(search, kind, view), times
+        return message, self.leaderboard(search, kind, view, page), times
 
     def _check_submittable(self, board_rows: list | None, evaluated_rows: list | None) -> None:
         """Raise the ``ValueError`` that says why the last evaluation cannot go on the board, if it cannot."""
@@ -312,6 +351,15 @@ def _default_board_path(output_root: Path) -> Path:
     logger.warning("the leaderboard is in %s, which does not outlive this process: set %s to keep it",
                    output_root, leaderboard.DB_ENV)
     return output_root / "leaderboard.sqlite3"
+
+
+def _client(request: gr.Request | None) -> str:
+    """The address a request came from: the first of ``X-Forwarded-For`` (a Space's proxy sets it), else the
+    connection's; empty without a request (a call from Python)."""
+    if request is None:
+        return ""
+    forwarded = (request.headers.get("x-forwarded-for") or "").split(",")[0].strip()
+    return forwarded or (request.client.host if request.client else "")
 
 
 def _gallery_keys(rows: list | None) -> set[str]:

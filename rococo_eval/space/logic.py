@@ -241,7 +241,7 @@ def evaluate_files(paths: Sequence[str] | None, layouts=None, references: str | 
     evidence, unless ``trust_given_order`` (the page's :data:`TRUST_ORDER_LABEL`). Files whose clean numbers
     disagree (:mod:`rococo_eval.scoring.consistency`) are scored, and the message and the report's ``meta`` say so
     (as they say every validity warning, :mod:`rococo_eval.validity`, in ``meta["warnings"]``);
-    their rows never reach the leaderboard (:meth:`rococo_eval.space.leaderboard.Leaderboard.submit` refuses them).
+    their rows never reach the leaderboard (:meth:`rococo_eval.board.leaderboard.Leaderboard.submit` refuses them).
     The message says how long reading and scoring the files took. Rows of a re-ranker's files carry
     ``reranked: True``, so that the leaderboard does not compare their clean parts.
     """

@@ -1,7 +1,7 @@
 """How the Space shows its plain values: HTML tables of flipped queries (with thumbnails) and of captions beside
 their attacks, and the tables of results and of the leaderboard as the page's DataFrames.
 
-The values come from :mod:`rococo_eval.space.logic` and :mod:`rococo_eval.space.leaderboard`; nothing here scores or
+The values come from :mod:`rococo_eval.space.logic` and :mod:`rococo_eval.board.leaderboard`; nothing here scores or
 decides. Images are read from the source only to be shown, as inline JPEG thumbnails.
 """
 
@@ -22,7 +22,8 @@ from rococo_eval.attacks.replacements import find_replacements, highlight
 from rococo_eval.catalog import IMAGE_ATTACKS, TEXT_ATTACKS
 from rococo_eval.reporting import report
 from rococo_eval.results import percent_text
-from rococo_eval.space.leaderboard import SUBMITTED
+from rococo_eval.board.leaderboard import SUBMITTED, board_row
+from rococo_eval.board.ranking import RANK, TEXT_MEAN, TEXT_UNNAMED
 
 logger = logging.getLogger(__name__)
 
@@ -30,38 +31,50 @@ THUMBNAIL_PX = 128
 # what the Evaluate tab's results table leaves to the report: an attacked gallery's clean R@K beyond R@1 and clean
 # r_mean, and the counts
 _LEFT_TO_REPORT = re.compile(r"clean_(recall@(?!1(?:_|$))\d+|r_mean)(_ci|_range|_bounds)?|num_\w+")
-# The leaderboard's columns, each a short header for a column of :data:`rococo_eval.space.leaderboard.COLUMNS`: R@1
-# without attacks, the means over every text attack (image-to-text) and every image attack (text-to-image), each text
-# attack, each image attack by method and seed. BOARD_VIEWS groups them so that each group reads at 1280 px without
-# sideways scrolling ("all" shows every column, wider than the page); BOARD_LEGEND names them above the board.
+# The leaderboard's columns, each a short header for a column of :data:`rococo_eval.board.leaderboard.COLUMNS`: R@1
+# without attacks, the means over every text attack (image-to-text) and every image attack (text-to-image), a published
+# number of one text attack its source does not name, each text attack, each image attack by method and seed.
+# BOARD_VIEWS groups them so that each group reads at 1280 px without sideways scrolling ("all" shows every column,
+# wider than the page); BOARD_LEGEND names them above the board. The rank is a band on the mean text R@1: it stands
+# beside it, in the views that show it.
 _BOARD_COLUMNS = {"clean i2t": "clean R@1 (i2t)", "clean t2i": "clean R@1 (t2i)",
-                  "mean text": "text attacks R@1 (i2t, mean)", "mean image": "image attacks R@1 (t2i, mean)",
+                  "mean text": TEXT_MEAN, "text attack, unnamed": TEXT_UNNAMED,
+                  "mean image": "image attacks R@1 (t2i, mean)",
                   **{attack.replace("_", " "): f"{attack} R@1" for attack in TEXT_ATTACKS},
                   **{attack.replace("_seed", " "): f"{attack} R@1" for attack in IMAGE_ATTACKS}}
+_HEADER_OF = {name: header for header, name in _BOARD_COLUMNS.items()}
 _TEXT_HEADERS = [attack.replace("_", " ") for attack in TEXT_ATTACKS]
 _IMAGE_HEADERS = [attack.replace("_seed", " ") for attack in IMAGE_ATTACKS]
 _BOARD_LEAD = ["model", "kind", "source"]  # in every view, so the source's column (Markdown) keeps its place
 BOARD_VIEWS = {
-    "means": [*_BOARD_LEAD, "clean i2t", "mean text", "clean t2i", "mean image", "precision", "note"],
-    "text attacks": [*_BOARD_LEAD, "clean i2t", "mean text", *_TEXT_HEADERS, "precision"],
+    "means": [*_BOARD_LEAD, RANK, "clean i2t", "mean text", "text attack, unnamed", "clean t2i", "mean image", "note"],
+    "text attacks": [*_BOARD_LEAD, RANK, "clean i2t", "mean text", *_TEXT_HEADERS, "precision"],
     "image attacks": [*_BOARD_LEAD, "clean t2i", "mean image", *_IMAGE_HEADERS],
-    "all": [*_BOARD_LEAD, "clean i2t", "mean text", *_TEXT_HEADERS, "clean t2i", "mean image", *_IMAGE_HEADERS,
-            "precision", "note"],
+    "all": [*_BOARD_LEAD, RANK, "clean i2t", "mean text", "text attack, unnamed", *_TEXT_HEADERS, "clean t2i",
+            "mean image", *_IMAGE_HEADERS, "precision", "note"],
 }
 # The width of each column of each view: at most 1,216 px, the table's width on a 1280 px page, but for "all". A number
-# ("100.00") takes 82 px with the cell's padding, a header's longest word ("concept") 91 px.
-_NUMBER_PX, _TEXT_PX = 88, {"model": 170, "kind": 110, "source": 220, "precision": 96, "note": 260}
+# ("100.00") takes 82 px with the cell's padding, a header's longest word ("concept") 91 px; "text attack," 120 px.
+_NUMBER_PX = 88
+_TEXT_PX = {"model": 170, "kind": 110, "source": 220, RANK: 64, "text attack, unnamed": 120, "precision": 96,
+            "note": 180}
 BOARD_WIDTHS = {view: [f"{_TEXT_PX.get(header, _NUMBER_PX)}px" for header in headers]
                 for view, headers in BOARD_VIEWS.items()}
 # the page's datatype of each column of each view: the source as Markdown (its links), the R@1 as numbers (which sort
 # as numbers, not as text: 100.00 above 50.12), every other as text
 BOARD_DATATYPES = {view: ["markdown" if header == "source" else "number" if header in _BOARD_COLUMNS else "str"
                           for header in headers] for view, headers in BOARD_VIEWS.items()}
-BOARD_LEGEND = ("R@1 in %, best mean text R@1 first; sort by any column from the ⋮ menu of its header. **clean**: "
-                "image-to-text (i2t) and text-to-image (t2i) without attacks. **mean**: over all four text attacks "
-                "(i2t), or all six image attacks (t2i). **text attacks**: " + ", ".join(TEXT_ATTACKS) + ". **image "
-                "attacks**: by method and seed (mix 1 = mix_seed1). **source**: the submission's link, or where a "
-                "published number comes from.")
+BOARD_LEGEND = ("R@1 in %. The rows with a mean text R@1 come first, best first, then the published numbers of a "
+                "text attack their source does not name, apart: only numbers that mean the same are sorted together. "
+                "Sort by any column from the ⋮ menu of its header. **rank**: the band of ranks the queries allow on "
+                "mean text: from 1 + the rows significantly better to the rows not significantly worse (paired test "
+                "on the same queries, Holm-corrected, 5% level), so rows that the queries cannot tell apart share "
+                "ranks; n/a: no per-query outcomes (the published rows), not compared. **clean**: image-to-text "
+                "(i2t) and text-to-image (t2i) without attacks. **mean**: over all four text attacks (i2t), or all "
+                "six image attacks (t2i); blank unless the row has every one. **text attack, unnamed**: one "
+                "published number of a text attack its source does not name: not a mean, not one of the four. "
+                "**text attacks**: " + ", ".join(TEXT_ATTACKS) + ". **image attacks**: by method and seed (mix 1 = "
+                "mix_seed1). **source**: the submission's link, or where a published number comes from.")
 
 
 def flipped_html(rows: Sequence[dict], source=None) -> str:
@@ -164,7 +177,7 @@ def rates_table(rows: Sequence[Sequence], headers: Sequence[str]) -> Styler:
 
 
 def board_table(rows: Sequence[Mapping], view: str = "all") -> pd.DataFrame:
-    """The leaderboard's rows (:meth:`rococo_eval.space.leaderboard.Leaderboard.rows`) as a table: the columns of
+    """The leaderboard's rows (:meth:`rococo_eval.board.leaderboard.Leaderboard.rows`) as a table: the columns of
     ``view`` (:data:`BOARD_VIEWS`: ``"means"``, ``"text attacks"``, ``"image attacks"`` or ``"all"``) under short
     headers, each R@1 a number (NaN where the row has none), the submission's date beside its kind, its link or
     published source as a Markdown link (:func:`source_markdown`), every other text as plain text. :func:`board_shown`
@@ -174,23 +187,29 @@ def board_table(rows: Sequence[Mapping], view: str = "all") -> pd.DataFrame:
         ValueError: ``view`` is not one of :data:`BOARD_VIEWS`.
 
     Example:
-        >>> from rococo_eval.space.leaderboard import COLUMNS
+        >>> from rococo_eval.board.leaderboard import COLUMNS
         >>> row = {name: None for name in COLUMNS}
-        >>> row.update({"model": "m", "kind": "submitted", "clean R@1 (i2t)": 81.9, "precision": "fp16",
+        >>> row.update({"model": "m", "rank": "1-2", "kind": "submitted", "clean R@1 (i2t)": 81.9, "precision": "fp16",
         ...             "link": "https://example.org/m", "note": "", "source": "https://example.org/m",
         ...             "submitted": "2026-12-02T10:00:00+00:00"})
         >>> shown = board_table([row]).iloc[0]
-        >>> shown["model"], shown["kind"], float(shown["clean i2t"]), float(shown["mix 1"]), shown["source"]
-        ('m', 'submitted 2026-12-02', 81.9, nan, '[example.org/m](<https://example.org/m>)')
-        >>> list(board_table([row], "means").columns)
-        ['model', 'kind', 'source', 'clean i2t', 'mean text', 'clean t2i', 'mean image', 'precision', 'note']
+        >>> shown["model"], shown["rank"], shown["kind"], float(shown["clean i2t"]), float(shown["mix 1"])
+        ('m', '1-2', 'submitted 2026-12-02', 81.9, nan)
+        >>> shown["source"]
+        '[example.org/m](<https://example.org/m>)'
+        >>> list(board_table([row], "means").columns)  # doctest: +NORMALIZE_WHITESPACE
+        ['model', 'kind', 'source', 'rank', 'clean i2t', 'mean text', 'text attack, unnamed', 'clean t2i', 'mean image',
+         'note']
     """
     if view not in BOARD_VIEWS:
         raise ValueError(f"`view` must be one of {', '.join(BOARD_VIEWS)}, got {view!r}")
     cells = []
     for row in rows:
-        shown = {"model": str(row["model"]), "precision": str(row["precision"]), "note": str(row["note"]),
-                 "kind": row["kind"] if row["kind"] != SUBMITTED else f"{SUBMITTED} {str(row['submitted'])[:10]}",
+        warnings = "".join(f"validity warning: {warning}; " for warning in row.get("warnings", []))
+        kind = row["kind"] if row["kind"] != SUBMITTED else f"{SUBMITTED} {str(row['submitted'])[:10]}"
+        shown = {"model": str(row["model"]), RANK: str(row[RANK]), "precision": str(row["precision"]),
+                 "note": warnings + str(row["note"]),
+                 "kind": kind + (" (pending: not yet safe in the dataset repo)" if row.get("pending") else ""),
                  "source": source_markdown(row["source"], row["link"]),
                  **{header: math.nan if row[name] is None else float(row[name])
                     for header, name in _BOARD_COLUMNS.items()}}
@@ -214,10 +233,33 @@ def board_shown(rows: Sequence[Mapping], view: str = "all") -> Styler:
     return table.style.format(percent_text, subset=numbers, na_rep="")
 
 
+def coverage_note(results: Mapping[str, float]) -> str:
+    """What a submission's R@1 (``{gallery key}: R@1``, :func:`rococo_eval.board.leaderboard.recall_at_1`) fill of
+    the board, and why a mean is blank, when one is (a mean is over every text attack, or every image attack);
+    empty when both means are filled.
+
+    Example:
+        >>> coverage_note({"clean/image_to_text": 50.0, "rand_voca/image_to_text": 37.5})  # doctest: +ELLIPSIS
+        '; on the board it fills clean i2t, rand voca; mean text is blank: a mean is over all four text attacks and ...'
+    """
+    row = board_row(results, **dict.fromkeys(("model", "kind", "link", "precision", "note", "source", "submitted"), ""))
+    blanks = []
+    for header, attacks, every in (("mean text", TEXT_ATTACKS, "all four text attacks"),
+                                   ("mean image", IMAGE_ATTACKS, "all six image attacks")):
+        missing = [_HEADER_OF[f"{attack} R@1"] for attack in attacks if row[f"{attack} R@1"] is None]
+        if missing:
+            blanks.append(f"{header} is blank: a mean is over {every} and this evaluation "
+                          + (f"lacks {', '.join(missing)}" if len(missing) < len(attacks) else "has none of them"))
+    if not blanks:
+        return ""
+    filled = [header for header, name in _BOARD_COLUMNS.items() if row[name] is not None]
+    return f"; on the board it fills {', '.join(filled)}; " + "; ".join(blanks)
+
+
 def source_markdown(source: str, link: str = "") -> str:
     r"""Where a board row comes from, as Markdown: its ``link`` as a link (shown without its scheme), else ``source``
     as text, with an arXiv identifier in it linked to its page. Links were checked as ``http(s)://`` with no spaces,
-    quotes or angle brackets (:meth:`~rococo_eval.space.leaderboard.Leaderboard.submit`); text is escaped.
+    quotes or angle brackets (:meth:`~rococo_eval.board.leaderboard.Leaderboard.submit`); text is escaped.
 
     Example:
         >>> source_markdown("Park et al., RoCOCO, arXiv:2304.10727v5, abstract")

@@ -1,10 +1,13 @@
-"""A stand-in for the Hugging Face Hub on 127.0.0.1, for the code that uploads through ``huggingface_hub``
-(``push_to_hub`` of the dataset, the leaderboard's copy). ``conftest.fake_hub`` serves one per test."""
+"""A stand-in for the Hugging Face Hub on 127.0.0.1, for the code that uploads and downloads through
+``huggingface_hub`` (``push_to_hub`` of the dataset, the leaderboard's records). ``conftest.fake_hub`` serves one per
+test."""
 
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
+import re
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -13,6 +16,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 class FakeHub:
     """A stand-in Hub on 127.0.0.1: it answers what ``huggingface_hub`` sends to create a repo and upload files
     (create, validate-yaml, preupload, commit) and records every call; with ``fail``, every call is a ``fail_status`` error.
+    The files of every commit answered are kept, by repo (:attr:`files`, ``{"org/name": {path: bytes}}``), and served
+    as the Hub serves them: the listing (``GET /api/datasets/<repo>/tree/<revision>``) and each file (``HEAD`` and
+    ``GET /datasets/<repo>/resolve/<revision>/<path>``); with ``down``, every download call is a 503.
 
     ``commit_delay_s`` makes each commit take that long; ``hang`` (set by :meth:`hang_commits`) holds every commit
     unanswered until :meth:`answer_commits`. ``max_commits_at_once`` is how many commits were ever in flight together.
@@ -20,6 +26,9 @@ class FakeHub:
 
     def __init__(self, fail: bool = False):
         self.calls: list[tuple[str, bytes]] = []
+        self.files: dict[str, dict[str, bytes]] = {}
+        self.down = False
+        self.commit_count = 0
         self.fail = fail
         self.fail_status = 500  # huggingface_hub tries a 5xx again, with backoff (about 25 s); a 4xx once
         self.commit_delay_s = 0.0
@@ -32,6 +41,48 @@ class FakeHub:
         hub = self
 
         class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):
+                self._serve(head=False)
+
+            def do_HEAD(self):
+                self._serve(head=True)
+
+            def _serve(self, head: bool):
+                path = self.path.split("?")[0]
+                hub.calls.append((f"{self.command} {path}", b""))
+                tree = re.fullmatch(r"/api/datasets/([^/]+/[^/]+)/tree/[^/]+(/.*)?", path)
+                resolve = re.fullmatch(r"/datasets/([^/]+/[^/]+)/resolve/[^/]+/(.+)", path)
+                if hub.down or hub.fail:
+                    self.send_error(503)
+                    return
+                if tree:
+                    with hub._lock:
+                        stored = dict(hub.files.get(tree.group(1), {}))
+                    listing = [{"type": "file", "path": name, "size": len(data), "oid": hashlib.sha1(data).hexdigest()}
+                               for name, data in sorted(stored.items())]
+                    self._answer(json.dumps(listing).encode(), "application/json")
+                    return
+                with hub._lock:
+                    data = hub.files.get(resolve.group(1), {}).get(resolve.group(2)) if resolve else None
+                if data is None:
+                    self.send_response(404)
+                    self.send_header("X-Error-Code", "EntryNotFound" if resolve else "RepoNotFound")
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                self._answer(data, "application/octet-stream", head,
+                             {"X-Repo-Commit": f"{hub.commit_count:040x}", "ETag": f'"{hashlib.sha1(data).hexdigest()}"'})
+
+            def _answer(self, data: bytes, content_type: str, head: bool = False, headers=None):
+                self.send_response(200)
+                self.send_header("Content-Type", content_type)
+                self.send_header("Content-Length", str(len(data)))
+                for name, value in (headers or {}).items():
+                    self.send_header(name, value)
+                self.end_headers()
+                if not head:
+                    self.wfile.write(data)
+
             def do_POST(self):
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 path = self.path.split("?")[0]
@@ -63,6 +114,7 @@ class FakeHub:
                     answer = {"files": [{"path": f["path"], "uploadMode": "regular", "shouldIgnore": False}
                                         for f in files]}
                 elif "/commit/" in path:
+                    hub._store(path, body)
                     answer = {"commitUrl": f"{hub.url}/datasets/org/rococo/commit/{'0' * 40}",
                               "commitOid": "0" * 40, "pullRequestUrl": None}
                 else:
@@ -81,6 +133,17 @@ class FakeHub:
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
         threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def _store(self, path: str, body: bytes) -> None:
+        """Apply a commit (``/api/datasets/<org>/<name>/commit/<revision>``): its files join the repo's."""
+        repo = re.fullmatch(r"/api/datasets/([^/]+/[^/]+)/commit/.+", path).group(1)
+        lines = [json.loads(line) for line in body.splitlines()]
+        with self._lock:
+            self.commit_count += 1
+            stored = self.files.setdefault(repo, {})
+            for line in lines:
+                if line["key"] == "file":
+                    stored[line["value"]["path"]] = base64.b64decode(line["value"]["content"])
 
     def hang_commits(self) -> None:
         """From now on, hold every commit unanswered (a Hub that does not answer)."""

@@ -27,7 +27,8 @@ What a submission may be:
   them as plain text, never as HTML;
 - a session may submit :data:`RATE_LIMIT` times per :data:`RATE_WINDOW_S` seconds (:func:`rate_allows`), and
   everyone together ``hourly_limit`` times an hour (default :data:`HOURLY_LIMIT`, ``$ROCOCO_LEADERBOARD_HOURLY_LIMIT``
-  in the Space), counted in the database in the transaction that adds the row;
+  in the Space), counted in the database in the transaction that adds the row; the count is of the submissions to
+  this Space, not of the records that came from the repo (another replica's, a maintainer's);
 - only evaluations at the metric's default settings (pessimistic ties, no bootstrap), so that rows compare;
 - only files that agree: the clean R@K that the rows of one direction give (the clean gallery's ``recall@K``, every
   attacked gallery's ``clean_recall@K``) must be equal, as one model's files give them
@@ -41,11 +42,12 @@ model named. The board marks them ``submitted``, apart from the ``published`` ro
 A database that cannot be read (not a database, damaged) or stays locked for ``lock_timeout_s`` raises
 :class:`BoardUnavailable` naming the file and the problem; nothing is written to it.
 
-With ``$ROCOCO_LEADERBOARD_REPO`` (a dataset repo, ``ORG/NAME``), every added submission also copies the whole
-board, as ``leaderboard.jsonl``, to that repo through huggingface_hub (:class:`HubCopy`, with ``$HF_TOKEN``). The
-copies are made one at a time by one background thread, each of the database as it is when the copy starts, so the
-last copy holds every row; an upload is killed after ``timeout_s`` and retried later, and a submission never waits
-for one. The database stays the board: a copy that fails is logged and the submission kept.
+With ``$ROCOCO_LEADERBOARD_REPO`` (a dataset repo, ``ORG/NAME``), the board is the repo's records, one immutable file
+per submission (:mod:`rococo_eval.board.records`, with each gallery's per-query outcomes), and this database is their
+cache (:class:`rococo_eval.board.hub_records.HubRecords` downloads them at start and every few minutes). A submission
+goes to this database and to the local outbox in one transaction, and its row is *pending* until its record is in
+the repo; the record is committed in the background, so a submission never waits for the Hub. Without a repo, this
+database is the board, and a Space without persistent storage loses it when it restarts.
 
 Example:
     >>> import tempfile, pathlib
@@ -71,32 +73,34 @@ import hashlib
 import json
 import logging
 import math
-import os
 import re
 import sqlite3
-import subprocess
-import sys
-import tempfile
-import threading
 import unicodedata
 from pathlib import Path
 from typing import Mapping, Optional, Sequence
+
+import numpy as np
 
 from rococo_eval.catalog import ATTACKS, CLEAN, IMAGE_ATTACKS, TEXT_ATTACKS, galleries, gallery_key
 from rococo_eval.layout import gallery_shape
 from rococo_eval.models import adapters
 from rococo_eval.reporting.report import REFERENCE_RESULTS, VSE_INFINITY
 from rococo_eval.scoring.consistency import disagreements, not_compared
+from rococo_eval.board.ranking import BANDED, OUTCOMES, RANK, TEXT_MEAN, TEXT_UNNAMED, rank_rows
+from rococo_eval.board.records import make_record, outcomes_of, read_record, record_bytes, summary_rows_of
 
 logger = logging.getLogger(__name__)
 
 DB_ENV = "ROCOCO_LEADERBOARD_DB"
-REPO_ENV = "ROCOCO_LEADERBOARD_REPO"
 HOURLY_LIMIT_ENV = "ROCOCO_LEADERBOARD_HOURLY_LIMIT"
 PRECISIONS = (*adapters.PRECISIONS, "other")  # the precisions a run takes, and any other
 LIMITS = {"model": 100, "link": 300, "note": 500}
 RATE_LIMIT, RATE_WINDOW_S = 3, 600
 HOURLY_LIMIT = 30  # submissions an hour from everyone together
+CLIENT_HOURLY_LIMIT = 5  # submissions an hour from one client (its address), whatever its sessions
+PAGE_ROWS = 100  # board rows a page shows (:func:`page_of`): the whole board of 20,000 rows was a 24 MB page load
+# characters that show nothing, though Unicode calls them letters or symbols: Hangul fillers, the braille blank
+BLANK_LOOKING = frozenset("\u115f\u1160\u3164\uffa0\u2800")
 LOCK_TIMEOUT_S = 30
 PUBLISHED, SUBMITTED = "published", "submitted"
 # Unicode categories stripped from names, links and notes: controls (C0, C1), formats (bidirectional overrides and
@@ -118,9 +122,19 @@ CREATE TABLE IF NOT EXISTS submissions (
     submitted_at TEXT NOT NULL,
     results TEXT NOT NULL
 )"""
-COLUMNS = ["model", "kind", "clean R@1 (i2t)", "clean R@1 (t2i)", "text attacks R@1 (i2t, mean)",
+# columns added since the first board (a board file of an earlier version gets them when it is opened)
+_ADDED_COLUMNS = {"record_id": "TEXT", "state": "TEXT NOT NULL DEFAULT ''", "record": "TEXT",
+                  "client": "TEXT NOT NULL DEFAULT ''",
+                  # 1: submitted to this Space (the hourly limits count it); 0: a record that came from the repo
+                  "submitted_here": "INTEGER NOT NULL DEFAULT 1"}
+_RANKED_GALLERIES = sorted({key for keys in BANDED.values() for key in keys})  # whose hits a row keeps in memory
+_SQL_VARIABLES = 500  # row ids asked for in one query (SQLite allows 999 variables in older builds)
+PENDING, ON_HUB = "pending", "on hub"  # a row's state with a repo: its record in the outbox, or in the repo
+# A board row's fields: its rank band, its R@1 (clean, the means, a published unnamed attack's, each attack's), what
+# the submission says of itself, and its per-query R@1 hits (OUTCOMES, not shown: they rank it)
+COLUMNS = ["model", RANK, "kind", "clean R@1 (i2t)", "clean R@1 (t2i)", TEXT_MEAN, TEXT_UNNAMED,
            "image attacks R@1 (t2i, mean)", *[f"{attack} R@1" for attack in TEXT_ATTACKS + IMAGE_ATTACKS],
-           "precision", "link", "note", "source", "submitted"]
+           "precision", "link", "note", "source", "submitted", OUTCOMES]
 
 
 class BoardUnavailable(RuntimeError):
@@ -135,7 +149,8 @@ class Leaderboard:
 
     Args:
         path: the SQLite file.
-        copy: a :class:`HubCopy` that each added submission starts (None: no copy).
+        hub: the :class:`~rococo_eval.board.hub_records.HubRecords` whose outbox each submission's record joins
+            (None: no repo, this database is the board).
         galleries: ``{gallery key: (queries, gallery items)}`` of the galleries a row may hold (RoCOCO's,
             :func:`rococo_galleries`); None takes no submission (the board is shown, not added to).
         hourly_limit: submissions an hour from everyone together.
@@ -145,18 +160,23 @@ class Leaderboard:
         BoardUnavailable: the file is not a database, is damaged, or stays locked.
     """
 
-    def __init__(self, path, copy=None, *, galleries: Optional[Mapping[str, tuple[int, int]]] = None,
+    def __init__(self, path, hub=None, *, galleries: Optional[Mapping[str, tuple[int, int]]] = None,
                  hourly_limit: int = HOURLY_LIMIT, lock_timeout_s: float = LOCK_TIMEOUT_S):
         if isinstance(hourly_limit, bool) or not isinstance(hourly_limit, int) or hourly_limit < 0:
             raise ValueError(f"`hourly_limit` must be a whole number >= 0, got {hourly_limit!r}")
         self.path = Path(path)
-        self.copy = copy  # a HubCopy, or None
+        self.hub = hub  # a HubRecords, or None
         self.galleries = None if galleries is None else dict(galleries)
         self.hourly_limit = hourly_limit
         self.lock_timeout_s = lock_timeout_s
+        self._hit_cache: dict[str, Optional[dict[str, np.ndarray]]] = {}  # :meth:`_hits`, by row id
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self._connect() as connection:
             connection.execute(_SCHEMA)
+            present = {column[1] for column in connection.execute("PRAGMA table_info(submissions)")}
+            for column, declared in _ADDED_COLUMNS.items():
+                if column not in present:
+                    connection.execute(f"ALTER TABLE submissions ADD COLUMN {column} {declared}")
             entries = published_entries()
             for entry in entries:
                 connection.execute("INSERT OR IGNORE INTO submissions (digest, kind, model, link, precision, note, "
@@ -166,17 +186,26 @@ class Leaderboard:
                                f"({', '.join('?' * len(current))})", [PUBLISHED, *current])
 
     def submit(self, summary_rows: Sequence[dict], *, model: str, link: str = "", precision: str = "fp32",
-               note: str = "", now: Optional[datetime.datetime] = None) -> tuple[bool, str]:
-        """Add an evaluation (its report's summary rows); return whether it was added, and what to tell the user.
+               note: str = "", now: Optional[datetime.datetime] = None,
+               outcomes: Optional[Mapping[str, Mapping]] = None, client: str = "") -> tuple[bool, str]:
+        """Add an evaluation (its report's summary rows; ``outcomes``, each gallery's per-query outcomes,
+        :func:`rococo_eval.board.records.per_query_outcomes`; their R@1 hits rank the row) from ``client`` (an
+        address, kept as its digest); return whether it was added, and what to tell the user. With a repo, its record
+        joins the outbox in the transaction that adds the row. What the board must say of the numbers
+        (:func:`validity_warnings_of`) goes into the record and onto the board.
 
         Raises:
-            ValueError: an empty or over-long model name, a link that is not ``http(s)://``, an unknown
-                precision, an over-long note, a row of a gallery the board does not take or of another shape,
+            ValueError: an empty, blank-looking, published or over-long model name, a link that is not
+                ``http(s)://``, an unknown precision, an over-long note, a row of a gallery the board does not take or of another shape,
                 rows whose clean numbers disagree (naming their files and numbers), results without a single R@1
-                (each names the field), or the hourly limit reached.
+                (each names the field), or the hourly limit (everyone's or the client's) reached.
             BoardUnavailable: the database cannot be read or stays locked.
         """
         model = clean_text(model, "model", required=True)
+        taken = {_name_key(entry[2]): entry[2] for entry in published_entries()}
+        if _name_key(model) in taken:
+            raise ValueError(f"`model` {model!r} is the name of a published row ({taken[_name_key(model)]}): "
+                             "name your own model")
         link = clean_text(link, "link")
         if link and not re.fullmatch(r"https?://[^\s<>\"']+", link):
             raise ValueError(f"`link` must start with http:// or https:// and hold no spaces or quotes, got {link!r}")
@@ -200,23 +229,115 @@ class Leaderboard:
         moment = (now or datetime.datetime.now(datetime.timezone.utc)).astimezone(datetime.timezone.utc)
         stamp, hour_ago = (moment.isoformat(timespec="seconds"),
                            (moment - datetime.timedelta(hours=1)).isoformat(timespec="seconds"))
-        with self._connect(immediate=True) as connection:  # the count and the insert in one write transaction
+        record = make_record(summary_rows, outcomes or {}, model=model, link=link, precision=precision, note=note,
+                             submitted_at=stamp, validity_warnings=validity_warnings_of(summary_rows))
+        read_record(record_bytes(record), self.galleries, "this submission")  # never a record the board would refuse
+        client_key = hashlib.sha256(client.encode()).hexdigest() if client else ""
+        with self._connect(immediate=True) as connection:  # the counts and the insert in one write transaction
             exists = connection.execute("SELECT 1 FROM submissions WHERE digest = ?", (digest,)).fetchone()
             if exists:
                 return False, f"{model} with these results is on the board already"
-            recent, = connection.execute("SELECT COUNT(*) FROM submissions WHERE kind = ? AND submitted_at > ?",
-                                         (SUBMITTED, hour_ago)).fetchone()
+            recent, = connection.execute("SELECT COUNT(*) FROM submissions WHERE kind = ? AND submitted_here = 1 "
+                                         "AND submitted_at > ?", (SUBMITTED, hour_ago)).fetchone()
             if recent >= self.hourly_limit:
                 raise ValueError(f"the board took {recent} submissions in the last hour, its limit for everyone "
                                  f"together ({self.hourly_limit}): try again later")
-            connection.execute(
-                "INSERT INTO submissions (digest, kind, model, link, precision, note, source, submitted_at, "
-                "results) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (digest, SUBMITTED, model, link, precision, note, link or "submitted in the Space", stamp,
-                 json.dumps(results, sort_keys=True)))
-        if self.copy is not None:
-            self.copy.push(self)
-        return True, f"added {model} to the board" + _unchecked_note(summary_rows)
+            mine, = connection.execute("SELECT COUNT(*) FROM submissions WHERE client = ? AND client != '' AND "
+                                       "submitted_at > ?", (client_key, hour_ago)).fetchone()
+            if mine >= CLIENT_HOURLY_LIMIT:
+                raise ValueError(f"{mine} submissions came from your address in the last hour, its limit "
+                                 f"({CLIENT_HOURLY_LIMIT}): try again later")
+            self._insert(connection, record, digest, PENDING if self.hub is not None else "", client_key, here=True)
+            if self.hub is not None:
+                self.hub.add_to_outbox(record)  # a failure here rolls the row back
+        if self.hub is not None:
+            self.hub.push()
+        pending = " (pending until its record is in the dataset repo)" if self.hub is not None else ""
+        return True, f"added {model} to the board{pending}" + _unchecked_note(summary_rows)
+
+    def add_records(self, records: Sequence[dict], pending: bool = False) -> int:
+        """Add checked records (:func:`rococo_eval.board.records.read_record`) to the cache, as in the repo or
+        ``pending`` (from this Space's outbox: submitted here, so the hourly limits count it); a record already here
+        (its id, or the same model with the same results) adds nothing but its state. Return how many rows were
+        added."""
+        added = 0
+        with self._connect(immediate=True) as connection:
+            for record in records:
+                state = PENDING if pending else ON_HUB
+                digest = row_digest(record)
+                known = connection.execute("SELECT state FROM submissions WHERE record_id = ? OR digest = ?",
+                                           (record["id"], digest)).fetchone()
+                if known is None:
+                    self._insert(connection, record, digest, state, "", here=pending)  # the outbox: ours
+                    added += 1
+                elif not pending:
+                    connection.execute("UPDATE submissions SET state = ? WHERE record_id = ?", (ON_HUB, record["id"]))
+        return added
+
+    def notes(self) -> list[str]:
+        """What the page says under the board of where its rows are kept: without a repo, that this database is the
+        board and a restart without persistent storage loses it; with one, a repo not reached at the last try, and
+        each record left out (:attr:`~rococo_eval.board.hub_records.HubRecords.skipped`, named with its problem).
+
+        Example:
+            >>> import tempfile, pathlib
+            >>> print(Leaderboard(pathlib.Path(tempfile.mkdtemp()) / "board.sqlite3").notes()[0][:60])
+            This board is kept in the Space's database file only (no dat
+        """
+        if self.hub is None:
+            return ["This board is kept in the Space's database file only (no dataset repo): a restart of a Space "
+                    "without persistent storage loses it."]
+        notes = []
+        if self.hub.reachable is False:
+            notes.append(f"The dataset repo {self.hub.repo_id} did not answer at the last try: the board shows the "
+                         "rows it had, and new rows stay pending until the repo answers.")
+        skipped = list(dict.fromkeys(self.hub.skipped))
+        if skipped:
+            notes.append(f"{len(skipped)} record(s) of the dataset repo {self.hub.repo_id} are left out of the board, "
+                         f"damaged: {'; '.join(skipped)}.")
+        return notes
+
+    def mark_on_hub(self, record_id: str) -> None:
+        """Mark the row of record ``record_id`` as in the repo (no longer pending)."""
+        with self._connect() as connection:
+            connection.execute("UPDATE submissions SET state = ? WHERE record_id = ?", (ON_HUB, record_id))
+
+    def outcomes(self) -> dict[str, dict[str, dict]]:
+        """Each submitted row's per-query outcomes: ``{row id: {gallery key: {outcome: numpy booleans}}}``, the
+        row id being the ``id`` of :meth:`rows`, the outcomes those of
+        :func:`rococo_eval.board.records.outcomes_of` (``hit``, ``top1_adversarial``, ``clean_hit``; one per query
+        in the gallery's query order). Rows without them (published, migrated, or added before records) are left
+        out: they cannot be compared query by query."""
+        with self._connect() as connection:
+            entries = connection.execute("SELECT digest, record FROM submissions WHERE record IS NOT NULL").fetchall()
+        found = {digest: outcomes_of(json.loads(record)) for digest, record in entries}
+        return {digest: galleries for digest, galleries in found.items() if galleries}
+
+    def _hits(self, connection, digests: Sequence[str]) -> dict[str, Optional[dict[str, np.ndarray]]]:
+        """``{row id: {gallery key: R@1 hits}}`` of the galleries that rank a row
+        (:data:`~rococo_eval.board.ranking.BANDED`), from its record; None for a row without them (published,
+        migrated). A record never changes, so each row's hits are read once and kept."""
+        missing = [digest for digest in digests if digest not in self._hit_cache]
+        for start in range(0, len(missing), _SQL_VARIABLES):
+            chunk = missing[start:start + _SQL_VARIABLES]
+            found = connection.execute(f"SELECT digest, record FROM submissions WHERE digest IN "
+                                       f"({', '.join('?' * len(chunk))})", chunk).fetchall()
+            for digest, record in found:
+                outcomes = outcomes_of(json.loads(record)) if record else {}
+                self._hit_cache[digest] = {key: outcomes[key]["hit"] for key in _RANKED_GALLERIES
+                                           if "hit" in outcomes.get(key, {})} or None
+        return {digest: self._hit_cache.get(digest) for digest in digests}
+
+    @staticmethod
+    def _insert(connection, record: dict, digest: str, state: str, client_key: str, here: bool) -> None:
+        """Add ``record``'s row: submitted to this Space (``here``: the hourly limits count it) or from the repo."""
+        results = recall_at_1(summary_rows_of(record))
+        connection.execute(
+            "INSERT INTO submissions (digest, kind, model, link, precision, note, source, submitted_at, results, "
+            "record_id, state, record, client, submitted_here) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (digest, SUBMITTED, record["model"], record["link"], record["precision"], record["note"],
+             record["link"] or "submitted in the Space", record["submitted_at"], json.dumps(results, sort_keys=True),
+             record["id"], state, json.dumps(record, sort_keys=True), client_key, int(here)))
 
     def _gallery_rows(self, summary_rows: Sequence[dict]) -> list[dict]:
         """The rows of galleries, each checked against the board's galleries (seed means, which the board makes
@@ -238,33 +359,28 @@ class Leaderboard:
         return rows
 
     def rows(self, search: str = "", kind: str = "all") -> list[dict]:
-        """The board: one row per entry (:data:`COLUMNS`), best attacked text R@1 first; ``search`` keeps the models
-        whose name holds it (any case), ``kind`` the published or the submitted rows."""
+        """The board: one row per entry (:data:`COLUMNS`, with its ``id``, whether it is ``pending`` and its
+        ``warnings``), in the board's order with its rank bands over every row, ranked on the per-query outcomes of
+        the records (:func:`rococo_eval.board.ranking.rank_rows`) before any filter; ``search`` keeps the models
+        whose name holds it (any case), ``kind`` the published or the submitted rows: a filter or a page never
+        changes a band."""
         with self._connect() as connection:
-            entries = connection.execute("SELECT kind, model, link, precision, note, source, submitted_at, results "
+            entries = connection.execute("SELECT digest, kind, model, link, precision, note, source, submitted_at, "
+                                         "results, state, json_extract(record, '$.validity_warnings') "
                                          "FROM submissions ORDER BY id").fetchall()
+            hits = self._hits(connection, [entry[0] for entry in entries])
         rows = []
-        for kind_, model, link, precision, note, source, stamp, results in entries:
-            if kind not in ("all", kind_) or search.lower() not in model.lower():
-                continue
+        for digest, kind_, model, link, precision, note, source, stamp, results, state, warnings in entries:
             try:
                 results = json.loads(results)
             except ValueError:
                 raise BoardUnavailable(f"the leaderboard database {self.path.name} holds a row ({model!r}) whose "
                                        "results cannot be read: it is left as it is") from None
-            rows.append(board_row(results, model=model, kind=kind_, link=link, precision=precision, note=note,
-                                  source=source, submitted=stamp))
-        return sorted(rows, key=lambda row: -(_number(row["text attacks R@1 (i2t, mean)"])))
-
-    def export_jsonl(self) -> bytes:
-        """Every entry as one JSON line (its stored fields, results as an object), in the order they came."""
-        with self._connect() as connection:
-            connection.row_factory = sqlite3.Row
-            entries = connection.execute("SELECT kind, model, link, precision, note, source, submitted_at, results "
-                                         "FROM submissions ORDER BY id").fetchall()
-        lines = [json.dumps({**dict(entry), "results": json.loads(entry["results"])}, sort_keys=True)
-                 for entry in entries]
-        return ("\n".join(lines) + "\n").encode("utf-8")
+            rows.append({**board_row(results, hits.get(digest), model=model, kind=kind_, link=link,
+                                     precision=precision, note=note, source=source, submitted=stamp),
+                         "id": digest, "pending": state == PENDING, "warnings": json.loads(warnings or "[]")})
+        return [row for row in rank_rows(rows)
+                if kind in ("all", row["kind"]) and search.lower() in row["model"].lower()]
 
     @contextlib.contextmanager
     def _connect(self, immediate: bool = False):
@@ -291,96 +407,6 @@ class Leaderboard:
             raise BoardUnavailable(f"the leaderboard database {name} cannot be used: {error}") from None
         finally:
             connection.close()
-
-
-class HubCopy:
-    """A copy of the board in a Hugging Face dataset repo: ``leaderboard.jsonl``, uploaded with
-    ``huggingface_hub.HfApi.upload_file`` (``endpoint`` for a Hub other than huggingface.co).
-
-    :meth:`push` asks for a copy and returns at once. One background thread makes the copies, one at a time, each of
-    the database as it is when that copy starts: pushes that come during an upload are one more copy after it, so
-    the last copy holds every row. An upload runs in a child process killed after ``timeout_s`` seconds (a Hub that
-    does not answer cannot hold the thread); a copy that fails is logged and tried again ``retry_s`` seconds later.
-    """
-
-    def __init__(self, repo_id: str, token: Optional[str] = None, endpoint: Optional[str] = None,
-                 path_in_repo: str = "leaderboard.jsonl", *, timeout_s: float = 120, retry_s: float = 300):
-        if not re.fullmatch(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+", repo_id or ""):
-            raise ValueError(f"`repo_id` must be ORG/NAME, got {repo_id!r} (${REPO_ENV})")
-        for name, value in (("timeout_s", timeout_s), ("retry_s", retry_s)):
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-                raise ValueError(f"`{name}` must be a number of seconds > 0, got {value!r}")
-        self.repo_id, self.token, self.endpoint, self.path_in_repo = repo_id, token, endpoint, path_in_repo
-        self.timeout_s, self.retry_s = timeout_s, retry_s
-        self.copies = 0  # copies that landed
-        self._state = threading.Condition()
-        self._board: Optional[Leaderboard] = None
-        self._wanted = self._busy = self._closed = False
-        self._thread: Optional[threading.Thread] = None
-
-    def push(self, board: Leaderboard) -> None:
-        """Ask for a copy of ``board``; the background thread makes it (never raises, never waits)."""
-        with self._state:
-            self._board, self._wanted = board, True
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._work, name=f"hub-copy {self.repo_id}", daemon=True)
-                self._thread.start()
-            self._state.notify_all()
-
-    def wait(self, timeout: Optional[float] = None) -> bool:
-        """Wait until every copy asked for has landed; return whether it did within ``timeout`` seconds."""
-        with self._state:
-            return self._state.wait_for(lambda: not (self._wanted or self._busy), timeout)
-
-    def close(self) -> None:
-        """Stop the thread after its current upload; copies still wanted are not made."""
-        with self._state:
-            self._closed = True
-            self._state.notify_all()
-
-    def upload(self, board: Leaderboard) -> bool:
-        """Upload the board as it is now; return whether it landed (a failure is logged, never raised)."""
-        with tempfile.TemporaryDirectory(prefix="rococo-hub-copy-") as folder:
-            board_file = Path(folder) / "leaderboard.jsonl"
-            board_file.write_bytes(board.export_jsonl())
-            env = {**os.environ, **({"HF_TOKEN": self.token} if self.token else {}),
-                   "ROCOCO_HUB_UPLOAD_DEADLINE_S": str(math.ceil(self.timeout_s) + 5)}  # it ends itself too
-            command = [sys.executable, "-m", "rococo_eval.space.hub_upload", str(board_file), self.repo_id,
-                       self.path_in_repo] + ([self.endpoint] if self.endpoint else [])
-            try:
-                done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=self.timeout_s)
-            except subprocess.TimeoutExpired:
-                logger.warning("the leaderboard's copy to the dataset repo %s failed: no answer in %g s; tried again "
-                               "in %g s", self.repo_id, self.timeout_s, self.retry_s)
-                return False
-        if done.returncode != 0:
-            problem = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
-            logger.warning("the leaderboard's copy to the dataset repo %s failed: %s; tried again in %g s",
-                           self.repo_id, problem, self.retry_s)
-            return False
-        self.copies += 1
-        return True
-
-    def _work(self) -> None:
-        while True:
-            with self._state:
-                self._state.wait_for(lambda: self._wanted or self._closed)
-                if self._closed:
-                    return
-                board, self._wanted, self._busy = self._board, False, True
-            try:
-                landed = self.upload(board)
-            except Exception as error:  # the database's export: the copy is tried again
-                logger.warning("the leaderboard's copy to the dataset repo %s failed: %s", self.repo_id, error)
-                landed = False
-            with self._state:
-                self._busy = False
-                if not landed:
-                    self._wanted = True
-                    self._state.notify_all()
-                    if self._state.wait_for(lambda: self._closed, self.retry_s):
-                        return
-                self._state.notify_all()
 
 
 def _check_agreement(rows: Sequence[dict]) -> None:
@@ -419,6 +445,26 @@ def _by_gallery(rows: Sequence[dict]) -> dict[str, dict]:
     return {gallery_key(str(row.get("attack", "")), str(row.get("direction", ""))): row for row in rows}
 
 
+def validity_warnings_of(rows: Sequence[dict]) -> list[str]:
+    """What the board says of the numbers of ``rows``: a gallery scored in an order its scores contradict (the
+    Space's or the command's trust-order override, ``order_overridden``), and a re-ranker's gallery (``reranked``: a
+    constant fill block), whose clean numbers the agreement check could not compare.
+
+    Example:
+        >>> validity_warnings_of([{"attack": "danger", "direction": "image_to_text", "order_overridden": True}])
+        ['danger/image_to_text: scored in the order stated, which its scores contradict (trust-order override)']
+    """
+    warnings = []
+    for row in rows:
+        key = gallery_key(str(row.get("attack", "")), str(row.get("direction", "")))
+        if row.get("order_overridden"):
+            warnings.append(f"{key}: scored in the order stated, which its scores contradict (trust-order override)")
+        if row.get("reranked"):
+            warnings.append(f"{key}: a re-ranker's scores (a constant fill block), so its clean R@1 was not checked "
+                            "against the clean gallery's")
+    return warnings
+
+
 def rococo_galleries(captions_per_image: Sequence[int], attacks: Sequence[str] = ATTACKS) -> dict[str, tuple[int, int]]:
     """``{gallery key: (queries, gallery items)}`` of RoCOCO's galleries, for images of ``captions_per_image``.
 
@@ -454,22 +500,26 @@ def recall_at_1(summary_rows: Sequence[dict]) -> dict[str, float]:
     return results
 
 
-def board_row(results: dict, **fields) -> dict:
-    """One board row of ``results`` (``{gallery key: R@1}``): the clean R@1, each attack's and the means.
+def board_row(results: dict, outcomes: Optional[Mapping] = None, **fields) -> dict:
+    """One board row of ``results`` (``{gallery key: R@1}``): the clean R@1, each attack's and the means, and the
+    per-query R@1 hits by gallery key (``outcomes``, :data:`~rococo_eval.board.ranking.OUTCOMES`; None: not kept)
+    that rank it (:func:`~rococo_eval.board.ranking.rank_rows` adds its ``rank``).
 
     A mean is over every text attack (or every image attack, all seeds) or none: a mean over some of them would
-    sort beside full means as if it were one."""
+    sort beside full means as if it were one. A published text-attack number whose attack its source does not name
+    (``text/image_to_text``) is no mean: it has its own column (:data:`~rococo_eval.board.ranking.TEXT_UNNAMED`)."""
     text = [results[f"{attack}/image_to_text"] for attack in TEXT_ATTACKS if f"{attack}/image_to_text" in results]
     image = [results[f"{attack}/text_to_image"] for attack in IMAGE_ATTACKS if f"{attack}/text_to_image" in results]
     text, image = (text if len(text) == len(TEXT_ATTACKS) else []), (image if len(image) == len(IMAGE_ATTACKS) else [])
-    row = {"model": fields["model"], "kind": fields["kind"],
+    row = {"model": fields["model"], RANK: None, "kind": fields["kind"],
            "clean R@1 (i2t)": results.get("clean/image_to_text"), "clean R@1 (t2i)": results.get("clean/text_to_image"),
-           "text attacks R@1 (i2t, mean)": results.get("text/image_to_text", _mean(text)),
+           TEXT_MEAN: _mean(text), TEXT_UNNAMED: results.get("text/image_to_text"),
            "image attacks R@1 (t2i, mean)": _mean(image)}
     for attack in TEXT_ATTACKS + IMAGE_ATTACKS:
         direction = "image_to_text" if attack in TEXT_ATTACKS else "text_to_image"
         row[f"{attack} R@1"] = results.get(f"{attack}/{direction}")
     row.update({name: fields[name] for name in ("precision", "link", "note", "source", "submitted")})
+    row[OUTCOMES] = outcomes
     return row
 
 
@@ -498,6 +548,26 @@ def published_entries() -> list[tuple]:
     return entries
 
 
+def page_of(rows: Sequence, page=1, page_rows: int = PAGE_ROWS) -> tuple[list, int, int]:
+    """The rows of page ``page`` (counted from 1; None: the first) of ``rows``, ``page_rows`` to a page; the page
+    given (the last one for a page past it) and how many pages there are (at least 1).
+
+    Raises:
+        ValueError: ``page`` is not a whole number >= 1.
+
+    Example:
+        >>> shown, page, pages = page_of(list(range(250)), 3)
+        >>> shown[:2], page, pages, page_of(list(range(250)), 9)[1]
+        ([200, 201], 3, 3, 3)
+    """
+    page = 1 if page is None else page
+    if isinstance(page, bool) or not isinstance(page, (int, float)) or page != int(page) or page < 1:
+        raise ValueError(f"`page` must be a whole number >= 1, got {page!r}")
+    pages = max(1, math.ceil(len(rows) / page_rows))
+    page = min(int(page), pages)
+    return list(rows[(page - 1) * page_rows:page * page_rows]), page, pages
+
+
 def rate_allows(times: Sequence[float], now: float, limit: int = RATE_LIMIT, window: float = RATE_WINDOW_S) -> bool:
     """Whether a session that submitted at ``times`` may submit at ``now``: fewer than ``limit`` in ``window`` s.
 
@@ -519,14 +589,30 @@ def clean_text(value, field: str, required: bool = False) -> str:
     text = "".join(char for char in str(value or "") if unicodedata.category(char) not in STRIPPED_CATEGORIES).strip()
     if required and not text:
         raise ValueError(f"`{field}` is empty: give the model's name")
+    if required and all(char.isspace() or char in BLANK_LOOKING for char in text):
+        raise ValueError(f"`{field}` {text!r} looks blank (it holds only characters that show nothing, such as "
+                         "U+3164 or U+2800): give the model's name")
     if len(text) > LIMITS[field]:
         raise ValueError(f"`{field}` has {len(text)} characters; at most {LIMITS[field]}")
     return text
 
 
+def _name_key(name: str) -> str:
+    """A name as a reader tells it apart: compatibility forms folded (NFKC), any case, spaces and blank-looking
+    characters left out."""
+    return "".join(char for char in unicodedata.normalize("NFKC", name).casefold()
+                   if not (char.isspace() or char in BLANK_LOOKING))
+
+
 def _published(model: str, results: dict, source: str, note: str) -> tuple:
     return (_digest(model, results), PUBLISHED, model, "", "not stated", note, source, "published",
             json.dumps(results, sort_keys=True))
+
+
+def row_digest(record: Mapping) -> str:
+    """The board's key of a checked record's row: its model name and R@1 numbers (:func:`recall_at_1`), so that
+    the same model with the same results is one row, whichever record or submission brought it."""
+    return _digest(record["model"], recall_at_1(summary_rows_of(record)))
 
 
 def _digest(model: str, results: dict) -> str:
@@ -536,6 +622,3 @@ def _digest(model: str, results: dict) -> str:
 def _mean(values) -> Optional[float]:
     return round(sum(values) / len(values), 4) if values else None
 
-
-def _number(value) -> float:
-    return -1.0 if value is None else float(value)

@@ -779,7 +779,9 @@ def test_score_refuses_a_stated_order_that_the_evidence_is_significantly_against
     """Issue 39: an official-order rand_voca matrix whose model is right on 452 of the 511 informative sampled
     queries (88%: below the 90% that decides) was scored as stated, in the dataset order, to R@1 0.02. The sign test
     refuses it; at the boundary, 310 of 511 against the stated order are refused (p = 8.1e-7) and 309 are not
-    (p = 1.3e-6); the other order is taken; --trust-order scores a refused order with a warning that --quiet keeps."""
+    (p = 1.3e-6); the other order is taken; --trust-order scores a refused order with a warning that --quiet keeps.
+    Only the last run scores a matrix: the others are settled when the files are planned."""
+    from rococo_eval.scoring.plan import ScoreRequest, plan_score_files
     from helpers.order_votes import plant_votes
 
     paths = {}
@@ -801,15 +803,13 @@ def test_score_refuses_a_stated_order_that_the_evidence_is_significantly_against
                 "order all the same") in error
     assert not (tmp_path / "refused" / "report.json").exists()
 
-    assert main(["score", f"rand_voca:dataset={paths[309]}", "--out", str(tmp_path / "accepted"), "-q"]) == 0
-    report = json.loads((tmp_path / "accepted" / "report.json").read_text())
-    assert "the scores do not decide the order (of 512 sampled queries, 309 score their official-order ground truth " \
-           "higher and 202 their dataset-order ground truth;" in report["meta"]["files"]["rand_voca/image_to_text"][
-               "note"]
-    assert "warnings" not in report["meta"]
-    assert main(["score", f"rand_voca:official={paths[310]}", "--out", str(tmp_path / "other"), "-q"]) == 0
-    assert json.loads((tmp_path / "other" / "report.json").read_text())["meta"]["files"]["rand_voca/image_to_text"][
-        "order"] == "official"
+    # Taken, as score plans them (scoring the 1 GB matrices would test the metric again, not the order rule): 309
+    # against the stated order, and the order that the votes favour.
+    plans = [plan_score_files([ScoreRequest(paths[official], attack="rand_voca", order=order)], captions_per_image)[0]
+             for official, order in ((309, "dataset"), (310, "official"))]
+    assert [planned.choice.order for planned in plans] == ["dataset", "official"]
+    assert ("the scores do not decide the order (of 512 sampled queries, 309 score their official-order ground truth "
+            "higher and 202 their dataset-order ground truth;") in plans[0].choice.note
 
     trusted = _score_in_a_terminal("score", f"rand_voca:dataset={paths[310]}", "--trust-order", "--quiet",
                                    "--out", tmp_path / "trusted")

@@ -120,7 +120,12 @@ def test_the_code_blocks_written_in_the_pages_fit_the_column(hooks, page):
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory):
-    """The docs site, built as ``make test`` builds it."""
+    """The docs site, built as ``make test`` builds it: the site ``make test`` has just built
+    (``$ROCOCO_DOCS_SITE``), else one built here."""
+    if os.environ.get("ROCOCO_DOCS_SITE"):
+        built = Path(os.environ["ROCOCO_DOCS_SITE"])
+        assert (built / "cli" / "index.html").is_file(), f"$ROCOCO_DOCS_SITE={built} holds no built docs site"
+        return built
     folder = tmp_path_factory.mktemp("site")
     subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet", "--site-dir", str(folder)],
                    cwd=ROOT, env={**os.environ, "NO_MKDOCS_2_WARNING": "1"}, check=True)

@@ -88,6 +88,7 @@ class Processes:
 
         every: list = [None] * self.world
         dist.all_gather_object(every, list(items))
+        self.barrier()  # no process leaves the group while another still exchanges its part (gloo aborts then)
         return [item for part in every for item in part]
 
     def leave(self) -> None:

@@ -29,6 +29,7 @@ from helpers.space_app import (
     example_upload,
     free_port,
     serve,
+    wait_until_served,
 )
 from rococo_eval.space import logic
 from rococo_eval.space.handlers import Handlers
@@ -516,18 +517,7 @@ def real_app(annotations_dir, tmp_path_factory):
     log = open(tmp_path_factory.mktemp("log") / "app.log", "w+")
     process = subprocess.Popen([sys.executable, "app.py"], cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}/"
-    deadline = time.monotonic() + 180
-    while True:
-        try:
-            if httpx.get(url, timeout=5).status_code == 200:
-                break
-        except httpx.TransportError:
-            pass
-        if process.poll() is not None or time.monotonic() > deadline:
-            log.seek(0)
-            process.kill()
-            pytest.fail(f"app.py did not start on {url}:\n{log.read()[-3000:]}")
-        time.sleep(0.5)
+    wait_until_served(process, url, log, "app.py")
     yield url, process
     process.terminate()
     process.wait(timeout=30)

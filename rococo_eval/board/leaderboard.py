@@ -122,6 +122,14 @@ CREATE TABLE IF NOT EXISTS submissions (
     submitted_at TEXT NOT NULL,
     results TEXT NOT NULL
 )"""
+# A count of the changes to the board's rows, kept by SQLite itself (so a change by another process counts too):
+# :meth:`Leaderboard.rows` ranks the board again only when it moved.
+_VERSION_SCHEMA = [
+    "CREATE TABLE IF NOT EXISTS board_version (changes INTEGER NOT NULL)",
+    "INSERT INTO board_version (changes) SELECT 0 WHERE NOT EXISTS (SELECT 1 FROM board_version)",
+    *[f"CREATE TRIGGER IF NOT EXISTS board_{event.lower()} AFTER {event} ON submissions "
+      "BEGIN UPDATE board_version SET changes = changes + 1; END" for event in ("INSERT", "UPDATE", "DELETE")],
+]
 # columns added since the first board (a board file of an earlier version gets them when it is opened)
 _ADDED_COLUMNS = {"record_id": "TEXT", "state": "TEXT NOT NULL DEFAULT ''", "record": "TEXT",
                   "client": "TEXT NOT NULL DEFAULT ''",
@@ -170,6 +178,8 @@ class Leaderboard:
         self.hourly_limit = hourly_limit
         self.lock_timeout_s = lock_timeout_s
         self._hit_cache: dict[str, Optional[dict[str, np.ndarray]]] = {}  # :meth:`_hits`, by row id
+        self._ranked: tuple[int, list[dict]] = (-1, [])  # the board's version and its ranked rows (:meth:`rows`)
+        self.rankings = 0  # how many times :meth:`rows` ranked the board (once per change of its rows)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self._connect() as connection:
             connection.execute(_SCHEMA)
@@ -177,6 +187,8 @@ class Leaderboard:
             for column, declared in _ADDED_COLUMNS.items():
                 if column not in present:
                     connection.execute(f"ALTER TABLE submissions ADD COLUMN {column} {declared}")
+            for statement in _VERSION_SCHEMA:
+                connection.execute(statement)
             entries = published_entries()
             for entry in entries:
                 connection.execute("INSERT OR IGNORE INTO submissions (digest, kind, model, link, precision, note, "
@@ -365,10 +377,19 @@ class Leaderboard:
         whose name holds it (any case), ``kind`` the published or the submitted rows: a filter or a page never
         changes a band."""
         with self._connect() as connection:
-            entries = connection.execute("SELECT digest, kind, model, link, precision, note, source, submitted_at, "
-                                         "results, state, json_extract(record, '$.validity_warnings') "
-                                         "FROM submissions ORDER BY id").fetchall()
-            hits = self._hits(connection, [entry[0] for entry in entries])
+            version, = connection.execute("SELECT changes FROM board_version").fetchone()
+            if version != self._ranked[0]:
+                self._ranked = (version, self._ranked_rows(connection))
+        return [dict(row) for row in self._ranked[1]
+                if kind in ("all", row["kind"]) and search.lower() in row["model"].lower()]
+
+    def _ranked_rows(self, connection) -> list[dict]:
+        """Every row of the board, ranked (:meth:`rows`, before its filters)."""
+        self.rankings += 1
+        entries = connection.execute("SELECT digest, kind, model, link, precision, note, source, submitted_at, "
+                                     "results, state, json_extract(record, '$.validity_warnings') "
+                                     "FROM submissions ORDER BY id").fetchall()
+        hits = self._hits(connection, [entry[0] for entry in entries])
         rows = []
         for digest, kind_, model, link, precision, note, source, stamp, results, state, warnings in entries:
             try:
@@ -379,8 +400,7 @@ class Leaderboard:
             rows.append({**board_row(results, hits.get(digest), model=model, kind=kind_, link=link,
                                      precision=precision, note=note, source=source, submitted=stamp),
                          "id": digest, "pending": state == PENDING, "warnings": json.loads(warnings or "[]")})
-        return [row for row in rank_rows(rows)
-                if kind in ("all", row["kind"]) and search.lower() in row["model"].lower()]
+        return rank_rows(rows)
 
     @contextlib.contextmanager
     def _connect(self, immediate: bool = False):

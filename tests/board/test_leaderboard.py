@@ -338,3 +338,19 @@ def test_one_client_is_limited_apart_from_everyone(tmp_path):
     with pytest.raises(ValueError, match=f"{CLIENT_HOURLY_LIMIT} submissions came from your address"):
         board.submit(ROWS, model="spam again", client="203.0.113.9")
     assert board.submit(ROWS, model="someone else", client="198.51.100.1")[0]
+
+
+def test_the_board_is_ranked_once_per_change_of_its_rows_by_any_process(tmp_path):
+    """Issue 41: a page load asks for the board twice (the table, the line under it); the rows are ranked again
+    only when the database's rows changed, by this board or by another process on the same file."""
+    here, elsewhere = board_at(tmp_path / "board.sqlite3"), board_at(tmp_path / "board.sqlite3")
+    first = here.rows()
+    assert here.rows(kind=PUBLISHED) == first and here.rows("blip") == [row for row in first if "BLIP" in row["model"]]
+    assert here.rankings == 1
+    first[0]["model"] = "changed by a caller"  # a caller's change never reaches the board's memo
+    assert here.rows()[0]["model"] != "changed by a caller" and here.rankings == 1
+    assert elsewhere.submit(ROWS, model="from another process")[0]
+    assert "from another process" in [row["model"] for row in here.rows(kind=SUBMITTED)] and here.rankings == 2
+    with sqlite3.connect(tmp_path / "board.sqlite3") as connection:  # a change of a row's state counts too
+        connection.execute("UPDATE submissions SET note = 'edited' WHERE model = 'from another process'")
+    assert here.rows(kind=SUBMITTED)[0]["note"] == "edited" and here.rankings == 3

@@ -2,7 +2,11 @@
 served on a free loopback port."""
 
 import socket
+import time
 from pathlib import Path
+
+import httpx
+import pytest
 
 import numpy as np
 from PIL import Image
@@ -61,6 +65,23 @@ def free_port():
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
+
+
+def wait_until_served(process, url: str, log, name: str, timeout_s: float = 180) -> None:
+    """Wait until the app that ``process`` (a ``subprocess.Popen``, its output in the open file ``log``) starts
+    answers at ``url``; fail the test with ``name`` and the log's end if it exits or takes over ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            if httpx.get(url, timeout=5).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        if process.poll() is not None or time.monotonic() > deadline:
+            log.seek(0)
+            process.kill()
+            pytest.fail(f"{name} did not start on {url}:\n{log.read()[-3000:]}")
+        time.sleep(0.5)
 
 
 def serve(demo):

@@ -174,8 +174,8 @@ def _evaluate_tab(attacks, adversarial_per_image: int, text_attacks) -> SimpleNa
                                column_count=len(LAYOUT_HEADERS), label="layouts",
                                column_widths=["18%", "13%", "13%", "9%", "47%"])
     with gr.Row():  # each shown when the table has a file of that text attack
-        tab.orders = [gr.Dropdown(list(ORDERS), value=None, label=f"order ({attack})", visible=False,
-                                  elem_id=f"order-{attack}") for attack in text_attacks]
+        tab.orders = {attack: gr.Dropdown(list(ORDERS), value=None, label=f"order ({attack})", visible=False,
+                                          elem_id=f"order-{attack}") for attack in text_attacks}
     with gr.Accordion("Custom layout (references and adversarial items)", open=False):
         gr.Markdown(_CUSTOM_HELP)
         with gr.Row():
@@ -372,12 +372,19 @@ def _wire(handlers: Handlers, evaluate_tab, flipped_tab, explore_tab, compare_ta
 
 def _wire_orders(handlers: Handlers, evaluate_tab) -> None:
     """The order lists follow the layout table; choosing an order in one writes it, and a new note, into the table."""
-    evaluate_tab.layouts.change(handlers.order_lists, evaluate_tab.layouts, evaluate_tab.orders,
-                                api_visibility="private")
-    for attack, order in zip(handlers.text_attacks(), evaluate_tab.orders):
+    orders = evaluate_tab.orders  # by text attack
+    evaluate_tab.layouts.change(functools.partial(_by_component, orders, handlers.order_lists), evaluate_tab.layouts,
+                                list(orders.values()), api_visibility="private")
+    for attack, order in orders.items():
         order.input(functools.partial(handlers.choose_order, attack),
                     [evaluate_tab.files, evaluate_tab.layouts, order], evaluate_tab.layouts,
                     api_visibility="private")
+
+
+def _by_component(components: dict, handler, *values) -> dict:
+    """What ``handler`` returns for ``values``, a value for each name of ``components`` (a dict of them by name), keyed
+    by the component itself: Gradio gives each component the value under its key."""
+    return {components[name]: value for name, value in handler(*values).items()}
 
 
 def _shown(components: list) -> dict:

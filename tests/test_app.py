@@ -94,7 +94,8 @@ def test_every_action_has_an_endpoint(client):
 def test_each_handler_fills_the_components_its_result_names(client):
     """Issue 42: the handlers returned 7- and 8-tuples matched by position to lists in app.py. Now each result is a
     named tuple whose fields name the components it fills, app.py lists a handler's outputs from those names (a name
-    that finds no component, or two, is refused), and the API still returns the values in the order of the fields."""
+    that finds no component, or two, is refused), and the API still returns the values in the order of the fields;
+    the order lists, one per text attack, come as a dict by attack, given to Gradio keyed by component."""
     from types import SimpleNamespace
 
     tab = SimpleNamespace(index="the index", captions="the captions", images="the images", note="the note")
@@ -104,6 +105,9 @@ def test_each_handler_fills_the_components_its_result_names(client):
         app._outputs(Shown, tab, SimpleNamespace(note="another note"))
     with pytest.raises(ValueError, match="^Evaluated.message names 0 components of the page, not one$"):
         app._outputs(Evaluated, tab)
+    orders = {"rand_voca": "the list of rand_voca", "danger": "the list of danger"}  # a handler's dict by name
+    assert app._by_component(orders, lambda word: {"danger": word, "rand_voca": word.upper()}, "shown") == {
+        "the list of danger": "shown", "the list of rand_voca": "SHOWN"}
     endpoints = client.view_api(print_info=False, return_format="dict")["named_endpoints"]
     labels = {name: [value["label"] for value in endpoints[name]["returns"]]
               for name in ("/evaluate", "/example", "/explore_random", "/submit")}

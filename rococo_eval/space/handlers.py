@@ -180,15 +180,16 @@ class Handlers:
         return detect_layouts(files, self.captions_per_image, adversarial_per_image_of(self.source),
                               attacks_of(self.source), source=self.source)
 
-    def order_lists(self, layouts: list | None) -> list[gr.Dropdown]:
-        """One order list per text attack of the source (:meth:`text_attacks`), under the layout table: shown, with the
-        table's order and the file's name, when the table has a row of that attack's image-to-text gallery."""
+    def order_lists(self, layouts: list | None) -> dict[str, gr.Dropdown]:
+        """The order list of each text attack of the source (:meth:`text_attacks`), under the layout table, by attack:
+        shown, with the table's order and the file's name, when the table has a row of that attack's image-to-text
+        gallery."""
         rows = [["" if cell is None else str(cell) for cell in row] for row in (layouts or [])]
-        lists = []
+        lists = {}
         for attack in self.text_attacks():
             row = next((row for row in rows if row[1:3] in ([attack, IMAGE_TO_TEXT], [attack, ""])), None)
-            lists.append(gr.Dropdown(visible=False) if row is None else
-                         gr.Dropdown(value=row[3] or None, label=f"order of {row[0]} ({attack})", visible=True))
+            lists[attack] = (gr.Dropdown(visible=False) if row is None else
+                             gr.Dropdown(value=row[3] or None, label=f"order of {row[0]} ({attack})", visible=True))
         return lists
 
     def choose_order(self, attack: str, files: list[str] | None, layouts, order: str) -> list[list[str]]:

@@ -6,7 +6,8 @@ images, for the Explore tab, from ``$ROCOCO_IMAGES_DIR`` (the folder holding ``v
 ``$ROCOCO_BENCHMARK_DIR`` serves a benchmark made by ``rococo-eval attack`` instead of RoCOCO.
 Every action is an API endpoint (``/detect``, ``/evaluate``, ``/flipped``, ``/explore``, ``/explore_random``,
 ``/compare``, ``/submit``, ``/leaderboard``), so ``gradio_client`` can do what the page does. This file only builds
-the page and wires each button to a handler (:mod:`rococo_eval.space.handlers`); what the handlers call lives in
+the page and wires each button to a handler (:mod:`rococo_eval.space.handlers`), each handler's outputs listed by the
+names of its result's fields (:func:`_outputs`); what the handlers call lives in
 :mod:`rococo_eval.space`. The leaderboard lives in the SQLite database at ``$ROCOCO_LEADERBOARD_DB``
 (:mod:`rococo_eval.board.leaderboard`). Each request carries its own data: nothing a user uploads or gets back is
 kept in this process beyond the request and the user's session.
@@ -32,7 +33,16 @@ from rococo_eval.reporting.report import legend
 from rococo_eval.scoring.plan import adversarial_per_image_of, attacks_of
 from rococo_eval.board import leaderboard
 from rococo_eval.space.example import SYNTHETIC_MODEL
-from rococo_eval.space.handlers import Handlers, open_board
+from rococo_eval.space.handlers import (
+    Evaluated,
+    FirstFlipped,
+    FlippedPage,
+    Handlers,
+    Shown,
+    ShownAt,
+    Submitted,
+    open_board,
+)
 from rococo_eval.space.logic import (
     ALL_GALLERIES,
     IMAGE_ATTACK_HEADERS,
@@ -120,7 +130,8 @@ def build_app(source=None, captions_per_image=None, *, concurrency: int = 2, out
         note = _availability_note(source, captions_per_image, problem)
         if note:
             gr.Markdown(note, elem_id="annotations-note")
-        user_rows, board_rows, failures = gr.State([]), gr.State([]), gr.State(None)
+        # what a session keeps between requests: its evaluated rows, the rows the board may take, the failures
+        session = SimpleNamespace(user_rows=gr.State([]), board_rows=gr.State([]), failures=gr.State(None))
         with gr.Tab("Evaluate"):
             evaluate_tab = _evaluate_tab(attacks_of(source), adversarial_per_image_of(source),
                                          handlers.text_attacks())
@@ -132,12 +143,10 @@ def build_app(source=None, captions_per_image=None, *, concurrency: int = 2, out
             compare_tab = _compare_tab()
         with gr.Tab("Leaderboard"):
             board_tab = _leaderboard_tab(board_problem, source)
-        _wire(handlers, evaluate_tab, flipped_tab, explore_tab, compare_tab, user_rows, board_rows, failures,
-              concurrency)
-        _wire_leaderboard(demo, handlers, evaluate_tab, board_tab, board_rows, user_rows, failures)
+        _wire(handlers, evaluate_tab, flipped_tab, explore_tab, compare_tab, session, concurrency)
+        _wire_leaderboard(demo, handlers, evaluate_tab, board_tab, session)
         if source is not None:
-            demo.load(handlers.show, explore_tab.index, [explore_tab.captions, explore_tab.images, explore_tab.note],
-                      api_visibility="private")
+            demo.load(handlers.show, explore_tab.index, _outputs(Shown, explore_tab), api_visibility="private")
     demo.queue(default_concurrency_limit=LIGHT_REQUEST_CONCURRENCY)
     return demo
 
@@ -165,8 +174,8 @@ def _evaluate_tab(attacks, adversarial_per_image: int, text_attacks) -> SimpleNa
                                column_count=len(LAYOUT_HEADERS), label="layouts",
                                column_widths=["18%", "13%", "13%", "9%", "47%"])
     with gr.Row():  # each shown when the table has a file of that text attack
-        tab.orders = [gr.Dropdown(list(ORDERS), value=None, label=f"order ({attack})", visible=False,
-                                  elem_id=f"order-{attack}") for attack in text_attacks]
+        tab.orders = {attack: gr.Dropdown(list(ORDERS), value=None, label=f"order ({attack})", visible=False,
+                                          elem_id=f"order-{attack}") for attack in text_attacks}
     with gr.Accordion("Custom layout (references and adversarial items)", open=False):
         gr.Markdown(_CUSTOM_HELP)
         with gr.Row():
@@ -292,7 +301,24 @@ def _submit_form() -> SimpleNamespace:
     return form
 
 
-def _wire_leaderboard(demo, handlers: Handlers, evaluate_tab, board_tab, board_rows, user_rows, failures) -> None:
+def _outputs(result: type, *namespaces: SimpleNamespace) -> list:
+    """The components that a handler's ``result`` (a named tuple of :mod:`rococo_eval.space.handlers`) fills, in the
+    order of its fields: for each field, the one component of ``namespaces`` of its name. So a value reaches its
+    component by name, and the API returns the values in the order of the fields.
+
+    Raises:
+        ValueError: a field names no component of ``namespaces``, or several.
+    """
+    components = []
+    for field in result._fields:
+        found = [vars(namespace)[field] for namespace in namespaces if field in vars(namespace)]
+        if len(found) != 1:
+            raise ValueError(f"{result.__name__}.{field} names {len(found)} components of the page, not one")
+        components.append(found[0])
+    return components
+
+
+def _wire_leaderboard(demo, handlers: Handlers, evaluate_tab, board_tab, session: SimpleNamespace) -> None:
     filters = [board_tab.search, board_tab.kind, board_tab.view, board_tab.page]
     noted = [board_tab.search, board_tab.kind, board_tab.page]
 
@@ -305,19 +331,19 @@ def _wire_leaderboard(demo, handlers: Handlers, evaluate_tab, board_tab, board_r
         with_note(control.change(handlers.board_view, filters, board_tab.table, api_visibility="private"))
     with_note(board_tab.search.submit(handlers.board_view, filters, board_tab.table, api_visibility="private"))
     form = evaluate_tab.form
-    with_note(form.submit.click(handlers.submit, [board_rows, form.model, form.link, form.precision, form.note,
-                                                  form.times, *filters[:3], user_rows, failures, board_tab.page],
-                                [form.message, board_tab.table, form.times], api_name="submit",
+    with_note(form.submit.click(handlers.submit, [session.board_rows, form.model, form.link, form.precision,
+                                                  form.note, form.times, *filters[:3], session.user_rows,
+                                                  session.failures, board_tab.page],
+                                _outputs(Submitted, form, board_tab), api_name="submit",
                                 show_progress_on=form.message))  # a refusal marks the form, not the board
 
 
-def _wire(handlers: Handlers, evaluate_tab, flipped_tab, explore_tab, compare_tab, user_rows, board_rows, failures,
+def _wire(handlers: Handlers, evaluate_tab, flipped_tab, explore_tab, compare_tab, session: SimpleNamespace,
           concurrency: int) -> None:
     """Connect the components to the handlers; each connection is also the named API endpoint."""
     evaluate_tab.files.change(handlers.detect, evaluate_tab.files, evaluate_tab.layouts, api_name="detect")
     _wire_orders(handlers, evaluate_tab)
-    outputs = [evaluate_tab.message, evaluate_tab.results, evaluate_tab.chart, evaluate_tab.download, user_rows,
-               board_rows, failures, evaluate_tab.precision]
+    outputs = _outputs(Evaluated, evaluate_tab, session)
     evaluated = evaluate_tab.run.click(
         handlers.evaluate,
         [evaluate_tab.files, evaluate_tab.layouts, evaluate_tab.references, evaluate_tab.adversarial,
@@ -325,42 +351,46 @@ def _wire(handlers: Handlers, evaluate_tab, flipped_tab, explore_tab, compare_ta
         concurrency_limit=concurrency)
     example = evaluate_tab.example.click(handlers.example, None, outputs, api_name="example",
                                          concurrency_limit=concurrency)
-    flipped_outputs = [flipped_tab.note, flipped_tab.queries, flipped_tab.csv, flipped_tab.words, flipped_tab.chart,
-                       flipped_tab.image_attacks, flipped_tab.words_note]
     # the submit form's precision: the one the evaluated files were saved in (the example is not submitted)
     evaluated.success(handlers.precision, [evaluate_tab.precision, evaluate_tab.form.precision],
                       evaluate_tab.form.precision, api_name="upload_precision")
+    shown = [evaluate_tab.results, evaluate_tab.legend, evaluate_tab.chart, evaluate_tab.download]
     for done, name in ((evaluated, "evaluation"), (example, "example")):  # private: named apart from the public
-        done.success(_shown, None, [evaluate_tab.results, evaluate_tab.legend, evaluate_tab.chart,
-                                    evaluate_tab.download], api_name=f"show_{name}",
+        done.success(functools.partial(_shown, shown), None, shown, api_name=f"show_{name}",
                      api_visibility="private").then(None, js=_SCROLL_TO_RESULTS)
-        done.success(handlers.compare, user_rows, compare_tab.table, api_name=f"compare_{name}",
+        done.success(handlers.compare, session.user_rows, compare_tab.table, api_name=f"compare_{name}",
                      api_visibility="private")
-        done.success(handlers.first_flipped, [failures, flipped_tab.min_count],
-                     [flipped_tab.gallery, flipped_tab.page, *flipped_outputs], api_name=f"flipped_{name}",
-                     api_visibility="private")
-    flipped_tab.show.click(handlers.flipped, [failures, flipped_tab.gallery, flipped_tab.page, flipped_tab.min_count],
-                           flipped_outputs, api_name="flipped")
-    explore_outputs = [explore_tab.captions, explore_tab.images, explore_tab.note]
-    explore_tab.show.click(handlers.show, explore_tab.index, explore_outputs, api_name="explore")
-    explore_tab.random.click(handlers.show_random, None, [explore_tab.index, *explore_outputs],
-                             api_name="explore_random")
-    compare_tab.refresh.click(handlers.compare, user_rows, compare_tab.table, api_name="compare")
+        done.success(handlers.first_flipped, [session.failures, flipped_tab.min_count],
+                     _outputs(FirstFlipped, flipped_tab), api_name=f"flipped_{name}", api_visibility="private")
+    flipped_tab.show.click(handlers.flipped, [session.failures, flipped_tab.gallery, flipped_tab.page,
+                                              flipped_tab.min_count],
+                           _outputs(FlippedPage, flipped_tab), api_name="flipped")
+    explore_tab.show.click(handlers.show, explore_tab.index, _outputs(Shown, explore_tab), api_name="explore")
+    explore_tab.random.click(handlers.show_random, None, _outputs(ShownAt, explore_tab), api_name="explore_random")
+    compare_tab.refresh.click(handlers.compare, session.user_rows, compare_tab.table, api_name="compare")
 
 
 def _wire_orders(handlers: Handlers, evaluate_tab) -> None:
     """The order lists follow the layout table; choosing an order in one writes it, and a new note, into the table."""
-    evaluate_tab.layouts.change(handlers.order_lists, evaluate_tab.layouts, evaluate_tab.orders,
-                                api_visibility="private")
-    for attack, order in zip(handlers.text_attacks(), evaluate_tab.orders):
+    orders = evaluate_tab.orders  # by text attack
+    evaluate_tab.layouts.change(functools.partial(_by_component, orders, handlers.order_lists), evaluate_tab.layouts,
+                                list(orders.values()), api_visibility="private")
+    for attack, order in orders.items():
         order.input(functools.partial(handlers.choose_order, attack),
                     [evaluate_tab.files, evaluate_tab.layouts, order], evaluate_tab.layouts,
                     api_visibility="private")
 
 
-def _shown():
-    """Show the results, their legend, the chart and the report once an evaluation has filled them."""
-    return gr.Dataframe(visible=True), gr.Markdown(visible=True), gr.Image(visible=True), gr.File(visible=True)
+def _by_component(components: dict, handler, *values) -> dict:
+    """What ``handler`` returns for ``values``, a value for each name of ``components`` (a dict of them by name), keyed
+    by the component itself: Gradio gives each component the value under its key."""
+    return {components[name]: value for name, value in handler(*values).items()}
+
+
+def _shown(components: list) -> dict:
+    """Show ``components`` (the results, their legend, the chart and the report) once an evaluation has filled them:
+    each made visible, keyed by the component."""
+    return {component: gr.update(visible=True) for component in components}
 
 
 def _layout_help(attacks, adversarial_per_image: int) -> str:

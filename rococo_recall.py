@@ -107,19 +107,18 @@ def rococo_recall(predictions: Array = None, references: Array = None, adversari
         ...                      num_gallery=3, references=[0, 1], adversarial=[2], k=(1, 2))  # the same, compact
         True
     """
-    mode = _input_mode(predictions, query_embeddings, gallery_embeddings, top_columns, top_scores, fill, num_gallery)
+    inputs = {"predictions": predictions, "query_embeddings": query_embeddings,
+              "gallery_embeddings": gallery_embeddings, "top_columns": top_columns, "top_scores": top_scores,
+              "fill": fill, "num_gallery": num_gallery}
+    mode = _input_mode(**inputs)
     accumulator = RankAccumulator(adversarial, ties=ties, chunk_size=chunk_size, top_items=per_query)
-    if mode == "predictions":
-        accumulator.update(predictions, references)
-    elif mode == "embeddings":
-        accumulator.update_embeddings(query_embeddings, gallery_embeddings, references)
-    else:
-        accumulator.update_top_k(top_columns, top_scores, references, fill=fill, num_gallery=num_gallery)
+    _update(accumulator, mode, references, inputs)
     return accumulator.compute(k=k, per_query=per_query, bootstrap=bootstrap, seed=seed)
 
 
-def _input_mode(predictions: Array, query_embeddings: Array, gallery_embeddings: Array, top_columns: Array = None,
-                top_scores: Array = None, fill: float | None = None, num_gallery: int | None = None) -> str:
+def _input_mode(predictions: Array = None, query_embeddings: Array = None, gallery_embeddings: Array = None,
+                top_columns: Array = None, top_scores: Array = None, fill: float | None = None,
+                num_gallery: int | None = None) -> str:
     """How the scores are given (``"predictions"``, ``"embeddings"`` or ``"top_k"``): the one check of the inputs."""
     given = [name for name, value in (("predictions", predictions), ("query_embeddings", query_embeddings),
                                       ("top_columns", top_columns)) if value is not None]
@@ -139,6 +138,18 @@ def _input_mode(predictions: Array, query_embeddings: Array, gallery_embeddings:
         return "top_k"
     raise ValueError("`predictions` is required (or both `query_embeddings` and `gallery_embeddings`, or "
                      "`top_columns` and `top_scores`)")
+
+
+def _update(accumulator: RankAccumulator, mode: str, references: Array, inputs: dict) -> None:
+    """Rank a block of queries whose scores come as ``mode`` (:func:`_input_mode`) says, from ``inputs`` (its arguments
+    by name), into ``accumulator``: the one path of :func:`rococo_recall` and of the evaluate class's ``add_batch``."""
+    if mode == "predictions":
+        accumulator.update(inputs["predictions"], references)
+    elif mode == "embeddings":
+        accumulator.update_embeddings(inputs["query_embeddings"], inputs["gallery_embeddings"], references)
+    else:
+        accumulator.update_top_k(inputs["top_columns"], inputs["top_scores"], references, fill=inputs["fill"],
+                                 num_gallery=inputs["num_gallery"])
 
 
 class RankAccumulator:
@@ -846,11 +857,13 @@ def _torch_distributed_group() -> tuple[int, int] | None:
     return dist.get_rank(), dist.get_world_size()
 
 
-# --- The evaluate class, where evaluate is imported (as `evaluate.load` does first; `import evaluate` costs seconds)
+# --- The evaluate class: defined here where evaluate was imported first (as `evaluate.load` does), else at its first
+# use (`__getattr__` below): `import evaluate` costs seconds, which scoring without the class does not pay
 
 _COMPUTE_ARGUMENTS = ("k", "per_query", "bootstrap", "seed")
+_SCORE_ARGUMENTS = ("query_embeddings", "gallery_embeddings", "top_columns", "top_scores", "fill", "num_gallery")
 
-if "evaluate" in sys.modules:
+if sys.modules.get("evaluate") is not None:  # imported (None: marked unavailable)
     import datasets
     import evaluate
 
@@ -859,12 +872,14 @@ if "evaluate" in sys.modules:
         """The RoCOCO Recall metric: ``compute`` and ``add_batch`` take score matrices directly (no Arrow); with
         ``num_process=n`` only per-query results travel (:meth:`_gather`), through ``torch.distributed`` when its
         default group has ``n`` processes, else through evaluate's cache files (``cache_dir`` seen by every process).
+
+        Besides ``_info`` and ``_compute``, which evaluate documents for a module to define, it overrides ``add_batch``,
+        ``add`` and ``compute``: evaluate's own write every input into Arrow (a RoCOCO gallery's score matrix is 1 GB;
+        a tensor would leave its GPU), so these rank the scores first and hand evaluate's own the per-query shards.
         """
 
-        def __init__(self, *args: Any, **kwargs: Any):
-            super().__init__(*args, **kwargs)
-            self._accumulator: RankAccumulator | None = None  # the per-query ranks of the batches added so far
-            self._query_index: dict | None = None  # their `query_index` values, in the order added (as a set)
+        _accumulator: RankAccumulator | None = None  # the per-query ranks of the batches added so far
+        _query_index: dict | None = None  # their `query_index` values, in the order added (as a set)
 
         def _info(self) -> evaluate.MetricInfo:
             int64 = datasets.Value("int64")
@@ -892,16 +907,14 @@ if "evaluate" in sys.modules:
                 raise ValueError("`adversarial` changed between batches: pass the same mask or indices to every batch")
             elif (query_index is None) != (self._query_index is None):
                 raise ValueError("`query_index` must be given with every batch or with none")
-            mode = _input_mode(predictions, query_embeddings, gallery_embeddings)
-            if mode == "predictions":
-                rows = predictions = _as_matrix(predictions)
-            else:
-                rows = query_embeddings = _as_matrix(query_embeddings, name="query_embeddings")
-            index = None if query_index is None else _check_query_index(query_index, len(rows), self._query_index or {})
-            if mode == "predictions":
-                accumulator.update(predictions, references)
-            else:
-                accumulator.update_embeddings(query_embeddings, gallery_embeddings, references)
+            inputs = {"predictions": predictions, "query_embeddings": query_embeddings,
+                      "gallery_embeddings": gallery_embeddings}
+            mode = _input_mode(**inputs)
+            rows = "predictions" if mode == "predictions" else "query_embeddings"
+            inputs[rows] = _as_matrix(inputs[rows], name=rows)
+            index = (None if query_index is None else
+                     _check_query_index(query_index, len(inputs[rows]), self._query_index or {}))
+            _update(accumulator, mode, references, inputs)
             if first:
                 self._accumulator, self._query_index = accumulator, None if index is None else {}
             if index is not None:
@@ -921,8 +934,9 @@ if "evaluate" in sys.modules:
                 logger.warning("torch.distributed has %d processes but the metric was loaded with num_process=1: this "
                                "result covers this process's queries only; load it with num_process=world size and "
                                "process_id=rank to get the result over all of them on process 0", world_size)
-            compact = kwargs.get("top_columns") is not None or kwargs.get("top_scores") is not None
-            if predictions is None and kwargs.get("query_embeddings") is None and not compact:
+            inputs = {"predictions": predictions,
+                      **{name: kwargs.pop(name) for name in _SCORE_ARGUMENTS if name in kwargs}}
+            if all(value is None for value in inputs.values()):  # the batches added
                 if self._accumulator is None:
                     raise ValueError("`predictions` is required (or batches added with `add_batch`)")
                 unused = sorted(set(kwargs) - set(_COMPUTE_ARGUMENTS))
@@ -930,19 +944,21 @@ if "evaluate" in sys.modules:
                     raise ValueError(f"{unused} belong to `add_batch`; `compute()` after batches takes only "
                                      "`k`, `per_query`, `bootstrap` and `seed`")
                 return self._compute_batches(**kwargs)
+            mode = _input_mode(**inputs)
+            inputs = {name: value for name, value in inputs.items() if value is not None}
             if self._accumulator is not None:
                 raise ValueError("batches were added with `add_batch`: call `compute()` without `predictions`")
-            if compact and (self.num_process > 1 or kwargs.get("query_index") is not None):
+            if mode == "top_k" and (self.num_process > 1 or kwargs.get("query_index") is not None):
                 raise ValueError("a compact score matrix (`top_columns`, `top_scores`) is scored in one call, on one "
                                  "process: load the metric with num_process=1 and leave out `query_index`")
             if self.num_process == 1 and kwargs.get("query_index") is None:
-                return rococo_recall(predictions, references, **kwargs)
+                return rococo_recall(references=references, **inputs, **kwargs)
             options = {key: kwargs.pop(key) for key in _COMPUTE_ARGUMENTS if key in kwargs}
-            self.add_batch(predictions=predictions, references=references, **kwargs)
+            self.add_batch(references=references, **inputs, **kwargs)
             try:
                 return self._compute_batches(**options)
             finally:  # after an error too: the metric had no batches before this call
-                self._accumulator = self._query_index = None
+                self._drop_batches()
 
         def _compute_batches(self, k: int | Sequence[int] = DEFAULT_K, per_query: bool = False, bootstrap: int = 0,
                              seed: int | None = 0) -> dict | None:
@@ -954,11 +970,16 @@ if "evaluate" in sys.modules:
                                  "added twice (as samplers that pad their shards, like DistributedSampler, do)")
             shards = self._gather()
             if self.num_process > 1:  # exchanged: spent on every process
-                self._accumulator = self._query_index = None
+                self._drop_batches()
             result = None if shards is None else summarize(*_merge_shards(shards), k=k, per_query=per_query,
                                                            bootstrap=bootstrap, seed=seed)
-            self._accumulator = self._query_index = None
+            self._drop_batches()
             return result
+
+        def _drop_batches(self) -> None:
+            """Forget the batches added: the metric holds what it held when loaded (the class's defaults)."""
+            vars(self).pop("_accumulator", None)
+            vars(self).pop("_query_index", None)
 
         def _gather(self) -> list[dict] | None:
             """This process's shard (its per-query results, their ``query_index`` and the gallery: one Arrow row of
@@ -992,12 +1013,23 @@ if "evaluate" in sys.modules:
 else:
 
     def __getattr__(name: str) -> Any:
-        """``rococo_recall.RococoRecall`` without evaluate imported: say how to get the class (PEP 562)."""
-        if name == "RococoRecall":
-            raise AttributeError("rococo_recall.RococoRecall, the evaluate metric, is defined when evaluate is "
-                                 "imported before this module: load it with evaluate.load('rococo_recall') (which does "
-                                 "so), or `import evaluate` before `import rococo_recall`")
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        """``rococo_recall.RococoRecall`` where evaluate was not imported before this module (PEP 562): evaluate is
+        imported now, and the class is the one this file defines when run again, evaluate imported (as
+        ``evaluate.load`` runs a copy of it); it is kept, so that every later use gets the same class."""
+        if name != "RococoRecall":
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        import importlib.util
+
+        try:
+            import evaluate  # noqa: F401  (seconds: it imports transformers' pipelines)
+        except ImportError as error:
+            raise AttributeError(f"rococo_recall.RococoRecall, the evaluate metric, needs the evaluate package "
+                                 f"(pip install evaluate): {error}") from None
+        spec = importlib.util.spec_from_file_location(__name__, __file__)
+        with_evaluate = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(with_evaluate)
+        globals()[name] = with_evaluate.RococoRecall
+        return with_evaluate.RococoRecall
 
 
 __test__ = {"RococoRecall": _KWARGS_DESCRIPTION}  # the class's example runs with the doctests, class defined or not

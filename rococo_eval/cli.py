@@ -46,7 +46,8 @@ _SPEC = re.compile(r"[a-z0-9_]+(:[a-z0-9_]*){0,2}")
 
 
 class CommandError(Exception):
-    """A problem the user can fix; printed as ``rococo-eval: error: <message>`` with exit status 1."""
+    """A problem the user can fix; printed as ``rococo-eval: error: <message>`` with exit status 1, each argument it
+    names in backticks written as the command's option (:func:`as_flags`, :func:`option_flags`)."""
 
 
 def main(argv=None) -> int:
@@ -55,7 +56,8 @@ def main(argv=None) -> int:
     Errors the user can fix are printed as one line on stderr; argparse's usage errors raise
     ``SystemExit(2)`` as usual.
     """
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     _configure_logging(args.verbose, args.quiet, progress_notes=args.command == "run")
     where = ""
     try:
@@ -73,7 +75,7 @@ def main(argv=None) -> int:
         return 130
     except (CommandError, ValueError, ImportError, OSError) as error:
         logger.debug("details", exc_info=True)
-        print(f"rococo-eval: {where}error: {as_flags(str(error), args)}", file=sys.stderr)
+        print(f"rococo-eval: {where}error: {as_flags(str(error), option_flags(parser, args))}", file=sys.stderr)
         return 1
     except Exception:
         if where:
@@ -735,18 +737,41 @@ def _progress(args) -> bool:
     return not args.quiet and sys.stderr.isatty()
 
 
-def as_flags(message: str, args) -> str:
-    """``message`` of a check below the command, with each argument it names (```compact_scores```) written as the
-    command's option (``--compact-scores``): the checks live once, in the functions the command calls.
+def option_flags(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict[str, str]:
+    """The flag of each option of the command ``args`` was parsed for, by the name of its argument (its ``dest``): the
+    table :func:`as_flags` writes arguments with. It is read from the actions of ``parser`` and of each subcommand
+    ``args`` chose, so it is the parser's own spelling; positionals, ``--help`` and ``--version`` have no argument.
 
     Example:
-        >>> as_flags("`compact_scores` needs `save_scores`; `k` is fine", argparse.Namespace(compact_scores=True,
-        ...                                                                               save_scores=None))
+        >>> parser = argparse.ArgumentParser()
+        >>> _ = parser.add_argument("--top", "-k", dest="k", type=int)
+        >>> _ = parser.add_argument("files", nargs="*")
+        >>> option_flags(parser, parser.parse_args([]))
+        {'k': '--top'}
+    """
+    flags = {}
+    while parser is not None:
+        chosen = None
+        for action in parser._actions:  # argparse lists no actions publicly
+            if isinstance(action, argparse._SubParsersAction):
+                chosen = action.choices.get(getattr(args, action.dest, None))
+            elif action.option_strings and action.default is not argparse.SUPPRESS:
+                flags[action.dest] = max(action.option_strings, key=len)
+        parser = chosen
+    return flags
+
+
+def as_flags(message: str, flags: dict[str, str]) -> str:
+    """``message`` of a check below the command, with each argument it names in backticks (```compact_scores```)
+    written as the command's option (``--compact-scores``), from ``flags`` (:func:`option_flags`); the checks live
+    once, in the functions the command calls. A name that is no argument of the command stays as it is.
+
+    Example:
+        >>> as_flags("`compact_scores` needs `save_scores`; `k` is fine",
+        ...          {"compact_scores": "--compact-scores", "save_scores": "--save-scores"})
         '--compact-scores needs --save-scores; `k` is fine'
     """
-    options = set(vars(args)) - {"command", "handler", "files", "reports"}  # the positionals are no options
-    return re.sub(r"`([a-z_]+)`", lambda match: f"--{match.group(1).replace('_', '-')}" if match.group(1) in options
-                  else match.group(0), message)
+    return re.sub(r"`([a-z_]+)`", lambda match: flags.get(match.group(1), match.group(0)), message)
 
 
 def _configure_logging(verbose: int, quiet: bool, progress_notes: bool = False) -> None:

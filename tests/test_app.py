@@ -32,7 +32,7 @@ from helpers.space_app import (
     wait_until_served,
 )
 from rococo_eval.space import logic
-from rococo_eval.space.handlers import Handlers
+from rococo_eval.space.handlers import Evaluated, Handlers, Shown, ShownAt
 from rococo_eval.space.outputs import BUDGET_ENV
 from rococo_eval.catalog import IMAGE_ATTACKS
 from rococo_eval.layout import gallery_layout
@@ -90,6 +90,32 @@ def test_every_action_has_an_endpoint(client):
     assert {"/detect", "/evaluate", "/example", "/upload_precision", "/flipped", "/explore", "/explore_random",
             "/compare", "/submit", "/leaderboard"} <= set(endpoints)
 
+
+
+def test_each_handler_fills_the_components_its_result_names(client):
+    """Issue 42: the handlers returned 7- and 8-tuples matched by position to lists in app.py. Now each result is a
+    named tuple whose fields name the components it fills, app.py lists a handler's outputs from those names (a name
+    that finds no component, or two, is refused), and the API still returns the values in the order of the fields;
+    the order lists, one per text attack, come as a dict by attack, given to Gradio keyed by component."""
+    from types import SimpleNamespace
+
+    tab = SimpleNamespace(index="the index", captions="the captions", images="the images", note="the note")
+    assert app._outputs(Shown, tab) == ["the captions", "the images", "the note"]
+    assert app._outputs(ShownAt, tab) == ["the index", "the captions", "the images", "the note"]
+    with pytest.raises(ValueError, match="^Shown.note names 2 components of the page, not one$"):
+        app._outputs(Shown, tab, SimpleNamespace(note="another note"))
+    with pytest.raises(ValueError, match="^Evaluated.message names 0 components of the page, not one$"):
+        app._outputs(Evaluated, tab)
+    orders = {"rand_voca": "the list of rand_voca", "danger": "the list of danger"}  # a handler's dict by name
+    assert app._by_component(orders, lambda word: {"danger": word, "rand_voca": word.upper()}, "shown") == {
+        "the list of danger": "shown", "the list of rand_voca": "SHOWN"}
+    endpoints = client.view_api(print_info=False, return_format="dict")["named_endpoints"]
+    labels = {name: [value["label"] for value in endpoints[name]["returns"]]
+              for name in ("/evaluate", "/example", "/explore_random", "/submit")}
+    assert labels == {"/evaluate": ["message", "results", "chart", "json"],  # the session's states are not returned
+                      "/example": ["message", "results", "chart", "json"],
+                      "/explore_random": ["image index", "captions", "images", "note"],
+                      "/submit": ["submission", "leaderboard"]}
 
 def test_detect(client, tmp_path):
     files = {"m_rand_voca.npy": SHAPES["attacked/image_to_text"], "clean.npy": SHAPES["clean/image_to_text"],
@@ -670,9 +696,9 @@ def test_the_space_scores_image_attacks_of_other_seeds(benchmark, tmp_path):
     handlers = Handlers(source, source.captions_per_image, tmp_path / "out")
     [row] = handlers.detect([str(path)])
     assert row[:3] == [path.name, "mix_seed7", "text_to_image"], row
-    message, *_ = handlers.evaluate([str(path)])
-    assert "mix_seed7" in message
-    evaluation_rows = handlers.evaluate([str(path)])[4]
+    evaluated = handlers.evaluate([str(path)])
+    assert "mix_seed7" in evaluated.message
+    evaluation_rows = evaluated.user_rows
     assert [(row["attack"], row["recall@1"]) for row in evaluation_rows] == [("mix_seed7", 100.0)]
     help_text = _layout_help(attacks_of(source), adversarial_per_image_of(source))
     assert "mix_seed1/7, patch_seed1/7, or custom" in help_text  # the page's help says so

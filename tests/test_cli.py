@@ -22,7 +22,15 @@ import pytest
 
 import rococo_recall
 from rococo_eval.models import adapters as models
-from rococo_eval.cli import CommandError, main, parse_layout_spec, split_file_argument
+from rococo_eval.cli import (
+    CommandError,
+    as_flags,
+    build_parser,
+    main,
+    option_flags,
+    parse_layout_spec,
+    split_file_argument,
+)
 from rococo_eval.models.cache import EmbeddingCache
 from rococo_eval.scoring.galleries import (
     adversarial_captions,
@@ -547,6 +555,40 @@ def test_unknown_attack(tmp_path, capsys):
     assert "rococo-eval: error: --attacks must be among ('same_concept'" in error and "got 'mixup'" in error
     assert "('all', 'text', 'image')" in error
 
+
+
+@pytest.mark.parametrize("argv, expected, positionals", [
+    (["run", "--model", "m"], {"compact_scores": "--compact-scores", "rerank_k": "--rerank-k", "quiet": "--quiet",
+                               "images_dir": "--images-dir", "annotations_dir": "--annotations-dir"}, []),
+    (["score", "f.npy"], {"model_name": "--model-name", "trust_order": "--trust-order", "out": "--out"}, ["files"]),
+    (["attack", "set.csv", "--out", "o"], {"per_image": "--per-image", "seeds": "--seeds", "verbose": "--verbose"},
+     ["input"]),
+    (["from-mteb", "results"], {"model_name": "--model-name", "out": "--out"}, ["results"]),
+    (["compare", "a", "b"], {"quiet": "--quiet"}, ["report_a", "report_b"]),
+])
+def test_the_flag_of_each_argument_is_the_parsers_own(argv, expected, positionals):
+    """Issue 42: `as_flags` wrote every backticked word that was an attribute of the parsed arguments as `--word`, by
+    spelling, so a positional (`input`, `results`) became an option that does not exist. The table is now read from
+    the parser: each option of the command by its argument's name, in the long spelling that --help shows."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    flags = option_flags(parser, args)
+    assert expected.items() <= flags.items()
+    assert not {"command", "handler", "help", "version", *positionals} & set(flags)
+    subcommand = next(action for action in parser._actions if action.dest == "command").choices[argv[0]]
+    assert set(flags) == {action.dest for action in subcommand._actions if action.option_strings} - {"help"}
+    assert all(flag in subcommand.format_help() for flag in flags.values())
+    assert as_flags("`quiet` or `verbose`; `k`", flags) == "--quiet or --verbose; `k`"
+    for name in positionals:
+        assert as_flags(f"`{name}` is refused", flags) == f"`{name}` is refused"
+
+
+def test_a_subcommand_of_a_subcommand_gives_its_flags():
+    parser = build_parser()
+    args = parser.parse_args(["leaderboard", "migrate", "--repo", "org/board"])
+    flags = option_flags(parser, args)
+    assert {"repo": "--repo", "skip_existing": "--skip-existing", "dry_run": "--dry-run"}.items() <= flags.items()
+    assert "action" not in flags
 
 def test_errors_of_checks_below_the_command_name_its_options(tmp_path, capsys):
     """The saving options are checked once, below the command (rococo_eval.scoring.galleries.check_saving), and the

@@ -107,8 +107,31 @@ class RococoRecallMetric(Metric):
     """
 
     is_differentiable = False
-    higher_is_better = True
+    # torchmetrics' one direction of a metric: None, as for a metric with no single best direction (PearsonCorrCoef),
+    # since these numbers go both ways; higher_is_better_for says which way each one goes
+    higher_is_better = None
     full_state_update = False
+    LOWER_IS_BETTER = ("false_rate", "attack_success_rate")  # each gallery's numbers that are better when lower
+
+    @classmethod
+    def higher_is_better_for(cls, key: str) -> Optional[bool]:
+        """Whether the number ``key`` (a metric's name, ``"false_rate"``, or a key of :meth:`flatten`,
+        ``"rococo/mix/text_to_image/false_rate"``) is better when higher: True for the recalls and their means, False
+        for the false rate and the attack success rate (:attr:`LOWER_IS_BETTER`), None for the counts. For a
+        checkpoint that follows one number (Lightning's ``ModelCheckpoint(monitor=key, mode="max" or "min")``) or
+        torchmetrics' ``MetricTracker(maximize=...)``.
+
+        Example:
+            >>> [RococoRecallMetric.higher_is_better_for(key) for key in
+            ...  ("rococo/mix/text_to_image/recall@1", "clean_r_mean", "attack_success_rate", "num_queries")]
+            [True, True, False, None]
+        """
+        name = key.rsplit("/", 1)[-1]
+        if name in cls.LOWER_IS_BETTER:
+            return False
+        if name.startswith(("recall@", "clean_recall@")) or name in ("r_mean", "clean_r_mean"):
+            return True
+        return None
 
     def __init__(self, source=None, *, attacks: Union[str, Sequence[str]] = "all",
                  similarity: str = DEFAULT_SIMILARITY, ties: str = "pessimistic", bootstrap: int = 0, **kwargs: Any):

@@ -1,10 +1,12 @@
 """What the Space's buttons do: :class:`Handlers` call :mod:`rococo_eval.space.logic` and
 :mod:`rococo_eval.space.views` with the components' values, and :func:`open_board` opens the leaderboard.
 
-``app.py`` builds the page and wires each button to a handler (each also an API endpoint). A ``ValueError`` from the
-logic becomes a ``gr.Error`` the page shows. Each request's files go to the output folder, kept by content and within
-its byte budget (:class:`rococo_eval.space.outputs.OutputFolders`); the synthetic example's score files are written
-there once.
+``app.py`` builds the page and wires each button to a handler (each also an API endpoint). A handler that fills
+several components returns a named tuple (:class:`Evaluated`, :class:`FlippedPage`, ...) whose fields are named after
+the components: ``app.py`` lists each handler's outputs from those names, so that no value is matched to its component
+by position. A ``ValueError`` from the logic becomes a ``gr.Error`` the page shows. Each request's files go to the
+output folder, kept by content and within its byte budget (:class:`rococo_eval.space.outputs.OutputFolders`); the
+synthetic example's score files are written there once.
 """
 
 from __future__ import annotations
@@ -14,9 +16,11 @@ import os
 import random
 import time
 from pathlib import Path
+from typing import Any, NamedTuple
 
 import gradio as gr
 import pandas as pd
+from pandas.io.formats.style import Styler
 
 from rococo_eval.catalog import IMAGE_TO_TEXT, TEXT_ATTACKS, gallery_key
 from rococo_eval.io.atomic import write_atomic
@@ -55,6 +59,59 @@ from rococo_eval.space.views import (
 logger = logging.getLogger(__name__)
 
 BOARD_RETRY_S = 60  # an unavailable leaderboard is opened again at most this often
+
+
+class Evaluated(NamedTuple):
+    """What an evaluation (or the synthetic example) fills: the message, the results table, the chart and report
+    paths, the session's rows, the rows the board may take (None: the example, which is not submitted), the failure
+    analysis, and the precision the files were saved in (for the submit form). The API returns the first four."""
+
+    message: str
+    results: pd.DataFrame
+    chart: str
+    download: str
+    user_rows: list
+    board_rows: list | None
+    failures: Any
+    precision: str | None
+
+
+class FlippedPage(NamedTuple):
+    """One page of flipped queries: the note above it, the page as HTML, the CSV of every flipped query of the filter,
+    the by-word table and chart, the image attacks' table, and the note above the by-word table."""
+
+    note: str
+    queries: str
+    csv: str
+    words: Styler
+    chart: str | None
+    image_attacks: Styler
+    words_note: str
+
+
+# what the flipped-queries tab shows after an evaluation: the gallery filter's new choices, page 1, and that page
+FirstFlipped = NamedTuple("FirstFlipped", [("gallery", gr.Dropdown), ("page", int),
+                                           *FlippedPage.__annotations__.items()])
+
+
+class Shown(NamedTuple):
+    """One image of the Explore tab: its captions beside each attack's as HTML, its images and a note."""
+
+    captions: str
+    images: list
+    note: str
+
+
+# a random image of the Explore tab: its index, then what Shown holds
+ShownAt = NamedTuple("ShownAt", [("index", int), *Shown.__annotations__.items()])
+
+
+class Submitted(NamedTuple):
+    """What a submission fills: the message, the board's page, and the session's submission times."""
+
+    message: str
+    table: Styler
+    times: list
 
 
 def open_board(path, output_root: Path, source, captions_per_image) -> tuple[leaderboard.Leaderboard | None, str]:
@@ -123,15 +180,16 @@ class Handlers:
         return detect_layouts(files, self.captions_per_image, adversarial_per_image_of(self.source),
                               attacks_of(self.source), source=self.source)
 
-    def order_lists(self, layouts: list | None) -> list[gr.Dropdown]:
-        """One order list per text attack of the source (:meth:`text_attacks`), under the layout table: shown, with the
-        table's order and the file's name, when the table has a row of that attack's image-to-text gallery."""
+    def order_lists(self, layouts: list | None) -> dict[str, gr.Dropdown]:
+        """The order list of each text attack of the source (:meth:`text_attacks`), under the layout table, by attack:
+        shown, with the table's order and the file's name, when the table has a row of that attack's image-to-text
+        gallery."""
         rows = [["" if cell is None else str(cell) for cell in row] for row in (layouts or [])]
-        lists = []
+        lists = {}
         for attack in self.text_attacks():
             row = next((row for row in rows if row[1:3] in ([attack, IMAGE_TO_TEXT], [attack, ""])), None)
-            lists.append(gr.Dropdown(visible=False) if row is None else
-                         gr.Dropdown(value=row[3] or None, label=f"order of {row[0]} ({attack})", visible=True))
+            lists[attack] = (gr.Dropdown(visible=False) if row is None else
+                             gr.Dropdown(value=row[3] or None, label=f"order of {row[0]} ({attack})", visible=True))
         return lists
 
     def choose_order(self, attack: str, files: list[str] | None, layouts, order: str) -> list[list[str]]:
@@ -161,7 +219,7 @@ class Handlers:
         # raised here, outside the handler: the error holds no context, whose frames would keep the uploads mapped
         raise gr.Error(problem, duration=None, title="Cannot evaluate", print_exception=False)
 
-    def example(self) -> tuple:
+    def example(self) -> Evaluated:
         """Score the synthetic example (:func:`rococo_eval.space.example.write_example`) as :meth:`evaluate` scores an
         upload, with the same outputs; its rows name the synthetic model, and it gives nothing to submit (None). Its
         files are the same for everyone: written at the first click, and scored again from there."""
@@ -169,14 +227,12 @@ class Handlers:
             example = self.outputs.shared("example", lambda folder: write_example(self.source, folder))
         except ValueError as error:
             raise gr.Error(str(error), title="Cannot run the example", print_exception=False) from None
-        message, results, chart, download, rows, _, failures, _ = self.evaluate(
-            [str(path) for path in example.files], example.layouts)
-        rows = [{**row, "model": example.model} for row in rows]
-        return f"{EXAMPLE_INTRO}\n\n{message}", results, chart, download, rows, None, failures, None
+        evaluated = self.evaluate([str(path) for path in example.files], example.layouts)
+        return evaluated._replace(message=f"{EXAMPLE_INTRO}\n\n{evaluated.message}", board_rows=None, precision=None,
+                                  user_rows=[{**row, "model": example.model} for row in evaluated.user_rows])
 
-    def _evaluated(self, evaluation, json_path, chart_path, files):
-        """The outputs of an evaluation: message, results table, chart, report, the session's rows, the rows the board
-        may take, the failure analysis, and the precision its files were saved in (for the submit form)."""
+    def _evaluated(self, evaluation, json_path, chart_path, files) -> Evaluated:
+        """The outputs of an evaluation (:class:`Evaluated`)."""
         settings = evaluation.meta.get("settings")
         label = settings and f"ties {settings['ties']}, bootstrap {settings['bootstrap']}"
         # the leaderboard takes default settings only
@@ -188,15 +244,16 @@ class Handlers:
         standard = [{**row, "order_overridden": True}
                     if ORDER_OVERRIDDEN in notes.get(gallery_key(row["attack"], row["direction"]), {}).get("note", "")
                     else row for row in standard]
-        return (evaluation.message, results_table(evaluation.rows), str(chart_path), str(json_path), rows, standard,
-                evaluation.failures, upload_precision(files, evaluation.rows))
+        return Evaluated(message=evaluation.message, results=results_table(evaluation.rows), chart=str(chart_path),
+                         download=str(json_path), user_rows=rows, board_rows=standard, failures=evaluation.failures,
+                         precision=upload_precision(files, evaluation.rows))
 
     def precision(self, evaluated: str | None, current: str = "fp32") -> str:
         """The submit form's precision after an evaluation: the one its files were saved in (``evaluated``, from
         :func:`rococo_eval.space.logic.upload_precision`), else ``current`` as it was."""
         return evaluated or current
 
-    def flipped(self, failures, gallery=ALL_GALLERIES, page=1, min_count=DEFAULT_MIN_COUNT):
+    def flipped(self, failures, gallery=ALL_GALLERIES, page=1, min_count=DEFAULT_MIN_COUNT) -> FlippedPage:
         """One page of flipped queries as HTML (see :func:`rococo_eval.space.logic.flipped_view`), its CSV (every
         flipped query of the filter), the by-word table and chart, and the image attacks' table."""
         gallery = gallery or ALL_GALLERIES
@@ -211,28 +268,31 @@ class Handlers:
                 report.plot_word_rates({"by_word": by_word}, folder / "words.png", min_count) if by_word else None))
         except ValueError as error:
             raise gr.Error(str(error), title="Cannot show flipped queries", print_exception=False) from None
-        return (view.note, page_html, str(csv_path), rates_table(view.words, WORD_HEADERS), chart and str(chart),
-                rates_table(view.image_attacks, IMAGE_ATTACK_HEADERS), view.words_note)
+        return FlippedPage(note=view.note, queries=page_html, csv=str(csv_path),
+                           words=rates_table(view.words, WORD_HEADERS), chart=chart and str(chart),
+                           image_attacks=rates_table(view.image_attacks, IMAGE_ATTACK_HEADERS),
+                           words_note=view.words_note)
 
-    def first_flipped(self, failures, min_count=DEFAULT_MIN_COUNT):
-        """What the tab shows after an evaluation: the gallery filter's new choices, and the first page of every
-        gallery's flipped queries."""
+    def first_flipped(self, failures, min_count=DEFAULT_MIN_COUNT) -> FirstFlipped:
+        """What the tab shows after an evaluation (:class:`FirstFlipped`): the gallery filter's new choices, and the
+        first page of every gallery's flipped queries."""
         choices = [ALL_GALLERIES] + (failures.attacked() if failures is not None else [])
-        return (gr.Dropdown(choices=choices, value=ALL_GALLERIES), 1,
-                *self.flipped(failures, ALL_GALLERIES, 1, min_count))
+        return FirstFlipped(gallery=gr.Dropdown(choices=choices, value=ALL_GALLERIES), page=1,
+                            **self.flipped(failures, ALL_GALLERIES, 1, min_count)._asdict())
 
-    def show(self, index):
+    def show(self, index) -> Shown:
         """Image ``index`` of the Explore tab: its captions beside each attack's as HTML, its images and a note."""
         try:
             exploration = explore(self.source, _int(index, "index"))
             captions = caption_table_html(exploration.ground_truth, exploration.altered)
         except ValueError as error:
             raise gr.Error(str(error), title="Cannot show this image", print_exception=False) from None
-        return captions, exploration.images, exploration.note
+        return Shown(captions=captions, images=exploration.images, note=exploration.note)
 
-    def show_random(self):
+    def show_random(self) -> ShownAt:
+        """A random image of the Explore tab, with its index (:meth:`show`)."""
         index = random.randrange(len(self.source.captions_per_image)) if self.source is not None else 0
-        return (index, *self.show(index))
+        return ShownAt(index=index, **self.show(index)._asdict())
 
     def compare(self, user_rows) -> pd.DataFrame:
         return table(compare_rows(user_rows))
@@ -242,12 +302,10 @@ class Handlers:
         model-name search and by kind (all, published, submitted), with the columns of ``view``
         (:data:`rococo_eval.space.views.BOARD_VIEWS`); :meth:`board_note` says which rows of how many it shows."""
         try:
-            rows = self._board().rows(search or "", kind or "all")
+            return self._board_page(search, kind, view, page)
         except leaderboard.BoardUnavailable as error:
             raise gr.Error(f"the leaderboard is unavailable: {error}", title="Cannot show the leaderboard",
                            print_exception=False) from None
-        try:
-            return board_shown(leaderboard.page_of(rows, page)[0], view or "all")
         except ValueError as error:
             raise gr.Error(str(error), title="Cannot show the leaderboard", print_exception=False) from None
 
@@ -261,8 +319,7 @@ class Handlers:
     def fresh_board(self, search="", kind="all", view="all", page=1):
         """The board as the database holds it when a page loads (empty, as the tab says, when it is unavailable)."""
         try:
-            return board_shown(leaderboard.page_of(self._board().rows(search or "", kind or "all"), page)[0],
-                               view or "all")
+            return self._board_page(search, kind, view, page)
         except (leaderboard.BoardUnavailable, ValueError):
             return board_shown([], view or "all")
 
@@ -281,7 +338,7 @@ class Handlers:
         return "\n\n".join([shown, *board.notes()])
 
     def submit(self, board_rows, model, link="", precision="fp32", note="", times=None, search="", kind="all",
-               view="all", evaluated_rows=None, failures=None, page=1, request: gr.Request = None):
+               view="all", evaluated_rows=None, failures=None, page=1, request: gr.Request = None) -> Submitted:
         """Submit this session's last evaluation (``board_rows``: the rows of its RoCOCO galleries; None after the
         synthetic example, which is no model); return the message, the board and the session's submission times
         (:func:`rococo_eval.board.leaderboard.rate_allows` limits them).
@@ -316,7 +373,7 @@ class Handlers:
             if left_out:
                 message += (f"; not on the board, as custom layouts have no column there: {', '.join(left_out)} "
                             "(their numbers are in the json download)")
-        return message, self.leaderboard(search, kind, view, page), times
+        return Submitted(message=message, table=self.leaderboard(search, kind, view, page), times=times)
 
     def _check_submittable(self, board_rows: list | None, evaluated_rows: list | None) -> None:
         """Raise the ``ValueError`` that says why the last evaluation cannot go on the board, if it cannot."""
@@ -332,6 +389,16 @@ class Handlers:
             raise ValueError("the last evaluation scored no RoCOCO gallery: the board takes the standard "
                              "galleries, scored on the annotations' layouts (custom layouts are no row); "
                              "evaluate RoCOCO score files first")
+
+    def _board_page(self, search: str, kind: str, view: str, page) -> Styler:
+        """Page ``page`` of the board's rows that hold ``search`` and are of ``kind``, with the columns of ``view``.
+
+        Raises:
+            rococo_eval.board.leaderboard.BoardUnavailable: the board cannot be used.
+            ValueError: ``page`` or ``view`` is not valid.
+        """
+        rows = self._board().rows(search or "", kind or "all")
+        return board_shown(leaderboard.page_of(rows, page)[0], view or "all")
 
     def _board(self):
         if self.board is None and self._reopen is not None and time.monotonic() - self._tried >= BOARD_RETRY_S:

@@ -168,6 +168,22 @@ def test_flatten_gives_the_summary_numbers_by_name(source, rows):
     assert "val/danger/image_to_text/num_adversarial" in everything and not any("seeds" in key for key in everything)
 
 
+
+def test_it_says_which_numbers_are_better_when_lower(source, rows):
+    """Issue 42: `higher_is_better` was True, though a lower false rate and attack success rate are better. It is now
+    torchmetrics' None (no one direction), and `higher_is_better_for` gives each number's: every number `flatten`
+    logs is a recall or mean (higher), a rate (lower) or a count (neither)."""
+    metric = fed(RococoRecallMetric(source), batches(rows, seed=4))
+    directions = {key: RococoRecallMetric.higher_is_better_for(key) for key in metric.flatten(prefix="val")}
+    names = {key.rsplit("/", 1)[1]: direction for key, direction in directions.items()}
+    assert metric.higher_is_better is None
+    assert {name for name, direction in names.items() if direction is False} == {"false_rate", "attack_success_rate"}
+    assert {name for name, direction in names.items() if direction is None} == {
+        "num_queries", "num_gallery", "num_adversarial"}
+    assert {name for name, direction in names.items() if direction} == {
+        "recall@1", "recall@5", "recall@10", "r_mean", "clean_recall@1", "clean_recall@5", "clean_recall@10",
+        "clean_r_mean"}
+
 # --- a real 2-process gloo group ---------------------------------------------------------------------------------
 
 

@@ -1,6 +1,7 @@
 """The evaluate wrapper keeps its state through errors: a refused call leaves the metric exactly as it was."""
 
 import pickle
+import re
 import types
 from pathlib import Path
 
@@ -207,23 +208,45 @@ def test_a_refused_call_changes_nothing(tmp_path, batch_first, method, arguments
     assert not list(tmp_path.rglob("*.arrow"))
 
 
-def test_the_module_imports_evaluate_only_for_the_metric_class():
-    """`import evaluate` costs seconds (it imports transformers' pipelines): scoring without the class skips it, and
-    says how to get the class; with evaluate imported first, the module defines the class (as `evaluate.load` finds
-    it), and `evaluate.load` works whichever was imported first."""
+
+@pytest.mark.parametrize("inputs, message", [
+    ({"gallery_embeddings": np.eye(2)}, "`predictions` is required (or both `query_embeddings` and "
+                                        "`gallery_embeddings`, or `top_columns` and `top_scores`)"),
+    ({"predictions": np.eye(2), "query_embeddings": np.eye(2)}, "give one of `predictions`, `query_embeddings` and "
+                                                                "`gallery_embeddings`, or `top_columns` and "
+                                                                "`top_scores`, not several: got predictions, "
+                                                                "query_embeddings"),
+])
+def test_add_batch_compute_and_the_function_tell_the_inputs_apart_alike(metric, inputs, message):
+    """Issue 42: `compute` told its inputs apart by tests of its own (`gallery_embeddings` alone was taken for a call
+    on the batches added); now `add_batch`, `compute` and `rococo_recall` take the one path of `_input_mode`."""
+    for call in (metric.add_batch, metric.compute, rococo_recall):
+        with pytest.raises(ValueError, match=re.escape(message)):
+            call(references=[0, 1], **inputs)
+    query_index = {"query_index": [1, 0]}  # compute's path through add_batch
+    for options in ({}, query_index):
+        result = metric.compute(query_embeddings=np.eye(2), gallery_embeddings=np.eye(2)[::-1], references=[1, 0],
+                                k=1, **options)
+        assert result["recall@1"] == 100.0
+
+def test_the_metric_class_is_defined_in_either_import_order():
+    """`import evaluate` costs seconds (it imports transformers' pipelines): scoring without the class skips it. Issue 42:
+    the class existed only where evaluate was imported before the module; now it is defined in either order (the
+    first use of `rococo_recall.RococoRecall` imports evaluate), one class however it is reached, and `evaluate.load`
+    works whichever was imported first. Without evaluate, the module scores and says what the class needs."""
     import subprocess
     import sys
 
-    alone = """if True:
-        import sys
+    module_first = """if True:
+        import pickle, sys
         import rococo_recall
         result = rococo_recall.rococo_recall([[0.9, 0.1, 0.95], [0.2, 0.8, 0.1]], [0, 1], adversarial=[2], k=1)
         print(result["recall@1"], sorted({"evaluate", "datasets"} & set(sys.modules)))
-        try:
-            rococo_recall.RococoRecall
-        except AttributeError as error:
-            print("evaluate.load('rococo_recall')" in str(error))
         import evaluate
+        metric_class = rococo_recall.RococoRecall
+        assert issubclass(metric_class, evaluate.Metric) and pickle.loads(pickle.dumps(metric_class)) is metric_class
+        assert rococo_recall.RococoRecall is metric_class and metric_class.__module__ == "rococo_recall"
+        print(metric_class().compute(predictions=[[0.9, 0.1]], references=[1], k=1)["recall@1"])
         loaded = evaluate.load(sys.argv[1])
         print(type(loaded).__name__, loaded.compute(predictions=[[0.9, 0.1, 0.95]], references=[0], k=1)["recall@1"])
     """
@@ -233,11 +256,25 @@ def test_the_module_imports_evaluate_only_for_the_metric_class():
         import rococo_recall
         metric_class = rococo_recall.RococoRecall
         assert issubclass(metric_class, evaluate.Metric) and pickle.loads(pickle.dumps(metric_class)) is metric_class
+        assert "RococoRecall" in vars(rococo_recall)  # at module level, where evaluate.load looks for it
         print(metric_class().compute(predictions=[[0.9, 0.1]], references=[1], k=1)["recall@1"])
+    """
+    without_evaluate = """if True:
+        import sys
+        sys.modules["evaluate"] = None  # as where evaluate is not installed
+        import rococo_recall
+        print(rococo_recall.rococo_recall([[0.9, 0.1]], [1], k=1)["recall@1"], hasattr(rococo_recall, "RococoRecall"))
+        try:
+            rococo_recall.RococoRecall
+        except AttributeError as error:
+            print(error)
     """
     root = Path(METRIC_PATH).parent
     answers = [subprocess.run([sys.executable, "-c", code, METRIC_PATH], cwd=root, capture_output=True, text=True,
                               check=True, env={**__import__("os").environ, "PYTHONPATH": str(root)}).stdout
-               for code in (alone, evaluate_first)]
-    assert answers[0].split("\n")[:3] == ["50.0 []", "True", "RococoRecall 0.0"]
+               for code in (module_first, evaluate_first, without_evaluate)]
+    assert answers[0].split("\n")[:3] == ["50.0 []", "0.0", "RococoRecall 0.0"]
     assert answers[1].split("\n")[0] == "0.0"
+    assert answers[2].split("\n")[:2] == ["0.0 False", "rococo_recall.RococoRecall, the evaluate metric, needs the "
+                                           "evaluate package (pip install evaluate): import of evaluate halted; None "
+                                           "in sys.modules"]

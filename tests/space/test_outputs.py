@@ -15,7 +15,7 @@ from rococo_eval.space.outputs import BUDGET_ENV, LIVE_S
 
 def report_folder(answer) -> Path:
     """The folder of an evaluation's report (its download)."""
-    return Path(answer[3]).parent
+    return Path(answer.download).parent
 
 
 def test_example_clicks_share_their_files(tmp_path):
@@ -27,12 +27,12 @@ def test_example_clicks_share_their_files(tmp_path):
     used = []
     for _ in range(4):
         answer = handlers.example()
-        handlers.first_flipped(answer[6])
+        handlers.first_flipped(answer.failures)
         used.append(disk_use(root))
     assert used == [used[0]] * 4
     example_files = tmp_path / "example"
     example_upload(source, example_files, 0)
-    flipped_folder = Path(handlers.first_flipped(answer[6])[4]).parent
+    flipped_folder = Path(handlers.first_flipped(answer.failures).csv).parent
     # the example's score files, its report and its flipped queries, once
     assert used[0] == disk_use(example_files) + disk_use(report_folder(answer)) + disk_use(flipped_folder)
     assert len(list(root.rglob("*.npz"))) == len(list(example_files.iterdir()))
@@ -43,11 +43,11 @@ def test_files_removed_from_the_output_folder_are_written_again(tmp_path):
     source = TinySource(DECIDING_CAPTIONS)
     handlers = Handlers(source, source.captions_per_image, tmp_path / "outputs")
     first = handlers.example()
-    for path in [*(tmp_path / "outputs").rglob("*.npz"), Path(first[3])]:
+    for path in [*(tmp_path / "outputs").rglob("*.npz"), Path(first.download)]:
         path.unlink()
     again = handlers.example()
-    assert again[1].equals(first[1]) and again[3] == first[3]
-    assert Path(again[3]).is_file()
+    assert again.results.equals(first.results) and again.download == first.download
+    assert Path(again.download).is_file()
 
 
 def test_over_the_budget_the_oldest_folders_go_first_and_live_ones_never(tmp_path, monkeypatch):

@@ -275,18 +275,10 @@ def run_command(args) -> Path:
     """
     import datetime
 
-    from rococo_eval.data.source import RococoSource, fetch_images, open_source
-    from rococo_eval.models.adapters import check_model_name
+    from rococo_eval.data.source import open_source
     from rococo_eval.processes import ONE, join
-    from rococo_eval.scoring.galleries import check_saving
 
-    models = model_names(args.model, args.models_file)
-    for name in models:  # every model's files and form, before the images and any work
-        check_model_name(name)
-    check_saving(save_scores=args.save_scores, compact_scores=args.compact_scores, save_embeddings=args.save_embeddings)
-    if args.save_embeddings and len(models) > 1:
-        raise CommandError(f"--save-embeddings {args.save_embeddings!r}: one file holds one model's embeddings; give "
-                           "one model")
+    models = _checked_models(args)
     benchmark = (open_source(args.annotations_dir, images_dir=args.images_dir, benchmark=args.benchmark)
                  if args.benchmark else None)
     attacks = select_attacks(args.attacks, *((benchmark.text_attacks, benchmark.image_attacks) if benchmark else ()))
@@ -296,42 +288,17 @@ def run_command(args) -> Path:
         if folder:
             writable_folder(folder, option)
     cache_dir = Path(args.cache_dir).expanduser() if args.cache_dir else default_cache_dir()
-    images_dir = Path(args.images_dir).expanduser() if args.images_dir else cache_dir / "coco"
     launch = launched()
     if args.shard_models and not (launch and launch[1] > 1):
         raise CommandError("--shard-models spreads the models over the processes of a launch (torchrun, srun), but "
                            "this is one process")
-    if benchmark is not None:
-        images_dir = benchmark.images_dir
-    elif args.download_images:
-        if launch and launch[1] > 1:
-            raise CommandError("--download-images in a launch of several processes: fetch the images once first "
-                               "(rococo-eval run --download-images in one process), then launch with --images-dir")
-        fetch_images(RococoSource(args.annotations_dir, cache_dir=cache_dir), images_dir,
-                     workers=max(1, args.workers), progress=_progress(args))
-    elif not args.images_dir and not (images_dir / "val2014").is_dir():
-        raise CommandError("every RoCOCO gallery needs the 5,000 COCO test images (the image-to-text queries and the "
-                           "text-to-image gallery): pass --images-dir COCO_ROOT (the folder holding val2014/), or "
-                           f"--download-images to fetch them (about 800 MB) into {images_dir}")
-    several = len(models) > 1
+    images_dir = benchmark.images_dir if benchmark is not None else _coco_images(args, cache_dir, launch)
     processes = ONE if args.shard_models else join(args.device, datetime.timedelta(minutes=args.process_timeout))
-    if benchmark is None and not processes.is_main:
-        processes.barrier()  # rank 0 has the annotation files (a first run downloads them)
-    source = benchmark if benchmark is not None else RococoSource(args.annotations_dir, images_dir=images_dir,
-                                                                  cache_dir=cache_dir)
-    if benchmark is None and processes.is_main:
-        processes.barrier()
+    source = benchmark if benchmark is not None else processes.main_first(  # rank 0 fetches the annotation files
+        lambda: open_source(args.annotations_dir, images_dir=images_dir, cache_dir=cache_dir))
     if args.shard_models:
-        rank, world, local_rank = launch  # no process group: each process has models of its own
-        mine = [name for number, name in enumerate(models) if number % world == rank]
-        device = f"cuda:{local_rank}" if args.device in (None, "cuda") and _cuda_available() else args.device
-        for name in mine:
-            _run_model(args, name, source, attacks, images_dir, cache_dir, model_folder(out, name),
-                       _scores_folder(args.save_scores, name, several), ONE, device)
-        logger.info("rank %d of %d: %d of the %d models done (%s)%s", rank, world, len(mine), len(models),
-                    ", ".join(mine) or "none",
-                    f"; compare them all with: rococo-eval table {out}/*/" if several else "")
-        return out
+        return _run_shard(args, models, source, attacks, images_dir, cache_dir, out, launch)
+    several = len(models) > 1
     try:
         device = rank_device(processes, args.device)
         folders = []
@@ -353,6 +320,59 @@ def run_command(args) -> Path:
     return folders[-1]
 
 
+def _checked_models(args) -> list[str]:
+    """``run``'s models, each name's files and form checked, and what it saves beside the report: before the images
+    and any work."""
+    from rococo_eval.models.adapters import check_model_name
+    from rococo_eval.scoring.galleries import check_saving
+
+    models = model_names(args.model, args.models_file)
+    for name in models:
+        check_model_name(name)
+    check_saving(save_scores=args.save_scores, compact_scores=args.compact_scores, save_embeddings=args.save_embeddings)
+    if args.save_embeddings and len(models) > 1:
+        raise CommandError(f"--save-embeddings {args.save_embeddings!r}: one file holds one model's embeddings; give "
+                           "one model")
+    return models
+
+
+def _coco_images(args, cache_dir: Path, launch) -> Path:
+    """The COCO root of a RoCOCO ``run``: ``--images-dir``, or ``<cache>/coco``, filled first with
+    ``--download-images`` (in one process: ``launch`` is :func:`~rococo_eval.processes.launched`'s)."""
+    from rococo_eval.data.source import fetch_images, open_source
+
+    images_dir = Path(args.images_dir).expanduser() if args.images_dir else cache_dir / "coco"
+    if args.download_images:
+        if launch and launch[1] > 1:
+            raise CommandError("--download-images in a launch of several processes: fetch the images once first "
+                               "(rococo-eval run --download-images in one process), then launch with --images-dir")
+        fetch_images(open_source(args.annotations_dir, cache_dir=cache_dir), images_dir,
+                     workers=max(1, args.workers), progress=_progress(args))
+    elif not args.images_dir and not (images_dir / "val2014").is_dir():
+        raise CommandError("every RoCOCO gallery needs the 5,000 COCO test images (the image-to-text queries and the "
+                           "text-to-image gallery): pass --images-dir COCO_ROOT (the folder holding val2014/), or "
+                           f"--download-images to fetch them (about 800 MB) into {images_dir}")
+    return images_dir
+
+
+def _run_shard(args, models: list[str], source, attacks, images_dir: Path, cache_dir: Path, out: Path,
+               launch) -> Path:
+    """``run --shard-models``: this process evaluates the models of its rank (model i on rank i mod N, ``launch``
+    being :func:`~rococo_eval.processes.launched`'s) alone, on its own GPU, with no process group. Returns ``out``."""
+    from rococo_eval.processes import ONE
+
+    rank, world, local_rank = launch
+    several = len(models) > 1
+    mine = [name for number, name in enumerate(models) if number % world == rank]
+    device = f"cuda:{local_rank}" if args.device in (None, "cuda") and _cuda_available() else args.device
+    for name in mine:
+        _run_model(args, name, source, attacks, images_dir, cache_dir, model_folder(out, name),
+                   _scores_folder(args.save_scores, name, several), ONE, device)
+    logger.info("rank %d of %d: %d of the %d models done (%s)%s", rank, world, len(mine), len(models),
+                ", ".join(mine) or "none", f"; compare them all with: rococo-eval table {out}/*/" if several else "")
+    return out
+
+
 def compare_command(args) -> None:
     """``rococo-eval compare``: print the paired comparison of two reports
     (:mod:`rococo_eval.reporting.compare`) on stdout."""
@@ -371,25 +391,23 @@ def compare_command(args) -> None:
 def _run_model(args, name: str, source, attacks, images_dir: Path, cache_dir: Path, out: Path, scores_dir,
                processes, device) -> None:
     """Evaluate one model (:func:`rococo_eval.evaluation.evaluate_model`) into the report folder ``out`` (and its
-    score files into ``scores_dir`` when not None), written by rank 0 of ``processes``; print its table."""
+    score files into ``scores_dir`` when not None), written by rank 0 of ``processes``; print its table.
+
+    Every process passes the same options (each checks them before any work); only rank 0 writes.
+    """
     from rococo_eval.evaluation import evaluate_model
     from rococo_eval.models.adapters import load_model
     from rococo_eval.reporting.report import to_text_table
-    from rococo_eval.scoring.galleries import check_saving
 
     model = load_model(name, device=device, precision=args.precision)
-    out = out if processes.is_main else None
-    check_saving(model, save_scores=args.save_scores, compact_scores=args.compact_scores,  # on every process, before
-                 save_embeddings=args.save_embeddings)                                    # any work
-    save_scores = scores_dir if processes.is_main else None
-    embeddings = Path(args.save_embeddings).expanduser() if args.save_embeddings and processes.is_main else None
+    main = processes.is_main
+    embeddings = Path(args.save_embeddings).expanduser() if args.save_embeddings else None
     report = evaluate_model(model, source, attacks=attacks, out=out, cache_dir=cache_dir, batch_size=args.batch_size,
-                            workers=args.workers, rerank_k=args.rerank_k, save_scores=save_scores,
-                            compact_scores=args.compact_scores and processes.is_main,
-                            save_embeddings=embeddings,
-                            progress=_progress(args) and processes.is_main, processes=processes,
+                            workers=args.workers, rerank_k=args.rerank_k, save_scores=scores_dir,
+                            compact_scores=args.compact_scores, save_embeddings=embeddings,
+                            progress=_progress(args) and main, processes=processes,
                             meta={"precision": args.precision, "images_dir": str(images_dir)})
-    if processes.is_main:
+    if main:
         print(to_text_table(report["summary"]))
         if not args.quiet:
             print(f"rococo-eval: report written to {out}", file=sys.stderr)
@@ -524,12 +542,12 @@ def from_mteb_command(args) -> Path:
 def migrate_command(args) -> list[dict]:
     """``rococo-eval leaderboard migrate``: a repo's ``leaderboard.jsonl`` into records
     (:mod:`rococo_eval.board.migration`), said on stdout before it is done. Returns the records committed."""
-    from rococo_eval.data.source import RococoSource
+    from rococo_eval.data.source import open_source
     from rococo_eval.board.leaderboard import rococo_galleries
     from rococo_eval.board.migration import LEGACY_BOARD, commit_migration, plan_migration
     from rococo_eval.board.records import record_path
 
-    galleries = rococo_galleries(RococoSource(args.annotations_dir).captions_per_image)
+    galleries = rococo_galleries(open_source(args.annotations_dir).captions_per_image)
     migration = plan_migration(args.repo, galleries)
     print(f"{LEGACY_BOARD} of {args.repo}: {len(migration.records)} row(s) to turn into records, "
           f"{len(migration.existing)} that are records already, {migration.published} published (left out: the "

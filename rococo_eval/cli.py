@@ -30,8 +30,8 @@ from rococo_eval.catalog import ATTACKS, CLEAN, DIRECTIONS, SEEDS, select_attack
 from rococo_eval.detection import CUSTOM, ORDER_CONTRADICTION_LEVEL
 from rococo_eval.io.download import DEFAULT_IMAGE_WORKERS, MAX_DEFAULT_IMAGE_WORKERS, default_cache_dir
 from rococo_eval.layout import ORDERS, describe_orders
-from rococo_eval.models.adapters import MODEL_FORMS
 from rococo_eval.models.cache import DEFAULT_BATCH_SIZE
+from rococo_eval.models.families import MODEL_FORMS, PRECISIONS
 from rococo_eval.processes import DEFAULT_TIMEOUT, launched, rank_device
 from rococo_eval.scoring.rerank import DEFAULT_CANDIDATES
 from rococo_eval.version import __version__
@@ -122,7 +122,8 @@ def build_parser() -> argparse.ArgumentParser:
                                          "~/.cache/rococo-eval)")
     run.add_argument("--batch-size", type=_positive_int, default=DEFAULT_BATCH_SIZE,
                      help=f"items per forward pass (default {DEFAULT_BATCH_SIZE})")
-    run.add_argument("--precision", choices=("fp32", "fp16", "bf16"), default="fp32", help="model dtype (default fp32)")
+    run.add_argument("--precision", choices=PRECISIONS, default=PRECISIONS[0],
+                     help=f"model dtype (default {PRECISIONS[0]})")
     run.add_argument("--workers", type=_non_negative_int, default=DEFAULT_IMAGE_WORKERS,
                      help="threads that read, alter and preprocess images ahead of the model, plus one tokenizing the "
                           f"captions (0: none; default: CPUs, at most {MAX_DEFAULT_IMAGE_WORKERS})")

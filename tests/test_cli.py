@@ -485,9 +485,9 @@ def test_run_checks_every_model_before_the_images_and_any_work(name, problem, hf
 
 
 def test_run_help_lists_every_model_form_and_so_does_the_unknown_name_error(capsys):
-    """The forms of --model come from one list (rococo_eval.models.adapters.MODEL_FORMS): in run --help, in the error
+    """The forms of --model come from one list (rococo_eval.models.families.MODEL_FORMS): in run --help, in the error
     of a name of none of them, and in docs/cli.md's list of models."""
-    from rococo_eval.models.adapters import MODEL_FORMS
+    from rococo_eval.models.families import MODEL_FORMS
 
     shown = subprocess.run([sys.executable, "-m", "rococo_eval", "run", "--help"], capture_output=True, text=True,
                            check=True, env={**os.environ, "COLUMNS": "10000"}).stdout
@@ -883,3 +883,18 @@ def test_from_mteb_warns_of_ties_that_mteb_decided_even_when_quiet(tmp_path):
     meta = json.loads((tmp_path / "report" / "report.json").read_text())["meta"]
     assert meta["warnings"] == [warning] and meta["tied_queries"] == {"clean/image_to_text": 2}
     assert f"## Warnings\n\n- {warning}\n" in (tmp_path / "report" / "report.md").read_text()
+
+
+def test_run_precision_choices_and_model_prefixes_come_from_the_families_registry(capsys):
+    """--precision's choices are rococo_eval.models.families.PRECISIONS, and every family's prefix parses to it."""
+    from rococo_eval.cli import build_parser
+    from rococo_eval.models.adapters import parse_model_name
+    from rococo_eval.models.families import FAMILIES, PRECISIONS
+
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["run", "--model", "hf:m", "--precision", "fp8"])
+    assert f"choose from {', '.join(map(repr, PRECISIONS))}" in capsys.readouterr().err
+    assert build_parser().parse_args(["run", "--model", "hf:m"]).precision == PRECISIONS[0]
+    for family in FAMILIES:
+        if family.prefix:
+            assert parse_model_name(f"{family.prefix}some/where.pth").library == family.library

@@ -94,7 +94,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rococo-eval", description="RoCOCO robustness report of an image-text model.")
     parser.add_argument("--version", action="version", version=f"rococo-eval {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
+    for add in (_add_run_command, _add_score_command, _add_attack_command, _add_report_commands,
+                _add_leaderboard_command):
+        add(commands)
+    return parser
 
+
+def _add_run_command(commands) -> None:
+    """``rococo-eval run``: a model in, its report out."""
     run = commands.add_parser("run", help="embed RoCOCO with a model, score every gallery, write the report",
                               description="Embed RoCOCO's captions and images with a model (cached by model and "
                                           "data; an interrupted run resumes), score both clean galleries and each "
@@ -142,7 +149,11 @@ def build_parser() -> argparse.ArgumentParser:
                      help="also write every item set's embeddings into one .safetensors file (about 33 times smaller "
                           "than the score matrices), which `rococo-eval score FILE` and the Space score as `run` does")
     run.set_defaults(handler=run_command)
+    _add_source_options(run)
 
+
+def _add_score_command(commands) -> None:
+    """``rococo-eval score``: score files in, their report out."""
     score = commands.add_parser("score", help="write the report from score files you already have",
                                 description="Score matrices (queries x gallery, higher = more similar) in .npy, "
                                             ".npz or .safetensors files. Give each as PATH, its gallery read from "
@@ -165,7 +176,11 @@ def build_parser() -> argparse.ArgumentParser:
                             f"{ORDER_CONTRADICTION_LEVEL:g}, the level the refusal names), "
                             "which is refused otherwise; the report and stderr then warn of it")
     score.set_defaults(handler=score_command)
+    _add_source_options(score)
 
+
+def _add_attack_command(commands) -> None:
+    """``rococo-eval attack``: a benchmark folder of the user's image-text set."""
     attack = commands.add_parser(
         "attack", help="make RoCOCO attacks of your own image-text set (a benchmark folder)",
         description="Attack a captioned image set as RoCOCO attacks COCO (text attacks with Embedding-Influence word "
@@ -195,10 +210,12 @@ def build_parser() -> argparse.ArgumentParser:
                                             "$ROCOCO_CACHE_DIR or ~/.cache/rococo-eval)")
     attack.add_argument("--workers", type=_positive_int, help="threads making altered images")
     attack.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
-    attack.add_argument("--quiet", "-q", action="store_true", help=QUIET_HELP)
-    attack.add_argument("--verbose", "-v", action="count", default=0, help="more log lines (-vv: debug)")
+    _add_logging_options(attack)
     attack.set_defaults(handler=attack_command)
 
+
+def _add_report_commands(commands) -> None:
+    """``rococo-eval table``, ``compare`` and ``from-mteb``: reports in, reports out."""
     table = commands.add_parser("table", help="compare reports: one row per model, R@1 of every gallery",
                                 description="Merge the reports of several models (folders that `run` or `score` "
                                             "wrote) into one comparison: table.csv, table.md and table.png, with "
@@ -206,8 +223,7 @@ def build_parser() -> argparse.ArgumentParser:
                                             "mean over its seeds.")
     table.add_argument("reports", nargs="+", metavar="REPORT_DIR", help="a report folder (or its report.json)")
     table.add_argument("--out", default=".", help="folder of table.csv, table.md, table.png (default: here)")
-    table.add_argument("--quiet", "-q", action="store_true", help=QUIET_HELP)
-    table.add_argument("--verbose", "-v", action="count", default=0, help="more log lines (-vv: debug)")
+    _add_logging_options(table)
     table.set_defaults(handler=table_command)
 
     compare = commands.add_parser(
@@ -218,8 +234,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "different galleries or query sets are refused.")
     compare.add_argument("report_a", metavar="REPORT_A", help="a report folder (or its report.json)")
     compare.add_argument("report_b", metavar="REPORT_B", help="another report folder, of the same galleries")
-    compare.add_argument("--quiet", "-q", action="store_true", help=QUIET_HELP)
-    compare.add_argument("--verbose", "-v", action="count", default=0, help="more log lines (-vv: debug)")
+    _add_logging_options(compare)
     compare.set_defaults(handler=compare_command)
 
     from_mteb = commands.add_parser(
@@ -230,10 +245,12 @@ def build_parser() -> argparse.ArgumentParser:
     from_mteb.add_argument("results", metavar="MTEB_RESULTS_DIR", help="MTEB's results folder, for one model")
     from_mteb.add_argument("--model-name", help="the report's model name (default: MTEB's name of the model)")
     from_mteb.add_argument("--out", default=DEFAULT_OUT, help=f"report folder (default ./{DEFAULT_OUT})")
-    from_mteb.add_argument("--quiet", "-q", action="store_true", help=QUIET_HELP)
-    from_mteb.add_argument("--verbose", "-v", action="count", default=0, help="more log lines (-vv: debug)")
+    _add_logging_options(from_mteb)
     from_mteb.set_defaults(handler=from_mteb_command)
 
+
+def _add_leaderboard_command(commands) -> None:
+    """``rococo-eval leaderboard migrate``: the Space's leaderboard records."""
     board = commands.add_parser("leaderboard", help="the Space's leaderboard in its dataset repo",
                                 description="Work on the records of the Space's leaderboard in a dataset repo "
                                             "(docs/space.md).")
@@ -251,20 +268,24 @@ def build_parser() -> argparse.ArgumentParser:
     migrate.add_argument("--dry-run", action="store_true", help="print what it would do, and commit nothing")
     migrate.add_argument("--annotations-dir", help="folder of the official annotation files, for the galleries' "
                                                    "shapes (default $ROCOCO_ANNOTATIONS_DIR, else the pinned download)")
-    migrate.add_argument("--quiet", "-q", action="store_true", help=QUIET_HELP)
-    migrate.add_argument("--verbose", "-v", action="count", default=0, help="more log lines (-vv: debug)")
+    _add_logging_options(migrate)
     migrate.set_defaults(handler=migrate_command)
 
-    for command in (run, score):
-        command.add_argument("--annotations-dir", help="folder of the official annotation files "
-                                                       "(default $ROCOCO_ANNOTATIONS_DIR, else the pinned download)")
-        command.add_argument("--benchmark", help="a benchmark folder made by `rococo-eval attack`, instead of RoCOCO "
-                                                 "(its images default to the folder it records)")
-        command.add_argument("--out", default=DEFAULT_OUT, help=f"report folder (default ./{DEFAULT_OUT})")
-        command.add_argument("--quiet", "-q", action="store_true", help=QUIET_HELP)
-        command.add_argument("--verbose", "-v", action="count", default=0, help="more log lines (-vv: debug)")
-    return parser
 
+def _add_source_options(command) -> None:
+    """The options of ``run`` and ``score``: which source (RoCOCO's files or a benchmark), and where the report goes."""
+    command.add_argument("--annotations-dir", help="folder of the official annotation files "
+                                                   "(default $ROCOCO_ANNOTATIONS_DIR, else the pinned download)")
+    command.add_argument("--benchmark", help="a benchmark folder made by `rococo-eval attack`, instead of RoCOCO "
+                                             "(its images default to the folder it records)")
+    command.add_argument("--out", default=DEFAULT_OUT, help=f"report folder (default ./{DEFAULT_OUT})")
+    _add_logging_options(command)
+
+
+def _add_logging_options(command) -> None:
+    """``--quiet`` and ``--verbose``, which every subcommand takes."""
+    command.add_argument("--quiet", "-q", action="store_true", help=QUIET_HELP)
+    command.add_argument("--verbose", "-v", action="count", default=0, help="more log lines (-vv: debug)")
 
 def run_command(args) -> Path:
     """``rococo-eval run``: embed, score, report, for each model. Returns the report folder (of the last model;

@@ -114,18 +114,24 @@ def evaluate_model(model, source=None, *, attacks: Union[str, Sequence[str]] = "
         if compact_scores:
             report_meta["compact_scores"] = True
     if save_embeddings is not None:
-        from rococo_eval.scoring.embeddingsfile import item_sets, write_embeddings_file
-
-        sets = item_sets(source, attacks)
-        write_embeddings_file(save_embeddings, {name: cache.embeddings(model, items) for name, items in sets.items()},
-                              {name: items.fingerprint for name, items in sets.items()}, model.name,
-                              getattr(model, "similarity", DEFAULT_SIMILARITY))
-        report_meta["embeddings_file"] = str(save_embeddings)
-        logger.info("embeddings of %d item sets saved to %s", len(sets), save_embeddings)
+        report_meta["embeddings_file"] = _save_embeddings(model, source, attacks, cache, save_embeddings)
     if out is not None:
         write_report(results, Path(out), report_meta, source=source)
     metrics = {key: result.metrics for key, result in results.items()}
     return {"meta": report_meta, "results": metrics, "summary": summary_rows(metrics)}
+
+
+def _save_embeddings(model, source, attacks, cache, path) -> str:
+    """Write every item set's embeddings (from ``cache``, where scoring put them) into the ``.safetensors`` ``path``;
+    return the path as the report names it."""
+    from rococo_eval.scoring.embeddingsfile import item_sets, write_embeddings_file
+
+    sets = item_sets(source, attacks)
+    write_embeddings_file(path, {name: cache.embeddings(model, items) for name, items in sets.items()},
+                          {name: items.fingerprint for name, items in sets.items()}, model.name,
+                          getattr(model, "similarity", DEFAULT_SIMILARITY))
+    logger.info("embeddings of %d item sets saved to %s", len(sets), path)
+    return str(path)
 
 
 def select_attacks(attacks: Union[str, Sequence[str]], source) -> tuple[str, ...]:

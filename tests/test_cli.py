@@ -886,7 +886,8 @@ def test_from_mteb_warns_of_ties_that_mteb_decided_even_when_quiet(tmp_path):
 
 
 def test_run_precision_choices_and_model_prefixes_come_from_the_families_registry(capsys):
-    """--precision's choices are rococo_eval.models.families.PRECISIONS, and every family's prefix parses to it."""
+    """--precision's choices are rococo_eval.models.families.PRECISIONS; every family's record names a checker and a
+    loader of rococo_eval.models.adapters, and its prefix parses to it."""
     from rococo_eval.cli import build_parser
     from rococo_eval.models.adapters import parse_model_name
     from rococo_eval.models.families import FAMILIES, PRECISIONS
@@ -895,6 +896,7 @@ def test_run_precision_choices_and_model_prefixes_come_from_the_families_registr
         build_parser().parse_args(["run", "--model", "hf:m", "--precision", "fp8"])
     assert f"choose from {', '.join(map(repr, PRECISIONS))}" in capsys.readouterr().err
     assert build_parser().parse_args(["run", "--model", "hf:m"]).precision == PRECISIONS[0]
-    for family in FAMILIES:
+    for family in FAMILIES.values():
+        assert callable(getattr(models, family.checker)) and callable(getattr(models, family.loader))
         if family.prefix:
             assert parse_model_name(f"{family.prefix}some/where.pth").library == family.library

@@ -49,13 +49,13 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Protocol, Sequence
+from typing import Callable, Optional, Protocol, Sequence
 
 import numpy as np
 from PIL import Image
 
 from rococo_eval.models.cache import weights_digest
-from rococo_eval.models.families import CALLABLE, MODEL_FORMS, PRECISIONS, ModelForm, family, is_built_in  # noqa: F401 (public)
+from rococo_eval.models.families import CALLABLE, FAMILIES, MODEL_FORMS, PRECISIONS, ModelForm  # noqa: F401 (public)
 from rococo_eval.models.similarity import DEFAULT_SIMILARITY
 
 logger = logging.getLogger(__name__)
@@ -155,7 +155,7 @@ def parse_model_name(text: str) -> ModelName:
         rococo_eval.models.adapters.ModelError: unknown model name 'clip-vit'; accepted forms: ...
     """
     library, _, rest = str(text).partition(":")
-    built_in = is_built_in(library)
+    built_in = library in FAMILIES and library != CALLABLE  # module:callable has no prefix
     if library == "open_clip" and rest:
         if rest.startswith(_OPEN_CLIP_SCHEMAS):
             return ModelName("open_clip", rest, None)
@@ -186,7 +186,7 @@ def check_model_name(text: str) -> ModelName:
         rococo_eval.models.adapters.ModelError: `model` 'vse:no-such-folder/model_best.pth': no such file ...
     """
     parsed = parse_model_name(text)
-    family(parsed.library).check(str(text), parsed)
+    _family_function(parsed.library, "checker")(str(text), parsed)
     return parsed
 
 
@@ -208,7 +208,13 @@ def load_model(name: str, device: Optional[str] = None, precision: str = "fp32")
     parsed = check_model_name(name)
     if precision not in PRECISIONS:
         raise ValueError(f"`precision` must be one of {PRECISIONS}, got {precision!r}")
-    return family(parsed.library).load(name, parsed, device, precision)
+    return _family_function(parsed.library, "loader")(name, parsed, device, precision)
+
+
+def _family_function(library: str, role: str) -> Callable:
+    """The function of this module that family ``library``'s record names as its ``role`` (``"checker"`` or
+    ``"loader"``): :data:`~rococo_eval.models.families.FAMILIES` is the one list of the families."""
+    return globals()[getattr(FAMILIES[library], role)]
 
 
 def _load_open_clip(name: str, parsed: ModelName, device: Optional[str], precision: str):

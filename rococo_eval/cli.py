@@ -494,9 +494,9 @@ def score_command(args) -> Path:
     from rococo_eval.scoring.embeddingsfile import is_embeddings_file
     from rococo_eval.scoring.consistency import report_entries
     from rococo_eval.scoring.plan import (
+        GalleryFacts,
         PlanError,
         ScoreRequest,
-        adversarial_per_image_of,
         disagreements_of,
         plan_score_files,
         report_meta,
@@ -518,10 +518,8 @@ def score_command(args) -> Path:
         requests.append(ScoreRequest(path, attack=attack, direction=direction, order=order))
     with validity.recorded() as warnings:
         try:
-            plans = plan_score_files(requests, source.captions_per_image, attacks=attacks,
-                                     adversarial_per_image=adversarial_per_image_of(source),
-                                     ask_order=_ask_order_by_spec, trust_given_order=args.trust_order,
-                                     fix_order=_fix_order_by_spec)
+            plans = plan_score_files(requests, GalleryFacts.of(source), ask_order=_ask_order_by_spec,
+                                     trust_given_order=args.trust_order, fix_order=_fix_order_by_spec)
             results = score_planned(plans)
         except PlanError as error:
             raise CommandError(str(error)) from None

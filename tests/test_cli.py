@@ -781,7 +781,7 @@ def test_score_refuses_a_stated_order_that_the_evidence_is_significantly_against
     refuses it; at the boundary, 310 of 511 against the stated order are refused (p = 8.1e-7) and 309 are not
     (p = 1.3e-6); the other order is taken; --trust-order scores a refused order with a warning that --quiet keeps.
     Only the last run scores a matrix: the others are settled when the files are planned."""
-    from rococo_eval.scoring.plan import ScoreRequest, plan_score_files
+    from rococo_eval.scoring.plan import GalleryFacts, ScoreRequest, plan_score_files
     from helpers.order_votes import plant_votes
 
     paths = {}
@@ -805,7 +805,8 @@ def test_score_refuses_a_stated_order_that_the_evidence_is_significantly_against
 
     # Taken, as score plans them (scoring the 1 GB matrices would test the metric again, not the order rule): 309
     # against the stated order, and the order that the votes favour.
-    plans = [plan_score_files([ScoreRequest(paths[official], attack="rand_voca", order=order)], captions_per_image)[0]
+    plans = [plan_score_files([ScoreRequest(paths[official], attack="rand_voca", order=order)],
+                              GalleryFacts(captions_per_image))[0]
              for official, order in ((309, "dataset"), (310, "official"))]
     assert [planned.choice.order for planned in plans] == ["dataset", "official"]
     assert ("the scores do not decide the order (of 512 sampled queries, 309 score their official-order ground truth "

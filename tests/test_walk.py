@@ -1,15 +1,6 @@
 """tools/walk.py: the walk of a call tree, its stays, rooms and climbs back, counted on a tree built by hand."""
 
-import importlib.util
-
-from helpers import REPO_ROOT
-
-
-def _load_tool():
-    spec = importlib.util.spec_from_file_location("walk", REPO_ROOT / "tools" / "walk.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from helpers import REPO_ROOT, load_script
 
 
 def _code(name):
@@ -19,7 +10,7 @@ def _code(name):
 
 
 def test_the_walk_counts_stays_rooms_and_climbs_back_to_its_depth():
-    walk = _load_tool()
+    walk = load_script(REPO_ROOT / "tools" / "walk.py")
     root = walk.Call(_code("_run_model"), "cli")
     evaluate = root.child(_code("evaluate_model"), "evaluation")
     gathered = _code("gathered")

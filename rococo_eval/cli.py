@@ -30,8 +30,8 @@ from rococo_eval.catalog import ATTACKS, CLEAN, DIRECTIONS, SEEDS, select_attack
 from rococo_eval.detection import CUSTOM, ORDER_CONTRADICTION_LEVEL
 from rococo_eval.io.download import DEFAULT_IMAGE_WORKERS, MAX_DEFAULT_IMAGE_WORKERS, default_cache_dir
 from rococo_eval.layout import ORDERS, describe_orders
-from rococo_eval.models.adapters import MODEL_FORMS
 from rococo_eval.models.cache import DEFAULT_BATCH_SIZE
+from rococo_eval.models.families import MODEL_FORMS, PRECISIONS
 from rococo_eval.processes import DEFAULT_TIMEOUT, launched, rank_device
 from rococo_eval.scoring.rerank import DEFAULT_CANDIDATES
 from rococo_eval.version import __version__
@@ -96,7 +96,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rococo-eval", description="RoCOCO robustness report of an image-text model.")
     parser.add_argument("--version", action="version", version=f"rococo-eval {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
+    for add in (_add_run_command, _add_score_command, _add_attack_command, _add_report_commands,
+                _add_leaderboard_command):
+        add(commands)
+    return parser
 
+
+def _add_run_command(commands) -> None:
+    """``rococo-eval run``: a model in, its report out."""
     run = commands.add_parser("run", help="embed RoCOCO with a model, score every gallery, write the report",
                               description="Embed RoCOCO's captions and images with a model (cached by model and "
                                           "data; an interrupted run resumes), score both clean galleries and each "
@@ -124,7 +131,8 @@ def build_parser() -> argparse.ArgumentParser:
                                          "~/.cache/rococo-eval)")
     run.add_argument("--batch-size", type=_positive_int, default=DEFAULT_BATCH_SIZE,
                      help=f"items per forward pass (default {DEFAULT_BATCH_SIZE})")
-    run.add_argument("--precision", choices=("fp32", "fp16", "bf16"), default="fp32", help="model dtype (default fp32)")
+    run.add_argument("--precision", choices=PRECISIONS, default=PRECISIONS[0],
+                     help=f"model dtype (default {PRECISIONS[0]})")
     run.add_argument("--workers", type=_non_negative_int, default=DEFAULT_IMAGE_WORKERS,
                      help="threads that read, alter and preprocess images ahead of the model, plus one tokenizing the "
                           f"captions (0: none; default: CPUs, at most {MAX_DEFAULT_IMAGE_WORKERS})")
@@ -143,7 +151,11 @@ def build_parser() -> argparse.ArgumentParser:
                      help="also write every item set's embeddings into one .safetensors file (about 33 times smaller "
                           "than the score matrices), which `rococo-eval score FILE` and the Space score as `run` does")
     run.set_defaults(handler=run_command)
+    _add_source_options(run)
 
+
+def _add_score_command(commands) -> None:
+    """``rococo-eval score``: score files in, their report out."""
     score = commands.add_parser("score", help="write the report from score files you already have",
                                 description="Score matrices (queries x gallery, higher = more similar) in .npy, "
                                             ".npz or .safetensors files. Give each as PATH, its gallery read from "
@@ -166,7 +178,11 @@ def build_parser() -> argparse.ArgumentParser:
                             f"{ORDER_CONTRADICTION_LEVEL:g}, the level the refusal names), "
                             "which is refused otherwise; the report and stderr then warn of it")
     score.set_defaults(handler=score_command)
+    _add_source_options(score)
 
+
+def _add_attack_command(commands) -> None:
+    """``rococo-eval attack``: a benchmark folder of the user's image-text set."""
     attack = commands.add_parser(
         "attack", help="make RoCOCO attacks of your own image-text set (a benchmark folder)",
         description="Attack a captioned image set as RoCOCO attacks COCO (text attacks with Embedding-Influence word "
@@ -196,10 +212,12 @@ def build_parser() -> argparse.ArgumentParser:
                                             "$ROCOCO_CACHE_DIR or ~/.cache/rococo-eval)")
     attack.add_argument("--workers", type=_positive_int, help="threads making altered images")
     attack.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
-    attack.add_argument("--quiet", "-q", action="store_true", help=QUIET_HELP)
-    attack.add_argument("--verbose", "-v", action="count", default=0, help="more log lines (-vv: debug)")
+    _add_logging_options(attack)
     attack.set_defaults(handler=attack_command)
 
+
+def _add_report_commands(commands) -> None:
+    """``rococo-eval table``, ``compare`` and ``from-mteb``: reports in, reports out."""
     table = commands.add_parser("table", help="compare reports: one row per model, R@1 of every gallery",
                                 description="Merge the reports of several models (folders that `run` or `score` "
                                             "wrote) into one comparison: table.csv, table.md and table.png, with "
@@ -207,8 +225,7 @@ def build_parser() -> argparse.ArgumentParser:
                                             "mean over its seeds.")
     table.add_argument("reports", nargs="+", metavar="REPORT_DIR", help="a report folder (or its report.json)")
     table.add_argument("--out", default=".", help="folder of table.csv, table.md, table.png (default: here)")
-    table.add_argument("--quiet", "-q", action="store_true", help=QUIET_HELP)
-    table.add_argument("--verbose", "-v", action="count", default=0, help="more log lines (-vv: debug)")
+    _add_logging_options(table)
     table.set_defaults(handler=table_command)
 
     compare = commands.add_parser(
@@ -219,8 +236,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "different galleries or query sets are refused.")
     compare.add_argument("report_a", metavar="REPORT_A", help="a report folder (or its report.json)")
     compare.add_argument("report_b", metavar="REPORT_B", help="another report folder, of the same galleries")
-    compare.add_argument("--quiet", "-q", action="store_true", help=QUIET_HELP)
-    compare.add_argument("--verbose", "-v", action="count", default=0, help="more log lines (-vv: debug)")
+    _add_logging_options(compare)
     compare.set_defaults(handler=compare_command)
 
     from_mteb = commands.add_parser(
@@ -231,10 +247,12 @@ def build_parser() -> argparse.ArgumentParser:
     from_mteb.add_argument("results", metavar="MTEB_RESULTS_DIR", help="MTEB's results folder, for one model")
     from_mteb.add_argument("--model-name", help="the report's model name (default: MTEB's name of the model)")
     from_mteb.add_argument("--out", default=DEFAULT_OUT, help=f"report folder (default ./{DEFAULT_OUT})")
-    from_mteb.add_argument("--quiet", "-q", action="store_true", help=QUIET_HELP)
-    from_mteb.add_argument("--verbose", "-v", action="count", default=0, help="more log lines (-vv: debug)")
+    _add_logging_options(from_mteb)
     from_mteb.set_defaults(handler=from_mteb_command)
 
+
+def _add_leaderboard_command(commands) -> None:
+    """``rococo-eval leaderboard migrate``: the Space's leaderboard records."""
     board = commands.add_parser("leaderboard", help="the Space's leaderboard in its dataset repo",
                                 description="Work on the records of the Space's leaderboard in a dataset repo "
                                             "(docs/space.md).")
@@ -252,20 +270,24 @@ def build_parser() -> argparse.ArgumentParser:
     migrate.add_argument("--dry-run", action="store_true", help="print what it would do, and commit nothing")
     migrate.add_argument("--annotations-dir", help="folder of the official annotation files, for the galleries' "
                                                    "shapes (default $ROCOCO_ANNOTATIONS_DIR, else the pinned download)")
-    migrate.add_argument("--quiet", "-q", action="store_true", help=QUIET_HELP)
-    migrate.add_argument("--verbose", "-v", action="count", default=0, help="more log lines (-vv: debug)")
+    _add_logging_options(migrate)
     migrate.set_defaults(handler=migrate_command)
 
-    for command in (run, score):
-        command.add_argument("--annotations-dir", help="folder of the official annotation files "
-                                                       "(default $ROCOCO_ANNOTATIONS_DIR, else the pinned download)")
-        command.add_argument("--benchmark", help="a benchmark folder made by `rococo-eval attack`, instead of RoCOCO "
-                                                 "(its images default to the folder it records)")
-        command.add_argument("--out", default=DEFAULT_OUT, help=f"report folder (default ./{DEFAULT_OUT})")
-        command.add_argument("--quiet", "-q", action="store_true", help=QUIET_HELP)
-        command.add_argument("--verbose", "-v", action="count", default=0, help="more log lines (-vv: debug)")
-    return parser
 
+def _add_source_options(command) -> None:
+    """The options of ``run`` and ``score``: which source (RoCOCO's files or a benchmark), and where the report goes."""
+    command.add_argument("--annotations-dir", help="folder of the official annotation files "
+                                                   "(default $ROCOCO_ANNOTATIONS_DIR, else the pinned download)")
+    command.add_argument("--benchmark", help="a benchmark folder made by `rococo-eval attack`, instead of RoCOCO "
+                                             "(its images default to the folder it records)")
+    command.add_argument("--out", default=DEFAULT_OUT, help=f"report folder (default ./{DEFAULT_OUT})")
+    _add_logging_options(command)
+
+
+def _add_logging_options(command) -> None:
+    """``--quiet`` and ``--verbose``, which every subcommand takes."""
+    command.add_argument("--quiet", "-q", action="store_true", help=QUIET_HELP)
+    command.add_argument("--verbose", "-v", action="count", default=0, help="more log lines (-vv: debug)")
 
 def run_command(args) -> Path:
     """``rococo-eval run``: embed, score, report, for each model. Returns the report folder (of the last model;
@@ -277,18 +299,10 @@ def run_command(args) -> Path:
     """
     import datetime
 
-    from rococo_eval.data.source import RococoSource, fetch_images, open_source
-    from rococo_eval.models.adapters import check_model_name
+    from rococo_eval.data.source import open_source
     from rococo_eval.processes import ONE, join
-    from rococo_eval.scoring.galleries import check_saving
 
-    models = model_names(args.model, args.models_file)
-    for name in models:  # every model's files and form, before the images and any work
-        check_model_name(name)
-    check_saving(save_scores=args.save_scores, compact_scores=args.compact_scores, save_embeddings=args.save_embeddings)
-    if args.save_embeddings and len(models) > 1:
-        raise CommandError(f"--save-embeddings {args.save_embeddings!r}: one file holds one model's embeddings; give "
-                           "one model")
+    models = _checked_models(args)
     benchmark = (open_source(args.annotations_dir, images_dir=args.images_dir, benchmark=args.benchmark)
                  if args.benchmark else None)
     attacks = select_attacks(args.attacks, *((benchmark.text_attacks, benchmark.image_attacks) if benchmark else ()))
@@ -298,42 +312,17 @@ def run_command(args) -> Path:
         if folder:
             writable_folder(folder, option)
     cache_dir = Path(args.cache_dir).expanduser() if args.cache_dir else default_cache_dir()
-    images_dir = Path(args.images_dir).expanduser() if args.images_dir else cache_dir / "coco"
     launch = launched()
     if args.shard_models and not (launch and launch[1] > 1):
         raise CommandError("--shard-models spreads the models over the processes of a launch (torchrun, srun), but "
                            "this is one process")
-    if benchmark is not None:
-        images_dir = benchmark.images_dir
-    elif args.download_images:
-        if launch and launch[1] > 1:
-            raise CommandError("--download-images in a launch of several processes: fetch the images once first "
-                               "(rococo-eval run --download-images in one process), then launch with --images-dir")
-        fetch_images(RococoSource(args.annotations_dir, cache_dir=cache_dir), images_dir,
-                     workers=max(1, args.workers), progress=_progress(args))
-    elif not args.images_dir and not (images_dir / "val2014").is_dir():
-        raise CommandError("every RoCOCO gallery needs the 5,000 COCO test images (the image-to-text queries and the "
-                           "text-to-image gallery): pass --images-dir COCO_ROOT (the folder holding val2014/), or "
-                           f"--download-images to fetch them (about 800 MB) into {images_dir}")
-    several = len(models) > 1
+    images_dir = benchmark.images_dir if benchmark is not None else _coco_images(args, cache_dir, launch)
     processes = ONE if args.shard_models else join(args.device, datetime.timedelta(minutes=args.process_timeout))
-    if benchmark is None and not processes.is_main:
-        processes.barrier()  # rank 0 has the annotation files (a first run downloads them)
-    source = benchmark if benchmark is not None else RococoSource(args.annotations_dir, images_dir=images_dir,
-                                                                  cache_dir=cache_dir)
-    if benchmark is None and processes.is_main:
-        processes.barrier()
+    source = benchmark if benchmark is not None else processes.main_first(  # rank 0 fetches the annotation files
+        lambda: open_source(args.annotations_dir, images_dir=images_dir, cache_dir=cache_dir))
     if args.shard_models:
-        rank, world, local_rank = launch  # no process group: each process has models of its own
-        mine = [name for number, name in enumerate(models) if number % world == rank]
-        device = f"cuda:{local_rank}" if args.device in (None, "cuda") and _cuda_available() else args.device
-        for name in mine:
-            _run_model(args, name, source, attacks, images_dir, cache_dir, model_folder(out, name),
-                       _scores_folder(args.save_scores, name, several), ONE, device)
-        logger.info("rank %d of %d: %d of the %d models done (%s)%s", rank, world, len(mine), len(models),
-                    ", ".join(mine) or "none",
-                    f"; compare them all with: rococo-eval table {out}/*/" if several else "")
-        return out
+        return _run_shard(args, models, source, attacks, images_dir, cache_dir, out, launch)
+    several = len(models) > 1
     try:
         device = rank_device(processes, args.device)
         folders = []
@@ -355,6 +344,59 @@ def run_command(args) -> Path:
     return folders[-1]
 
 
+def _checked_models(args) -> list[str]:
+    """``run``'s models, each name's files and form checked, and what it saves beside the report: before the images
+    and any work."""
+    from rococo_eval.models.adapters import check_model_name
+    from rococo_eval.scoring.galleries import check_saving
+
+    models = model_names(args.model, args.models_file)
+    for name in models:
+        check_model_name(name)
+    check_saving(save_scores=args.save_scores, compact_scores=args.compact_scores, save_embeddings=args.save_embeddings)
+    if args.save_embeddings and len(models) > 1:
+        raise CommandError(f"--save-embeddings {args.save_embeddings!r}: one file holds one model's embeddings; give "
+                           "one model")
+    return models
+
+
+def _coco_images(args, cache_dir: Path, launch) -> Path:
+    """The COCO root of a RoCOCO ``run``: ``--images-dir``, or ``<cache>/coco``, filled first with
+    ``--download-images`` (in one process: ``launch`` is :func:`~rococo_eval.processes.launched`'s)."""
+    from rococo_eval.data.source import fetch_images, open_source
+
+    images_dir = Path(args.images_dir).expanduser() if args.images_dir else cache_dir / "coco"
+    if args.download_images:
+        if launch and launch[1] > 1:
+            raise CommandError("--download-images in a launch of several processes: fetch the images once first "
+                               "(rococo-eval run --download-images in one process), then launch with --images-dir")
+        fetch_images(open_source(args.annotations_dir, cache_dir=cache_dir), images_dir,
+                     workers=max(1, args.workers), progress=_progress(args))
+    elif not args.images_dir and not (images_dir / "val2014").is_dir():
+        raise CommandError("every RoCOCO gallery needs the 5,000 COCO test images (the image-to-text queries and the "
+                           "text-to-image gallery): pass --images-dir COCO_ROOT (the folder holding val2014/), or "
+                           f"--download-images to fetch them (about 800 MB) into {images_dir}")
+    return images_dir
+
+
+def _run_shard(args, models: list[str], source, attacks, images_dir: Path, cache_dir: Path, out: Path,
+               launch) -> Path:
+    """``run --shard-models``: this process evaluates the models of its rank (model i on rank i mod N, ``launch``
+    being :func:`~rococo_eval.processes.launched`'s) alone, on its own GPU, with no process group. Returns ``out``."""
+    from rococo_eval.processes import ONE
+
+    rank, world, local_rank = launch
+    several = len(models) > 1
+    mine = [name for number, name in enumerate(models) if number % world == rank]
+    device = f"cuda:{local_rank}" if args.device in (None, "cuda") and _cuda_available() else args.device
+    for name in mine:
+        _run_model(args, name, source, attacks, images_dir, cache_dir, model_folder(out, name),
+                   _scores_folder(args.save_scores, name, several), ONE, device)
+    logger.info("rank %d of %d: %d of the %d models done (%s)%s", rank, world, len(mine), len(models),
+                ", ".join(mine) or "none", f"; compare them all with: rococo-eval table {out}/*/" if several else "")
+    return out
+
+
 def compare_command(args) -> None:
     """``rococo-eval compare``: print the paired comparison of two reports
     (:mod:`rococo_eval.reporting.compare`) on stdout."""
@@ -373,25 +415,23 @@ def compare_command(args) -> None:
 def _run_model(args, name: str, source, attacks, images_dir: Path, cache_dir: Path, out: Path, scores_dir,
                processes, device) -> None:
     """Evaluate one model (:func:`rococo_eval.evaluation.evaluate_model`) into the report folder ``out`` (and its
-    score files into ``scores_dir`` when not None), written by rank 0 of ``processes``; print its table."""
+    score files into ``scores_dir`` when not None), written by rank 0 of ``processes``; print its table.
+
+    Every process passes the same options (each checks them before any work); only rank 0 writes.
+    """
     from rococo_eval.evaluation import evaluate_model
     from rococo_eval.models.adapters import load_model
     from rococo_eval.reporting.report import to_text_table
-    from rococo_eval.scoring.galleries import check_saving
 
     model = load_model(name, device=device, precision=args.precision)
-    out = out if processes.is_main else None
-    check_saving(model, save_scores=args.save_scores, compact_scores=args.compact_scores,  # on every process, before
-                 save_embeddings=args.save_embeddings)                                    # any work
-    save_scores = scores_dir if processes.is_main else None
-    embeddings = Path(args.save_embeddings).expanduser() if args.save_embeddings and processes.is_main else None
+    main = processes.is_main
+    embeddings = Path(args.save_embeddings).expanduser() if args.save_embeddings else None
     report = evaluate_model(model, source, attacks=attacks, out=out, cache_dir=cache_dir, batch_size=args.batch_size,
-                            workers=args.workers, rerank_k=args.rerank_k, save_scores=save_scores,
-                            compact_scores=args.compact_scores and processes.is_main,
-                            save_embeddings=embeddings,
-                            progress=_progress(args) and processes.is_main, processes=processes,
+                            workers=args.workers, rerank_k=args.rerank_k, save_scores=scores_dir,
+                            compact_scores=args.compact_scores, save_embeddings=embeddings,
+                            progress=_progress(args) and main, processes=processes,
                             meta={"precision": args.precision, "images_dir": str(images_dir)})
-    if processes.is_main:
+    if main:
         print(to_text_table(report["summary"]))
         if not args.quiet:
             print(f"rococo-eval: report written to {out}", file=sys.stderr)
@@ -456,9 +496,9 @@ def score_command(args) -> Path:
     from rococo_eval.scoring.embeddingsfile import is_embeddings_file
     from rococo_eval.scoring.consistency import report_entries
     from rococo_eval.scoring.plan import (
+        GalleryFacts,
         PlanError,
         ScoreRequest,
-        adversarial_per_image_of,
         disagreements_of,
         plan_score_files,
         report_meta,
@@ -480,10 +520,8 @@ def score_command(args) -> Path:
         requests.append(ScoreRequest(path, attack=attack, direction=direction, order=order))
     with validity.recorded() as warnings:
         try:
-            plans = plan_score_files(requests, source.captions_per_image, attacks=attacks,
-                                     adversarial_per_image=adversarial_per_image_of(source),
-                                     ask_order=_ask_order_by_spec, trust_given_order=args.trust_order,
-                                     fix_order=_fix_order_by_spec)
+            plans = plan_score_files(requests, GalleryFacts.of(source), ask_order=_ask_order_by_spec,
+                                     trust_given_order=args.trust_order, fix_order=_fix_order_by_spec)
             results = score_planned(plans)
         except PlanError as error:
             raise CommandError(str(error)) from None
@@ -526,12 +564,12 @@ def from_mteb_command(args) -> Path:
 def migrate_command(args) -> list[dict]:
     """``rococo-eval leaderboard migrate``: a repo's ``leaderboard.jsonl`` into records
     (:mod:`rococo_eval.board.migration`), said on stdout before it is done. Returns the records committed."""
-    from rococo_eval.data.source import RococoSource
+    from rococo_eval.data.source import open_source
     from rococo_eval.board.leaderboard import rococo_galleries
     from rococo_eval.board.migration import LEGACY_BOARD, commit_migration, plan_migration
     from rococo_eval.board.records import record_path
 
-    galleries = rococo_galleries(RococoSource(args.annotations_dir).captions_per_image)
+    galleries = rococo_galleries(open_source(args.annotations_dir).captions_per_image)
     migration = plan_migration(args.repo, galleries)
     print(f"{LEGACY_BOARD} of {args.repo}: {len(migration.records)} row(s) to turn into records, "
           f"{len(migration.existing)} that are records already, {migration.published} published (left out: the "

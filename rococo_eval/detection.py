@@ -375,7 +375,14 @@ from the shape)')
         return LayoutChoice(CLEAN, direction, "official",
                             _gallery_note(CLEAN, direction, "", shape, _parts_read(CLEAN, direction, shape, file_name,
                                                                                    captions_per_image, named)))
-    attacks = [a for a, _ in matches]
+    return _attacked_choice(shape, direction, [a for a, _ in matches], named, file_name, captions_per_image, scores,
+                            adversarial_per_image)
+
+
+def _attacked_choice(shape, direction: str, attacks, named, file_name: str, captions_per_image, scores,
+                     adversarial_per_image: int) -> LayoutChoice:
+    """:func:`detect_layout` of an attacked gallery of ``direction``, which ``shape`` fits for each of ``attacks``:
+    the one the file name names (``named``), its order read from ``scores`` when it is image-to-text."""
     if not named:
         raise ValueError(f"shape {shape} fits an attacked {direction} gallery of {', '.join(attacks)}: choose the "
                          "attack, or name it in the file name")

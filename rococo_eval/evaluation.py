@@ -26,6 +26,7 @@ from typing import Optional, Sequence, Union
 
 import rococo_eval.validity as validity
 from rococo_eval.catalog import select_attacks as catalog_select_attacks
+from rococo_eval.data.source import open_source
 from rococo_eval.io.download import default_cache_dir
 from rococo_eval.models.cache import DEFAULT_BATCH_SIZE, EmbeddingCache
 from rococo_eval.models.custom import as_image_text_model
@@ -82,10 +83,11 @@ def evaluate_model(model, source=None, *, attacks: Union[str, Sequence[str]] = "
     """
     model = as_image_text_model(model, name)
     check_saving(model, save_scores=save_scores, compact_scores=compact_scores, save_embeddings=save_embeddings)
-    if source is None:
-        source = default_source(images_dir, benchmark, annotations_dir, cache_dir)
-    attacks = select_attacks(attacks, source)
     cache_dir = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
+    if source is None:
+        source = open_source(annotations_dir, images_dir=images_dir, cache_dir=cache_dir, benchmark=benchmark,
+                             needs_images=True)
+    attacks = select_attacks(attacks, source)
     with validity.recorded() as warnings:  # a damaged cache file dropped, for the report
         cache = EmbeddingCache(cache_dir / "embeddings", batch_size=batch_size, workers=workers, progress=progress)
         reranker = None
@@ -112,31 +114,24 @@ def evaluate_model(model, source=None, *, attacks: Union[str, Sequence[str]] = "
         if compact_scores:
             report_meta["compact_scores"] = True
     if save_embeddings is not None:
-        from rococo_eval.scoring.embeddingsfile import item_sets, write_embeddings_file
-
-        sets = item_sets(source, attacks)
-        write_embeddings_file(save_embeddings, {name: cache.embeddings(model, items) for name, items in sets.items()},
-                              {name: items.fingerprint for name, items in sets.items()}, model.name,
-                              getattr(model, "similarity", DEFAULT_SIMILARITY))
-        report_meta["embeddings_file"] = str(save_embeddings)
-        logger.info("embeddings of %d item sets saved to %s", len(sets), save_embeddings)
+        report_meta["embeddings_file"] = _save_embeddings(model, source, attacks, cache, save_embeddings)
     if out is not None:
         write_report(results, Path(out), report_meta, source=source)
     metrics = {key: result.metrics for key, result in results.items()}
     return {"meta": report_meta, "results": metrics, "summary": summary_rows(metrics)}
 
 
-def default_source(images_dir=None, benchmark=None, annotations_dir=None, cache_dir=None):
-    """RoCOCO with the COCO test images in ``images_dir``, or the generated benchmark folder ``benchmark``."""
-    from rococo_eval.data.source import RococoSource, open_source
+def _save_embeddings(model, source, attacks, cache, path) -> str:
+    """Write every item set's embeddings (from ``cache``, where scoring put them) into the ``.safetensors`` ``path``;
+    return the path as the report names it."""
+    from rococo_eval.scoring.embeddingsfile import item_sets, write_embeddings_file
 
-    if benchmark is not None:
-        return open_source(annotations_dir, images_dir=images_dir, benchmark=benchmark)
-    if images_dir is None:
-        raise ValueError("`images_dir` is None: every RoCOCO gallery needs the 5,000 COCO test images (the folder "
-                         "holding val2014/), or give `benchmark`, a folder made by `rococo-eval attack`")
-    return RococoSource(annotations_dir, images_dir=images_dir,
-                        cache_dir=Path(cache_dir).expanduser() if cache_dir else default_cache_dir())
+    sets = item_sets(source, attacks)
+    write_embeddings_file(path, {name: cache.embeddings(model, items) for name, items in sets.items()},
+                          {name: items.fingerprint for name, items in sets.items()}, model.name,
+                          getattr(model, "similarity", DEFAULT_SIMILARITY))
+    logger.info("embeddings of %d item sets saved to %s", len(sets), path)
+    return str(path)
 
 
 def select_attacks(attacks: Union[str, Sequence[str]], source) -> tuple[str, ...]:

@@ -25,7 +25,7 @@ import datetime
 import logging
 import os
 from dataclasses import dataclass
-from typing import Mapping, Optional
+from typing import Callable, Mapping, Optional, TypeVar
 
 logger = logging.getLogger(__name__)
 
@@ -33,6 +33,8 @@ logger = logging.getLogger(__name__)
 # the slowest one; after a resume, that can be a whole stage (every other share was cached). The ITM stage of a
 # full BLIP run takes hours on one GPU, so the wait allowed is a day, not torch's 30 minutes (NCCL's 10).
 DEFAULT_TIMEOUT = datetime.timedelta(hours=24)
+
+T = TypeVar("T")
 
 _LAUNCHERS = (("RANK", "WORLD_SIZE", "LOCAL_RANK"), ("SLURM_PROCID", "SLURM_STEP_NUM_TASKS", "SLURM_LOCALID"))
 
@@ -73,6 +75,21 @@ class Processes:
                 dist.barrier(device_ids=[torch.cuda.current_device()])
             else:
                 dist.barrier()
+
+    def main_first(self, make: Callable[[], T]) -> T:
+        """``make()`` on rank 0 first, then on the others once rank 0 is done: what rank 0 fetches into a shared
+        cache (a first run's annotation files), the others find there. Every process calls it, at the same point.
+
+        Example:
+            >>> ONE.main_first(lambda: "made")
+            'made'
+        """
+        if not self.is_main:
+            self.barrier()
+        made = make()
+        if self.is_main:
+            self.barrier()
+        return made
 
     def gathered(self, items) -> list:
         """Every process's ``items``, in rank order, on every process; ``items`` as a list with one process. A

@@ -493,9 +493,9 @@ def test_run_checks_every_model_before_the_images_and_any_work(name, problem, hf
 
 
 def test_run_help_lists_every_model_form_and_so_does_the_unknown_name_error(capsys):
-    """The forms of --model come from one list (rococo_eval.models.adapters.MODEL_FORMS): in run --help, in the error
+    """The forms of --model come from one list (rococo_eval.models.families.MODEL_FORMS): in run --help, in the error
     of a name of none of them, and in docs/cli.md's list of models."""
-    from rococo_eval.models.adapters import MODEL_FORMS
+    from rococo_eval.models.families import MODEL_FORMS
 
     shown = subprocess.run([sys.executable, "-m", "rococo_eval", "run", "--help"], capture_output=True, text=True,
                            check=True, env={**os.environ, "COLUMNS": "10000"}).stdout
@@ -823,7 +823,7 @@ def test_score_refuses_a_stated_order_that_the_evidence_is_significantly_against
     refuses it; at the boundary, 310 of 511 against the stated order are refused (p = 8.1e-7) and 309 are not
     (p = 1.3e-6); the other order is taken; --trust-order scores a refused order with a warning that --quiet keeps.
     Only the last run scores a matrix: the others are settled when the files are planned."""
-    from rococo_eval.scoring.plan import ScoreRequest, plan_score_files
+    from rococo_eval.scoring.plan import GalleryFacts, ScoreRequest, plan_score_files
     from helpers.order_votes import plant_votes
 
     paths = {}
@@ -847,7 +847,8 @@ def test_score_refuses_a_stated_order_that_the_evidence_is_significantly_against
 
     # Taken, as score plans them (scoring the 1 GB matrices would test the metric again, not the order rule): 309
     # against the stated order, and the order that the votes favour.
-    plans = [plan_score_files([ScoreRequest(paths[official], attack="rand_voca", order=order)], captions_per_image)[0]
+    plans = [plan_score_files([ScoreRequest(paths[official], attack="rand_voca", order=order)],
+                              GalleryFacts(captions_per_image))[0]
              for official, order in ((309, "dataset"), (310, "official"))]
     assert [planned.choice.order for planned in plans] == ["dataset", "official"]
     assert ("the scores do not decide the order (of 512 sampled queries, 309 score their official-order ground truth "
@@ -925,3 +926,20 @@ def test_from_mteb_warns_of_ties_that_mteb_decided_even_when_quiet(tmp_path):
     meta = json.loads((tmp_path / "report" / "report.json").read_text())["meta"]
     assert meta["warnings"] == [warning] and meta["tied_queries"] == {"clean/image_to_text": 2}
     assert f"## Warnings\n\n- {warning}\n" in (tmp_path / "report" / "report.md").read_text()
+
+
+def test_run_precision_choices_and_model_prefixes_come_from_the_families_registry(capsys):
+    """--precision's choices are rococo_eval.models.families.PRECISIONS; every family's record names a checker and a
+    loader of rococo_eval.models.adapters, and its prefix parses to it."""
+    from rococo_eval.cli import build_parser
+    from rococo_eval.models.adapters import parse_model_name
+    from rococo_eval.models.families import FAMILIES, PRECISIONS
+
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["run", "--model", "hf:m", "--precision", "fp8"])
+    assert f"choose from {', '.join(map(repr, PRECISIONS))}" in capsys.readouterr().err
+    assert build_parser().parse_args(["run", "--model", "hf:m"]).precision == PRECISIONS[0]
+    for family in FAMILIES.values():
+        assert callable(getattr(models, family.checker)) and callable(getattr(models, family.loader))
+        if family.prefix:
+            assert parse_model_name(f"{family.prefix}some/where.pth").library == family.library

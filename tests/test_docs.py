@@ -5,7 +5,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import subprocess
@@ -14,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers import load_script
 from helpers.chromium import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, VIEWPORT
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -23,10 +23,7 @@ FENCE = re.compile(r"^( *)(`{3,}|~{3,})[^\n]*\n(.*?)^\1\2 *$", re.MULTILINE | re
 
 @pytest.fixture(scope="module")
 def hooks():
-    spec = importlib.util.spec_from_file_location("docs_hooks", ROOT / "docs" / "hooks.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(ROOT / "docs" / "hooks.py")
 
 
 def test_the_refused_inputs_table_gives_the_metrics_own_message_for_each_case(hooks):

@@ -49,3 +49,9 @@ def test_each_gpu_process_takes_its_local_gpu():
     assert rank_device(Processes(3, 4, 1, "nccl"), None) == "cuda:1"
     assert rank_device(Processes(3, 4, 1, "nccl"), "cuda:0") == "cuda:0"  # asked for: kept
     assert rank_device(Processes(1, 2, 1, "gloo"), None) is None
+
+
+def test_main_first_makes_it_once_with_one_process():
+    made = []
+    assert ONE.main_first(lambda: made.append("made") or len(made)) == 1
+    assert made == ["made"]

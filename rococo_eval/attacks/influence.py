@@ -47,6 +47,7 @@ from tqdm.auto import tqdm
 
 from rococo_eval.models.adapters import load_model, resolve_device
 from rococo_eval.models.cache import EmbeddingCache, ItemSet, embeddings_of_all, weights_digest
+from rococo_eval.models.families import PRECISIONS
 from rococo_eval.processes import ONE
 
 logger = logging.getLogger(__name__)
@@ -284,8 +285,8 @@ def _check_variant(variant: str) -> str:
 
 
 def _check_precision(precision: str) -> str:
-    if precision not in ("fp32", "fp16", "bf16"):
-        raise ValueError(f"`precision` must be one of ('fp32', 'fp16', 'bf16'), got {precision!r}")
+    if precision not in PRECISIONS:
+        raise ValueError(f"`precision` must be one of {PRECISIONS}, got {precision!r}")
     return precision
 
 

@@ -122,15 +122,19 @@ class Source(Protocol):
     def gallery(self, attack: str, direction: str | None = None, order: str | None = None) -> GalleryLayout: ...
 
 
-def open_source(annotations_dir=None, images_dir=None, cache_dir=None, *, benchmark=None) -> Source:
+def open_source(annotations_dir=None, images_dir=None, cache_dir=None, *, benchmark=None,
+                needs_images: bool = False) -> Source:
     """RoCOCO's source (:class:`RococoSource`), or with ``benchmark`` the generated benchmark in that folder
-    (:class:`BenchmarkSource`): what the front ends open from their options (``--benchmark``, ``benchmark=``).
+    (:class:`BenchmarkSource`): the one way the front ends open a source from their options (``--benchmark``,
+    ``benchmark=``).
 
     Args:
         annotations_dir, images_dir, cache_dir: as for :class:`RococoSource`; with ``benchmark``, ``images_dir`` as
             for :class:`BenchmarkSource` and ``cache_dir`` unused.
         benchmark: a folder written by :func:`rococo_eval.data.benchmark.make_benchmark`, or None for RoCOCO.
             Not together with ``annotations_dir``.
+        needs_images: RoCOCO is refused without ``images_dir`` (a model's evaluation embeds its images; a
+            benchmark's default to the folder it records).
 
     Example:
         >>> type(open_source()).__name__
@@ -141,6 +145,9 @@ def open_source(annotations_dir=None, images_dir=None, cache_dir=None, *, benchm
         ValueError: pass `annotations_dir` (RoCOCO's files) or `benchmark` (a generated benchmark), not both
     """
     if benchmark is None:
+        if needs_images and images_dir is None:
+            raise ValueError("`images_dir` is None: every RoCOCO gallery needs the 5,000 COCO test images (the "
+                             "folder holding val2014/), or give `benchmark`, a folder made by `rococo-eval attack`")
         return RococoSource(annotations_dir, images_dir=images_dir, cache_dir=cache_dir)
     if annotations_dir is not None:
         raise ValueError("pass `annotations_dir` (RoCOCO's files) or `benchmark` (a generated benchmark), not both")

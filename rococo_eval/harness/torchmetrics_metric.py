@@ -137,10 +137,8 @@ class RococoRecallMetric(Metric):
                  similarity: str = DEFAULT_SIMILARITY, ties: str = "pessimistic", bootstrap: int = 0, **kwargs: Any):
         kwargs.setdefault("dist_sync_fn", _gather_rows)
         super().__init__(**kwargs)
-        if source is None:
-            source = open_source()
-        elif isinstance(source, (str, os.PathLike)):
-            source = open_source(benchmark=source)
+        if source is None or isinstance(source, (str, os.PathLike)):
+            source = open_source(benchmark=source)  # RoCOCO's annotations, or the benchmark in that folder
         self.source = source
         self.attacks = select_attacks(attacks, source.text_attacks, source.image_attacks)
         self.similarity = check_similarity(similarity, "RococoRecallMetric")

@@ -300,8 +300,6 @@ def download_coco_images(file_names: Iterable[str], dest_root: str | os.PathLike
     dest_root = Path(dest_root)
     targets = {name: dest_root.joinpath(*_relative_parts(name)) for name in file_names}
     sessions = _ThreadSessions()
-    failures: dict[str, str] = {}
-    complete = 0
 
     def fetch(name: str) -> Path:
         return _fetch(join_url(base_url, name), targets[name], timeout=timeout, retries=retries,
@@ -309,28 +307,7 @@ def download_coco_images(file_names: Iterable[str], dest_root: str | os.PathLike
 
     logger.info("fetching %d COCO images from %s into %s", len(targets), base_url, dest_root)
     try:
-        with (ThreadPoolExecutor(max_workers=workers, thread_name_prefix="rococo-download") as pool,
-              tqdm(total=len(targets), unit="image", desc="COCO images", disable=not progress) as bar):
-            futures = {pool.submit(fetch, name): name for name in targets}
-            try:
-                for future in as_completed(futures):
-                    try:
-                        future.result()
-                        complete += 1
-                    except ServerUnreachableError as error:
-                        raise ServerUnreachableError(
-                            f"{error} Stopped: no COCO image can be downloaded into {str(dest_root)!r} now "
-                            f"({complete} of {len(targets)} images there are complete). Pass a COCO root that "
-                            f"already holds val2014/ as `images_dir` (--images-dir on the command line), or run "
-                            f"again once the server can be reached; complete images are not fetched again."
-                        ) from error.__cause__
-                    except (OSError, ValueError) as error:
-                        failures[futures[future]] = str(error)
-                        logger.warning("could not fetch %s: %s", futures[future], error)
-                    bar.update(1)
-            except BaseException:
-                pool.shutdown(wait=True, cancel_futures=True)
-                raise
+        failures = _fetch_all(targets, fetch, workers, progress, dest_root)
     finally:
         sessions.close()
     if failures:
@@ -342,6 +319,36 @@ def download_coco_images(file_names: Iterable[str], dest_root: str | os.PathLike
             failures={name: failures[name] for name in targets if name in failures},
         )
     return list(targets.values())
+
+
+def _fetch_all(targets: dict[str, Path], fetch, workers: int, progress: bool, dest_root: Path) -> dict[str, str]:
+    """``fetch(name)`` of every name of ``targets`` on ``workers`` threads; the failures, by name, with why. An
+    unreachable server stops them all at once, its error saying how many images in ``dest_root`` are complete."""
+    failures: dict[str, str] = {}
+    complete = 0
+    with (ThreadPoolExecutor(max_workers=workers, thread_name_prefix="rococo-download") as pool,
+          tqdm(total=len(targets), unit="image", desc="COCO images", disable=not progress) as bar):
+        futures = {pool.submit(fetch, name): name for name in targets}
+        try:
+            for future in as_completed(futures):
+                try:
+                    future.result()
+                    complete += 1
+                except ServerUnreachableError as error:
+                    raise ServerUnreachableError(
+                        f"{error} Stopped: no COCO image can be downloaded into {str(dest_root)!r} now "
+                        f"({complete} of {len(targets)} images there are complete). Pass a COCO root that "
+                        f"already holds val2014/ as `images_dir` (--images-dir on the command line), or run "
+                        f"again once the server can be reached; complete images are not fetched again."
+                    ) from error.__cause__
+                except (OSError, ValueError) as error:
+                    failures[futures[future]] = str(error)
+                    logger.warning("could not fetch %s: %s", futures[future], error)
+                bar.update(1)
+        except BaseException:
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
+    return failures
 
 
 class _ThreadSessions:

@@ -1,7 +1,8 @@
 """Image-text models behind one small interface: image and caption embeddings scored by their dot product.
 
 The families, named the way the ``rococo-eval`` command takes them (:data:`MODEL_FORMS`, the one list of the forms
-that the error messages, ``run --help`` and the docs show; :func:`load_model` looks the prefix up in one registry):
+that the error messages, ``run --help`` and the docs show; :func:`load_model` looks the prefix up in one registry,
+:mod:`rococo_eval.models.families`):
 
 - ``open_clip:ARCH/PRETRAINED``: an open_clip architecture and pretrained tag (``ViT-B-32/openai``), or a
   checkpoint file after the slash; ``none`` builds the architecture with random weights.
@@ -54,44 +55,12 @@ import numpy as np
 from PIL import Image
 
 from rococo_eval.models.cache import weights_digest
+from rococo_eval.models.families import CALLABLE, FAMILIES, MODEL_FORMS, PRECISIONS, ModelForm  # noqa: F401 (public)
 from rococo_eval.models.similarity import DEFAULT_SIMILARITY
 
 logger = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class ModelForm:
-    """One way to name a model (``--model``): its ``syntax``, what it names, and the family (``library``) that
-    loads it. :data:`MODEL_FORMS` lists them all.
-
-    Example:
-        >>> print(MODEL_FORMS[2])
-        open_clip:local-dir:PATH (an open_clip model in a local folder)
-    """
-
-    library: str
-    syntax: str
-    description: str
-
-    def __str__(self) -> str:
-        return f"{self.syntax} ({self.description})"
-
-
-MODEL_FORMS = (
-    ModelForm("open_clip", "open_clip:ARCH/PRETRAINED", "an open_clip architecture and pretrained tag, e.g. "
-              "open_clip:ViT-B-32/openai; PRETRAINED may be a checkpoint file, or 'none' for random weights"),
-    ModelForm("open_clip", "open_clip:hf-hub:ORG/REPO", "an open_clip model on the Hugging Face Hub"),
-    ModelForm("open_clip", "open_clip:local-dir:PATH", "an open_clip model in a local folder"),
-    ModelForm("hf", "hf:REPO_OR_PATH", "a transformers dual encoder, e.g. hf:openai/clip-vit-base-patch32, or a "
-              "BLIP/BLIP-2 retrieval checkpoint, e.g. hf:Salesforce/blip-itm-base-coco; a Hub repository or a folder"),
-    ModelForm("blip", "blip:PATH.pth", "an official BLIP retrieval checkpoint, e.g. blip:model_base_retrieval_coco.pth"),
-    ModelForm("vse", "vse:PATH.pth", "an official VSE infinity checkpoint, e.g. vse:coco_wsl_grid_bert/model_best.pth"),
-    ModelForm("pcmepp", "pcmepp:REPO_OR_FOLDER", "an official PCME++ checkpoint, scored by CSD, e.g. "
-              "pcmepp:SanghyukChun/PCMEPP-ViT-B-16-CC3M-12M-RedCaps-256M"),
-    ModelForm("python", "module:callable", "your own model: callable() returns an object with encode_images and "
-              "encode_texts, e.g. my_models:load_model; see rococo_eval.models.custom"),
-)
-PRECISIONS = ("fp32", "fp16", "bf16")
 INSTALL_HINT = "pip install 'rococo-eval[models]'"
 _RANDOM_WEIGHTS = ("none", "random")
 _CHECKPOINT_SUFFIXES = (".pt", ".pth", ".bin", ".safetensors")  # an open_clip PRETRAINED that names a file
@@ -186,7 +155,7 @@ def parse_model_name(text: str) -> ModelName:
         rococo_eval.models.adapters.ModelError: unknown model name 'clip-vit'; accepted forms: ...
     """
     library, _, rest = str(text).partition(":")
-    built_in = library in _FAMILIES and library != "python"  # "python" names module:callable, no prefix
+    built_in = library in FAMILIES and library != CALLABLE  # module:callable has no prefix
     if library == "open_clip" and rest:
         if rest.startswith(_OPEN_CLIP_SCHEMAS):
             return ModelName("open_clip", rest, None)
@@ -199,7 +168,7 @@ def parse_model_name(text: str) -> ModelName:
         from rococo_eval.models.custom import names_a_callable
 
         if names_a_callable(text):
-            return ModelName("python", str(text), None)
+            return ModelName(CALLABLE, str(text), None)
     raise ModelError(f"unknown model name {text!r}; accepted forms: " + "; ".join(map(str, MODEL_FORMS)))
 
 
@@ -217,7 +186,7 @@ def check_model_name(text: str) -> ModelName:
         rococo_eval.models.adapters.ModelError: `model` 'vse:no-such-folder/model_best.pth': no such file ...
     """
     parsed = parse_model_name(text)
-    _FAMILIES[parsed.library].check(str(text), parsed)
+    _family_function(parsed.library, "checker")(str(text), parsed)
     return parsed
 
 
@@ -239,7 +208,13 @@ def load_model(name: str, device: Optional[str] = None, precision: str = "fp32")
     parsed = check_model_name(name)
     if precision not in PRECISIONS:
         raise ValueError(f"`precision` must be one of {PRECISIONS}, got {precision!r}")
-    return _FAMILIES[parsed.library].load(name, parsed, device, precision)
+    return _family_function(parsed.library, "loader")(name, parsed, device, precision)
+
+
+def _family_function(library: str, role: str) -> Callable:
+    """The function of this module that family ``library``'s record names as its ``role`` (``"checker"`` or
+    ``"loader"``): :data:`~rococo_eval.models.families.FAMILIES` is the one list of the families."""
+    return globals()[getattr(FAMILIES[library], role)]
 
 
 def _load_open_clip(name: str, parsed: ModelName, device: Optional[str], precision: str):
@@ -345,22 +320,9 @@ def _form_of(name: str) -> ModelForm:
     return next(form for form in MODEL_FORMS if form.syntax.startswith(f"{library}:{schema}"))
 
 
-@dataclass(frozen=True)
-class _Family:
-    """How a family's models are checked cheaply (``check(name, parsed)``: :func:`check_model_name`) and loaded."""
-
-    check: Callable[[str, ModelName], None]
-    load: Callable[[str, ModelName, Optional[str], str], ImageTextModel]
-
-
-_FAMILIES = {
-    "open_clip": _Family(_check_open_clip, _load_open_clip),
-    "hf": _Family(_check_transformers, _load_transformers),
-    "blip": _Family(_check_file, _checkpoint_family("blip_official", "load_official_checkpoint")),  # BLIP's .pth
-    "vse": _Family(_check_file, _checkpoint_family("vse_infty", "load_vse_infty")),  # VSE infinity's model_best.pth
-    "pcmepp": _Family(_check_pcmepp, _checkpoint_family("pcmepp", "load_pcmepp")),  # save_pretrained, scored by CSD
-    "python": _Family(_check_callable, _load_callable),
-}
+_load_blip = _checkpoint_family("blip_official", "load_official_checkpoint")  # BLIP's .pth
+_load_vse = _checkpoint_family("vse_infty", "load_vse_infty")  # VSE infinity's model_best.pth
+_load_pcmepp = _checkpoint_family("pcmepp", "load_pcmepp")  # save_pretrained, scored by CSD
 
 
 def clip_preprocess(image: Image.Image, size, mean, std, interpolation: str = "bicubic",

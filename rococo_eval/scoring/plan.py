@@ -29,7 +29,7 @@ Example:
     >>> folder = Path(tempfile.mkdtemp())
     >>> scores = np.array([[1, 0], [1, 0], [0, 1]], dtype=np.float32)  # 3 captions (2 of image 0), 2 images
     >>> np.save(folder / "clean_text_to_image.npy", scores)
-    >>> [planned] = plan_score_files([ScoreRequest(folder / "clean_text_to_image.npy")], [2, 1])
+    >>> [planned] = plan_score_files([ScoreRequest(folder / "clean_text_to_image.npy")], GalleryFacts([2, 1]))
     >>> planned.key, planned.layout.num_gallery, planned.cutoffs
     ('clean/text_to_image', 2, (1,))
     >>> score_planned([planned])["clean/text_to_image"].metrics["recall@1"]
@@ -172,6 +172,58 @@ def _give_or_trust(choice: LayoutChoice, request: ScoreRequest) -> str:
             f"{choice.order} order all the same")
 
 
+@dataclass(frozen=True)
+class GalleryFacts:
+    """What an image-text set says of the galleries its score files hold: what placing a file needs of its source.
+
+    Attributes:
+        captions_per_image: the set's ground-truth captions of each image (RoCOCO's, or a generated benchmark's), as
+            a tuple; None when no annotations are at hand (:data:`NO_SOURCE`): then only custom layouts can be
+            planned.
+        adversarial_per_image: its adversarial captions per image in a text attack (:func:`adversarial_per_image_of`).
+        attacks: the attacks a file may name (:func:`attacks_of`).
+
+    Example:
+        >>> GalleryFacts([5, 6]).captions_per_image, GalleryFacts.of(None) == NO_SOURCE
+        ((5, 6), True)
+    """
+
+    captions_per_image: Optional[tuple[int, ...]]
+    adversarial_per_image: int = ADVERSARIAL_PER_IMAGE
+    attacks: tuple[str, ...] = ATTACKS
+
+    def __post_init__(self):
+        if self.captions_per_image is not None:
+            object.__setattr__(self, "captions_per_image", tuple(self.captions_per_image))
+        object.__setattr__(self, "attacks", tuple(self.attacks))
+
+    @classmethod
+    def of(cls, source: Source | None) -> GalleryFacts:
+        """The facts of ``source`` (a :class:`~rococo_eval.data.source.Source`), or :data:`NO_SOURCE` for None."""
+        if source is None:
+            return NO_SOURCE
+        return cls(source.captions_per_image, adversarial_per_image_of(source), attacks_of(source))
+
+
+NO_SOURCE = GalleryFacts(None)  # no annotations at hand: RoCOCO's attacks by name, custom layouts only
+
+
+@dataclass(frozen=True)
+class PlanPolicy:
+    """How a front end plans its files (the keyword arguments of :func:`plan_score_files`, which says what each
+    does): whether custom layouts are allowed and their ``references`` / ``adversarial`` files, what to say when a
+    file's order is missing (``ask_order``) or refused (``fix_order``), the level of a note on a layout read off the
+    file, and whether a stated order is trusted against its scores."""
+
+    custom: bool = False
+    references: Optional[str] = None
+    adversarial: Optional[str] = None
+    ask_order: Callable[[LayoutChoice, ScoreRequest], str] = _give_the_order
+    read_off_level: int = logging.WARNING
+    trust_given_order: bool = False
+    fix_order: Callable[[LayoutChoice, ScoreRequest], str] = _give_or_trust
+
+
 def attacks_of(source: Source | None) -> tuple[str, ...]:
     """The attacks a score file may name: the source's own (a generated benchmark's image attacks may have other
     seeds than RoCOCO's); without a source (no annotations at hand), RoCOCO's.
@@ -199,8 +251,7 @@ def adversarial_per_image_of(source: Source | None) -> int:
     return source.adversarial_per_image
 
 
-def plan_score_files(requests: Sequence[ScoreRequest], captions_per_image, *,
-                     adversarial_per_image: int = ADVERSARIAL_PER_IMAGE, attacks=ATTACKS, custom: bool = False,
+def plan_score_files(requests: Sequence[ScoreRequest], facts: GalleryFacts, *, custom: bool = False,
                      references=None, adversarial=None,
                      ask_order: Callable[[LayoutChoice, ScoreRequest], str] = _give_the_order,
                      read_off_level: int = logging.WARNING, trust_given_order: bool = False,
@@ -209,11 +260,8 @@ def plan_score_files(requests: Sequence[ScoreRequest], captions_per_image, *,
 
     Args:
         requests: the files, each with what was given of its layout.
-        captions_per_image: the image-text set's captions per image (RoCOCO's, or a generated benchmark's); None
-            when no annotations are at hand (then only custom layouts can be planned).
-        adversarial_per_image: the set's adversarial captions per image in a text attack
-            (:func:`adversarial_per_image_of`).
-        attacks: the attacks a file may name (:func:`attacks_of`).
+        facts: what the image-text set says of its galleries (:meth:`GalleryFacts.of` a source; :data:`NO_SOURCE`
+            when no annotations are at hand, then only custom layouts can be planned).
         custom: whether custom layouts are allowed: their references (and adversarial items) come from the score
             file (an ``.npz`` or ``.safetensors`` with ``references`` / ``adversarial`` arrays) or from the
             ``references`` / ``adversarial`` files. ``rococo-eval score`` refuses them (a RoCOCO report has no
@@ -232,30 +280,22 @@ def plan_score_files(requests: Sequence[ScoreRequest], captions_per_image, *,
     Returns:
         one :class:`PlannedFile` per request, in request order.
     """
-    plans, problems = plan_each(requests, captions_per_image, adversarial_per_image=adversarial_per_image,
-                                attacks=attacks, custom=custom, references=references, adversarial=adversarial,
-                                ask_order=ask_order, read_off_level=read_off_level,
-                                trust_given_order=trust_given_order, fix_order=fix_order)
+    plans, problems = plan_each(requests, facts, PlanPolicy(custom, references, adversarial, ask_order, read_off_level,
+                                                            trust_given_order, fix_order))
     if problems:
         raise PlanError(problems)
     return plans
 
 
-def plan_each(requests: Sequence[ScoreRequest], captions_per_image, *,
-              adversarial_per_image: int = ADVERSARIAL_PER_IMAGE, attacks=ATTACKS, custom: bool = False,
-              references=None, adversarial=None,
-              ask_order: Callable[[LayoutChoice, ScoreRequest], str] = _give_the_order,
-              read_off_level: int = logging.WARNING, trust_given_order: bool = False,
-              fix_order: Callable[[LayoutChoice, ScoreRequest], str] = _give_or_trust,
-              ) -> tuple[list[PlannedFile], list[str]]:
+def plan_each(requests: Sequence[ScoreRequest], facts: GalleryFacts,
+              policy: PlanPolicy = PlanPolicy()) -> tuple[list[PlannedFile], list[str]]:
     """:func:`plan_score_files` without refusing: the files that can be planned, and one line per problem of the
     others (each naming its file), so that one bad file does not hide the others (the Space scores what it can).
     A gallery given by two files is a problem of the second."""
     plans, problems = [], []
     for request in requests:
         try:
-            plans.append(_plan_one(request, captions_per_image, adversarial_per_image, attacks, custom, references,
-                                   adversarial, ask_order, trust_given_order, fix_order))
+            plans.append(_plan_one(request, facts, policy))
         except ValueError as error:
             problems.append(_with_name(request.name, error))
     first, kept = {}, []
@@ -273,7 +313,7 @@ def plan_each(requests: Sequence[ScoreRequest], captions_per_image, *,
         disputed = decision is not None and (decision.order not in ("", request.order)
                                              or decision.contradicted == choice.order)
         read_off_the_file = not given or disputed  # or the scores dispute the given order
-        logger.log(read_off_level if read_off_the_file else logging.INFO, "%s: %s", request.name, choice.note)
+        logger.log(policy.read_off_level if read_off_the_file else logging.INFO, "%s: %s", request.name, choice.note)
     return kept, problems
 
 
@@ -356,41 +396,40 @@ def report_meta(plans: Sequence[PlannedFile], options: ScoringOptions = ScoringO
     return {**meta, **options.report_entries()}
 
 
-def detect_file_layout(request: ScoreRequest, captions_per_image, *, adversarial_per_image: int = ADVERSARIAL_PER_IMAGE,
-                       attacks=ATTACKS, custom: bool = False) -> tuple[scorefiles.ScoreFileInfo, LayoutChoice]:
+def detect_file_layout(request: ScoreRequest, facts: GalleryFacts, *,
+                       custom: bool = False) -> tuple[scorefiles.ScoreFileInfo, LayoutChoice]:
     """A score file's header and its layout, completed from what was given (the first step of
     :func:`plan_score_files`, and what the Space's Detect button shows): a file that carries its own layout arrays
     is a custom layout when ``custom`` layouts are allowed."""
     info = scorefiles.read_header(request.path)
     attack = request.attack or (CUSTOM if info.layout_keys and custom else "")
-    choice = choose_layout(info.shape, captions_per_image, request.path.name, attack, request.direction,
+    choice = choose_layout(info.shape, facts.captions_per_image, request.path.name, attack, request.direction,
                            request.order, scores=functools.partial(scorefiles.read_scores, request.path, info.key),
-                           adversarial_per_image=adversarial_per_image, attacks=attacks)
+                           adversarial_per_image=facts.adversarial_per_image, attacks=facts.attacks)
     return info, choice
 
 
-def _plan_one(request, captions_per_image, adversarial_per_image, attacks, custom, references, adversarial,
-              ask_order, trust_given_order=False, fix_order=_give_or_trust) -> PlannedFile:
-    info, choice = detect_file_layout(request, captions_per_image, adversarial_per_image=adversarial_per_image,
-                                      attacks=attacks, custom=custom)
-    if choice.attack == CUSTOM and not custom:
+def _plan_one(request: ScoreRequest, facts: GalleryFacts, policy: PlanPolicy) -> PlannedFile:
+    info, choice = detect_file_layout(request, facts, custom=policy.custom)
+    if choice.attack == CUSTOM and not policy.custom:
         raise ValueError("custom layouts have no place in a RoCOCO report; score them with rococo_recall directly")
     if not choice.order:
-        raise ValueError(f"{choice.note}; {ask_order(choice, request)}")
+        raise ValueError(f"{choice.note}; {policy.ask_order(choice, request)}")
     if choice.order_decision is not None and choice.order_decision.contradicted == choice.order:
-        if not trust_given_order:
-            raise ValueError(_contradicted(choice, request, fix_order))
+        if not policy.trust_given_order:
+            raise ValueError(_contradicted(choice, request, policy.fix_order))
         choice = dataclasses.replace(choice, note=f"{choice.note}; scored in the {choice.order} order "
                                                   f"{ORDER_OVERRIDDEN}")
         warn("%s: scored in the %s order %s, although %s: %s", request.name, choice.order, ORDER_OVERRIDDEN,
              choice.order_decision.contradiction, choice.order_decision.evidence)
     if choice.attack != CUSTOM:
-        layout = _standard_layout(choice.attack, choice.direction, choice.order, tuple(captions_per_image),
-                                  adversarial_per_image)
+        layout = _standard_layout(choice.attack, choice.direction, choice.order, facts.captions_per_image,
+                                  facts.adversarial_per_image)
         key = gallery_key(choice.attack, choice.direction)
         return PlannedFile(key, request, info, choice, layout, layout.metric_inputs(),
                            recall_cutoffs(layout.num_gallery, key))
     inside = scorefiles.read_layout_arrays(request.path)
+    references, adversarial = policy.references, policy.adversarial
     if "references" not in inside and references is None:
         raise ValueError("a custom layout needs references: upload a references file, or put a `references` "
                          "array in an .npz or .safetensors score file")

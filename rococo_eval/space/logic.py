@@ -26,7 +26,9 @@ from rococo_eval.results import GalleryResult
 from rococo_eval.scoring.consistency import report_entries
 from rococo_eval.scoring.embeddingsfile import is_embeddings_file, score_embeddings_file
 from rococo_eval.scoring.plan import (
+    GalleryFacts,
     PlanError,
+    PlanPolicy,
     ScoreRequest,
     ScoringOptions,
     detect_file_layout,
@@ -172,15 +174,14 @@ def detect_layouts(paths: Sequence[str] | None, captions_per_image: Sequence[int
     from the header; the order of an attacked image-to-text gallery comes from the scores when they clearly show it
     (:func:`rococo_eval.detection.decide_order`), else it stays blank and the note asks for it.
     """
-    rows = []
+    rows, facts = [], GalleryFacts(captions_per_image, adversarial_per_image, attacks)
     for path in paths or []:
         name = Path(path).name
         if is_embeddings_file(path):
             rows.append([name, "", "", "", embeddings_note(name, source)])
             continue
         try:
-            _, choice = detect_file_layout(ScoreRequest(path, name), captions_per_image, custom=True,
-                                           adversarial_per_image=adversarial_per_image, attacks=attacks)
+            _, choice = detect_file_layout(ScoreRequest(path, name), facts, custom=True)
             rows.append([name, choice.attack, choice.direction, choice.order, choice.note])
         except ValueError as error:
             rows.append([name, "", "", "", str(error)])
@@ -214,8 +215,8 @@ def choose_order(paths: Sequence[str] | None, layouts, attack: str, order: str,
             continue
         try:
             _, choice = detect_file_layout(ScoreRequest(by_name[row[0]], row[0], attack, IMAGE_TO_TEXT, order),
-                                           captions_per_image, custom=True,
-                                           adversarial_per_image=adversarial_per_image, attacks=attacks)
+                                           GalleryFacts(captions_per_image, adversarial_per_image, attacks),
+                                           custom=True)
             row[1:] = [choice.attack, choice.direction, choice.order, choice.note]
         except ValueError as error:
             row[2:] = [IMAGE_TO_TEXT, order, str(error)]
@@ -259,10 +260,10 @@ def evaluate_files(paths: Sequence[str] | None, layouts=None, references: str | 
     requests = [ScoreRequest(path, name, *(chosen.get(name, []) + ["", "", ""])[:3])
                 for path, name in zip(paths, names)]
     with validity.recorded() as warnings:
-        plans, problems = plan_each(requests, captions_per_image, adversarial_per_image=adversarial_per_image,
-                                    attacks=attacks, custom=True, references=references, adversarial=adversarial,
-                                    ask_order=_ask_order_in_table, read_off_level=logging.INFO,
-                                    trust_given_order=trust_given_order, fix_order=_fix_order_in_table)
+        plans, problems = plan_each(requests, GalleryFacts(captions_per_image, adversarial_per_image, attacks),
+                                    PlanPolicy(custom=True, references=references, adversarial=adversarial,
+                                               ask_order=_ask_order_in_table, read_off_level=logging.INFO,
+                                               trust_given_order=trust_given_order, fix_order=_fix_order_in_table))
         scored, refused = score_each(plans, options)
         problems += refused
         if not scored:

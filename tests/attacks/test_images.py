@@ -2,14 +2,13 @@
 the altered pixels and JPEG bytes of mix and patch, bit for bit as the official mix_images.py makes them."""
 
 import doctest
-import importlib.util
 import io
 
 import numpy as np
 import pytest
 from PIL import Image
 
-from helpers import REPO_ROOT
+from helpers import REPO_ROOT, load_script
 from rococo_eval.attacks import images
 from rococo_eval.attacks.images import (
     BATCH_SIZE,
@@ -25,10 +24,7 @@ from rococo_eval.catalog import IMAGE_ATTACK_METHODS, SEEDS
 
 
 def _load_tool():
-    spec = importlib.util.spec_from_file_location("make_mix_tables", REPO_ROOT / "tools" / "make_mix_tables.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(REPO_ROOT / "tools" / "make_mix_tables.py")
 
 
 def _batches(table):

@@ -271,3 +271,13 @@ def test_open_source_opens_the_kind_its_options_name(annotations_dir, benchmark,
     assert type(generated) is BenchmarkSource and generated.text_attacks == BenchmarkSource(benchmark).text_attacks
     with pytest.raises(ValueError, match=r"pass `annotations_dir` \(RoCOCO's files\) or `benchmark` .*not both"):
         open_source(annotations_dir=tmp_path, benchmark=benchmark)
+
+
+def test_open_source_needing_images_refuses_rococo_without_them_but_not_a_benchmark(annotations_dir, benchmark):
+    """What evaluate_model opens: RoCOCO only with its images (the message names the option and the way out); a
+    benchmark's images default to the folder it records."""
+    with pytest.raises(ValueError, match=r"`images_dir` is None: every RoCOCO gallery needs the 5,000 COCO test images "
+                                         r".*or give `benchmark`"):
+        open_source(annotations_dir, needs_images=True)
+    generated = open_source(benchmark=benchmark, needs_images=True)
+    assert type(generated) is BenchmarkSource and generated.images_dir == read_benchmark(benchmark).images_dir

@@ -11,7 +11,7 @@ import pytest
 from helpers.one_model import one_model_scores
 from rococo_eval.layout import gallery_layout
 from rococo_eval.scoring.consistency import disagreements, has_fill_block
-from rococo_eval.scoring.plan import ScoreRequest, disagreements_of, plan_score_files, score_planned
+from rococo_eval.scoring.plan import GalleryFacts, ScoreRequest, disagreements_of, plan_score_files, score_planned
 
 CAPTIONS = [5] * 19 + [6]  # 20 images, 101 captions
 GALLERIES = [("clean", "image_to_text", "official"), ("rand_voca", "image_to_text", "official"),
@@ -38,7 +38,7 @@ def saved_galleries(folder, seeds=None, dtypes=None, rounding=None):
 def scored(requests, ties="pessimistic"):
     from rococo_eval.scoring.plan import ScoringOptions
 
-    plans = plan_score_files(requests, CAPTIONS)
+    plans = plan_score_files(requests, GalleryFacts(CAPTIONS))
     return plans, score_planned(plans, ScoringOptions(ties))
 
 
@@ -128,7 +128,7 @@ def test_a_rerankers_galleries_are_not_compared(tmp_path):
         names["compact"].append(f"blip_{attack}_text_to_image.npz")
         names["full"].append(f"full_{attack}_text_to_image.npy")
     for kind, files in names.items():
-        plans = plan_score_files([ScoreRequest(tmp_path / name, name) for name in files], CAPTIONS)
+        plans = plan_score_files([ScoreRequest(tmp_path / name, name) for name in files], GalleryFacts(CAPTIONS))
         results = score_planned(plans)
         assert all(result.reranked for result in results.values()), kind
         assert disagreements_of(plans, results) == [], kind
@@ -164,7 +164,7 @@ def test_a_custom_layout_is_not_compared(tmp_path):
     np.savez(tmp_path / "rand_voca.npz", scores=np.eye(20, 30, dtype=np.float32), references=np.arange(20),
              adversarial=np.arange(30) >= 25)
     requests.append(ScoreRequest(tmp_path / "rand_voca.npz", "rand_voca.npz", "custom", "image_to_text"))
-    plans = plan_score_files(requests, CAPTIONS, custom=True)
+    plans = plan_score_files(requests, GalleryFacts(CAPTIONS), custom=True)
     results = score_planned(plans)
     assert results["rand_voca/image_to_text"].metrics["clean_recall@1"] == 100.0
     assert results["clean/image_to_text"].metrics["recall@1"] < 100.0

@@ -17,7 +17,8 @@ from rococo_eval.cli import main
 from rococo_eval.data.benchmark import make_benchmark
 from rococo_eval.data.source import BenchmarkSource
 from rococo_eval.io.savedscores import score_file_name
-from rococo_eval.scoring.plan import PlanError, ScoreRequest, adversarial_per_image_of, attacks_of, plan_score_files
+from rococo_eval.scoring.plan import (GalleryFacts, PlanError, ScoreRequest, adversarial_per_image_of, attacks_of,
+                                      plan_score_files)
 from rococo_eval.space.logic import evaluate_files, write_outputs
 
 NOUNS = ("dog", "cat", "horse", "bird", "car", "boat", "train", "cow")
@@ -82,8 +83,7 @@ def test_the_command_and_the_space_refuse_alike(benchmark, tmp_path):
     np.save(tmp_path / "odd.npy", np.zeros((3, 3), np.float32))
     requests = [ScoreRequest(path, path.name) for path in (paths[1], paths[1], tmp_path / "odd.npy")]
     with pytest.raises(PlanError) as raised:
-        plan_score_files(requests, source.captions_per_image, attacks=attacks_of(source),
-                         adversarial_per_image=adversarial_per_image_of(source))
+        plan_score_files(requests, GalleryFacts.of(source))
     assert raised.value.problems[0].startswith("odd.npy: shape (3, 3) fits no RoCOCO layout")
     name = "rand_voca_image_to_text_official_order.npy"
     assert raised.value.problems[1] == f"{name}: gallery rand_voca/image_to_text was already given by {name}"

@@ -10,8 +10,8 @@ import pytest
 
 from rococo_eval.cli import main
 from rococo_eval.layout import gallery_layout
-from rococo_eval.scoring.plan import (PlanError, ScoreRequest, ScoringOptions, detect_file_layout, plan_score_files,
-                                      report_meta, score_planned)
+from rococo_eval.scoring.plan import (GalleryFacts, PlanError, ScoreRequest, ScoringOptions, detect_file_layout,
+                                      plan_score_files, report_meta, score_planned)
 
 CAPTIONS = [5, 6, 5, 5]  # 4 images, 21 captions
 
@@ -40,7 +40,7 @@ def test_scoring_options_name_the_argument_and_value(options, message):
 def test_a_planned_file_scores_as_the_metric_on_its_layout(tmp_path):
     path, layout = _saved(tmp_path, "rand_voca_image_to_text_official_order.npy", "rand_voca", "image_to_text",
                           "official")
-    [planned] = plan_score_files([ScoreRequest(path, "r.npy")], CAPTIONS)
+    [planned] = plan_score_files([ScoreRequest(path, "r.npy")], GalleryFacts(CAPTIONS))
     assert (planned.key, planned.choice.order, planned.cutoffs) == ("rand_voca/image_to_text", "official", (1, 5, 10))
     from rococo_recall import rococo_recall
 
@@ -65,7 +65,7 @@ def test_every_problem_is_listed_before_any_file_is_scored(tmp_path):
     requests = [ScoreRequest(good), ScoreRequest(tmp_path / "odd.npy", "odd.npy"), ScoreRequest(again, "again.npy"),
                 ScoreRequest(unclear, "danger.npy", order="")]
     with pytest.raises(PlanError) as raised:
-        plan_score_files(requests, CAPTIONS, ask_order=lambda choice, request: f"ask for {request.name}'s order")
+        plan_score_files(requests, GalleryFacts(CAPTIONS), ask_order=lambda choice, request: f"ask for {request.name}'s order")
     problems = raised.value.problems
     assert problems[0].startswith("odd.npy: shape (3, 3) fits no RoCOCO layout")
     assert problems[1].startswith("danger.npy: ") and problems[1].endswith("; ask for danger.npy's order")
@@ -76,22 +76,22 @@ def test_every_problem_is_listed_before_any_file_is_scored(tmp_path):
 def test_custom_layouts_only_where_allowed(tmp_path):
     np.savez(tmp_path / "mine.npz", scores=np.eye(3, dtype=np.float32), references=np.arange(3))
     request = ScoreRequest(tmp_path / "mine.npz", "mine.npz")
-    _, choice = detect_file_layout(request, CAPTIONS, custom=True)
+    _, choice = detect_file_layout(request, GalleryFacts(CAPTIONS), custom=True)
     assert choice.attack == "custom"
-    [planned] = plan_score_files([request], CAPTIONS, custom=True)
+    [planned] = plan_score_files([request], GalleryFacts(CAPTIONS), custom=True)
     assert planned.key == "mine/custom" and not planned.is_standard
     scored = score_planned([planned])["mine/custom"]
     assert scored.metrics["recall@1"] == 100.0 and scored.layout is None and not scored.analysable
     with pytest.raises(PlanError, match="mine.npz: custom layouts have no place in a RoCOCO report"):
-        plan_score_files([ScoreRequest(tmp_path / "mine.npz", "mine.npz", attack="custom")], CAPTIONS)
+        plan_score_files([ScoreRequest(tmp_path / "mine.npz", "mine.npz", attack="custom")], GalleryFacts(CAPTIONS))
 
 
 def test_a_layout_read_off_the_file_is_a_warning_for_the_command_and_a_note_for_the_space(tmp_path, caplog):
     path, _ = _saved(tmp_path, "clean_text_to_image.npy", "clean", "text_to_image")
     with caplog.at_level(logging.INFO, logger="rococo_eval.scoring.plan"):
-        plan_score_files([ScoreRequest(path)], CAPTIONS)
-        plan_score_files([ScoreRequest(path)], CAPTIONS, read_off_level=logging.INFO)
-        plan_score_files([ScoreRequest(path, attack="clean", direction="text_to_image")], CAPTIONS)
+        plan_score_files([ScoreRequest(path)], GalleryFacts(CAPTIONS))
+        plan_score_files([ScoreRequest(path)], GalleryFacts(CAPTIONS), read_off_level=logging.INFO)
+        plan_score_files([ScoreRequest(path, attack="clean", direction="text_to_image")], GalleryFacts(CAPTIONS))
     notes = [(record.levelno, record.getMessage()) for record in caplog.records if "gallery" in record.getMessage()]
     assert [level for level, _ in notes] == [logging.WARNING, logging.INFO, logging.INFO]
 
@@ -117,7 +117,7 @@ def test_a_stated_order_that_the_scores_contradict_is_refused_with_the_evidence_
     for how, request in stated.items():
         np.save(request.path, scores)
         with pytest.raises(PlanError) as raised:
-            plan_score_files([request], DECIDING_CAPTIONS)
+            plan_score_files([request], GalleryFacts(DECIDING_CAPTIONS))
         [problem] = raised.value.problems
         assert problem.startswith(f"{request.name}: rand_voca image-to-text gallery: the dataset order is "
                                   f"{'given' if how == 'given' else 'stated in the file name'}, but the scores "
@@ -125,13 +125,13 @@ def test_a_stated_order_that_the_scores_contradict_is_refused_with_the_evidence_
                                   "ground truth higher, 0 their dataset-order one."), problem
         assert problem.endswith("give the official order, or pass `trust_given_order=True` to score it in the "
                                 "dataset order all the same")
-        [planned] = plan_score_files([request], DECIDING_CAPTIONS, trust_given_order=True)
+        [planned] = plan_score_files([request], GalleryFacts(DECIDING_CAPTIONS), trust_given_order=True)
         assert planned.choice.order == "dataset" and planned.layout.order == "dataset"
         assert "but the scores decide the official order (of 80 sampled queries, 79 score their official-order " \
                "ground truth higher and 0 their dataset-order ground truth)" in planned.choice.note
         assert planned.choice.note.endswith("; scored in the dataset order all the same, as asked")
         assert report_meta([planned])["files"]["rand_voca/image_to_text"]["note"] == planned.choice.note
-    [agreeing] = plan_score_files([ScoreRequest(tmp_path / "m_rand_voca.npy", order="official")], DECIDING_CAPTIONS)
+    [agreeing] = plan_score_files([ScoreRequest(tmp_path / "m_rand_voca.npy", order="official")], GalleryFacts(DECIDING_CAPTIONS))
     assert agreeing.choice.order == "official" and "all the same" not in agreeing.choice.note
 
 
@@ -151,24 +151,40 @@ def test_a_stated_order_that_the_scores_are_significantly_against_is_refused(tmp
                                   official, dataset))
     refused = ScoreRequest(tmp_path / "m61_rand_voca.npy", "m61_rand_voca.npy", order="dataset")
     with pytest.raises(PlanError) as raised:
-        plan_score_files([refused], DECIDING_CAPTIONS)
+        plan_score_files([refused], GalleryFacts(DECIDING_CAPTIONS))
     assert raised.value.problems == [
         "m61_rand_voca.npy: rand_voca image-to-text gallery: the dataset order is given, but the scores are against "
         "the dataset order (one-sided sign test: p = 6.3e-07, below the 1e-06 level): 61 of 80 sampled queries score "
         "their official-order ground truth higher, 18 their dataset-order one. Scored in the dataset order, each "
         "query's ground truth would be other captions than those its scores pick out; give the official order, or "
         "pass `trust_given_order=True` to score it in the dataset order all the same"]
-    [other] = plan_score_files([dataclasses.replace(refused, order="official")], DECIDING_CAPTIONS)
+    [other] = plan_score_files([dataclasses.replace(refused, order="official")], GalleryFacts(DECIDING_CAPTIONS))
     assert other.choice.order == "official"
     with recorded() as warnings:
         [accepted] = plan_score_files([ScoreRequest(tmp_path / "m60_rand_voca.npy", order="dataset")],
-                                      DECIDING_CAPTIONS)
+                                      GalleryFacts(DECIDING_CAPTIONS))
         assert accepted.choice.order == "dataset" and warnings == []
         assert "; the scores do not decide the order (of 80 sampled queries, 60 score their official-order ground " \
                "truth higher and 19 their dataset-order ground truth; deciding takes" in accepted.choice.note
-        [trusted] = plan_score_files([refused], DECIDING_CAPTIONS, trust_given_order=True)
+        [trusted] = plan_score_files([refused], GalleryFacts(DECIDING_CAPTIONS), trust_given_order=True)
     assert trusted.choice.order == "dataset" and trusted.choice.note.endswith("all the same, as asked")
     assert warnings == ["m61_rand_voca.npy: scored in the dataset order all the same, as asked, although the scores "
                         "are against the dataset order (one-sided sign test: p = 6.3e-07, below the 1e-06 level): 61 "
                         "of 80 sampled queries score their official-order ground truth higher, 18 their dataset-order "
                         "one"]
+
+
+def test_gallery_facts_of_a_source_and_of_none(benchmark, tmp_path):
+    """GalleryFacts.of a generated benchmark carries its own attacks (other seeds) and adversarial captions per image;
+    of None, RoCOCO's attacks and no captions: only custom layouts can be planned."""
+    from rococo_eval.data.source import open_source
+    from rococo_eval.scoring.plan import NO_SOURCE, attacks_of, adversarial_per_image_of
+
+    source = open_source(benchmark=benchmark)
+    facts = GalleryFacts.of(source)
+    assert facts.captions_per_image == tuple(source.captions_per_image) and "mix_seed7" in facts.attacks
+    assert (facts.attacks, facts.adversarial_per_image) == (attacks_of(source), adversarial_per_image_of(source))
+    assert GalleryFacts.of(None) is NO_SOURCE and NO_SOURCE.captions_per_image is None
+    np.save(tmp_path / "m_clean.npy", np.zeros((3, 3), dtype=np.float32))
+    with pytest.raises(PlanError, match="standard layouts need the RoCOCO caption counts, .* or use a custom layout"):
+        plan_score_files([ScoreRequest(tmp_path / "m_clean.npy")], NO_SOURCE)

@@ -292,11 +292,12 @@ def test_compact_files_are_scored_exactly_as_the_run_and_are_smaller(saved_score
     ``rococo-eval score`` and the Space score it, gives the run's every number, per-query arrays and bounds
     included; it holds the full matrix's every entry, in 8 bytes per listed candidate."""
     from rococo_eval.io.scorefiles import read_header, read_top_k
-    from rococo_eval.scoring.plan import ScoreRequest, plan_score_files, score_planned
+    from rococo_eval.scoring.plan import GalleryFacts, ScoreRequest, plan_score_files, score_planned
 
     results, matrices = saved_scores[k]
     paths = saved_scores[f"compact{k}"]
-    plans = plan_score_files([ScoreRequest(path) for path in paths.values()], tiny_source.captions_per_image)
+    plans = plan_score_files([ScoreRequest(path) for path in paths.values()],
+                             GalleryFacts(tiny_source.captions_per_image))
     assert {planned.key for planned in plans} == set(results)
     assert all(planned.info.is_compact and planned.info.candidates == k for planned in plans)
     notes = {planned.key: planned.choice.note for planned in plans}

@@ -1,0 +1,84 @@
+"""The model families that ``--model`` names: one :class:`Family` record each, the one source of their prefixes, the
+forms that the errors, ``run --help`` and the docs show, and the functions that check and load their models.
+
+:func:`rococo_eval.models.adapters.load_model` looks a name's prefix up in :data:`FAMILIES`, the command line
+builds ``--model``'s help from :data:`MODEL_FORMS` and ``--precision``'s choices from :data:`PRECISIONS`.
+
+Example:
+    >>> [family.prefix for family in FAMILIES.values()]
+    ['open_clip:', 'hf:', 'blip:', 'vse:', 'pcmepp:', '']
+    >>> FAMILIES["vse"].forms[0].syntax, FAMILIES["vse"].loader
+    ('vse:PATH.pth', '_load_vse')
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+PRECISIONS = ("fp32", "fp16", "bf16")  # the dtypes a model runs in (--precision), fp32 first: the default
+CALLABLE = "python"  # the family of ``module:callable``, the user's own model: it has no prefix
+
+
+@dataclass(frozen=True)
+class ModelForm:
+    """One way to name a model (``--model``): its ``syntax``, what it names, and the family (``library``) that
+    loads it. :data:`MODEL_FORMS` lists them all.
+
+    Example:
+        >>> print(MODEL_FORMS[2])
+        open_clip:local-dir:PATH (an open_clip model in a local folder)
+    """
+
+    library: str
+    syntax: str
+    description: str
+
+    def __str__(self) -> str:
+        return f"{self.syntax} ({self.description})"
+
+
+@dataclass(frozen=True)
+class Family:
+    """A model family: its ``library`` (the prefix before the colon; :data:`CALLABLE` has none), the forms its
+    names take (``syntax``: ``(syntax, description)`` pairs), and the names of the functions of
+    :mod:`rococo_eval.models.adapters` (which imports this module) that check a name in an instant
+    (``checker(name, parsed)``, without the library or the weights) and load the model
+    (``loader(name, parsed, device, precision)``).
+    """
+
+    library: str
+    syntax: tuple[tuple[str, str], ...]
+    checker: str
+    loader: str
+
+    @property
+    def prefix(self) -> str:
+        """What its names start with (``"hf:"``), or ``""`` for :data:`CALLABLE`."""
+        return "" if self.library == CALLABLE else f"{self.library}:"
+
+    @property
+    def forms(self) -> tuple[ModelForm, ...]:
+        return tuple(ModelForm(self.library, syntax, description) for syntax, description in self.syntax)
+
+
+FAMILIES = {family.library: family for family in (
+    Family("open_clip", (
+        ("open_clip:ARCH/PRETRAINED", "an open_clip architecture and pretrained tag, e.g. open_clip:ViT-B-32/openai; "
+                                      "PRETRAINED may be a checkpoint file, or 'none' for random weights"),
+        ("open_clip:hf-hub:ORG/REPO", "an open_clip model on the Hugging Face Hub"),
+        ("open_clip:local-dir:PATH", "an open_clip model in a local folder")), "_check_open_clip", "_load_open_clip"),
+    Family("hf", (("hf:REPO_OR_PATH", "a transformers dual encoder, e.g. hf:openai/clip-vit-base-patch32, or a "
+                                      "BLIP/BLIP-2 retrieval checkpoint, e.g. hf:Salesforce/blip-itm-base-coco; a Hub "
+                                      "repository or a folder"),), "_check_transformers", "_load_transformers"),
+    Family("blip", (("blip:PATH.pth", "an official BLIP retrieval checkpoint, e.g. "
+                                      "blip:model_base_retrieval_coco.pth"),), "_check_file", "_load_blip"),
+    Family("vse", (("vse:PATH.pth", "an official VSE infinity checkpoint, e.g. "
+                                    "vse:coco_wsl_grid_bert/model_best.pth"),), "_check_file", "_load_vse"),
+    Family("pcmepp", (("pcmepp:REPO_OR_FOLDER", "an official PCME++ checkpoint, scored by CSD, e.g. "
+                                                "pcmepp:SanghyukChun/PCMEPP-ViT-B-16-CC3M-12M-RedCaps-256M"),),
+           "_check_pcmepp", "_load_pcmepp"),
+    Family(CALLABLE, (("module:callable", "your own model: callable() returns an object with encode_images and "
+                                          "encode_texts, e.g. my_models:load_model; see rococo_eval.models.custom"),),
+           "_check_callable", "_load_callable"),
+)}
+MODEL_FORMS = tuple(form for family in FAMILIES.values() for form in family.forms)  # every form, in this order

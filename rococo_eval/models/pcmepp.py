@@ -64,7 +64,7 @@ from rococo_eval.models.checkpoints import (
     local_folder,
     read_json_file,
 )
-from rococo_eval.models.similarity import score_vectors
+from rococo_eval.models.similarity import CSD
 
 logger = logging.getLogger(__name__)
 
@@ -393,7 +393,7 @@ class PcmeppModel:
         base: the device, dtype and fingerprint helper (:class:`~rococo_eval.models.adapters.TorchModel`).
     """
 
-    similarity = "csd"
+    similarity = CSD
 
     def __init__(self, name: str, path: str, base):
         from rococo_eval.models.adapters import ProcessorReplica
@@ -416,7 +416,7 @@ class PcmeppModel:
         self.preprocessing = ProcessorReplica.of(self.processor)
         self.fingerprint = base.weights_fingerprint(model, family="pcmepp", processor=CLIP_PROCESSOR_CONFIG,
                                                     bpe=BPE_SHA256, context_length=self.context_length,
-                                                    similarity=self.similarity)
+                                                    similarity=self.similarity.name)
         self.model = base.place(model)
         logger.info("loaded %s on %s (%s)", name, self.device, self.precision)
 
@@ -428,8 +428,8 @@ class PcmeppModel:
         return np.asarray(self.processor(images=[image], return_tensors="np")["pixel_values"][0])
 
     def encode_preprocessed(self, batch: np.ndarray) -> np.ndarray:
-        """CSD image rows (:func:`~rococo_eval.models.similarity.score_vectors`) of a batch of pixels."""
-        return score_vectors("csd", "image", self._image_outputs(batch), self.name, "encode_preprocessed")
+        """CSD image rows (:meth:`~rococo_eval.models.similarity.Similarity.rows`) of a batch of pixels."""
+        return self.similarity.rows("image", self._image_outputs(batch), self.name, "encode_preprocessed")
 
     def encode_pixels(self, batch: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The official forward's ``(image_features, image_stds)`` of a batch of pixels, as float32 arrays."""
@@ -441,7 +441,7 @@ class PcmeppModel:
 
     def encode_tokenized(self, tokens) -> np.ndarray:
         """CSD text rows of one :meth:`tokenize_texts` output."""
-        return score_vectors("csd", "text", self._text_outputs(tokens), self.name, "encode_tokenized")
+        return self.similarity.rows("text", self._text_outputs(tokens), self.name, "encode_tokenized")
 
     def encode_tokens(self, tokens) -> tuple[np.ndarray, np.ndarray]:
         """The official forward's ``(text_features, text_stds)`` of token ids, as float32 arrays."""

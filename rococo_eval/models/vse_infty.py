@@ -92,6 +92,7 @@ from rococo_eval.models.region_features import (
     set_of_item_set,
 )
 from rococo_eval.models.resnet import build_resnet, resnet_shape
+from rococo_eval.models.similarity import DOT
 
 logger = logging.getLogger(__name__)
 
@@ -543,7 +544,7 @@ class VseInftyModel:
         base: the device, dtype and fingerprint helper (:class:`~rococo_eval.models.adapters.TorchModel`).
     """
 
-    similarity = "dot"  # compute_sim: the dot product of the encoders' outputs (normalised by them, as there)
+    similarity = DOT  # compute_sim: the dot product of the encoders' outputs (normalised by them, as there)
 
     def __init__(self, name: str, path: str, base):
         import transformers

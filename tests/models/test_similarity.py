@@ -189,3 +189,27 @@ def test_a_file_with_an_unknown_similarity_is_refused(benchmark, tmp_path):
     with pytest.raises(ValueError, match="`similarity` of 'm' must be one of"):
         write_embeddings_file(tmp_path / "other.safetensors", arrays, {}, "m", similarity="euclidean")
     assert SIMILARITIES == ("cosine", "dot", "csd")
+
+
+@pytest.mark.parametrize("name", SIMILARITIES)
+def test_each_similarity_owns_its_rows_blocks_dtype_and_width(name):
+    """The registry's objects: blocks in the score dtype that equal the full matrix of the rows (for csd, the
+    closed-form distance), an output split into its parts and joined back, and the embeddings' width."""
+    similarity = similarity_named(name)
+    assert similarity.name == name and similarity_named(similarity) is similarity
+    rng = np.random.default_rng(1)
+    parts = [rng.normal(size=(5, 3)) for _ in similarity.parts]
+    output = similarity.joined(parts)
+    assert [np.array_equal(a, b) for a, b in zip(similarity.split(output, "`x`"), parts)] == [True] * len(parts)
+    assert similarity.embedding_width(3 * len(similarity.parts)) == 3
+    images = similarity.rows("image", output, "m")
+    texts = similarity.rows("text", similarity.joined([rng.normal(size=(4, 3)) for _ in similarity.parts]), "m")
+    blocks = list(similarity.blocks(images, texts, queries_are_images=True, chunk_size=2))
+    assert [start for start, _ in blocks] == [0, 2, 4]
+    assert {block.dtype for _, block in blocks} == {np.dtype(similarity.score_dtype)}
+    matrix = np.concatenate([block for _, block in blocks])
+    if name == "csd":
+        expected = -(2 - 2 * images[:, :-1].astype(np.float64) @ texts[:, :-1].T + images[:, -1:] + texts[:, -1])
+    else:
+        expected = images.astype(np.float64) @ texts.T.astype(np.float64)
+    np.testing.assert_allclose(matrix, expected, rtol=1e-5, atol=1e-6)

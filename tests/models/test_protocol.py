@@ -49,6 +49,8 @@ def test_a_custom_model_is_a_whole_image_text_model_and_no_two_stage_one():
     assert isinstance(model, ImageTextModel) and not isinstance(model, TwoStageModel)
     assert (model.similarity, model.device, model.precision) == (COSINE, None, None)
     assert missing_members(model) == []
+    given_an_object = as_image_text_model(type("Dot", (Plain,), {"similarity": DOT})())
+    assert given_an_object.similarity is DOT
 
 
 def test_a_package_model_is_checked_once_and_refused_naming_what_it_lacks():

@@ -31,7 +31,8 @@ from PIL import Image
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from rococo_eval.models.resnet import ResnetShape, build_resnet  # noqa: E402
+from rococo_eval.models.nets.resnet import ResNet  # noqa: E402
+from rococo_eval.models.resnet import ResnetShape  # noqa: E402
 from rococo_eval.models.vse_infty import build_encoders, imageio_pixels, process_image, read_options  # noqa: E402
 
 FULL_RUN_IMAGES = 5_000 + 6 * 5_000
@@ -55,7 +56,7 @@ def encoders(device: str):
     text_state = {f"bert.{key}": value for key, value in bert.state_dict().items()}
     made = {}
     for source, shape in BACKBONES.items():
-        image_state = {f"backbone.resnet.{key}": value for key, value in build_resnet(shape).state_dict().items()}
+        image_state = {f"backbone.resnet.{key}": value for key, value in ResNet(shape).state_dict().items()}
         image_encoder, text_encoder = build_encoders(options(source), image_state, text_state)
         made[source] = image_encoder.to(device).eval()
     made["text"] = text_encoder.to(device).eval()

@@ -30,11 +30,10 @@ from rococo_eval.data.source import open_source
 from rococo_eval.io.download import default_cache_dir
 from rococo_eval.models.cache import DEFAULT_BATCH_SIZE, EmbeddingCache
 from rococo_eval.models.custom import as_image_text_model
-from rococo_eval.models.similarity import DEFAULT_SIMILARITY
 from rococo_eval.processes import ONE
 from rococo_eval.reporting.report import summary_rows, write_report
-from rococo_eval.scoring.galleries import check_saving, score_model
-from rococo_eval.scoring.rerank import DEFAULT_CANDIDATES, Reranker
+from rococo_eval.scoring.galleries import check_saving, score_model, scorer_for
+from rococo_eval.scoring.rerank import DEFAULT_CANDIDATES
 
 logger = logging.getLogger(__name__)
 
@@ -90,25 +89,18 @@ def evaluate_model(model, source=None, *, attacks: Union[str, Sequence[str]] = "
     attacks = select_attacks(attacks, source)
     with validity.recorded() as warnings:  # a damaged cache file dropped, for the report
         cache = EmbeddingCache(cache_dir / "embeddings", batch_size=batch_size, workers=workers, progress=progress)
-        reranker = None
-        if hasattr(model, "match"):  # scored in two stages: ITC ranking, then ITM on the top candidates
-            reranker = Reranker(model, cache.root, k=rerank_k, batch_size=batch_size, workers=workers,
-                                progress=progress, processes=processes)
-        results = score_model(model, source, attacks, cache, reranker=reranker, save_scores=save_scores,
+        scorer = scorer_for(model, cache, k=rerank_k, processes=processes)  # two stages for a model with `match`
+        results = score_model(model, source, attacks, cache, scorer=scorer, save_scores=save_scores,
                               processes=processes, compact_scores=compact_scores)
     warnings = list(dict.fromkeys(processes.gathered(warnings)))  # every process's, once: rank 0 writes the report
     if not processes.is_main:
         return {}
-    device = getattr(model, "device", None)  # its kind: "cuda", whichever GPU a process of a launch took
-    report_meta = {"model": model.name, "model_fingerprint": model.fingerprint,
-                   "similarity": getattr(model, "similarity", DEFAULT_SIMILARITY),
-                   "precision": getattr(model, "precision", None),
+    device = model.device  # its kind: "cuda", whichever GPU a process of a launch took
+    report_meta = {"model": model.name, "model_fingerprint": model.fingerprint, "similarity": model.similarity.name,
+                   "precision": model.precision,
                    "device": str(device).split(":")[0] if device is not None else None, "attacks": list(attacks),
                    "images_dir": str(source.images_dir), **(meta or {}), **validity.report_entries(warnings)}
-    if reranker is not None:
-        report_meta["rerank"] = {"k": rerank_k, "itm_pairs_computed": reranker.computed,
-                                 "itm_pairs_reused": reranker.reused}
-        logger.info("ITM pairs: %d computed, %d reused from the cache", reranker.computed, reranker.reused)
+    report_meta.update(scorer.report_entries())
     if save_scores is not None:
         report_meta["scores_dir"] = str(save_scores)
         if compact_scores:
@@ -129,7 +121,7 @@ def _save_embeddings(model, source, attacks, cache, path) -> str:
     sets = item_sets(source, attacks)
     write_embeddings_file(path, {name: cache.embeddings(model, items) for name, items in sets.items()},
                           {name: items.fingerprint for name, items in sets.items()}, model.name,
-                          getattr(model, "similarity", DEFAULT_SIMILARITY))
+                          model.similarity)
     logger.info("embeddings of %d item sets saved to %s", len(sets), path)
     return str(path)
 

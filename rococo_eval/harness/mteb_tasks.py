@@ -75,13 +75,14 @@ from rococo_eval.catalog import (
 from rococo_eval.data.configs import CAPTIONS_CONFIG, IMAGES_CONFIG
 from rococo_eval.data.dataset import load_queries_and_gallery
 from rococo_eval.harness.mteb_results import SCORE_PREFIX, SHORT_DIRECTIONS, TASK_NAME, TIED_QUERIES
-from rococo_eval.models.similarity import DEFAULT_SIMILARITY, check_similarity, finite_rows, score_vectors
+from rococo_eval.models.similarity import finite_rows, similarity_named, similarity_of
 from rococo_eval.version import __version__
 from rococo_recall import DEFAULT_K, QueryRanks, embedding_score_blocks, summarize
 
 logger = logging.getLogger(__name__)
 
 MAIN_SCORE = "hit_rate_at_1"
+MTEB_SIMILARITIES = ("cosine", "dot")  # the similarity_fn_name values that MTEB scores by
 K_VALUES = (1, 5, 10, 100)  # MTEB's cut-offs; its top 100 per query decide RoCOCO's clean recalls at 1, 5 and 10
 CLEAN_ID, ADVERSARIAL_ID = "clean-{:06d}", "decoy-{:06d}"  # "decoy" > "clean": MTEB ranks ties by id, larger first
 _CATEGORY = {IMAGE_TO_TEXT: "i2t", TEXT_TO_IMAGE: "t2i"}
@@ -344,11 +345,11 @@ class RococoMtebEncoder(AbsEncoder):
     def __init__(self, model: Any, *, name: Optional[str] = None, similarity: Optional[str] = None) -> None:
         self.model = model
         self.name = name or getattr(model, "name", None) or type(model).__name__
-        self.similarity_name = similarity or getattr(model, "similarity", None) or DEFAULT_SIMILARITY
-        check_similarity(self.similarity_name, repr(self.name))
-        if self.similarity_name == "csd":
-            raise ValueError(f"model {self.name!r} scores by csd, which MTEB's encoders cannot express (a score of "
-                             "two pairs of vectors): evaluate it with `rococo-eval run`")
+        self.scored_by = similarity_named(similarity, repr(self.name)) if similarity else similarity_of(model)
+        self.similarity_name = self.scored_by.name  # MTEB's name of it
+        if self.similarity_name not in MTEB_SIMILARITIES:
+            raise ValueError(f"model {self.name!r} scores by {self.similarity_name}, which MTEB's encoders cannot "
+                             "express (a score of two pairs of vectors): evaluate it with `rococo-eval run`")
         self.mteb_model_meta = ModelMeta(
             loader=None, name=f"rococo-eval/{self.name}", revision=__version__, release_date=None, languages=None,
             n_parameters=None, memory_usage_mb=None, max_tokens=None, embed_dim=None, license=None,
@@ -365,7 +366,7 @@ class RococoMtebEncoder(AbsEncoder):
             values = self.model.encode_images(list(batch["image"])) if side == "image" else \
                 self.model.encode_texts(list(batch["text"]))
             outputs.append(finite_rows(values, self.name, "encode_images" if side == "image" else "encode_texts"))
-        return score_vectors(self.similarity_name, side, np.concatenate(outputs), self.name, f"{side} embeddings")
+        return self.scored_by.rows(side, np.concatenate(outputs), self.name, f"{side} embeddings")
 
     def similarity(self, embeddings1, embeddings2):
         """The score matrix by the metric's block rule (:func:`rococo_recall.embedding_score_blocks`), as a tensor;

@@ -8,7 +8,7 @@ captions, and 25,000 adversarial captions or 5,000 altered images per attack), w
 set. Its states are lists gathered with ``dist_reduce_fx="cat"``, so under DDP each process embeds its share of a
 split; the indexes put the gathered rows back in order, and the items a ``DistributedSampler`` repeats to pad its
 last batch are kept once. ``compute()`` turns the rows into what ``run`` scores
-(:func:`~rococo_eval.models.similarity.score_vectors`), scores each gallery with the RoCOCO Recall metric
+(:meth:`~rococo_eval.models.similarity.Similarity.rows`), scores each gallery with the RoCOCO Recall metric
 (:func:`~rococo_eval.scoring.embeddingsfile.score_embeddings`, as ``rococo-eval score`` scores an embeddings file)
 and returns ``evaluate_model``'s dict: ``{"meta", "results", "summary"}``. :meth:`RococoRecallMetric.flatten` makes
 its numbers a flat dict for Lightning's ``self.log_dict``; ``examples/lightning_validation.py`` logs them from a
@@ -36,7 +36,7 @@ from torchmetrics.utilities.distributed import gather_all_tensors
 from rococo_eval.catalog import select_attacks
 from rococo_eval.data.configs import CAPTIONS_CONFIG, IMAGES_CONFIG
 from rococo_eval.data.source import open_source
-from rococo_eval.models.similarity import DEFAULT_SIMILARITY, check_similarity, dense_numbers, score_vectors
+from rococo_eval.models.similarity import DEFAULT_SIMILARITY, dense_numbers, similarity_named
 from rococo_eval.reporting.report import summary_rows
 from rococo_eval.scoring.embeddingsfile import CAPTIONS, IMAGES, expected_name, item_set_of_rows, score_embeddings
 from rococo_eval.scoring.plan import ScoringOptions
@@ -141,7 +141,7 @@ class RococoRecallMetric(Metric):
             source = open_source(benchmark=source)  # RoCOCO's annotations, or the benchmark in that folder
         self.source = source
         self.attacks = select_attacks(attacks, source.text_attacks, source.image_attacks)
-        self.similarity = check_similarity(similarity, "RococoRecallMetric")
+        self.similarity = similarity_named(similarity, "RococoRecallMetric")
         self.options = ScoringOptions(ties=ties, bootstrap=bootstrap)
         self.item_sets = {IMAGES: source.num_images, CAPTIONS: len(source.ground_truth_captions())}
         for attack in self.attacks:
@@ -211,7 +211,7 @@ class RococoRecallMetric(Metric):
         results = score_embeddings(scored, self.source, attacks, self.similarity, ties=self.options.ties,
                                    bootstrap=self.options.bootstrap)
         metrics = {key: result.metrics for key, result in results.items()}
-        meta = {"similarity": self.similarity, "attacks": list(attacks), **self.options.report_entries()}
+        meta = {"similarity": self.similarity.name, "attacks": list(attacks), **self.options.report_entries()}
         return {"meta": meta, "results": metrics, "summary": summary_rows(metrics)}
 
     def flatten(self, report: Optional[dict] = None, *, prefix: str = "rococo",
@@ -254,17 +254,16 @@ class RococoRecallMetric(Metric):
 
     def _rows(self, embeddings, name: str) -> torch.Tensor:
         """``update``'s ``embeddings`` as float32 rows (a ``csd`` pair side by side), checked."""
-        if self.similarity != "csd":
-            rows = _matrix(embeddings, "`embeddings`", name)
-        elif not (isinstance(embeddings, (tuple, list)) and len(embeddings) == 2):
-            raise ValueError(f"`embeddings` for {name!r} must be a pair (means, log_sigmas) for the csd similarity, "
-                             f"got {type(embeddings).__name__}")
+        parts = self.similarity.split(embeddings, f"`embeddings` for {name!r}")
+        if len(parts) == 1:
+            rows = _matrix(parts[0], "`embeddings`", name)
         else:
-            means, log_sigmas = (_matrix(part, f"`embeddings[{i}]`", name) for i, part in enumerate(embeddings))
-            if means.shape != log_sigmas.shape:
-                raise ValueError(f"`embeddings` for {name!r}: means of shape {tuple(means.shape)} and log_sigmas of "
-                                 f"shape {tuple(log_sigmas.shape)}; they must have one shape")
-            rows = torch.cat([means, log_sigmas], dim=1)
+            matrices = [_matrix(part, f"`embeddings[{i}]`", name) for i, part in enumerate(parts)]
+            if len({matrix.shape for matrix in matrices}) != 1:
+                shapes = " and ".join(f"{part} of shape {tuple(matrix.shape)}"
+                                      for part, matrix in zip(self.similarity.parts, matrices))
+                raise ValueError(f"`embeddings` for {name!r}: {shapes}; they must have one shape")
+            rows = torch.cat(matrices, dim=1)
         for other in self.item_sets:
             held = getattr(self, _state("embeddings", other))
             if held and held[0].shape[1] != rows.shape[1]:
@@ -327,12 +326,12 @@ class RococoRecallMetric(Metric):
         """The float32 NumPy rows that ``run`` scores for these embeddings (a cosine model's normalised)."""
         side = "image" if name.startswith("images/") else "text"
         width = self._width(rows)
-        output = (rows[:, :width], rows[:, width:]) if self.similarity == "csd" else rows
-        return score_vectors(self.similarity, side, output, type(self).__name__, f"update({name!r})")
+        output = self.similarity.joined([rows[:, start:start + width] for start in range(0, rows.shape[1], width)])
+        return self.similarity.rows(side, output, type(self).__name__, f"update({name!r})")
 
     def _width(self, rows: torch.Tensor) -> int:
         """The width of the embeddings whose rows these are (a ``csd`` row holds means and log sigmas)."""
-        return rows.shape[1] // 2 if self.similarity == "csd" else rows.shape[1]
+        return self.similarity.embedding_width(rows.shape[1])
 
 
 def _gather_rows(tensor: torch.Tensor, group=None) -> list[torch.Tensor]:

@@ -25,9 +25,10 @@ here with PIL and NumPy, exactly as open_clip's evaluation transform does for it
 ``squash`` resize modes, so open_clip's torchvision-based transforms are never called; ``hf:`` models use
 their own image processor's output, reproduced bit for bit by :class:`ProcessorReplica` where it can. Both
 preprocess one image at a time (``preprocess_image``, run in the embedding loop's worker threads) apart from
-the forward pass (``encode_preprocessed``): see :class:`PreprocessingModel`; and tokenize a batch of captions
-(``tokenize_texts``, run in a thread ahead of the model) apart from its forward pass (``encode_tokenized``): see
-:class:`TokenizingModel`.
+the forward pass (``encode_preprocessed``): see :class:`~rococo_eval.models.protocol.PreprocessingModel`; and
+tokenize a batch of captions (``tokenize_texts``, run in a thread ahead of the model) apart from its forward pass
+(``encode_tokenized``): see :class:`~rococo_eval.models.protocol.TokenizingModel`. Every model is an
+:class:`~rococo_eval.models.protocol.ImageTextModel`.
 
 Every model has a ``fingerprint``: a digest of its weights, preprocessing, tokenizer and precision, which
 names its cached embeddings (``rococo_eval.models.cache``).
@@ -49,14 +50,15 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional, Protocol, Sequence
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 from PIL import Image
 
 from rococo_eval.models.cache import weights_digest
 from rococo_eval.models.families import CALLABLE, FAMILIES, MODEL_FORMS, PRECISIONS, ModelForm  # noqa: F401 (public)
-from rococo_eval.models.similarity import DEFAULT_SIMILARITY
+from rococo_eval.models.protocol import ImageTextModel
+from rococo_eval.models.similarity import COSINE
 
 logger = logging.getLogger(__name__)
 
@@ -77,55 +79,6 @@ class ModelError(ValueError):
 
 class MissingExtraError(ImportError):
     """A model library of the optional ``models`` extra is not installed."""
-
-
-class ImageTextModel(Protocol):
-    """What the embedding loop needs of a model.
-
-    Attributes:
-        name: the model name as given (``"open_clip:ViT-B-32/openai"``).
-        fingerprint: hex digest of everything that shapes the embeddings.
-    """
-
-    name: str
-    fingerprint: str
-
-    def encode_images(self, images: Sequence[Image.Image]) -> np.ndarray:
-        """Return float32 L2-normalised embeddings, one row per image."""
-
-    def encode_texts(self, texts: Sequence[str]) -> np.ndarray:
-        """Return float32 L2-normalised embeddings, one row per text."""
-
-
-class PreprocessingModel(ImageTextModel, Protocol):
-    """A model whose image preprocessing can run apart from the model, in the embedding loop's workers.
-
-    ``encode_preprocessed(np.stack([preprocess_image(image) for image in images]))`` equals
-    ``encode_images(images)`` bit for bit. The embedding loop (:mod:`rococo_eval.models.cache`) calls
-    ``preprocess_image`` in its worker threads, writing each result into a preallocated batch, and
-    ``encode_preprocessed`` on the batch; models without the pair are given the images (``encode_images``).
-    """
-
-    def preprocess_image(self, image: Image.Image) -> np.ndarray:
-        """Return the model input of one image (float32, e.g. ``(3, 224, 224)``); safe to call from threads."""
-
-    def encode_preprocessed(self, batch: np.ndarray) -> np.ndarray:
-        """Return float32 L2-normalised embeddings of a batch of :meth:`preprocess_image` outputs."""
-
-
-class TokenizingModel(ImageTextModel, Protocol):
-    """A model whose tokenizer can run apart from the model, in a thread ahead of it.
-
-    ``encode_tokenized(tokenize_texts(texts))`` equals ``encode_texts(texts)`` bit for bit. The embedding loop
-    (:mod:`rococo_eval.models.cache`) tokenizes the next batches of captions in a thread while the model encodes
-    this one.
-    """
-
-    def tokenize_texts(self, texts: Sequence[str]) -> object:
-        """Return the model input of a batch of texts (token ids and masks, on the CPU)."""
-
-    def encode_tokenized(self, tokens) -> np.ndarray:
-        """Return float32 L2-normalised embeddings of one :meth:`tokenize_texts` output."""
 
 
 @dataclass(frozen=True)
@@ -406,7 +359,7 @@ class TorchModel:
     and the fingerprint of weights and settings. The adapters here subclass it; the families of their own modules
     (BLIP, VSE infinity, PCME++) are given one (``base``)."""
 
-    similarity = DEFAULT_SIMILARITY  # rococo_eval.models.similarity: normalised rows, scored by their dot product
+    similarity = COSINE  # rococo_eval.models.similarity: normalised rows, scored by their dot product
 
     def __init__(self, name: str, device: Optional[str], precision: str):
         self.torch = _import("torch")
@@ -504,7 +457,7 @@ class HFModel(TorchModel):
             self.processor = transformers.AutoImageProcessor.from_pretrained(parsed.name)
         except (OSError, ValueError) as error:
             raise ModelError(f"cannot load {name!r} with transformers: {error}") from error
-        if not (hasattr(model, "get_image_features") and hasattr(model, "get_text_features")):
+        if not all(callable(getattr(model, method, None)) for method in ("get_image_features", "get_text_features")):
             raise ModelError(f"{name!r} is a {type(model).__name__}, not a dual encoder with "
                              "get_image_features and get_text_features")
         config = model.config

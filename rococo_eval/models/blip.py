@@ -52,6 +52,8 @@ from typing import Sequence
 
 import numpy as np
 
+from rococo_eval.models.similarity import COSINE
+
 logger = logging.getLogger(__name__)
 
 RERANKING_ARCHITECTURES = ("BlipForImageTextRetrieval", "Blip2ForImageTextRetrieval")
@@ -225,6 +227,7 @@ class _Reranker:
 
     max_words = BLIP_MAX_WORDS
     reuse_image_keys_values = True
+    similarity = COSINE  # the ITC rows are normalised; itc_scores scores them (the first stage)
 
     def __init__(self, name: str, base, model, tokenizer, processor):
         self.base = base

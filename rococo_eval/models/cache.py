@@ -57,6 +57,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from rococo_eval.io.atomic import checked_stem, open_cache_folder, read_checked, write_checked
+from rococo_eval.models.protocol import PREPROCESSING_HOOKS, TOKENIZING_HOOKS, offers
 from rococo_eval.models.similarity import finite_rows
 import rococo_eval.validity as validity
 
@@ -65,8 +66,6 @@ logger = logging.getLogger(__name__)
 COMPLETE = "embeddings"  # the stem of a finished file: embeddings.<digest>.npy
 KINDS = ("text", "image")
 DEFAULT_BATCH_SIZE = 256
-_PREPROCESSING = ("preprocess_image", "encode_preprocessed")
-_TOKENIZING = ("tokenize_texts", "encode_tokenized")
 _SHARD = re.compile(r"rows-(\d+)-(\d+)")  # a shard's stem
 
 
@@ -120,11 +119,11 @@ class EmbeddingCache:
         batch_size: items per ``encode_`` call, and rows per shard.
         workers: threads that load images ahead of the model (0: load in the calling thread). For a model
             with ``preprocess_image`` and ``encode_preprocessed``
-            (:class:`~rococo_eval.models.adapters.PreprocessingModel`)
+            (:class:`~rococo_eval.models.protocol.PreprocessingModel`)
             they also turn each image into model input, written straight into the batch; other models get the
             images (``encode_images``). At most three batches are loaded or encoded at a time. With any workers,
             a model with ``tokenize_texts`` and ``encode_tokenized``
-            (:class:`~rococo_eval.models.adapters.TokenizingModel`)
+            (:class:`~rococo_eval.models.protocol.TokenizingModel`)
             has its next captions tokenized in one more thread while it encodes this batch.
         progress: show a tqdm progress bar per item set. Either way each item set logs (INFO) one line when
             done, with its rate.
@@ -204,12 +203,12 @@ class EmbeddingCache:
         done = len(items) - sum(stop - start for start, stop in batches)
         logger.info("%s: %d of %d embeddings to encode", items.name, len(items) - done, len(items))
         if items.kind == "text":
-            tokenized = all(hasattr(model, name) for name in _TOKENIZING)
+            tokenized = offers(model, TOKENIZING_HOOKS)
             encode = model.encode_tokenized if tokenized else model.encode_texts
             loaded = _prepared(batches, items.items, model.tokenize_texts if tokenized else list,
                                threaded=tokenized and self.workers > 0)
         else:
-            preprocessed = all(hasattr(model, name) for name in _PREPROCESSING)
+            preprocessed = offers(model, PREPROCESSING_HOOKS)
             encode = model.encode_preprocessed if preprocessed else model.encode_images
             loaded = _loaded(batches, items.items, self.workers, model.preprocess_image if preprocessed else None)
         started = time.perf_counter()

@@ -53,26 +53,35 @@ import numpy as np
 from PIL import Image
 
 from rococo_eval.models.cache import weights_digest
-from rococo_eval.models.similarity import DEFAULT_SIMILARITY, score_vectors, similarity_of
+from rococo_eval.models.protocol import (
+    PREPROCESSING_HOOKS,
+    TOKENIZING_HOOKS,
+    ImageTextModel,
+    missing_members,
+)
+from rococo_eval.models.similarity import COSINE, similarity_of
 
 logger = logging.getLogger(__name__)
 
 REQUIRED = ("encode_images", "encode_texts")
-HOOKS = ("preprocess_image", "encode_preprocessed", "tokenize_texts", "encode_tokenized")
 CALLABLE_SPEC = re.compile(r"(?P<module>[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*):"
                            r"(?P<callable>[A-Za-z_][A-Za-z0-9_]*)")
 _PROBE_TEXTS = ["a man riding a horse on a beach", "two dogs playing with a red frisbee in the park"]
 
 
 class CustomModel:
-    """A user's model as the embedding loop sees it: ``name``, ``fingerprint``, ``similarity``, float32 rows scored by
-    their dot product (normalised for ``cosine``), and the user's optional hooks (present on this object only when the
-    user's model has them).
+    """A user's model as the embedding loop sees it (an :class:`~rococo_eval.models.protocol.ImageTextModel`):
+    ``name``, ``fingerprint``, ``similarity``, float32 rows as the similarity scores them, and the user's optional hooks
+    (present on this object only when the user's model has them). Its ``device`` and ``precision`` are the user's
+    model's business: None.
 
     Args:
         model: the user's object (see the module docstring).
         name: the report's name for it; default: ``model.name``, else its class name.
     """
+
+    device = None
+    precision = None
 
     def __init__(self, model, name: Optional[str] = None):
         missing = [method for method in REQUIRED if not callable(getattr(model, method, None))]
@@ -82,7 +91,7 @@ class CustomModel:
         self.model = model
         self.name = str(name or getattr(model, "name", None) or type(model).__name__)
         self.similarity = similarity_of(model)
-        for pair in (HOOKS[:2], HOOKS[2:]):
+        for pair in (PREPROCESSING_HOOKS, TOKENIZING_HOOKS):
             present = [hook for hook in pair if callable(getattr(model, hook, None))]
             if len(present) == 1:
                 logger.warning("%s has %s but not %s: the hook is not used", self.name, present[0],
@@ -93,17 +102,16 @@ class CustomModel:
         self.fingerprint = self._fingerprint()
 
     def encode_images(self, images) -> np.ndarray:
-        return score_vectors(self.similarity, "image", self.model.encode_images(list(images)), self.name,
-                             "encode_images")
+        return self.similarity.rows("image", self.model.encode_images(list(images)), self.name, "encode_images")
 
     def encode_texts(self, texts) -> np.ndarray:
-        return score_vectors(self.similarity, "text", self.model.encode_texts(list(texts)), self.name, "encode_texts")
+        return self.similarity.rows("text", self.model.encode_texts(list(texts)), self.name, "encode_texts")
 
     def _scored(self, method, method_name: str):
         side = "image" if method_name == "encode_preprocessed" else "text"
 
         def call(batch):
-            return score_vectors(self.similarity, side, method(batch), self.name, method_name)
+            return self.similarity.rows(side, method(batch), self.name, method_name)
         return call
 
     def _fingerprint(self) -> str:
@@ -111,8 +119,8 @@ class CustomModel:
         own = getattr(self.model, "fingerprint", None)
         own = own() if callable(own) else own
         digest = hashlib.sha256(f"custom:{type(self.model).__module__}.{type(self.model).__qualname__};".encode())
-        if self.similarity != DEFAULT_SIMILARITY:  # cosine models keep the fingerprints (and caches) they had
-            digest.update(f"similarity:{self.similarity};".encode())
+        if self.similarity is not COSINE:  # cosine models keep the fingerprints (and caches) they had
+            digest.update(f"similarity:{self.similarity.name};".encode())
         if own:
             if not isinstance(own, str):
                 raise TypeError(f"`fingerprint` of {self.name} must be a str, got {type(own).__name__}")
@@ -132,14 +140,30 @@ class CustomModel:
         return digest.hexdigest()
 
 
-def as_image_text_model(model, name: Optional[str] = None):
-    """``model`` itself when it is one of this package's (:func:`~rococo_eval.models.adapters.load_model`'s, whose
-    name is its ``--model`` spec; ``name`` then renames it), else a :class:`CustomModel` of it."""
-    if isinstance(model, CustomModel) or _is_adapter(model):
-        if name is not None:
-            model.name = str(name)
-        return model
+def as_image_text_model(model, name: Optional[str] = None) -> ImageTextModel:
+    """The one way in for a model: ``model`` itself when it is one of this package's
+    (:func:`~rococo_eval.models.adapters.load_model`'s, whose name is its ``--model`` spec; ``name`` then renames it),
+    checked to be a whole :class:`~rococo_eval.models.protocol.ImageTextModel`, else a :class:`CustomModel` of it.
+
+    Raises:
+        TypeError: a model of this package that lacks a member of the protocol (named), or an object without
+            ``encode_images`` and ``encode_texts``.
+    """
+    if isinstance(model, CustomModel):
+        return _renamed(model, name)
+    if _is_adapter(model):
+        missing = missing_members(model)
+        if missing:
+            raise TypeError(f"`model` {model.name!r} ({type(model).__name__}) lacks {', '.join(missing)} of "
+                            "rococo_eval.models.protocol.ImageTextModel (a similarity must be a Similarity)")
+        return _renamed(model, name)
     return CustomModel(model, name)
+
+
+def _renamed(model, name: Optional[str]):
+    if name is not None:
+        model.name = str(name)
+    return model
 
 
 def names_a_callable(spec: str) -> bool:

@@ -1,5 +1,5 @@
-"""The two ResNet layouts of VSE infinity's grid backbones, built without torchvision or the network, for their weights
-to be loaded from a checkpoint.
+"""The two ResNet layouts of VSE infinity's grid backbones, read from a state dict (:func:`resnet_shape`), to be built
+without torchvision or the network (:class:`rococo_eval.models.nets.resnet.ResNet`) for their weights to be loaded.
 
 - ``caffe``: the official ``lib/modules/resnet.py`` (the BUTD detector's ResNet-101, converted from Caffe): the
   stride of a block on its first 1 x 1 convolution, max pooling without padding and with ``ceil_mode``.
@@ -16,12 +16,10 @@ VSE infinity runs their stages only (``conv1`` to ``layer3``, then ``layer4``: i
 originals end with, is built for its weights, which the checkpoints hold.
 
 Example:
-    >>> import torch
-    >>> net = build_resnet(ResnetShape(style="torchvision", blocks=(1, 1, 1, 1), groups=4, width_per_group=4))
+    >>> from rococo_eval.models.nets.resnet import ResNet
+    >>> net = ResNet(ResnetShape(style="torchvision", blocks=(1, 1, 1, 1), groups=4, width_per_group=4))
     >>> resnet_shape(net.state_dict(), "torchvision") == ResnetShape("torchvision", (1, 1, 1, 1), 4, 4, 1000)
     True
-    >>> net.layer4(net.layer3(net.layer2(net.layer1(net.maxpool(net.conv1(torch.zeros(1, 3, 64, 64))))))).shape
-    torch.Size([1, 2048, 2, 2])
 """
 
 from __future__ import annotations
@@ -33,7 +31,7 @@ from rococo_eval.models.checkpoints import MAX_DIMENSION, MAX_LAYERS, MAX_WIDTH
 
 STYLES = ("caffe", "torchvision")
 EXPANSION = 4  # Bottleneck's
-_STAGE_PLANES = (64, 128, 256, 512)
+STAGE_PLANES = (64, 128, 256, 512)
 
 
 @dataclass(frozen=True)
@@ -76,61 +74,4 @@ def resnet_shape(state: dict, style: str, prefix: str = "") -> ResnetShape:
                          "that splits into groups)")
     width = conv2.shape[0]
     groups = width // conv2.shape[1]
-    return ResnetShape(style, tuple(counts), groups, width * 64 // (_STAGE_PLANES[0] * groups), int(fc.shape[0]))
-
-
-def build_resnet(shape: ResnetShape):
-    """The ResNet of ``shape``, with random weights (module names as its original's; no forward of its own: VSE infinity
-    runs its stages)."""
-    from torch import nn
-
-    if shape.style == "caffe" and (shape.groups, shape.width_per_group) != (1, 64):
-        raise ValueError("the caffe layout (VSE infinity's resnet.py) has no grouped convolutions")
-    caffe = shape.style == "caffe"
-
-    class Bottleneck(nn.Module):
-        def __init__(self, inplanes, planes, stride, downsample):
-            super().__init__()
-            width = int(planes * (shape.width_per_group / 64.0)) * shape.groups
-            self.conv1 = nn.Conv2d(inplanes, width, kernel_size=1, stride=stride if caffe else 1, bias=False)
-            self.bn1 = nn.BatchNorm2d(width)
-            self.conv2 = nn.Conv2d(width, width, kernel_size=3, stride=1 if caffe else stride, padding=1,
-                                   groups=shape.groups, bias=False)
-            self.bn2 = nn.BatchNorm2d(width)
-            self.conv3 = nn.Conv2d(width, planes * EXPANSION, kernel_size=1, bias=False)
-            self.bn3 = nn.BatchNorm2d(planes * EXPANSION)
-            self.relu = nn.ReLU(inplace=True)
-            self.downsample = downsample
-
-        def forward(self, x):
-            out = self.relu(self.bn1(self.conv1(x)))
-            out = self.relu(self.bn2(self.conv2(out)))
-            out = self.bn3(self.conv3(out))
-            residual = x if self.downsample is None else self.downsample(x)
-            out += residual
-            return self.relu(out)
-
-    class ResNet(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.inplanes = 64
-            self.conv1 = nn.Conv2d(3, 64, kernel_size=7, stride=2, padding=3, bias=False)
-            self.bn1 = nn.BatchNorm2d(64)
-            self.relu = nn.ReLU(inplace=True)
-            self.maxpool = (nn.MaxPool2d(kernel_size=3, stride=2, padding=0, ceil_mode=True) if caffe
-                            else nn.MaxPool2d(kernel_size=3, stride=2, padding=1))
-            for stage, (planes, blocks) in enumerate(zip(_STAGE_PLANES, shape.blocks), start=1):
-                setattr(self, f"layer{stage}", self._stage(planes, blocks, 1 if stage == 1 else 2))
-            self.fc = nn.Linear(_STAGE_PLANES[-1] * EXPANSION, shape.num_classes)
-
-        def _stage(self, planes, blocks, stride):
-            downsample = None
-            if stride != 1 or self.inplanes != planes * EXPANSION:
-                downsample = nn.Sequential(nn.Conv2d(self.inplanes, planes * EXPANSION, kernel_size=1, stride=stride,
-                                                     bias=False), nn.BatchNorm2d(planes * EXPANSION))
-            layers = [Bottleneck(self.inplanes, planes, stride, downsample)]
-            self.inplanes = planes * EXPANSION
-            layers += [Bottleneck(self.inplanes, planes, 1, None) for _ in range(1, blocks)]
-            return nn.Sequential(*layers)
-
-    return ResNet()
+    return ResnetShape(style, tuple(counts), groups, width * 64 // (STAGE_PLANES[0] * groups), int(fc.shape[0]))

@@ -59,7 +59,6 @@ import argparse
 import hashlib
 import json
 import logging
-import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -91,7 +90,8 @@ from rococo_eval.models.region_features import (
     read_region_features,
     set_of_item_set,
 )
-from rococo_eval.models.resnet import build_resnet, resnet_shape
+from rococo_eval.models.resnet import resnet_shape
+from rococo_eval.models.similarity import DOT
 
 logger = logging.getLogger(__name__)
 
@@ -101,7 +101,6 @@ BASE_TARGET_SIZE = 256  # RawImageDataset: 256, times input_scale_factor when th
 IMAGENET_MEAN = [0.485, 0.456, 0.406]  # RawImageDataset.imagenet_mean, imagenet_std
 IMAGENET_STD = [0.229, 0.224, 0.225]
 DETECTOR_PIXEL_MEANS = np.array([[[102.9801, 115.9465, 122.7717]]])  # RawImageDataset.pixel_means (BGR), float64
-GPO_SIZE = 32  # GPO(32, 32): positional encodings and GRU width
 IMAGEIO_VERSION = "2.9.0"  # vse_infty's requirements.txt: the imread whose decoding imageio_pixels reproduces
 TEXT_HEAD_WIDTH = 64  # BERT-base: 768 / 12
 BERT_LAYER_NORM_EPS = 1e-12  # bert-base-uncased's config
@@ -244,8 +243,8 @@ def _without_position_ids(state: dict, what: str) -> dict:
 
 def build_encoders(options: VseOptions, image_state: dict, text_state: dict, text_heads: Optional[int] = None,
                    what: str = "the checkpoint"):
-    """The official image and text encoders of ``options``, shaped by the state dicts (random weights); ``what`` names
-    the checkpoint in errors.
+    """The official image and text encoders of ``options`` (:mod:`rococo_eval.models.nets.vse_infty`), shaped by the
+    state dicts (random weights); ``what`` names the checkpoint in errors.
 
     Returns ``(image_encoder, text_encoder)``: ``image_encoder(pixels)`` for a grid, ``image_encoder(features,
     lengths)`` for regions; ``text_encoder(ids, lengths)``. Module names are the official ones.
@@ -254,146 +253,18 @@ def build_encoders(options: VseOptions, image_state: dict, text_state: dict, tex
         CheckpointError: the state dicts give no BERT or ResNet, or one out of bounds (:func:`bert_config`,
             :func:`~rococo_eval.models.resnet.resnet_shape`).
     """
-    import torch
-    import transformers
-    from torch import nn
-    from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+    from rococo_eval.models.nets.vse_infty import EncoderImageAggr, EncoderImageFull, EncoderText
 
     config = bert_config(text_state, text_heads, what)
-    if not options.is_region:
+    if options.is_region:
+        image_encoder = EncoderImageAggr(options.img_dim, options.embed_size, True, options.no_imgnorm)
+    else:
         try:
             shape = resnet_shape(image_state, options.backbone_style, prefix="backbone.resnet.")
         except ValueError as error:
             raise VseCheckpointError(f"{what}: its image encoder: {error}") from error
-
-    def l2norm(x, dim, eps=1e-8):
-        """lib/encoders.py l2norm."""
-        norm = torch.pow(x, 2).sum(dim=dim, keepdim=True).sqrt() + eps
-        return torch.div(x, norm)
-
-    class GPO(nn.Module):
-        """lib/modules/aggr/gpo.py: the generalised pooling operator."""
-
-        def __init__(self, d_pe, d_hidden):
-            super().__init__()
-            self.d_pe, self.d_hidden = d_pe, d_hidden
-            self.gru = nn.GRU(d_pe, d_hidden, 1, batch_first=True, bidirectional=True)
-            self.linear = nn.Linear(d_hidden, 1, bias=False)
-
-        def compute_pool_weights(self, lengths, features):
-            max_len = int(lengths.max())
-            pes = positional_encoding_1d(self.d_pe, max_len).unsqueeze(0).repeat(lengths.size(0), 1, 1)
-            pes = pes.to(device=lengths.device, dtype=self.linear.weight.dtype)
-            mask = torch.arange(max_len).expand(lengths.size(0), max_len).to(lengths.device)
-            mask = (mask < lengths.long().unsqueeze(1)).unsqueeze(-1)
-            pes = pes.masked_fill(mask == 0, 0)
-            packed = pack_padded_sequence(pes, lengths.cpu(), batch_first=True, enforce_sorted=False)
-            out, _ = self.gru(packed)
-            out_emb, _ = pad_packed_sequence(out, batch_first=True)
-            out_emb = (out_emb[:, :, :out_emb.size(2) // 2] + out_emb[:, :, out_emb.size(2) // 2:]) / 2
-            scores = self.linear(out_emb)
-            scores[torch.where(mask == 0)] = -10000
-            return torch.softmax(scores / 0.1, 1), mask
-
-        def forward(self, features, lengths):
-            pool_weights, mask = self.compute_pool_weights(lengths, features)
-            features = features[:, :int(lengths.max()), :]
-            sorted_features = features.masked_fill(mask == 0, -10000)
-            sorted_features = sorted_features.sort(dim=1, descending=True)[0]
-            sorted_features = sorted_features.masked_fill(mask == 0, 0)
-            return (sorted_features * pool_weights).sum(1)
-
-    class MLP(nn.Module):
-        """lib/modules/mlp.py MLP: linear layers with batch norms, ReLU between them."""
-
-        def __init__(self, input_dim, hidden_dim, output_dim, num_layers):
-            super().__init__()
-            self.output_dim, self.num_layers = output_dim, num_layers
-            hidden = [hidden_dim] * (num_layers - 1)
-            self.layers = nn.ModuleList(nn.Linear(n, k) for n, k in zip([input_dim] + hidden, hidden + [output_dim]))
-            self.bns = nn.ModuleList(nn.BatchNorm1d(k) for k in hidden + [output_dim])
-
-        def forward(self, x):
-            batch, count, width = x.size()
-            x = x.reshape(batch * count, width)
-            for index, (bn, layer) in enumerate(zip(self.bns, self.layers)):
-                x = torch.relu(bn(layer(x))) if index < self.num_layers - 1 else layer(x)
-            return x.view(batch, count, self.output_dim)
-
-    class EncoderImageAggr(nn.Module):
-        """lib/encoders.py EncoderImageAggr: features to the joint space (an MLP beside for regions), GPO, l2norm."""
-
-        def __init__(self):
-            super().__init__()
-            self.fc = nn.Linear(options.img_dim, options.embed_size)
-            if options.is_region:
-                self.mlp = MLP(options.img_dim, options.embed_size // 2, options.embed_size, 2)
-            self.gpool = GPO(GPO_SIZE, GPO_SIZE)
-
-        def forward(self, images, image_lengths):
-            features = self.fc(images)
-            if options.is_region:
-                features = self.mlp(images) + features
-            features = self.gpool(features, image_lengths)
-            return features if options.no_imgnorm else l2norm(features, dim=-1)
-
-    class ResnetFeatureExtractor(nn.Module):
-        """lib/modules/resnet.py ResnetFeatureExtractor: the ResNet, its stages 1-3 (``base``) and 4 (``top``)."""
-
-        def __init__(self):
-            super().__init__()
-            self.resnet = build_resnet(shape)
-            self.base = nn.Sequential(self.resnet.conv1, self.resnet.bn1, self.resnet.relu, self.resnet.maxpool,
-                                      self.resnet.layer1, self.resnet.layer2, self.resnet.layer3)
-            self.top = nn.Sequential(self.resnet.layer4)
-
-        def forward(self, im_data):
-            top_feat = self.top(self.base(im_data))
-            return top_feat.view(im_data.size(0), top_feat.size(1), -1).permute(0, 2, 1)
-
-    class EncoderImageFull(nn.Module):
-        """lib/encoders.py EncoderImageFull in eval mode: the backbone's grid, every cell kept, pooled."""
-
-        def __init__(self):
-            super().__init__()
-            self.backbone = ResnetFeatureExtractor()
-            self.image_encoder = EncoderImageAggr()
-
-        def forward(self, images):
-            base_features = self.backbone(images)
-            feat_lengths = torch.zeros(base_features.size(0)).to(base_features.device)
-            feat_lengths[:] = base_features.size(1)
-            return self.image_encoder(base_features, feat_lengths)
-
-    class EncoderText(nn.Module):
-        """lib/encoders.py EncoderText: BERT, a linear layer, GPO over the tokens, l2norm."""
-
-        def __init__(self):
-            super().__init__()
-            self.bert = transformers.BertModel(config)
-            self.linear = nn.Linear(self.bert.config.hidden_size, options.embed_size)
-            self.gpool = GPO(GPO_SIZE, GPO_SIZE)
-
-        def forward(self, x, lengths):
-            bert_attention_mask = (x != 0).float()
-            bert_emb = self.bert(input_ids=x, attention_mask=bert_attention_mask)[0]
-            pooled = self.gpool(self.linear(bert_emb), lengths.to(bert_emb.device))
-            return pooled if options.no_txtnorm else l2norm(pooled, dim=-1)
-
-    image_encoder = EncoderImageAggr() if options.is_region else EncoderImageFull()
-    return image_encoder, EncoderText()
-
-
-def positional_encoding_1d(d_model: int, length: int):
-    """lib/modules/aggr/gpo.py positional_encoding_1d: the sine and cosine encodings of ``length`` positions."""
-    import torch
-
-    pe = torch.zeros(length, d_model)
-    position = torch.arange(0, length).unsqueeze(1)
-    div_term = torch.exp((torch.arange(0, d_model, 2, dtype=torch.float) * -(math.log(10000.0) / d_model)))
-    pe[:, 0::2] = torch.sin(position.float() * div_term)
-    pe[:, 1::2] = torch.cos(position.float() * div_term)
-    return pe
+        image_encoder = EncoderImageFull(shape, options.img_dim, options.embed_size, options.no_imgnorm)
+    return image_encoder, EncoderText(config, options.embed_size, options.no_txtnorm)
 
 
 def bert_config(text_state: dict, heads: Optional[int] = None, what: str = "the checkpoint"):
@@ -543,7 +414,7 @@ class VseInftyModel:
         base: the device, dtype and fingerprint helper (:class:`~rococo_eval.models.adapters.TorchModel`).
     """
 
-    similarity = "dot"  # compute_sim: the dot product of the encoders' outputs (normalised by them, as there)
+    similarity = DOT  # compute_sim: the dot product of the encoders' outputs (normalised by them, as there)
 
     def __init__(self, name: str, path: str, base):
         import transformers

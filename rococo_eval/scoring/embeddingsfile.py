@@ -37,7 +37,7 @@ from rococo_eval.catalog import galleries, gallery_key
 from rococo_eval.data.configs import CAPTIONS_CONFIG, IMAGES_CONFIG
 from rococo_eval.io.atomic import write_atomic
 from rococo_eval.io.scorefiles import parse_json, read_safetensors_header
-from rococo_eval.models.similarity import DEFAULT_SIMILARITY, SIMILARITIES, check_similarity, score_vectors
+from rococo_eval.models.similarity import DEFAULT_SIMILARITY, REGISTRY, SIMILARITIES, Similarity, similarity_named
 from rococo_eval.results import GalleryResult
 from rococo_eval.scoring.galleries import (
     adversarial_captions,
@@ -65,19 +65,19 @@ def item_sets(source, attacks) -> dict:
 
 
 def write_embeddings_file(path, vectors: Mapping[str, np.ndarray], fingerprints: Mapping[str, str],
-                          model_name: str, similarity: str = DEFAULT_SIMILARITY) -> Path:
-    """Write ``vectors`` (``{item set name: rows}``, scored by ``similarity``) to ``path`` with the metadata above,
-    atomically."""
+                          model_name: str, similarity: str | Similarity = DEFAULT_SIMILARITY) -> Path:
+    """Write ``vectors`` (``{item set name: rows}``, scored by ``similarity``, a name or a
+    :class:`~rococo_eval.models.similarity.Similarity`) to ``path`` with the metadata above, atomically."""
     from safetensors.numpy import save
 
-    check_similarity(similarity, repr(model_name))
+    similarity = similarity_named(similarity, repr(model_name))
     arrays = {name: np.ascontiguousarray(rows, dtype=np.float32) for name, rows in vectors.items()}
     dimensions = {rows.shape[1] for rows in arrays.values()}
     if len(dimensions) != 1:
         raise ValueError(f"the item sets' embeddings have different widths {sorted(dimensions)}")
     normalized = all(np.allclose(np.linalg.norm(rows, axis=1), 1, atol=_NORM_TOLERANCE) for rows in arrays.values())
     metadata = {"format": FORMAT, "version": VERSION, "model": model_name, "dimension": str(dimensions.pop()),
-                "normalized": "true" if normalized else "false", "similarity": similarity,
+                "normalized": "true" if normalized else "false", "similarity": similarity.name,
                 "fingerprints": json.dumps({name: fingerprints[name] for name in arrays}, sort_keys=True)}
     data = save(arrays, metadata=metadata)
     return write_atomic(Path(path), lambda handle: handle.write(data))
@@ -143,6 +143,7 @@ def write_embeddings_from_rows(path, vectors: Mapping[tuple[str, str], np.ndarra
     if source.images_dir is None:
         raise ValueError("`source` has no images: the image sets' fingerprints read the COCO test images "
                          "(RococoSource(images_dir=...))")
+    similarity = similarity_named(similarity, repr(model_name))
     named, given = {}, {}
     for key, rows in vectors.items():
         if not (isinstance(key, tuple) and len(key) == 2):
@@ -166,23 +167,16 @@ def write_embeddings_from_rows(path, vectors: Mapping[tuple[str, str], np.ndarra
                                  f"{rows.dtype} of shape {rows.shape}")
             if not np.isfinite(rows).all():
                 raise ValueError(f"`vectors[{given[name]!r}]` holds non-finite values (NaN or infinity)")
-        output = arrays if similarity == "csd" else arrays[0]
         side = "image" if name.startswith("images/") else "text"  # as run makes a model's output into rows
-        named[name] = score_vectors(similarity, side, output, model_name, f"vectors[{given[name]!r}]")
+        named[name] = similarity.rows(side, similarity.joined(arrays), model_name, f"vectors[{given[name]!r}]")
     return write_embeddings_file(path, named, {name: sets[name].fingerprint for name in named}, model_name,
                                  similarity)
 
 
-def _as_arrays(rows, similarity: str) -> tuple:
-    """The array(s) of one value of ``vectors``: one, or for ``csd`` the pair ``(means, log_sigmas)``; torch tensors
-    (any dtype, on any device, with or without grad) as float32 NumPy arrays."""
-    if similarity != "csd":
-        values = (rows,)
-    elif isinstance(rows, (tuple, list)) and len(rows) == 2:
-        values = rows
-    else:
-        raise ValueError(f"`vectors` values are pairs (means, log_sigmas) for the csd similarity, got "
-                         f"{type(rows).__name__}")
+def _as_arrays(rows, similarity: Similarity) -> tuple:
+    """The array(s) of one value of ``vectors``: one, or one per part of ``similarity`` (``csd``: the pair
+    ``(means, log_sigmas)``); torch tensors (any dtype, on any device, with or without grad) as NumPy arrays."""
+    values = similarity.split(rows, "each value of `vectors`")
     return tuple(np.asarray(value.detach().float().cpu().numpy() if hasattr(value, "detach") else value)
                  for value in values)
 
@@ -246,7 +240,7 @@ def read_embeddings_file(path, source) -> tuple[dict[str, np.ndarray], dict, tup
         if not np.isfinite(rows).all():
             raise ValueError(f"{str(path)!r}: {name!r} holds non-finite values (NaN or infinity)")
         norms = np.linalg.norm(rows.astype(np.float32), axis=1, keepdims=True)
-        if similarity == DEFAULT_SIMILARITY and not np.allclose(norms, 1, atol=_NORM_TOLERANCE):
+        if REGISTRY[similarity].unit_rows and not np.allclose(norms, 1, atol=_NORM_TOLERANCE):
             logger.warning("%s: %s has rows not of unit length (norms %.3g to %.3g): normalised, so that scores are "
                            "cosine similarities", path, name, norms.min(), norms.max())
             vectors[name] = (rows / np.maximum(norms, 1e-12)).astype(np.float32)
@@ -261,15 +255,15 @@ def expected_name(source, attack: str) -> str:
     return f"captions/{attack}" if attack in source.text_attacks else f"images/{attack}"
 
 
-def score_embeddings(vectors: Mapping[str, np.ndarray], source, attacks, similarity: str,
+def score_embeddings(vectors: Mapping[str, np.ndarray], source, attacks, similarity: str | Similarity,
                      **metric_kwargs) -> dict[str, GalleryResult]:
-    """Both clean galleries and each attack's, scored from the item sets' vectors by ``similarity`` (the file's
-    metadata says which) exactly as ``run`` scores a dual encoder
+    """Both clean galleries and each attack's, scored from the item sets' vectors by ``similarity`` (a name, as the
+    file's metadata says it, or a :class:`~rococo_eval.models.similarity.Similarity`) exactly as ``run`` scores a dual encoder
     (:func:`~rococo_eval.scoring.galleries.score_embedding_gallery`, with per-query arrays); ``metric_kwargs``
     (``ties``, ``bootstrap``, ...) go to the metric."""
     named = {"images": vectors[IMAGES], "captions": vectors[CAPTIONS],
              **{attack: vectors[expected_name(source, attack)] for attack in attacks}}
-    results = {}
+    similarity, results = similarity_named(similarity), {}
     for attack, direction in galleries(attacks):
         key = gallery_key(attack, direction)
         results[key] = score_embedding_gallery(source, attack, direction, named, similarity, **metric_kwargs)

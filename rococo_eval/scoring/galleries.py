@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import hashlib
 import logging
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Optional, Sequence
+from typing import Iterator, Mapping, Optional, Sequence
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -20,7 +21,8 @@ from rococo_eval.attacks.alterations import AlteredImages
 from rococo_eval.catalog import IMAGE_TO_TEXT, TEXT_ATTACKS, galleries, gallery_key
 from rococo_eval.layout import gallery_vectors, recall_cutoffs
 from rococo_eval.models.cache import EmbeddingCache, ItemSet, LazyImages, embeddings_of_all
-from rococo_eval.models.similarity import DEFAULT_SIMILARITY, SCORE_DTYPES, score_blocks, similarity_of
+from rococo_eval.models.protocol import TwoStageModel
+from rococo_eval.models.similarity import COSINE, Similarity
 from rococo_eval.processes import ONE
 from rococo_eval.results import GalleryResult
 
@@ -87,18 +89,18 @@ def check_saving(model=None, *, save_scores=None, compact_scores: bool = False, 
             raise ValueError("`save_embeddings` needs safetensors: pip install safetensors") from None
     if model is None:
         return
-    name = getattr(model, "name", type(model).__name__)
-    if compact_scores and not hasattr(model, "match"):
+    name, two_stage = model.name, isinstance(model, TwoStageModel)
+    if compact_scores and not two_stage:
         raise ValueError(f"`compact_scores`: {name} is a dual encoder, and every score of its galleries is its own "
                          "(a compact file keeps a re-ranker's top k, the rest at -100): save its full matrices "
                          "(`save_scores` alone) or its embeddings (`save_embeddings`)")
-    if save_embeddings is not None and hasattr(model, "match"):
+    if save_embeddings is not None and two_stage:
         raise ValueError(f"`save_embeddings`: {name} is scored in two stages (ITC, then its ITM head), and an "
                          "embeddings file holds the first stage only: save its score matrices (`save_scores`) instead")
 
 
 def score_gallery(layout, queries: np.ndarray, originals: np.ndarray, adversarial: Optional[np.ndarray] = None,
-                  similarity: str = DEFAULT_SIMILARITY, **metric_kwargs) -> GalleryResult:
+                  similarity: Similarity = COSINE, **metric_kwargs) -> GalleryResult:
     """Score one gallery from embeddings with the RoCOCO Recall metric, which ranks the scores block by block.
 
     Args:
@@ -107,9 +109,9 @@ def score_gallery(layout, queries: np.ndarray, originals: np.ndarray, adversaria
         queries: query embeddings in test order.
         originals: embeddings of the clean gallery items (ground-truth captions or test images).
         adversarial: embeddings of the altered items (None for a clean gallery).
-        similarity: how the rows are scored (:mod:`rococo_eval.models.similarity`); a cosine model's are made by the
-            metric itself (``query_embeddings``), the others' by their own block rule
-            (:func:`~rococo_eval.models.similarity.score_blocks`).
+        similarity: how the rows are scored (a :class:`~rococo_eval.models.similarity.Similarity`); a cosine model's
+            are scored by the metric itself (``query_embeddings``), the others' by their own block rule
+            (:meth:`~rococo_eval.models.similarity.Similarity.blocks`).
         metric_kwargs: passed to :func:`rococo_recall.rococo_recall` (``k``, ``ties``, ...).
 
     Example:
@@ -124,13 +126,13 @@ def score_gallery(layout, queries: np.ndarray, originals: np.ndarray, adversaria
 
     pool = [originals] if adversarial is None else [originals, adversarial]
     gallery = gallery_vectors(pool, layout.gallery_rows)
-    if similarity == DEFAULT_SIMILARITY:
+    if similarity.metric_scores_rows:
         return GalleryResult.of(rococo_recall(query_embeddings=queries, gallery_embeddings=gallery,
                                               **layout.metric_inputs(), **metric_kwargs), layout)
     return block_metric(_similarity_blocks(similarity, layout, queries, gallery), layout, **metric_kwargs)
 
 
-def score_embedding_gallery(source, attack: str, direction: str, vectors, similarity: str = DEFAULT_SIMILARITY,
+def score_embedding_gallery(source, attack: str, direction: str, vectors, similarity: Similarity = COSINE,
                             **metric_kwargs) -> GalleryResult:
     """One gallery of a dual encoder scored from its item sets' vectors (``vectors["images"]``,
     ``vectors["captions"]`` and, for an attack, ``vectors[attack]``) by its ``similarity``, at the cut-offs the
@@ -143,14 +145,154 @@ def score_embedding_gallery(source, attack: str, direction: str, vectors, simila
                          **metric_kwargs)
 
 
-def score_model(model, source, attacks: Sequence[str], cache: EmbeddingCache, reranker=None,
+@dataclass(frozen=True)
+class ModelGallery:
+    """One gallery of a model being scored: its layout (official order), the names of its query and pool item sets,
+    and every item set with its embeddings (``item_sets`` and ``vectors``, by those names)."""
+
+    source: object
+    attack: str
+    direction: str
+    layout: object
+    queries: str
+    pool: tuple[str, ...]
+    item_sets: Mapping[str, ItemSet]
+    vectors: Mapping[str, np.ndarray]
+
+    @property
+    def key(self) -> str:
+        return gallery_key(self.attack, self.direction)
+
+    def sides(self):
+        """The reranker's :class:`~rococo_eval.scoring.rerank.Side` of the queries, and those of the pool."""
+        from rococo_eval.scoring.rerank import Side
+
+        sides = [Side(self.item_sets[name].name, self.item_sets[name].fingerprint, self.item_sets[name].items,
+                      self.vectors[name]) for name in (self.queries, *self.pool)]
+        return sides[0], sides[1:]
+
+
+class DualEncoderScorer:
+    """How a dual encoder's galleries are scored: from its embeddings, by its
+    :class:`~rococo_eval.models.similarity.Similarity`; only rank 0 of a launch scores (the others only embed)."""
+
+    on_every_process = False
+
+    def __init__(self, model):
+        self.model, self.similarity = model, model.similarity
+
+    def check(self, save_scores=None, compact_scores: bool = False, processes=ONE) -> None:
+        """:func:`check_saving` for this model (a dual encoder has no compact scores)."""
+        check_saving(self.model, save_scores=save_scores, compact_scores=compact_scores)
+
+    def score(self, gallery: ModelGallery, save_scores=None, compact_scores: bool = False) -> GalleryResult:
+        """One gallery, its score matrix also saved (in blocks, as the metric ranks them) under ``save_scores``."""
+        if save_scores is None:
+            return score_embedding_gallery(gallery.source, gallery.attack, gallery.direction, gallery.vectors,
+                                           self.similarity)
+        from rococo_eval.io.savedscores import ScoreMatrixWriter, score_file_name
+
+        layout = gallery.layout
+        blocks = _embedding_blocks(layout, gallery.vectors[gallery.queries],
+                                   [gallery.vectors[name] for name in gallery.pool], self.similarity)
+        path = Path(save_scores) / score_file_name(gallery.attack, gallery.direction)
+        with ScoreMatrixWriter(path, (layout.num_queries, layout.num_gallery), self.similarity.score_dtype) as writer:
+            result = block_metric(blocks, layout, writer, k=recall_cutoffs(layout.num_gallery, gallery.key),
+                                  per_query=True)
+        logger.info("%s: scores saved to %s", gallery.key, path)
+        return result
+
+    def share(self, gallery: ModelGallery) -> None:
+        """A process other than rank 0 has no share of a dual encoder's scoring."""
+
+    def finish(self) -> None:
+        """Nothing is held between galleries."""
+
+    def report_entries(self) -> dict:
+        """What the report's ``meta`` says of the scoring: nothing beyond the model's similarity."""
+        return {}
+
+
+class RerankScorer:
+    """How a two-stage model's galleries are scored (:class:`~rococo_eval.models.protocol.TwoStageModel`: BLIP,
+    BLIP-2): ranked by its ITC scores, each query's top candidates re-scored by its ITM head
+    (:class:`~rococo_eval.scoring.rerank.Reranker`, whose ``processes`` share the ITM pairs)."""
+
+    on_every_process = True
+
+    def __init__(self, reranker):
+        self.reranker = reranker
+
+    def check(self, save_scores=None, compact_scores: bool = False, processes=ONE) -> None:
+        """:func:`check_saving` (compact scores are a re-ranker's), and the reranker's processes are the run's."""
+        check_saving(save_scores=save_scores, compact_scores=compact_scores)
+        if self.reranker.processes != processes:
+            raise ValueError(f"the reranker's processes ({self.reranker.processes}) are not score_model's "
+                             f"({processes})")
+
+    def score(self, gallery: ModelGallery, save_scores=None, compact_scores: bool = False) -> GalleryResult:
+        """One gallery: its re-ranked candidates (saved, compact or whole, when asked), ranked by the metric as the
+        full matrix, with the bounds of what the -100 block's order decides."""
+        from rococo_recall import rococo_recall  # the metric (with numpy only): loaded where a gallery is scored
+        from rococo_eval.io.savedscores import ScoreMatrixWriter, score_file_name, write_top_k
+        from rococo_eval.scoring.rerank import FILL, full_blocks
+
+        layout, attack, direction = gallery.layout, gallery.attack, gallery.direction
+        columns, itc, logits = self.reranker.rerank(layout, *gallery.sides())
+        top_scores = logits + itc  # the official score of a re-ranked candidate: ITM logit + ITC
+        if save_scores is not None:
+            if compact_scores:
+                path = write_top_k(Path(save_scores) / score_file_name(attack, direction, columns.shape[1]), columns,
+                                   top_scores, FILL, layout.num_gallery)
+            else:
+                path = Path(save_scores) / score_file_name(attack, direction)
+                with ScoreMatrixWriter(path, (layout.num_queries, layout.num_gallery)) as writer:
+                    for start, rows in full_blocks(columns, top_scores, layout.num_gallery):
+                        writer.write(start, rows)
+            logger.info("%s/%s: scores saved to %s", attack, direction, path)
+        return GalleryResult.of(rococo_recall(top_columns=columns, top_scores=top_scores, fill=FILL,
+                                              num_gallery=layout.num_gallery, **layout.metric_inputs(),
+                                              k=recall_cutoffs(layout.num_gallery, gallery.key), per_query=True),
+                                layout)
+
+    def share(self, gallery: ModelGallery) -> None:
+        """This process's share of the gallery's ITM pairs, for rank 0 to score."""
+        self.reranker.rerank(gallery.layout, *gallery.sides())
+
+    def finish(self) -> None:
+        self.reranker.finish()
+
+    def report_entries(self) -> dict:
+        """The report's ``rerank`` entry: k, and the ITM pairs computed and reused."""
+        reranker = self.reranker
+        logger.info("ITM pairs: %d computed, %d reused from the cache", reranker.computed, reranker.reused)
+        return {"rerank": {"k": reranker.k, "itm_pairs_computed": reranker.computed,
+                           "itm_pairs_reused": reranker.reused}}
+
+
+def scorer_for(model, cache: EmbeddingCache, k: Optional[int] = None, processes=ONE):
+    """The one choice of how ``model``'s galleries are scored: a :class:`RerankScorer` for a
+    :class:`~rococo_eval.models.protocol.TwoStageModel` (its ITM pairs kept beside ``cache``'s embeddings, ``k``
+    candidates per query, default 256), else a :class:`DualEncoderScorer`."""
+    if not isinstance(model, TwoStageModel):
+        return DualEncoderScorer(model)
+    from rococo_eval.scoring.rerank import DEFAULT_CANDIDATES, Reranker
+
+    return RerankScorer(Reranker(model, cache.root, k=DEFAULT_CANDIDATES if k is None else k,
+                                 batch_size=cache.batch_size, workers=cache.workers, progress=cache.progress,
+                                 processes=processes))
+
+
+def score_model(model, source, attacks: Sequence[str], cache: EmbeddingCache, scorer=None,
                 save_scores=None, processes=ONE, compact_scores: bool = False) -> dict[str, GalleryResult]:
     """Embed what ``attacks`` need (through ``cache``), then score both clean galleries and each attack.
 
     Args:
-        reranker: the :class:`~rococo_eval.scoring.rerank.Reranker` of a model scored in two stages (one with ``match``:
-            BLIP, BLIP-2; default: one with k = 256): the embeddings rank each gallery, the model's ITM head
-            re-scores each query's top candidates.
+        model: an :class:`~rococo_eval.models.protocol.ImageTextModel` (``load_model``'s, or
+            :func:`~rococo_eval.models.custom.as_image_text_model`'s).
+        scorer: how its galleries are scored (default: :func:`scorer_for` the model): a :class:`DualEncoderScorer`,
+            or a :class:`RerankScorer` whose embeddings rank each gallery and whose ITM head re-scores each query's
+            top candidates.
         save_scores: a folder: each gallery's full score matrix is also written there, in the official order
             (:mod:`rococo_eval.io.savedscores`), and the metric reads the same blocks that are written.
         compact_scores: with ``save_scores``, a two-stage model's galleries are saved as compact files (each query's
@@ -158,8 +300,8 @@ def score_model(model, source, attacks: Sequence[str], cache: EmbeddingCache, re
             matrices. A dual encoder's every score is its own, so it has none: refused.
         processes: the :class:`~rococo_eval.processes.Processes` of a launch of several (torchrun, SLURM): each
             embeds its share of every item set (:func:`~rococo_eval.models.cache.embeddings_of_all`) and, for a
-            two-stage model, of every gallery's ITM pairs (the ``reranker`` must have the same ``processes``);
-            rank 0 scores the galleries. ``cache`` must be a folder they all see.
+            two-stage model, of every gallery's ITM pairs (the ``scorer``'s reranker must have the same
+            ``processes``); rank 0 scores the galleries. ``cache`` must be a folder they all see.
 
     Returns:
         ``{"<attack>/<direction>": GalleryResult}`` for every gallery of :func:`galleries`, official order, with
@@ -168,82 +310,27 @@ def score_model(model, source, attacks: Sequence[str], cache: EmbeddingCache, re
         (``rococo_recall(top_columns=...)``), so a number that the order of the -100 block decides has its
         ``<name>_bounds``.
     """
-    check_saving(model if reranker is None else None, save_scores=save_scores, compact_scores=compact_scores)
+    scorer = scorer or scorer_for(model, cache, processes=processes)
+    scorer.check(save_scores=save_scores, compact_scores=compact_scores, processes=processes)
     item_sets = {"images": original_images(source), "captions": ground_truth_captions(source)}
     item_sets.update({attack: adversarial_captions(source, attack) if attack in TEXT_ATTACKS
                       else altered_images(source, attack, cache.workers) for attack in attacks})
     vectors = embeddings_of_all(cache, model, item_sets, processes)
-    if reranker is None and hasattr(model, "match"):  # BLIP, BLIP-2: always two stages
-        from rococo_eval.scoring.rerank import Reranker
-
-        reranker = Reranker(model, cache.root, batch_size=cache.batch_size, workers=cache.workers,
-                            progress=cache.progress, processes=processes)
-    if reranker is not None and reranker.processes != processes:
-        raise ValueError(f"the reranker's processes ({reranker.processes}) are not score_model's ({processes})")
     results = {}
-    if not processes.is_main and reranker is None:
+    if not (processes.is_main or scorer.on_every_process):
         return results  # a dual encoder's work ends with its embeddings
     for attack, direction in tqdm(galleries(attacks), desc="scoring", unit="gallery", disable=not cache.progress,
                                   dynamic_ncols=True):
         query_key, original_key = ("images", "captions") if direction == IMAGE_TO_TEXT else ("captions", "images")
-        pool_keys = [original_key] + ([attack] if attack in vectors else [])
-        layout = source.gallery(attack, direction, "official")
-        key = f"{attack}/{direction}"
-        if not processes.is_main:  # this process's share of the gallery's ITM pairs, for rank 0 to score
-            from rococo_eval.scoring.rerank import Side
-
-            sides = [Side(item_sets[name].name, item_sets[name].fingerprint, item_sets[name].items, vectors[name])
-                     for name in [query_key] + pool_keys]
-            reranker.rerank(layout, sides[0], sides[1:])
+        gallery = ModelGallery(source, attack, direction, source.gallery(attack, direction, "official"), query_key,
+                               (original_key,) + ((attack,) if attack in vectors else ()), item_sets, vectors)
+        if not processes.is_main:
+            scorer.share(gallery)
             continue
-        k = recall_cutoffs(layout.num_gallery, key)
-        similarity = similarity_of(model)
-        if reranker is None and save_scores is None:
-            results[key] = score_embedding_gallery(source, attack, direction, vectors, similarity)
-        elif reranker is None:
-            from rococo_eval.io.savedscores import ScoreMatrixWriter, score_file_name
-
-            blocks = _embedding_blocks(layout, vectors[query_key], [vectors[name] for name in pool_keys], similarity)
-            path = Path(save_scores) / score_file_name(attack, direction)
-            with ScoreMatrixWriter(path, (layout.num_queries, layout.num_gallery), SCORE_DTYPES[similarity]) as writer:
-                results[key] = block_metric(blocks, layout, writer, k=k, per_query=True)
-            logger.info("%s: scores saved to %s", key, path)
-        else:
-            from rococo_eval.scoring.rerank import Side
-
-            sides = {name: Side(item_sets[name].name, item_sets[name].fingerprint, item_sets[name].items,
-                                vectors[name]) for name in [query_key] + pool_keys}
-            results[key] = _score_reranked(reranker, layout, sides[query_key], [sides[name] for name in pool_keys],
-                                           k, save_scores, compact_scores, attack, direction)
-        logger.info("%s: R@1 %.2f", key, results[key].metrics["recall@1"])
-    if reranker is not None:
-        reranker.finish()
+        results[gallery.key] = scorer.score(gallery, save_scores, compact_scores)
+        logger.info("%s: R@1 %.2f", gallery.key, results[gallery.key].metrics["recall@1"])
+    scorer.finish()
     return results
-
-
-def _score_reranked(reranker, layout, queries, pool, k, save_scores, compact_scores, attack,
-                    direction) -> GalleryResult:
-    """One gallery of a two-stage model: its re-ranked candidates (saved, compact or whole, when asked), ranked by
-    the metric as the full matrix, with the bounds of what the -100 block's order decides."""
-    from rococo_recall import rococo_recall  # the metric (with numpy only): loaded where a gallery is scored
-    from rococo_eval.io.savedscores import ScoreMatrixWriter, score_file_name, write_top_k
-    from rococo_eval.scoring.rerank import FILL, full_blocks
-
-    columns, itc, logits = reranker.rerank(layout, queries, pool)
-    top_scores = logits + itc  # the official score of a re-ranked candidate: ITM logit + ITC
-    if save_scores is not None:
-        if compact_scores:
-            path = write_top_k(Path(save_scores) / score_file_name(attack, direction, columns.shape[1]), columns,
-                               top_scores, FILL, layout.num_gallery)
-        else:
-            path = Path(save_scores) / score_file_name(attack, direction)
-            with ScoreMatrixWriter(path, (layout.num_queries, layout.num_gallery)) as writer:
-                for start, rows in full_blocks(columns, top_scores, layout.num_gallery):
-                    writer.write(start, rows)
-        logger.info("%s/%s: scores saved to %s", attack, direction, path)
-    return GalleryResult.of(rococo_recall(top_columns=columns, top_scores=top_scores, fill=FILL,
-                                          num_gallery=layout.num_gallery, **layout.metric_inputs(), k=k,
-                                          per_query=True), layout)
 
 
 def block_metric(blocks, layout, writer=None, ties: str = "pessimistic", **metric_kwargs) -> GalleryResult:
@@ -267,7 +354,7 @@ def block_metric(blocks, layout, writer=None, ties: str = "pessimistic", **metri
 
 
 def _embedding_blocks(layout, queries: np.ndarray, pool: Sequence[np.ndarray],
-                      similarity: str = DEFAULT_SIMILARITY) -> Iterator[tuple[int, np.ndarray]]:
+                      similarity: Similarity = COSINE) -> Iterator[tuple[int, np.ndarray]]:
     """A dual encoder's score matrix of one gallery, as ``(first row, rows)`` blocks.
 
     The blocks are those :func:`score_gallery` ranks (the metric's, :func:`rococo_recall.embedding_score_blocks`, for a
@@ -276,8 +363,8 @@ def _embedding_blocks(layout, queries: np.ndarray, pool: Sequence[np.ndarray],
     yield from _similarity_blocks(similarity, layout, queries, gallery_vectors(pool, layout.gallery_rows))
 
 
-def _similarity_blocks(similarity: str, layout, queries: np.ndarray, gallery: np.ndarray):
-    return score_blocks(similarity, queries, gallery, queries_are_images=layout.direction == IMAGE_TO_TEXT)
+def _similarity_blocks(similarity: Similarity, layout, queries: np.ndarray, gallery: np.ndarray):
+    return similarity.blocks(queries, gallery, queries_are_images=layout.direction == IMAGE_TO_TEXT)
 
 
 def _images_fingerprint(source) -> str:

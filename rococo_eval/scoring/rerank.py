@@ -217,9 +217,9 @@ class Reranker:
     """Scores galleries in two stages (see the module docstring) and keeps the ITM scores in ``root``.
 
     Args:
-        model: has ``name``, ``fingerprint``, ``itc_scores(image_vectors, text_vectors)``, ``tokenize(texts)``,
-            ``image_features(images)`` and ``match(features, image_positions, tokens)`` (see
-            :mod:`rococo_eval.models.blip`). ``match`` gets the pairs sorted by image, an image's pairs in
+        model: a :class:`~rococo_eval.models.protocol.TwoStageModel` (of it, ``name``, ``fingerprint``,
+            ``itc_scores(image_vectors, text_vectors)``, ``tokenize(texts)``, ``image_features(images)`` and
+            ``match(features, image_positions, tokens)`` are used; see :mod:`rococo_eval.models.blip`). ``match`` gets the pairs sorted by image, an image's pairs in
             consecutive calls on one ``image_features`` output, so that a model can compute an image's side once
             for all of them (BLIP's cross-attention keys and values).
         root: the cache folder; pairs go to ``<root>/<model fingerprint>/itm-<images>--<captions>/``.

@@ -26,7 +26,7 @@ import rococo_eval
 from helpers import REPO_ROOT
 from rococo_eval.data.source import BenchmarkSource
 from rococo_eval.harness.torchmetrics_metric import RococoRecallMetric
-from rococo_eval.models.similarity import score_vectors
+from rococo_eval.models.similarity import similarity_named
 from rococo_eval.scoring.embeddingsfile import item_set_of_rows, score_embeddings
 
 EXAMPLES = REPO_ROOT / "examples"
@@ -94,7 +94,8 @@ def scored_directly(rows, source, similarity="cosine"):
     vectors = {}
     for key, output in rows.items():
         name = item_set_of_rows(source, *key)
-        vectors[name] = score_vectors(similarity, "image" if name.startswith("images/") else "text", output, "m")
+        side = "image" if name.startswith("images/") else "text"
+        vectors[name] = similarity_named(similarity).rows(side, output, "m")
     attacks = [attack for attack in source.text_attacks + source.image_attacks
                if f"captions/{attack}" in vectors or f"images/{attack}" in vectors]
     return {key: result.metrics for key, result in score_embeddings(vectors, source, attacks, similarity).items()}

@@ -228,7 +228,8 @@ def tiny_vse_states(opt, seed: int = 0):
     import torch
     import transformers
 
-    from rococo_eval.models.resnet import ResnetShape, build_resnet
+    from rococo_eval.models.nets.resnet import ResNet
+    from rococo_eval.models.resnet import ResnetShape
     from rococo_eval.models.vse_infty import build_encoders, read_options
 
     options = read_options(opt, "tiny")
@@ -238,7 +239,7 @@ def tiny_vse_states(opt, seed: int = 0):
         if not options.is_region:
             grouped = options.backbone_style == "torchvision"
             shape = ResnetShape(options.backbone_style, (1, 1, 1, 1), 4 if grouped else 1, 4 if grouped else 64)
-            image_state = {f"backbone.resnet.{key}": value for key, value in build_resnet(shape).state_dict().items()}
+            image_state = {f"backbone.resnet.{key}": value for key, value in ResNet(shape).state_dict().items()}
         bert = transformers.BertModel(transformers.BertConfig(
             vocab_size=30522, hidden_size=TINY_VSE["bert_width"], num_hidden_layers=2,
             num_attention_heads=TINY_VSE["bert_heads"], intermediate_size=64, max_position_embeddings=64))

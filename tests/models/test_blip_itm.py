@@ -25,7 +25,7 @@ from rococo_eval.catalog import TEXT_TO_IMAGE
 from rococo_eval.models import adapters
 from rococo_eval.models.blip import Blip2Reranker, ImageFeatures
 from rococo_eval.models.cache import EmbeddingCache
-from rococo_eval.scoring.galleries import ground_truth_captions, original_images, score_model
+from rococo_eval.scoring.galleries import RerankScorer, ground_truth_captions, original_images, score_model
 from rococo_eval.scoring.rerank import FILL, Reranker, Side
 
 # 3 to 32 tokens (BLIP keeps 30 words) or 35 (BLIP-2), so each caption has its own padding
@@ -188,7 +188,7 @@ def test_recalls_are_those_of_the_transformers_forward(name, tmp_path):
         saved.mkdir()
         model = load(name, reuse=reuse)
         results[reuse] = score_model(model, source, ["rand_voca"], cache, save_scores=saved,
-                                     reranker=Reranker(model, cache.root, k=8, batch_size=6))
+                                     scorer=RerankScorer(Reranker(model, cache.root, k=8, batch_size=6)))
         matrices[reuse] = {path.name: np.load(path) for path in saved.iterdir()}
     assert set(results[True]) == {"clean/image_to_text", "clean/text_to_image", "rand_voca/image_to_text"}
     for key, result in results[False].items():
@@ -212,7 +212,7 @@ def test_the_reranker_sends_each_images_pairs_together(name, tmp_path):
     source = TinyCocoSource(tmp_path / "coco", num_images=10)
     model = load(name)
     cache = EmbeddingCache(tmp_path / "cache", batch_size=16)
-    score_model(model, source, [], cache, reranker=Reranker(model, cache.root, k=1))  # the embeddings, cached
+    score_model(model, source, [], cache, scorer=RerankScorer(Reranker(model, cache.root, k=1)))  # the embeddings, cached
     counts = count_projections(model)
     layout = source.gallery("clean", TEXT_TO_IMAGE)
     captions, images = (Side(items.name, items.fingerprint, items.items, cache.embeddings(model, items))

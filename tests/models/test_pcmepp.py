@@ -18,7 +18,7 @@ from rococo_eval.cli import main
 from rococo_eval.data.source import BenchmarkSource
 from rococo_eval.models.adapters import ModelError, load_model
 from rococo_eval.models.pcmepp import read_config
-from rococo_eval.models.similarity import score_vectors
+from rococo_eval.models.similarity import CSD
 from helpers import REPO_ROOT
 from helpers.hostile_checkpoints import nested_json, pcmepp_with_config, pcmepp_with_config_text
 from helpers.tiny_models import TINY_PCMEPP, make_tiny_pcmepp
@@ -110,13 +110,13 @@ def test_the_outputs_are_csd_rows_of_normalised_means(pcmepp_name):
     from PIL import Image
 
     model = load_model(pcmepp_name, device="cpu")
-    assert model.similarity == "csd"
+    assert model.similarity is CSD
     images = [Image.new("RGB", (300, 200), (200, 30, 30)), Image.new("L", (120, 260), 90)]
     means, sigmas = model.encode_pixels(np.stack([model.preprocess_image(image) for image in images]))
     np.testing.assert_allclose(np.linalg.norm(means, axis=1), 1, atol=1e-6)
     rows = model.encode_images(images)
     np.testing.assert_array_equal(rows[:, :-1], means)  # the means, then the uncertainty sum(exp(std))
-    np.testing.assert_allclose(rows, score_vectors("csd", "image", (means, sigmas), "m"), rtol=1e-6)
+    np.testing.assert_allclose(rows, CSD.rows("image", (means, sigmas), "m"), rtol=1e-6)
     tokens = model.tokenize_texts(["a red square", "a grey field"])
     assert tokens.shape == (2, 77) and int(tokens[0, 0]) == 49406  # <start_of_text>
     texts = model.encode_texts(["a red square", "a grey field"])

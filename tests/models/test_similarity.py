@@ -10,7 +10,7 @@ from rococo_recall import rococo_recall
 from rococo_eval import evaluate_model
 from rococo_eval.data.source import BenchmarkSource
 from rococo_eval.models.custom import as_image_text_model
-from rococo_eval.models.similarity import SIMILARITIES, normalised, score_blocks, score_vectors, similarity_of
+from rococo_eval.models.similarity import COSINE, CSD, DOT, SIMILARITIES, normalised, similarity_named, similarity_of
 from rococo_eval.scoring.embeddingsfile import (
     read_embeddings_file,
     score_embeddings,
@@ -66,14 +66,13 @@ def test_csd_rows_score_the_closed_form_sampled_distance():
     image_means /= np.linalg.norm(image_means, axis=1, keepdims=True)
     text_means /= np.linalg.norm(text_means, axis=1, keepdims=True)
     image_sigmas, text_sigmas = rng.normal(-2, 0.5, (7, 5)), rng.normal(-2, 0.5, (9, 5))
-    images = score_vectors("csd", "image", (image_means, image_sigmas), "m")
-    texts = score_vectors("csd", "text", (text_means, text_sigmas), "m")
+    images = CSD.rows("image", (image_means, image_sigmas), "m")
+    texts = CSD.rows("text", (text_means, text_sigmas), "m")
     assert images.shape == (7, 6) and texts.shape == (9, 6) and images.dtype == np.float32
     np.testing.assert_allclose(images[:, -1], np.exp(image_sigmas).sum(1), rtol=1e-6)
 
     def matrix(queries, gallery, queries_are_images, chunk_size=None):
-        return np.concatenate([block for _, block in score_blocks("csd", queries, gallery, queries_are_images,
-                                                                  chunk_size)])
+        return np.concatenate([block for _, block in CSD.blocks(queries, gallery, queries_are_images, chunk_size)])
 
     i2t = matrix(images, texts, True)
     assert i2t.dtype == np.float32
@@ -89,13 +88,13 @@ def test_a_similarity_method_says_nothing_about_how_a_model_is_scored():
         def similarity(self, images, texts):
             return images @ texts.T
 
-    assert similarity_of(WithAMethod()) == "cosine" and as_image_text_model(WithAMethod()).similarity == "cosine"
+    assert similarity_of(WithAMethod()) is COSINE and as_image_text_model(WithAMethod()).similarity is COSINE
 
 
 def test_dot_rows_are_kept_and_cosine_rows_normalised():
     rows = np.array([[3.0, 4.0], [0.5, 0.0]])
-    assert score_vectors("dot", "text", rows, "m").tolist() == [[3.0, 4.0], [0.5, 0.0]]
-    assert np.array_equal(score_vectors("cosine", "image", rows, "m"), normalised(rows, "m", "encode_images"))
+    assert DOT.rows("text", rows, "m").tolist() == [[3.0, 4.0], [0.5, 0.0]]
+    assert np.array_equal(COSINE.rows("image", rows, "m"), normalised(rows, "m", "encode_images"))
 
 
 @pytest.mark.parametrize("similarity, output, problem", [
@@ -108,7 +107,7 @@ def test_dot_rows_are_kept_and_cosine_rows_normalised():
 ])
 def test_outputs_that_cannot_be_scored_are_refused_by_name(similarity, output, problem):
     with pytest.raises(ValueError, match=r"model 'm': " + problem.replace("(", r"\(").replace(")", r"\)")):
-        score_vectors(similarity, "text", output, "m")
+        similarity_named(similarity).rows("text", output, "m")
 
 
 def test_an_unknown_similarity_is_refused_naming_the_model():
@@ -122,7 +121,7 @@ def test_a_cosine_model_keeps_its_rows_and_its_fingerprint():
     model that does not say; the other similarities have fingerprints of their own."""
     plain, cosine, dot = (as_image_text_model(Colours(similarity)) for similarity in (None, "cosine", "dot"))
     texts = ["a cat", "two dogs on a mat"]
-    assert plain.similarity == "cosine" and np.array_equal(plain.encode_texts(texts), cosine.encode_texts(texts))
+    assert plain.similarity is COSINE and np.array_equal(plain.encode_texts(texts), cosine.encode_texts(texts))
     assert np.array_equal(plain.encode_texts(texts), normalised(Colours()._text_rows(texts), "m", "encode_texts"))
     assert plain.fingerprint == cosine.fingerprint != dot.fingerprint
     assert np.array_equal(dot.encode_texts(texts), Colours()._text_rows(texts).astype(np.float32))
@@ -166,7 +165,7 @@ def test_embeddings_from_rows_take_pairs_for_csd(benchmark, tmp_path):
     assert metadata["similarity"] == "csd"
     wrapped = as_image_text_model(model)
     np.testing.assert_array_equal(vectors["images/original"], wrapped.encode_images(images))
-    with pytest.raises(ValueError, match=r"`vectors` values are pairs \(means, log_sigmas\) for the csd similarity"):
+    with pytest.raises(ValueError, match=r"each value of `vectors` must be a pair \(means, log_sigmas\) for the csd similarity, got ndarray"):
         write_embeddings_from_rows(tmp_path / "bad.safetensors", {**rows, ("images", "test"): rows["images", "test"][0]},
                                    source, "colours", similarity="csd")
     assert not (tmp_path / "bad.safetensors").exists()
@@ -190,3 +189,27 @@ def test_a_file_with_an_unknown_similarity_is_refused(benchmark, tmp_path):
     with pytest.raises(ValueError, match="`similarity` of 'm' must be one of"):
         write_embeddings_file(tmp_path / "other.safetensors", arrays, {}, "m", similarity="euclidean")
     assert SIMILARITIES == ("cosine", "dot", "csd")
+
+
+@pytest.mark.parametrize("name", SIMILARITIES)
+def test_each_similarity_owns_its_rows_blocks_dtype_and_width(name):
+    """The registry's objects: blocks in the score dtype that equal the full matrix of the rows (for csd, the
+    closed-form distance), an output split into its parts and joined back, and the embeddings' width."""
+    similarity = similarity_named(name)
+    assert similarity.name == name and similarity_named(similarity) is similarity
+    rng = np.random.default_rng(1)
+    parts = [rng.normal(size=(5, 3)) for _ in similarity.parts]
+    output = similarity.joined(parts)
+    assert [np.array_equal(a, b) for a, b in zip(similarity.split(output, "`x`"), parts)] == [True] * len(parts)
+    assert similarity.embedding_width(3 * len(similarity.parts)) == 3
+    images = similarity.rows("image", output, "m")
+    texts = similarity.rows("text", similarity.joined([rng.normal(size=(4, 3)) for _ in similarity.parts]), "m")
+    blocks = list(similarity.blocks(images, texts, queries_are_images=True, chunk_size=2))
+    assert [start for start, _ in blocks] == [0, 2, 4]
+    assert {block.dtype for _, block in blocks} == {np.dtype(similarity.score_dtype)}
+    matrix = np.concatenate([block for _, block in blocks])
+    if name == "csd":
+        expected = -(2 - 2 * images[:, :-1].astype(np.float64) @ texts[:, :-1].T + images[:, -1:] + texts[:, -1])
+    else:
+        expected = images.astype(np.float64) @ texts.T.astype(np.float64)
+    np.testing.assert_allclose(matrix, expected, rtol=1e-5, atol=1e-6)

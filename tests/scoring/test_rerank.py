@@ -17,7 +17,7 @@ import rococo_recall
 from rococo_eval.models import adapters as models
 from rococo_eval.cli import main
 from rococo_eval.models.cache import EmbeddingCache, ItemSet, LazyImages
-from rococo_eval.scoring.galleries import score_model
+from rococo_eval.scoring.galleries import RerankScorer, score_model
 from rococo_eval.catalog import CLEAN, IMAGE_TO_TEXT, TEXT_TO_IMAGE
 from rococo_eval.scoring.rerank import FILL, PairStore, Reranker, Side
 from rococo_eval.models.blip import Blip2Reranker, pre_caption
@@ -37,7 +37,7 @@ def run_galleries(model, source, cache_dir, attacks=("rand_voca",), k=10, save_s
     """``score_model`` with a fresh scorer; returns the results and the scorer (its pair counts)."""
     cache = EmbeddingCache(cache_dir, batch_size=batch_size)
     scorer = Reranker(model, cache.root, k=k, batch_size=batch_size)
-    return score_model(model, source, list(attacks), cache, reranker=scorer, save_scores=save_scores,
+    return score_model(model, source, list(attacks), cache, scorer=RerankScorer(scorer), save_scores=save_scores,
                        compact_scores=compact_scores), scorer
 
 

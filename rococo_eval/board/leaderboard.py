@@ -84,6 +84,7 @@ import numpy as np
 from rococo_eval.catalog import ATTACKS, CLEAN, IMAGE_ATTACKS, TEXT_ATTACKS, galleries, gallery_key
 from rococo_eval.layout import gallery_shape
 from rococo_eval.models import adapters
+from rococo_eval.results import GalleryResult, SummaryRow
 from rococo_eval.reporting.report import REFERENCE_RESULTS, VSE_INFINITY
 from rococo_eval.scoring.consistency import disagreements, not_compared
 from rococo_eval.board.ranking import BANDED, OUTCOMES, RANK, TEXT_MEAN, TEXT_UNNAMED, rank_rows
@@ -345,7 +346,7 @@ class Leaderboard:
         if self.galleries is None:
             raise ValueError("this board takes no submissions: it was opened without RoCOCO's galleries to check rows "
                              "against (the Space has no RoCOCO annotations, or serves a generated benchmark)")
-        rows = [row for row in summary_rows if "seeds" not in row]
+        rows = [row for row in summary_rows if not SummaryRow.from_dict(row).is_seed_mean]
         for row in rows:
             key = gallery_key(str(row.get("attack", "")), str(row.get("direction", "")))
             name = f"{key} (file {row['file']})" if row.get("file") else key
@@ -412,7 +413,8 @@ class Leaderboard:
 def _check_agreement(rows: Sequence[dict]) -> None:
     """Refuse rows whose clean numbers disagree (files of different models, or saved in different dtypes)."""
     keyed = _by_gallery(rows)
-    found = disagreements(keyed, {key: str(row.get("file") or "") for key, row in keyed.items()},
+    found = disagreements({key: GalleryResult(dict(row)) for key, row in keyed.items()},  # the rows' numbers
+                          {key: str(row.get("file") or "") for key, row in keyed.items()},
                           reranked={key for key, row in keyed.items() if row.get("reranked")})
     if found:
         raise ValueError("the files of this evaluation disagree, so they are not one model's files saved alike: "

@@ -176,7 +176,7 @@ class SummaryRow:
 
     Attributes:
         attack: the gallery's attack (``clean``, an attack, a custom name), or the image method of a seed mean.
-        direction: the direction the gallery is scored in.
+        direction: the direction the gallery is scored in (None in a table of rows that name none).
         values: the row's numbers by name, in the metric's order: ``clean_recall@K``, ``recall@K``, ``r_mean``,
             ``false_rate``, ``attack_success_rate``, the counts, ``<name>_ci`` and ``<name>_bounds`` pairs, a seed
             mean's ``<name>_range``; and what a table adds beside them (``file``, ``model``, ``source``).

@@ -1,12 +1,12 @@
 """Results, typed: one gallery's numbers, per-query arrays and layout; the galleries of an evaluation; its report.
 
 Every scorer returns a :class:`GalleryResult` per gallery (score files: :mod:`rococo_eval.scoring.plan`; embeddings:
-:mod:`rococo_eval.scoring.embeddingsfile`; models: :mod:`rococo_eval.scoring.galleries`), keyed by a
-:class:`GalleryKey`, and every consumer reads its parts by name: the report and the failure analysis
+:mod:`rococo_eval.scoring.embeddingsfile`; models: :mod:`rococo_eval.scoring.galleries`), keyed by its
+:class:`GalleryKey` (or its text), and every consumer reads its parts by name: the report and the failure analysis
 (:mod:`rococo_eval.reporting`), the Space and the command. :func:`build_report` makes the one :class:`Report` of an
 evaluation from its :class:`GalleryResults`: its ``meta``, the results and one :class:`SummaryRow` per gallery and per
-image method's mean over seeds. Every front end returns one (``evaluate_model``, ``score``, the Space, the
-torchmetrics metric, ``from-mteb``), and :meth:`Report.to_json` is ``report.json``.
+image method's mean over seeds. Every front end makes one (``evaluate_model``, ``score``, the Space, ``from-mteb``;
+the torchmetrics metric returns its :meth:`Report.to_dict`), and :meth:`Report.to_json` is ``report.json``.
 
 Example:
     >>> from rococo_recall import rococo_recall

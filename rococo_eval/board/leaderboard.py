@@ -488,14 +488,14 @@ def recall_at_1(summary_rows: Sequence[dict]) -> dict[str, float]:
         >>> recall_at_1([{"attack": "danger", "direction": "image_to_text", "clean_recall@1": 50.0, "recall@1": 40}])
         {'danger/image_to_text': 40.0, 'clean/image_to_text': 50.0}
     """
-    results = {}
-    for row in summary_rows:
-        value = row.get("recall@1")
+    rows, results = [SummaryRow.from_dict(row) for row in summary_rows], {}
+    for row in rows:
+        value = row.values.get("recall@1")
         if value is not None and not (isinstance(value, float) and math.isnan(value)):
-            results[gallery_key(row["attack"], row["direction"])] = round(float(value), 4)
-    for row in summary_rows:
-        clean, value = gallery_key(CLEAN, row["direction"]), row.get("clean_recall@1")
-        if row.get("clean_recall@1_bounds") or row.get("reranked"):
+            results[str(row.key)] = round(float(value), 4)
+    for row in rows:
+        clean, value = gallery_key(CLEAN, row.direction), row.values.get("clean_recall@1")
+        if row.values.get("clean_recall@1_bounds") or row.values.get("reranked"):
             continue
         if value is not None and not (isinstance(value, float) and math.isnan(value)) and clean not in results:
             results[clean] = round(float(value), 4)

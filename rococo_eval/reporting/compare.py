@@ -147,8 +147,9 @@ def comparison_text(rows, name_a: str, name_b: str) -> str:
     cells = []
     for row in rows:
         gallery = GalleryKey.parse(row.gallery)
-        cells.append([f"{gallery.attack} ({direction_text(gallery.direction)})", percent_text(row.recall_a), percent_text(row.recall_b),
-                      _interval_text(row.recall), p_text(row.recall.p_value), _yes(row.recall_differs)]
+        cells.append([f"{gallery.attack} ({direction_text(gallery.direction)})", percent_text(row.recall_a),
+                      percent_text(row.recall_b), _interval_text(row.recall), p_text(row.recall.p_value),
+                      _yes(row.recall_differs)]
                      + ([percent_text(row.drop_a), percent_text(row.drop_b), _interval_text(row.drop),
                          p_text(row.drop.p_value), _yes(row.drop_differs)] if row.drop is not None else [""] * 5))
     drops = any(row.drop is not None for row in rows)

@@ -28,7 +28,8 @@ The rule is exact, with no tolerance:
 Example:
     >>> clean, attacked = "clean/image_to_text", "rand_voca/image_to_text"
     >>> results = {clean: GalleryResult({"recall@1": 80.0, "num_queries": 30}),
-    ...            attacked: GalleryResult({"clean_recall@1": 90.0, "recall@1": 60.0, "num_queries": 30})}
+    ...            attacked: GalleryResult({"clean_recall@1": 90.0,
+    ...                                     "recall@1": 60.0, "num_queries": 30})}
     >>> [found] = disagreements(results, {clean: "clean.npy", attacked: "rv.npy"})
     >>> print(found.message)  # doctest: +NORMALIZE_WHITESPACE
     image-to-text: the clean R@1 differs between files: 80.00 (24 of 30 queries)

@@ -82,8 +82,8 @@ def main(argv=None):
     args = parser.parse_args(argv)
     report = rococo_eval.evaluate_model(TinyColourModel(), images_dir=args.images_dir, benchmark=args.benchmark,
                                         attacks=args.attacks, cache_dir=args.cache_dir, out=args.out)
-    rows = [{"gallery": f"{row['attack']}/{row['direction']}", "clean R@1": row.get("clean_recall@1"),
-             "R@1": row["recall@1"]} for row in report["summary"]]
+    rows = [{"gallery": str(row.key), "clean R@1": row.values.get("clean_recall@1"), "R@1": row.values["recall@1"]}
+            for row in report.summary]
     print(json.dumps(rows, indent=1))
 
 

@@ -33,8 +33,7 @@ def main(argv=None):
         print(f"{result.task_name:28} R@1 {100 * scores['hit_rate_at_1']:6.2f}  "
               f"false rate {scores['rococo_false_rate']:6.2f}")
     report = report_from_mteb(args.results, out=args.out)  # or `rococo-eval from-mteb mteb-results`
-    print(json.dumps([{"gallery": f"{row['attack']}/{row['direction']}", "R@1": row["recall@1"]}
-                      for row in report["summary"]]))
+    print(json.dumps([{"gallery": str(row.key), "R@1": row.values["recall@1"]} for row in report.summary]))
 
 
 if __name__ == "__main__":

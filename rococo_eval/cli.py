@@ -405,10 +405,9 @@ def compare_command(args) -> None:
 
     names = ("REPORT_A", "REPORT_B")
     reports = [read_reports([path])[0] for path in (args.report_a, args.report_b)]
-    outcomes = [report_outcomes(folder, document, name) for (folder, document), name in zip(reports, names)]
+    outcomes = [report_outcomes(folder, report, name) for (folder, report), name in zip(reports, names)]
     check_comparable(reports[0][1], reports[1][1], *outcomes, names=names)
-    labels = [f"{(document.get('meta') or {}).get('model') or Path(folder).name} ({folder})"
-              for folder, document in reports]
+    labels = [f"{report.meta.get('model') or Path(folder).name} ({folder})" for folder, report in reports]
     print(comparison_text(compare_outcomes(*outcomes), *labels), end="")
 
 
@@ -432,7 +431,7 @@ def _run_model(args, name: str, source, attacks, images_dir: Path, cache_dir: Pa
                             progress=_progress(args) and main, processes=processes,
                             meta={"precision": args.precision, "images_dir": str(images_dir)})
     if main:
-        print(to_text_table(report["summary"]))
+        print(to_text_table(report.summary))
         if not args.quiet:
             print(f"rococo-eval: report written to {out}", file=sys.stderr)
 
@@ -555,9 +554,9 @@ def from_mteb_command(args) -> Path:
 
     out = writable_folder(args.out)  # checked, not made: report_from_mteb reads and checks the results first
     report = report_from_mteb(args.results, out=out, model_name=args.model_name)
-    print(to_text_table(report["summary"]))
+    print(to_text_table(report.summary))
     if not args.quiet:
-        print(f"rococo-eval: the report of {report['meta']['model']} is in {out}", file=sys.stderr)
+        print(f"rococo-eval: the report of {report.meta['model']} is in {out}", file=sys.stderr)
     return out
 
 
@@ -762,10 +761,12 @@ def _report(results: dict, out: Path, meta: dict, quiet: bool, source, seconds: 
     """Write the report (:func:`rococo_eval.reporting.report.write_report`) of ``results`` (GalleryResults by
     gallery key), print its table on stdout and, unless ``quiet``, on stderr how long reading and scoring the files took
     (``seconds``; never in the report, which stays the same for the same files)."""
-    from rococo_eval.reporting.report import summary_rows, to_text_table, write_report
+    from rococo_eval.reporting.report import to_text_table, write_report
+    from rococo_eval.results import build_report
 
-    write_report(results, out, meta, source=source)
-    print(to_text_table(summary_rows({key: result.metrics for key, result in results.items()})))
+    report = build_report(results, meta, source)
+    write_report(report, out)
+    print(to_text_table(report.summary))
     if not quiet:
         galleries = f"{len(results)} galler{'y' if len(results) == 1 else 'ies'}"
         print(f"rococo-eval: {galleries} scored in {seconds:.2f} s; report written to {out}", file=sys.stderr)

@@ -15,7 +15,7 @@ Example (``examples/custom_model.py`` runs a whole one)::
         def encode_texts(self, texts): ...     # list of str -> array (texts, dim)
 
     report = rococo_eval.evaluate_model(MyModel(), images_dir="/data/coco", out="my-report")
-    report["summary"]   # one row per gallery: clean and attacked R@1, R@5, R@10, false rate, ...
+    report.summary   # one row per gallery: clean and attacked R@1, R@5, R@10, false rate, ...
 """
 
 from __future__ import annotations
@@ -31,7 +31,8 @@ from rococo_eval.io.download import default_cache_dir
 from rococo_eval.models.cache import DEFAULT_BATCH_SIZE, EmbeddingCache
 from rococo_eval.models.custom import as_image_text_model
 from rococo_eval.processes import ONE
-from rococo_eval.reporting.report import summary_rows, write_report
+from rococo_eval.reporting.report import write_report
+from rococo_eval.results import Report, build_report
 from rococo_eval.scoring.galleries import check_saving, score_model, scorer_for
 from rococo_eval.scoring.rerank import DEFAULT_CANDIDATES
 
@@ -43,7 +44,7 @@ def evaluate_model(model, source=None, *, attacks: Union[str, Sequence[str]] = "
                    batch_size: int = DEFAULT_BATCH_SIZE, workers: int = 0, rerank_k: int = DEFAULT_CANDIDATES,
                    save_scores=None, compact_scores: bool = False, save_embeddings=None,
                    name: Optional[str] = None, progress: bool = False, processes=ONE,
-                   meta: Optional[dict] = None) -> dict:
+                   meta: Optional[dict] = None) -> Optional[Report]:
     """Embed, score every gallery and (with ``out``) write the report of ``model``; return the report.
 
     Args:
@@ -69,12 +70,12 @@ def evaluate_model(model, source=None, *, attacks: Union[str, Sequence[str]] = "
         name: the report's name for a custom model (default: its ``name``, else its class name).
         progress: progress bars.
         processes: the :class:`~rococo_eval.processes.Processes` of a launch of several (see
-            :func:`~rococo_eval.scoring.galleries.score_model`); the others return ``{}``.
+            :func:`~rococo_eval.scoring.galleries.score_model`); the others return None.
         meta: more entries for the report's ``meta``.
 
     Returns:
-        ``{"meta": ..., "results": {gallery key: scalar metric outputs}, "summary": rows}``, the report's own
-        parts (``report.json`` adds the versions and the failure analysis).
+        the :class:`~rococo_eval.results.Report`: its ``meta``, every gallery's ``results`` (with the per-query
+        arrays) and its ``summary`` rows (``report.json`` adds the failure analysis).
 
     Raises:
         ValueError: an unknown attack, no images for RoCOCO, or a model output that is not finite 2-D rows.
@@ -94,7 +95,7 @@ def evaluate_model(model, source=None, *, attacks: Union[str, Sequence[str]] = "
                               processes=processes, compact_scores=compact_scores)
     warnings = list(dict.fromkeys(processes.gathered(warnings)))  # every process's, once: rank 0 writes the report
     if not processes.is_main:
-        return {}
+        return None
     device = model.device  # its kind: "cuda", whichever GPU a process of a launch took
     report_meta = {"model": model.name, "model_fingerprint": model.fingerprint, "similarity": model.similarity.name,
                    "precision": model.precision,
@@ -107,10 +108,10 @@ def evaluate_model(model, source=None, *, attacks: Union[str, Sequence[str]] = "
             report_meta["compact_scores"] = True
     if save_embeddings is not None:
         report_meta["embeddings_file"] = _save_embeddings(model, source, attacks, cache, save_embeddings)
+    report = build_report(results, report_meta, source)
     if out is not None:
-        write_report(results, Path(out), report_meta, source=source)
-    metrics = {key: result.metrics for key, result in results.items()}
-    return {"meta": report_meta, "results": metrics, "summary": summary_rows(metrics)}
+        write_report(report, Path(out))
+    return report
 
 
 def _save_embeddings(model, source, attacks, cache, path) -> str:

@@ -95,7 +95,7 @@ def _score_files(out: Path, work: Path, annotations: str) -> None:
                str(out / "compact"), "--annotations-dir", annotations])
     evaluation = evaluate_files([str(path) for path in paths], captions_per_image=captions, source=source)
     (out / "space").mkdir()
-    write_outputs(evaluation, out / "space", source)
+    write_outputs(evaluation, out / "space")
 
 
 def _run_models(out: Path, work: Path) -> None:

@@ -84,6 +84,7 @@ import numpy as np
 from rococo_eval.catalog import ATTACKS, CLEAN, IMAGE_ATTACKS, TEXT_ATTACKS, galleries, gallery_key
 from rococo_eval.layout import gallery_shape
 from rococo_eval.models import adapters
+from rococo_eval.results import GalleryResult, SummaryRow
 from rococo_eval.reporting.report import REFERENCE_RESULTS, VSE_INFINITY
 from rococo_eval.scoring.consistency import disagreements, not_compared
 from rococo_eval.board.ranking import BANDED, OUTCOMES, RANK, TEXT_MEAN, TEXT_UNNAMED, rank_rows
@@ -357,7 +358,7 @@ class Leaderboard:
         if self.galleries is None:
             raise ValueError("this board takes no submissions: it was opened without RoCOCO's galleries to check rows "
                              "against (the Space has no RoCOCO annotations, or serves a generated benchmark)")
-        rows = [row for row in summary_rows if "seeds" not in row]
+        rows = [row for row in summary_rows if not SummaryRow.from_dict(row).is_seed_mean]
         for row in rows:
             key = gallery_key(str(row.get("attack", "")), str(row.get("direction", "")))
             name = f"{key} (file {row['file']})" if row.get("file") else key
@@ -432,7 +433,8 @@ class Leaderboard:
 def _check_agreement(rows: Sequence[dict]) -> None:
     """Refuse rows whose clean numbers disagree (files of different models, or saved in different dtypes)."""
     keyed = _by_gallery(rows)
-    found = disagreements(keyed, {key: str(row.get("file") or "") for key, row in keyed.items()},
+    found = disagreements({key: GalleryResult(dict(row)) for key, row in keyed.items()},  # the rows' numbers
+                          {key: str(row.get("file") or "") for key, row in keyed.items()},
                           reranked={key for key, row in keyed.items() if row.get("reranked")})
     if found:
         raise ValueError("the files of this evaluation disagree, so they are not one model's files saved alike: "
@@ -506,14 +508,14 @@ def recall_at_1(summary_rows: Sequence[dict]) -> dict[str, float]:
         >>> recall_at_1([{"attack": "danger", "direction": "image_to_text", "clean_recall@1": 50.0, "recall@1": 40}])
         {'danger/image_to_text': 40.0, 'clean/image_to_text': 50.0}
     """
-    results = {}
-    for row in summary_rows:
-        value = row.get("recall@1")
+    rows, results = [SummaryRow.from_dict(row) for row in summary_rows], {}
+    for row in rows:
+        value = row.values.get("recall@1")
         if value is not None and not (isinstance(value, float) and math.isnan(value)):
-            results[gallery_key(row["attack"], row["direction"])] = round(float(value), 4)
-    for row in summary_rows:
-        clean, value = gallery_key(CLEAN, row["direction"]), row.get("clean_recall@1")
-        if row.get("clean_recall@1_bounds") or row.get("reranked"):
+            results[str(row.key)] = round(float(value), 4)
+    for row in rows:
+        clean, value = gallery_key(CLEAN, row.direction), row.values.get("clean_recall@1")
+        if row.values.get("clean_recall@1_bounds") or row.values.get("reranked"):
             continue
         if value is not None and not (isinstance(value, float) and math.isnan(value)) and clean not in results:
             results[clean] = round(float(value), 4)

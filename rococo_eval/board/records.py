@@ -49,6 +49,7 @@ import numpy as np
 
 from rococo_eval.catalog import gallery_key
 from rococo_eval.data.annotations import ANNOTATION_FILES
+from rococo_eval.results import GalleryKey
 from rococo_eval.version import __version__
 
 SCHEMA_VERSION = 1
@@ -243,8 +244,8 @@ def summary_rows_of(record: Mapping) -> list[dict]:
     numbers), for the board's columns."""
     rows = []
     for key, row in record["galleries"].items():
-        attack, direction = key.split("/", 1)
-        rows.append({"attack": attack, "direction": direction,
+        gallery = GalleryKey.parse(key)
+        rows.append({"attack": gallery.attack, "direction": gallery.direction,
                      **{name: value for name, value in row.items() if name != "outcomes"}})
     return rows
 

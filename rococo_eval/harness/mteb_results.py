@@ -20,8 +20,8 @@ from typing import Any, Iterable, Mapping, Optional
 import rococo_eval.validity as validity
 from rococo_eval.catalog import CLEAN, IMAGE_TO_TEXT, TEXT_TO_IMAGE, check_direction, gallery_key
 from rococo_eval.io.scorefiles import check_size, parse_json
-from rococo_eval.reporting.report import summary_rows, write_report
-from rococo_eval.results import GalleryResult
+from rococo_eval.reporting.report import write_report
+from rococo_eval.results import GalleryResult, Report, build_report
 from rococo_recall import percentages
 
 SCORE_PREFIX = "rococo_"  # RoCOCO's own numbers in an MTEB task's scores: rococo_recall@1, rococo_false_rate, ...
@@ -110,9 +110,9 @@ def exact_numbers(metrics: Mapping[str, float], where: str = "") -> dict:
     return {name: numbers.get(name, value) for name, value in metrics.items()}
 
 
-def report_from_mteb(results: Any, out=None, *, model_name: Optional[str] = None) -> dict:
-    """rococo-eval's report of MTEB's results (:func:`results_from_mteb`): ``{"meta", "results", "summary"}`` as
-    ``rococo-eval run`` returns it, written with ``out`` (``report.json``, ``report.md``, ``recall.png``,
+def report_from_mteb(results: Any, out=None, *, model_name: Optional[str] = None) -> Report:
+    """rococo-eval's report of MTEB's results (:func:`results_from_mteb`): a :class:`~rococo_eval.results.Report` as
+    ``evaluate_model`` returns it, written with ``out`` (``report.json``, ``report.md``, ``recall.png``,
     ``model-card.md``) so that the table and the Space's leaderboard read it as they read ``run``'s. ``meta`` holds
     ``scored_by: mteb`` and, when ties decided some queries' ranks, ``tied_queries`` by gallery and a validity
     warning (:mod:`rococo_eval.validity`; in ``warnings``, and on stderr)."""
@@ -124,11 +124,11 @@ def report_from_mteb(results: Any, out=None, *, model_name: Optional[str] = None
             validity.warn("MTEB ordered tied items by id for %s: run's pessimistic ties may give lower numbers there",
                           ", ".join(f"{count} queries of {key}" for key, count in tied.items()))
         meta.update(validity.report_entries(warnings))
+    report = build_report(gallery_results, meta)
     if out is not None:
         Path(out).mkdir(parents=True, exist_ok=True)
-        write_report(gallery_results, Path(out), meta)
-    metrics = {key: result.metrics for key, result in gallery_results.items()}
-    return {"meta": meta, "results": metrics, "summary": summary_rows(metrics)}
+        write_report(report, Path(out))
+    return report
 
 
 def _gallery_of_task(name, where) -> Optional[tuple[str, str]]:

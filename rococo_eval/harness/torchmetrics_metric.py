@@ -10,9 +10,11 @@ split; the indexes put the gathered rows back in order, and the items a ``Distri
 last batch are kept once. ``compute()`` turns the rows into what ``run`` scores
 (:meth:`~rococo_eval.models.similarity.Similarity.rows`), scores each gallery with the RoCOCO Recall metric
 (:func:`~rococo_eval.scoring.embeddingsfile.score_embeddings`, as ``rococo-eval score`` scores an embeddings file)
-and returns ``evaluate_model``'s dict: ``{"meta", "results", "summary"}``. :meth:`RococoRecallMetric.flatten` makes
-its numbers a flat dict for Lightning's ``self.log_dict``; ``examples/lightning_validation.py`` logs them from a
-``validation_step``.
+and returns the report that ``evaluate_model`` returns (:func:`~rococo_eval.results.build_report`) as ``report.json``
+holds it, ``{"meta", "results", "summary"}`` (:meth:`~rococo_eval.results.Report.to_dict`): torchmetrics rebuilds
+every dataclass that ``compute`` returns, and refuses a frozen one.
+:meth:`RococoRecallMetric.flatten` makes its numbers a flat dict for Lightning's ``self.log_dict``;
+``examples/lightning_validation.py`` logs them from a ``validation_step``.
 
 The item sets are those of :mod:`rococo_eval.scoring.embeddingsfile`: ``images/original``,
 ``captions/ground_truth``, ``captions/<text attack>`` and ``images/<image attack>``. ``update`` also takes the
@@ -37,7 +39,7 @@ from rococo_eval.catalog import select_attacks
 from rococo_eval.data.configs import CAPTIONS_CONFIG, IMAGES_CONFIG
 from rococo_eval.data.source import open_source
 from rococo_eval.models.similarity import DEFAULT_SIMILARITY, dense_numbers, similarity_named
-from rococo_eval.reporting.report import summary_rows
+from rococo_eval.results import Report, build_report
 from rococo_eval.scoring.embeddingsfile import CAPTIONS, IMAGES, expected_name, item_set_of_rows, score_embeddings
 from rococo_eval.scoring.plan import ScoringOptions
 
@@ -185,9 +187,12 @@ class RococoRecallMetric(Metric):
         """Score every gallery from the rows given since the last ``reset()`` (on every process), as ``run`` does.
 
         Returns:
-            ``{"meta": {"similarity", "attacks", ["settings"]}, "results": {gallery key: scalar metric outputs},
-            "summary": rows}``: ``results`` and ``summary`` are what ``evaluate_model`` (and ``run``'s
-            ``report.json``) give for the same embeddings; ``attacks`` are those whose item set got rows.
+            the report (:func:`~rococo_eval.results.build_report`) as ``report.json`` holds it
+            (:meth:`~rococo_eval.results.Report.to_dict`: torchmetrics rebuilds every dataclass that ``compute``
+            returns, and refuses a frozen one): ``{"meta": {versions, "similarity", "attacks", ["settings"]},
+            "results": {gallery key: scalar metric outputs}, "summary": rows}``; ``results`` and ``summary`` are what
+            ``evaluate_model`` (and ``run``'s ``report.json``) give for the same embeddings; ``attacks`` are those
+            whose item set got rows.
 
         Raises:
             ValueError: no rows of a clean item set (every gallery needs them), a row of an item set missing, one
@@ -210,9 +215,8 @@ class RococoRecallMetric(Metric):
         scored = {name: self._scored(rows, name) for name, rows in vectors.items()}
         results = score_embeddings(scored, self.source, attacks, self.similarity, ties=self.options.ties,
                                    bootstrap=self.options.bootstrap)
-        metrics = {key: result.metrics for key, result in results.items()}
         meta = {"similarity": self.similarity.name, "attacks": list(attacks), **self.options.report_entries()}
-        return {"meta": meta, "results": metrics, "summary": summary_rows(metrics)}
+        return build_report(results, meta, self.source).to_dict()
 
     def flatten(self, report: Optional[dict] = None, *, prefix: str = "rococo",
                 metrics: Optional[Sequence[str]] = None) -> dict[str, float]:
@@ -229,12 +233,12 @@ class RococoRecallMetric(Metric):
             prefix: the first part of every key.
             metrics: the metrics to keep (e.g. ``["recall@1", "false_rate"]``); default: all.
         """
-        report = self.compute() if report is None else report
+        report = Report.from_json(self.compute() if report is None else report)
         flat = {}
-        for row in report["summary"]:
-            for name, value in row.items():
-                if (metrics is None or name in metrics) and _is_number(value) and name not in ("attack", "direction"):
-                    flat[f"{prefix}/{row['attack']}/{row['direction']}/{name}"] = float(value)
+        for row in report.summary:
+            for name, value in row.values.items():
+                if (metrics is None or name in metrics) and _is_number(value):
+                    flat[f"{prefix}/{row.key}/{name}"] = float(value)
         return flat
 
     def _item_set(self, item_set) -> str:

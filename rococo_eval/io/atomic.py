@@ -20,17 +20,15 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import math
 import os
 import re
 import uuid
 from pathlib import Path
 from typing import BinaryIO, Callable
 
-import numpy as np
-
 import rococo_eval.validity as validity
 from rococo_eval.io.scorefiles import check_size, parse_json
+from rococo_eval.jsontext import json_text
 
 logger = logging.getLogger(__name__)
 
@@ -107,31 +105,15 @@ def write_json(value, path: str | os.PathLike, *, compact: bool = False) -> Path
 
     Example:
         >>> import tempfile
+        >>> import numpy as np
         >>> path = write_json({"r": {"recall@1": np.float32(0.5), "asr": float("nan"), "ci": (1, 2)}},
         ...                   Path(tempfile.mkdtemp()) / "results.json")
         >>> json.loads(path.read_text())
         {'r': {'recall@1': 0.5, 'asr': None, 'ci': [1, 2]}}
     """
-    if compact:
-        text = json.dumps(_jsonable(value), ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-    else:
-        text = json.dumps(_jsonable(value), indent=2, allow_nan=False) + "\n"
+    text = json_text(value, compact=compact)
     data = text.encode("utf-8")
     return write_atomic(path, lambda handle: handle.write(data))
-
-
-def _jsonable(value):
-    if isinstance(value, dict):
-        return {str(key): _jsonable(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple, np.ndarray)):
-        return [_jsonable(item) for item in (value.tolist() if isinstance(value, np.ndarray) else value)]
-    if isinstance(value, np.generic):
-        value = value.item()
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, Path):
-        return str(value)
-    return value
 
 
 DIGEST_LENGTH = 32  # hex digits of sha256 in a checked file's name: 128 bits, for corruption, not for adversaries

@@ -596,7 +596,7 @@ def _reason(error: BaseException) -> str:
 def _content_range(value: str) -> tuple[int | None, int | None]:
     """Parse ``bytes 10-99/100`` to ``(10, 100)`` and ``bytes */100`` to ``(None, 100)``."""
     unit, _, spec = value.strip().partition(" ")
-    span, _, total = spec.partition("/")
+    span, total = (spec.split("/", 1) + [""])[:2]
     if unit != "bytes":
         return None, None
     start = span.partition("-")[0]

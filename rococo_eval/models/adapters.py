@@ -112,8 +112,9 @@ def parse_model_name(text: str) -> ModelName:
     if library == "open_clip" and rest:
         if rest.startswith(_OPEN_CLIP_SCHEMAS):
             return ModelName("open_clip", rest, None)
-        arch, slash, pretrained = rest.partition("/")
-        if arch and slash and pretrained:
+        parts = rest.split("/", 1)  # ARCH/PRETRAINED, both named
+        if len(parts) == 2 and all(parts):
+            arch, pretrained = parts
             return ModelName("open_clip", arch, None if pretrained.lower() in _RANDOM_WEIGHTS else pretrained)
     elif built_in and rest:
         return ModelName(library, rest, None)

@@ -53,7 +53,7 @@ import numpy as np
 from rococo_eval.attacks.replacements import find_replacements
 from rococo_eval.catalog import IMAGE_ATTACK_METHODS, IMAGE_TO_TEXT, TEXT_TO_IMAGE, is_image_attack, parse_image_attack
 from rococo_eval.layout import GalleryLayout
-from rococo_eval.results import GalleryResult
+from rococo_eval.results import GalleryKey, GalleryResult
 
 logger = logging.getLogger(__name__)
 
@@ -94,7 +94,7 @@ def analyse(results: Mapping[str, GalleryResult], source=None) -> dict:
     galleries = {}
     for key, (per_query, layout) in _analysable(results).items():
         if layout.num_adversarial:
-            attack = key.partition("/")[0]
+            attack = GalleryKey.parse(key).attack
             rows = flipped_queries(per_query, layout, attack, source)
             galleries[key] = {"attack": attack, "direction": layout.direction,
                               "clean_correct": int((np.asarray(per_query["clean_rank"]) == 0).sum()),
@@ -115,7 +115,7 @@ def vulnerability(results: Mapping[str, GalleryResult], source=None) -> dict:
     """
     by_word, image_attacks, layouts = {}, {}, {}
     for key, (per_query, layout) in _analysable(results).items():
-        attack = key.partition("/")[0]
+        attack = GalleryKey.parse(key).attack
         if layout.num_adversarial and layout.direction == IMAGE_TO_TEXT and source is not None:
             by_word[attack] = word_vulnerability(per_query, layout, attack, source)
         if layout.direction == TEXT_TO_IMAGE and is_image_attack(attack):

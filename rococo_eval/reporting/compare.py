@@ -37,6 +37,7 @@ from rococo_eval.catalog import CLEAN
 from rococo_eval.reporting.analysis import read_outcomes
 from rococo_eval.reporting.report import direction_text, percent_text
 from rococo_eval.reporting.significance import ALPHA, PairedDifference, holm, paired_difference
+from rococo_eval.results import GalleryKey, Report
 
 _SHAPE = ("num_queries", "num_gallery", "num_adversarial")
 
@@ -59,15 +60,15 @@ class GalleryComparison:
     drop_differs: Optional[bool] = None
 
 
-def report_outcomes(folder, document: Mapping, name: str = "REPORT") -> dict[str, dict[str, np.ndarray]]:
+def report_outcomes(folder, report: Report, name: str = "REPORT") -> dict[str, dict[str, np.ndarray]]:
     """``{gallery key: {"hit": R@1 hits, "clean_hit": clean R@1 hits}}`` (``bool`` arrays, by query) of the report
-    in ``folder`` (its ``report.json`` is ``document``), read from its per-query file
-    (:func:`~rococo_eval.reporting.analysis.read_outcomes`).
+    in ``folder`` (its ``report.json`` read as ``report``: :func:`rococo_eval.reporting.table.read_reports`), read
+    from its per-query file (:func:`~rococo_eval.reporting.analysis.read_outcomes`).
 
     Raises:
         ValueError: the report has no per-query outcomes, or they cannot be read (``name`` names the report).
     """
-    analysis = document.get("analysis") or {}
+    analysis = report.analysis or {}
     file = analysis.get("per_query_file")
     if not file:
         raise ValueError(f"{name} {str(folder)!r} holds no per-query outcomes (per_query.parquet): `run` and `score` "
@@ -78,7 +79,7 @@ def report_outcomes(folder, document: Mapping, name: str = "REPORT") -> dict[str
         raise ValueError(f"{name} {str(folder)!r}: cannot read its per-query outcomes {file}: {error}") from None
 
 
-def check_comparable(document_a: Mapping, document_b: Mapping, outcomes_a: Mapping, outcomes_b: Mapping,
+def check_comparable(report_a: Report, report_b: Report, outcomes_a: Mapping, outcomes_b: Mapping,
                      names=("REPORT_A", "REPORT_B")) -> list[str]:
     """The galleries both reports hold per-query outcomes of, in A's order.
 
@@ -86,8 +87,8 @@ def check_comparable(document_a: Mapping, document_b: Mapping, outcomes_a: Mappi
         ValueError: no gallery in common, or a common gallery of other shapes or other queries, naming it.
 
     Example:
-        >>> a = {"results": {"clean/image_to_text": {"num_queries": 2, "num_gallery": 10}}}
-        >>> b = {"results": {"clean/image_to_text": {"num_queries": 3, "num_gallery": 15}}}
+        >>> a = Report.from_json({"results": {"clean/image_to_text": {"num_queries": 2, "num_gallery": 10}}})
+        >>> b = Report.from_json({"results": {"clean/image_to_text": {"num_queries": 3, "num_gallery": 15}}})
         >>> hits = {"clean/image_to_text": {"hit": np.ones(2, bool)}}
         >>> check_comparable(a, b, hits, hits)  # doctest: +ELLIPSIS
         Traceback (most recent call last):
@@ -99,8 +100,8 @@ def check_comparable(document_a: Mapping, document_b: Mapping, outcomes_a: Mappi
         raise ValueError(f"{names[0]} and {names[1]} share no gallery with per-query outcomes: {names[0]} holds "
                          f"{', '.join(outcomes_a) or 'none'}, {names[1]} holds {', '.join(outcomes_b) or 'none'}")
     for key in common:
-        shapes = [tuple((document.get("results") or {}).get(key, {}).get(field, 0) for field in _SHAPE)
-                  for document in (document_a, document_b)]
+        shapes = [tuple(report.results[key].metrics.get(field, 0) if key in report.results else 0
+                        for field in _SHAPE) for report in (report_a, report_b)]
         lengths = [len(outcomes[key]["hit"]) for outcomes in (outcomes_a, outcomes_b)]
         if shapes[0] != shapes[1] or lengths[0] != lengths[1]:
             (queries_a, gallery_a, adversarial_a), (queries_b, gallery_b, adversarial_b) = shapes
@@ -117,7 +118,7 @@ def compare_outcomes(outcomes_a: Mapping, outcomes_b: Mapping, alpha: float = AL
     (the shapes are checked by :func:`check_comparable`)."""
     common = [key for key in outcomes_a if key in outcomes_b]
     recalls = [paired_difference(outcomes_a[key]["hit"], outcomes_b[key]["hit"]) for key in common]
-    attacked = [key for key in common if key.partition("/")[0] != CLEAN]
+    attacked = [key for key in common if GalleryKey.parse(key).attack != CLEAN]
     drops = {key: paired_difference(_drop(outcomes_a[key]), _drop(outcomes_b[key])) for key in attacked}
     recall_differs = _differs([found.p_value for found in recalls], alpha)
     drop_differs = dict(zip(drops, _differs([found.p_value for found in drops.values()], alpha)))
@@ -145,9 +146,10 @@ def comparison_text(rows, name_a: str, name_b: str) -> str:
                "drop A - B [95% CI]", "p (drop)", "drop differs"]
     cells = []
     for row in rows:
-        attack, _, direction = row.gallery.partition("/")
-        cells.append([f"{attack} ({direction_text(direction)})", percent_text(row.recall_a), percent_text(row.recall_b),
-                      _interval_text(row.recall), p_text(row.recall.p_value), _yes(row.recall_differs)]
+        gallery = GalleryKey.parse(row.gallery)
+        cells.append([f"{gallery.attack} ({direction_text(gallery.direction)})", percent_text(row.recall_a),
+                      percent_text(row.recall_b), _interval_text(row.recall), p_text(row.recall.p_value),
+                      _yes(row.recall_differs)]
                      + ([percent_text(row.drop_a), percent_text(row.drop_b), _interval_text(row.drop),
                          p_text(row.drop.p_value), _yes(row.drop_differs)] if row.drop is not None else [""] * 5))
     drops = any(row.drop is not None for row in rows)

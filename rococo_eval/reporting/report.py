@@ -1,9 +1,9 @@
 """Reports of RoCOCO results: summary rows, tables, a JSON file and a chart, shared by the Space and the CLI.
 
-Results are the metric's outputs keyed by :func:`~rococo_eval.catalog.gallery_key` (``"rand_voca/image_to_text"``).
-A *row* is a flat dict of one gallery's numbers (percentages as the metric gives them) with its ``attack`` and
-``direction``; :func:`summary_rows` adds, for each image attack method, the mean over its seeds (the paper's, or a
-generated benchmark's).
+A report is a :class:`~rococo_eval.results.Report` (:func:`~rococo_eval.results.build_report`); its rows
+(:class:`~rococo_eval.results.SummaryRow`) are one gallery's numbers (percentages as the metric gives them) with its
+``attack`` and ``direction``, and for each image attack method the mean over its seeds (the paper's, or a generated
+benchmark's). The tables also take rows as dicts (``report.json``'s, published numbers): :func:`summary_rows`.
 
 Example:
     >>> from rococo_eval.catalog import gallery_key
@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import logging
 import math
-import platform
 import re
 from pathlib import Path
 from typing import Mapping
@@ -31,18 +30,10 @@ from typing import Mapping
 import numpy as np
 
 from rococo_eval.attacks.replacements import highlight
-from rococo_eval.catalog import (
-    CLEAN,
-    DIRECTIONS,
-    IMAGE_ATTACK_METHODS,
-    TEXT_ATTACKS,
-    TEXT_TO_IMAGE,
-    direction_text,
-    parse_image_attack,
-)
+from rococo_eval.catalog import CLEAN, DIRECTIONS, direction_text
 from rococo_eval.data.annotations import OFFICIAL_COMMIT, OFFICIAL_REPOSITORY
 from rococo_eval.data.source import ROCOCO_CARD_DATASET
-from rococo_eval.io.atomic import write_atomic, write_json
+from rococo_eval.io.atomic import write_atomic
 from rococo_eval.reporting.analysis import (
     DEFAULT_MIN_COUNT,
     analyse,
@@ -50,8 +41,16 @@ from rococo_eval.reporting.analysis import (
     most_damaging,
     write_per_query_parquet,
 )
-from rococo_eval.results import DECIMALS, NOT_DEFINED, GalleryResult, percent_text
-from rococo_eval.version import __version__
+from rococo_eval.results import (
+    DECIMALS,
+    NOT_DEFINED,
+    GalleryResult,
+    GalleryResults,
+    Report,
+    SummaryRow,
+    percent_text,
+    summary_of,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -121,19 +120,20 @@ REFERENCE_RESULTS: list[dict] = [
 ]
 
 
-def write_report(results: Mapping[str, GalleryResult], out: Path, meta: dict, source=None,
-                 analysis=None) -> dict[str, Path]:
-    """Write ``report.json``, ``report.md``, ``recall.png`` and ``model-card.md`` (:func:`model_card_metadata`) into
-    ``out``: the one report of ``rococo-eval run``, ``rococo-eval score`` and the Space.
+def write_report(report: Report, out: Path, analysis=None) -> dict[str, Path]:
+    """Write ``report.json``, ``report.md``, ``recall.png`` and ``model-card.md`` (:func:`model_card_metadata`) of
+    ``report`` (:func:`~rococo_eval.results.build_report`) into ``out``: the one report of ``rococo-eval run``,
+    ``rococo-eval score`` and the Space.
 
-    ``report.json`` holds ``meta`` (this package's version, Python's, and what the caller records: the model, or
-    the score files of :func:`rococo_eval.scoring.plan.report_meta`), ``results`` (the metric's scalar outputs by
-    gallery key), ``summary`` (:func:`summary_rows`) and, with per-query arrays, ``analysis``. The validity warnings
-    of the evaluation (``meta["warnings"]``, :mod:`rococo_eval.validity`: files whose clean numbers disagree, an order
-    scored against its scores, a check that could not run ...) get a "Warnings" section of ``report.md``, under its
-    title.
+    ``report.json`` (:meth:`~rococo_eval.results.Report.to_json`) holds ``meta`` (this package's version, Python's,
+    and what the caller records: the model, or the score files of :func:`rococo_eval.scoring.plan.report_meta`),
+    ``results`` (the metric's scalar outputs by gallery key), ``summary`` (:func:`~rococo_eval.results.summary_of`)
+    and, with per-query arrays, ``analysis``. The validity warnings of the evaluation (``meta["warnings"]``,
+    :mod:`rococo_eval.validity`: files whose clean numbers disagree, an order scored against its scores, a check that
+    could not run ...) get a "Warnings" section of ``report.md``, under its title.
 
-    Results that carry the metric's per-query arrays and a layout (:attr:`GalleryResult.analysable`) also get the failure analysis (:func:`rococo_eval.reporting.analysis.analyse`, with captions and partners from
+    Results that carry the metric's per-query arrays and a layout (:attr:`GalleryResult.analysable`) also get the
+    failure analysis (:func:`rococo_eval.reporting.analysis.analyse`, with captions and partners from the report's
     ``source``): ``per_query.parquet`` (every query's ranks and top-1 item), ``flipped.csv`` (every flipped
     query), ``words.png`` (by-word chart, text attacks), its tables in ``report.md`` and, with the
     :data:`REPORT_FLIPPED` largest margins per gallery, in ``report.json``'s ``analysis``.
@@ -145,12 +145,10 @@ def write_report(results: Mapping[str, GalleryResult], out: Path, meta: dict, so
         the paths written, by kind (``json``, ``markdown``, ``model_card``, ``chart``, and ``per_query``, ``flipped``,
         ``words`` with the analysis).
     """
-    metrics = {key: result.metrics for key, result in results.items()}
-    rows = summary_rows(metrics)
-    meta = {"rococo_eval": __version__, "python": platform.python_version(), **meta}
-    paths, document = {}, {"meta": meta, "results": metrics, "summary": rows}
-    if analysis is None and any(result.analysable for result in results.values()):
-        analysis = analyse(results, source)
+    results, meta, rows = report.results, report.meta, report.summary
+    paths = {}
+    if analysis is None and report.results.analysable():
+        analysis = analyse(results, report.source)
     if analysis is not None:
         paths["per_query"] = write_per_query_parquet(results, out / "per_query.parquet")
         every_flip = [row for gallery in analysis["galleries"].values() for row in gallery["flipped_queries"]]
@@ -158,16 +156,17 @@ def write_report(results: Mapping[str, GalleryResult], out: Path, meta: dict, so
         paths["flipped"] = write_atomic(out / "flipped.csv", lambda handle: handle.write(text))
         shortened = {key: {**gallery, "flipped_queries": gallery["flipped_queries"][:REPORT_FLIPPED]}
                      for key, gallery in analysis["galleries"].items()}
-        document["analysis"] = {**analysis, "galleries": shortened, "per_query_file": paths["per_query"].name,
-                                "flipped_file": paths["flipped"].name}
-    paths["json"] = write_json(document, out / "report.json")
+        report = report.with_analysis({**analysis, "galleries": shortened, "per_query_file": paths["per_query"].name,
+                                       "flipped_file": paths["flipped"].name})
+    document = report.to_json().encode("utf-8")
+    paths["json"] = write_atomic(out / "report.json", lambda handle: handle.write(document))
     title = f"# RoCOCO report: {meta['model']}\n\n" if "model" in meta else "# RoCOCO report\n\n"
     warned = "".join(f"- {warning}\n" for warning in meta.get("warnings", ()))
     markdown = title + (f"## Warnings\n\n{warned}\n" if warned else "") + to_markdown(rows) + "\n"
     if analysis is not None:
         markdown += "\n" + analysis_markdown(analysis) + "\n"
     paths["markdown"] = write_atomic(out / "report.md", lambda handle: handle.write(markdown.encode("utf-8")))
-    dataset = None if source is None else source.card_dataset
+    dataset = None if report.source is None else report.source.card_dataset
     card = model_card_metadata(rows, meta.get("model"), dataset).encode("utf-8")
     paths["model_card"] = write_atomic(out / "model-card.md", lambda handle: handle.write(card))
     try:
@@ -177,8 +176,6 @@ def write_report(results: Mapping[str, GalleryResult], out: Path, meta: dict, so
     except ImportError:
         logger.warning("matplotlib is not installed: no recall.png (pip install matplotlib)")
     return paths
-
-
 
 
 def model_card_metadata(rows, model_name=None, dataset: tuple[str, str] | None = None) -> str:
@@ -201,38 +198,28 @@ def model_card_metadata(rows, model_name=None, dataset: tuple[str, str] | None =
 
     dataset_type, dataset_name = ROCOCO_CARD_DATASET if dataset is None else dataset
     results = []
-    for row in rows:
+    for row in map(SummaryRow.from_dict, rows):
         if row.get("recall@1") is None:
             continue
-        direction = direction_text(row["direction"])
-        label = f"{row['attack']}{' (mean of seeds)' if 'seeds' in row else ''} {direction}"
-        metrics = [("recall@1", "R@1")] + ([("false_rate", "false rate")] if row["attack"] != CLEAN else [])
+        label = f"{row.attack}{' (mean of seeds)' if row.is_seed_mean else ''} {direction_text(row.direction)}"
+        metrics = [("recall@1", "R@1")] + ([("false_rate", "false rate")] if row.attack != CLEAN else [])
         for metric, name in metrics:
-            if row.get(metric) is None or (isinstance(row[metric], float) and math.isnan(row[metric])) or \
+            value = row.get(metric)
+            if value is None or (isinstance(value, float) and math.isnan(value)) or \
                     row.get(f"{metric}_bounds") is not None:
                 continue
             results.append(EvalResult(task_type="image-text-retrieval", task_name="Image-text retrieval (RoCOCO)",
                                       dataset_type=dataset_type, dataset_name=dataset_name,
-                                      dataset_config=row["attack"],
+                                      dataset_config=row.attack,
                                       dataset_split="test", metric_type=metric, metric_name=f"{label} {name}",
-                                      metric_value=round(float(row[metric]), DECIMALS)))
+                                      metric_value=round(float(value), DECIMALS)))
     card = ModelCardData(model_name=str(model_name or "your-model"), eval_results=results or None)
     return "---\n" + card.to_yaml() + "\n---\n"
 
 
-def summary_rows(results: dict[str, dict]) -> list[dict]:
-    """One row per gallery, standard galleries in the paper's order, then the mean over seeds per image method.
-
-    Each row holds ``attack`` and ``direction`` and the metric's scalar outputs under their own names:
-    ``clean_recall@1`` (the gallery's R@1 without its adversarial items, which equals the clean gallery's
-    R@1), ``recall@K``, ``r_mean``, ``false_rate``, ``attack_success_rate``, ``<name>_ci`` when the metric
-    computed intervals, and the counts. Per-query arrays are left out.
-
-    For ``mix`` and ``patch``, when at least two seeds are present (RoCOCO's 1, 10 and 100, or a generated
-    benchmark's own), a row ``attack = method`` with ``seeds`` holds the mean of each percentage over those
-    seeds, as the paper reports; with three seeds or more, ``<name>_range`` holds the lowest and highest seed's
-    value (the spread is given as the min–max range: with three seeds a standard deviation says little).
-    Intervals are not averaged. Image attacks are ordered by method, then seed.
+def summary_rows(results: Mapping[str, Mapping]) -> list[dict]:
+    """The summary (:func:`~rococo_eval.results.summary_of`) of the metric's outputs ``results`` (by gallery key), as
+    ``report.json`` holds it: one dict per row.
 
     Example:
         >>> from rococo_eval.catalog import gallery_key
@@ -242,20 +229,8 @@ def summary_rows(results: dict[str, dict]) -> list[dict]:
         >>> mean["attack"], mean["seeds"], mean["recall@1"], mean["recall@1_range"]
         ('mix', (1, 10, 100), 21.0, (19.0, 24.0))
     """
-    rows = []
-    for key, output in results.items():
-        attack, _, direction = key.partition("/")
-        row = {"attack": attack, "direction": direction}
-        row.update({name: _plain(value) for name, value in output.items() if _is_reported(name, value)})
-        rows.append(row)
-    rows.sort(key=_row_order)
-    for method in IMAGE_ATTACK_METHODS:
-        seed_rows = [row for row in rows if row["direction"] == TEXT_TO_IMAGE
-                     and (parse_image_attack(row["attack"]) or ("",))[0] == method]
-        if len(seed_rows) >= 2:
-            last = rows.index(seed_rows[-1])
-            rows.insert(last + 1, _seed_mean(method, seed_rows))
-    return rows
+    typed = GalleryResults({key: GalleryResult(dict(metrics)) for key, metrics in results.items()})
+    return [row.to_dict() for row in summary_of(typed)]
 
 
 def format_rows(rows) -> tuple[list[str], list[list[str]]]:
@@ -274,6 +249,7 @@ def format_rows(rows) -> tuple[list[str], list[list[str]]]:
         >>> format_rows([{"attack": "clean", "direction": "image_to_text", "recall@1": 50.0, "false_rate": 0.0}])
         (['attack', 'direction', 'R@1', 'false rate'], [['clean', 'image-to-text', '50.00', 'n/a']])
     """
+    rows = [SummaryRow.from_dict(row) for row in rows]
     columns = _columns(rows)
     return [_label(name) for name in columns], [[_cell(row, name) for name in columns] for row in rows]
 
@@ -292,9 +268,10 @@ def legend(rows=None) -> str:
         >>> legend([{"attack": "clean", "recall@1": 50.0, "num_queries": 30}]).splitlines()[0]
         '- Numbers are percentages (0 to 100), with 2 decimals, but the counts (queries).'
     """
+    rows = None if rows is None else [SummaryRow.from_dict(row) for row in rows]
     names = _COLUMNS if rows is None else dict.fromkeys(_generic(name) for name in _columns(rows))
     suffixes = _INTERVALS if rows is None else [suffix for suffix in _INTERVALS
-                                                if any(name.endswith(suffix) for row in rows for name in row)]
+                                                if any(name.endswith(suffix) for row in rows for name in row.names())]
     entries = [(_COLUMNS[name][0], _COLUMNS[name][1]) for name in names if name in _COLUMNS]
     entries += [_INTERVALS[suffix] for suffix in suffixes]
     counts = [_COLUMNS[name][0] for name in names if name.startswith("num_")]
@@ -364,13 +341,13 @@ def plot_recall(rows, path) -> Path:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    attacked = [row for row in rows if row.get("attack") != CLEAN and "recall@1" in row]
+    attacked = [row for row in map(SummaryRow.from_dict, rows) if row.attack != CLEAN and "recall@1" in row.values]
     figure = Figure(figsize=(max(5.0, 1.1 * len(attacked) + 2), 3.8), dpi=100, layout="constrained")
     FigureCanvasAgg(figure)
     axes = figure.add_subplot()
     positions = np.arange(len(attacked))
     clean = [_number(row.get("clean_recall@1")) for row in attacked]
-    hit = [_number(row["recall@1"]) for row in attacked]
+    hit = [_number(row.values["recall@1"]) for row in attacked]
     axes.bar(positions - 0.2, clean, 0.4, label="clean R@1", color="#9db4d6")
     axes.bar(positions + 0.2, hit, 0.4, yerr=_error_bars(attacked), capsize=3, label="attacked R@1", color="#c0504d")
     axes.set_xticks(positions, [_short_label(row) for row in attacked], rotation=30, ha="right", fontsize=8)
@@ -524,51 +501,8 @@ def _markdown_table(headers, cells) -> str:
     return "\n".join(lines)
 
 
-def _is_reported(name: str, value) -> bool:
-    if name.endswith(("_ci", "_bounds")):
-        return True
-    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
-
-
-def _plain(value):
-    if isinstance(value, (tuple, list, np.ndarray)):
-        return tuple(float(v) for v in value)
-    return value.item() if isinstance(value, np.generic) else value
-
-
-def _row_order(row):
-    """Direction, then clean, the text attacks, the image attacks by method and seed, then anything else."""
-    direction, attack = row["direction"], row["attack"]
-    image_attack = parse_image_attack(attack)
-    if attack == CLEAN:
-        place = (0,)
-    elif attack in TEXT_ATTACKS:
-        place = (1, TEXT_ATTACKS.index(attack))
-    elif image_attack:
-        place = (2, IMAGE_ATTACK_METHODS.index(image_attack[0]), image_attack[1])
-    else:
-        place = (3,)
-    return (DIRECTIONS.index(direction) if direction in DIRECTIONS else len(DIRECTIONS),) + place
-
-
-def _seed_mean(method: str, seed_rows: list[dict]) -> dict:
-    seeds = tuple(parse_image_attack(row["attack"])[1] for row in seed_rows)
-    row = {"attack": method, "direction": TEXT_TO_IMAGE, "seeds": seeds}
-    names = [name for name in seed_rows[0] if name not in ("attack", "direction")
-             and not name.endswith(("_ci", "_bounds")) and all(name in other for other in seed_rows)]
-    for name in names:
-        values = [float(other[name]) if other[name] is not None else math.nan for other in seed_rows]
-        row[name] = seed_rows[0][name] if name.startswith("num_") else float(np.mean(values))
-        if len(seed_rows) >= 3 and not name.startswith("num_"):
-            row[f"{name}_range"] = (min(values), max(values))
-        if any(f"{name}_bounds" in other for other in seed_rows):  # a mean is bounded by the means of the bounds
-            ends = [other.get(f"{name}_bounds") or (value, value) for other, value in zip(seed_rows, values)]
-            row[f"{name}_bounds"] = tuple(float(np.mean(side)) for side in zip(*ends))
-    return row
-
-
 def _columns(rows) -> list[str]:
-    present = {name for row in rows for name in row}
+    present = {name for row in rows for name in row.names()}
 
     def recall_columns(prefix):
         ks = sorted(int(m.group(1)) for name in present if (m := re.fullmatch(prefix + r"recall@(\d+)", name)))
@@ -589,11 +523,11 @@ def _label(name: str) -> str:
     return label.replace("@K", "@" + name.rpartition("@")[2]) if "@K" in label else label
 
 
-def _cell(row: dict, name: str) -> str:
+def _cell(row: SummaryRow, name: str) -> str:
     value = row.get(name)
-    if name == "attack" and "seeds" in row:
-        return f"{value} (mean of seeds {', '.join(map(str, row['seeds']))})"
-    if name in _NEEDS_ATTACK and row.get("attack") == CLEAN:
+    if name == "attack" and row.is_seed_mean:
+        return f"{value} (mean of seeds {', '.join(map(str, row.seeds))})"
+    if name in _NEEDS_ATTACK and row.attack == CLEAN:
         return NOT_DEFINED
     if value is None:
         return ""
@@ -604,12 +538,9 @@ def _cell(row: dict, name: str) -> str:
     if name.startswith("num_"):
         return str(int(value))
     text = percent_text(value)
-    if row.get(f"{name}_ci") is not None:
-        text += " [{}, {}]".format(*map(percent_text, row[f"{name}_ci"]))
-    if row.get(f"{name}_range") is not None:
-        text += " ({}–{})".format(*map(percent_text, row[f"{name}_range"]))
-    if row.get(f"{name}_bounds") is not None:
-        text += " {{{} to {}}}".format(*map(percent_text, row[f"{name}_bounds"]))
+    for suffix, form in (("_ci", " [{}, {}]"), ("_range", " ({}–{})"), ("_bounds", " {{{} to {}}}")):
+        if row.get(name + suffix) is not None:
+            text += form.format(*map(percent_text, row.get(name + suffix)))
     return text
 
 
@@ -620,12 +551,12 @@ def _number(value) -> float:
 def _error_bars(rows):
     bars = np.full((2, len(rows)), np.nan)
     for i, row in enumerate(rows):
-        interval = row.get("recall@1_ci") or row.get("recall@1_range")
+        interval, value = row.get("recall@1_ci") or row.get("recall@1_range"), row.values["recall@1"]
         if interval is not None:
-            bars[:, i] = np.clip([row["recall@1"] - interval[0], interval[1] - row["recall@1"]], 0, None)
+            bars[:, i] = np.clip([value - interval[0], interval[1] - value], 0, None)
     return bars
 
 
-def _short_label(row: dict) -> str:
-    label = row["attack"] + (" (mean)" if "seeds" in row else "")
-    return label if row.get("direction") in DIRECTIONS else f"{label}\n{row.get('direction', '')}"
+def _short_label(row: SummaryRow) -> str:
+    label = row.attack + (" (mean)" if row.is_seed_mean else "")
+    return label if row.direction in DIRECTIONS else f"{label}\n{row.direction or ''}"

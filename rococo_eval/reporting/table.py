@@ -10,9 +10,9 @@ records (``meta["warnings"]``, :mod:`rococo_eval.validity`) come with its row: `
 (:func:`warnings_of`), and ``rococo-eval table`` says them on stderr.
 
 Example:
-    >>> report = {"meta": {"model": "toy"}, "summary": [
+    >>> report = Report.from_json({"meta": {"model": "toy"}, "summary": [
     ...     {"attack": "clean", "direction": "image_to_text", "recall@1": 50.0},
-    ...     {"attack": "rand_voca", "direction": "image_to_text", "clean_recall@1": 50.0, "recall@1": 37.5}]}
+    ...     {"attack": "rand_voca", "direction": "image_to_text", "clean_recall@1": 50.0, "recall@1": 37.5}]})
     >>> columns, rows = comparison([("runs/toy", report)])
     >>> columns
     ['clean/image_to_text', 'rand_voca/image_to_text']
@@ -31,17 +31,18 @@ from typing import Sequence
 
 import numpy as np
 
-from rococo_eval.catalog import CLEAN, DIRECTIONS, IMAGE_ATTACK_METHODS, gallery_key
+from rococo_eval.catalog import CLEAN, DIRECTIONS, IMAGE_ATTACK_METHODS
 from rococo_eval.io.atomic import write_atomic
-from rococo_eval.results import percent_text
+from rococo_eval.results import GalleryKey, Report, percent_text
 
 REPORT_FILE = "report.json"
 _SHORT = {"image_to_text": "i2t", "text_to_image": "t2i"}
 
 
-def read_reports(paths: Sequence) -> list[tuple[str, dict]]:
-    """``(folder, report)`` of each path: a report folder (holding ``report.json``) or the file itself; a report
-    given twice (``runs/a`` and ``runs/a/report.json``) is read once.
+def read_reports(paths: Sequence) -> list[tuple[str, Report]]:
+    """``(folder, report)`` of each path: a report folder (holding ``report.json``) or the file itself, read as a
+    :class:`~rococo_eval.results.Report` (:meth:`~rococo_eval.results.Report.from_json`); a report given twice
+    (``runs/a`` and ``runs/a/report.json``) is read once.
 
     Raises:
         ValueError: a path with no report, or a file that is not a RoCOCO report (the message names it).
@@ -62,13 +63,13 @@ def read_reports(paths: Sequence) -> list[tuple[str, dict]]:
             raise ValueError(f"cannot read the report {str(file)!r}: {error}") from None
         if not isinstance(document, dict) or not isinstance(document.get("summary"), list):
             raise ValueError(f"{str(file)!r} is not a RoCOCO report: it has no `summary` list")
-        reports.append((str(file.parent), document))
+        reports.append((str(file.parent), Report.from_json(document)))
     if not reports:
         raise ValueError("no report to compare: give at least one REPORT_DIR")
     return reports
 
 
-def comparison(reports: Sequence[tuple[str, dict]]) -> tuple[list[str], list[dict]]:
+def comparison(reports: Sequence[tuple[str, Report]]) -> tuple[list[str], list[dict]]:
     """The gallery columns (in the summary's order: the paper's) and one row per report.
 
     Each row has ``model`` (the report's model, or its folder's name for a report of score files; a name that
@@ -76,38 +77,37 @@ def comparison(reports: Sequence[tuple[str, dict]]) -> tuple[list[str], list[dic
     """
     columns: list[str] = []
     rows = []
-    for folder, document in reports:
-        meta = document.get("meta") or {}
-        row = {"model": str(meta.get("model") or Path(folder).name), "report": folder}
-        for summary in document["summary"]:
-            key = gallery_key(summary["attack"], summary["direction"])
-            if summary.get("recall@1") is None:
+    for folder, report in reports:
+        row = {"model": str(report.meta.get("model") or Path(folder).name), "report": folder}
+        for summary in report.summary:
+            if summary.values.get("recall@1") is None:
                 continue
-            if key not in columns:
-                columns.append(key)
-            row[key] = float(summary["recall@1"])
+            if summary.key not in columns:
+                columns.append(summary.key)
+            row[str(summary.key)] = float(summary.values["recall@1"])
         rows.append(row)
     names = [row["model"] for row in rows]
     for row in rows:
         if names.count(row["model"]) > 1:
             row["model"] = f"{row['model']} ({row['report']})"
     order = {key: number for number, key in enumerate(columns)}
-    columns.sort(key=lambda key: (DIRECTIONS.index(key.partition("/")[2]) if key.partition("/")[2] in DIRECTIONS
-                                  else len(DIRECTIONS), key.partition("/")[0] != CLEAN, order[key]))
-    return columns, rows
+    columns.sort(key=lambda key: (DIRECTIONS.index(key.direction) if key.direction in DIRECTIONS else len(DIRECTIONS),
+                                  key.attack != CLEAN, order[key]))
+    return [str(key) for key in columns], rows
 
 
-def warnings_of(reports: Sequence[tuple[str, dict]]) -> list[str]:
+def warnings_of(reports: Sequence[tuple[str, Report]]) -> list[str]:
     """The warnings about the numbers that the ``reports`` (:func:`read_reports`) record, each after its report's
     folder: a comparison of the numbers carries them, as each report does.
 
     Example:
-        >>> warnings_of([("runs/a", {"meta": {"warnings": ["the files disagree: ..."]}}), ("runs/b", {"meta": {}})])
+        >>> warned = Report.from_json({"meta": {"warnings": ["the files disagree: ..."]}})
+        >>> warnings_of([("runs/a", warned), ("runs/b", Report.from_json({"meta": {}}))])
         ['runs/a: the files disagree: ...']
     """
     found = []
-    for folder, document in reports:
-        warnings = (document.get("meta") or {}).get("warnings") or []
+    for folder, report in reports:
+        warnings = report.meta.get("warnings") or []
         found += [f"{folder}: {warning}" for warning in (warnings if isinstance(warnings, list) else [warnings])]
     return found
 
@@ -155,9 +155,10 @@ def column_label(key: str) -> str:
         >>> column_label("clean/text_to_image"), column_label("patch/text_to_image")
         ('clean (t2i)', 'patch (t2i, seed mean)')
     """
-    attack, _, direction = key.partition("/")
-    short = _SHORT.get(direction, direction)
-    return f"{attack} ({short}, seed mean)" if attack in IMAGE_ATTACK_METHODS else f"{attack} ({short})"
+    gallery = GalleryKey.parse(key)
+    short = _SHORT.get(gallery.direction, gallery.direction)
+    mean = ", seed mean" if gallery.attack in IMAGE_ATTACK_METHODS else ""
+    return f"{gallery.attack} ({short}{mean})"
 
 
 def plot_comparison(columns: Sequence[str], rows: Sequence[dict], path) -> Path:

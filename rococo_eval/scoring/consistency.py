@@ -27,9 +27,9 @@ The rule is exact, with no tolerance:
 
 Example:
     >>> clean, attacked = "clean/image_to_text", "rand_voca/image_to_text"
-    >>> results = {clean: {"recall@1": 80.0, "num_queries": 30},
-    ...            attacked: {"clean_recall@1": 90.0, "recall@1": 60.0,
-    ...                       "num_queries": 30}}
+    >>> results = {clean: GalleryResult({"recall@1": 80.0, "num_queries": 30}),
+    ...            attacked: GalleryResult({"clean_recall@1": 90.0,
+    ...                                     "recall@1": 60.0, "num_queries": 30})}
     >>> [found] = disagreements(results, {clean: "clean.npy", attacked: "rv.npy"})
     >>> print(found.message)  # doctest: +NORMALIZE_WHITESPACE
     image-to-text: the clean R@1 differs between files: 80.00 (24 of 30 queries)
@@ -48,7 +48,7 @@ from typing import Any, Collection, Mapping, Optional
 import numpy as np
 
 from rococo_eval.catalog import CLEAN, direction_text
-from rococo_eval.results import percent_text
+from rococo_eval.results import GalleryKey, GalleryResult, percent_text
 
 FILL_SAMPLE_ROWS = 8
 FILL_MIN_SHARE = 0.1
@@ -75,7 +75,7 @@ class CleanNumbers:
     @property
     def label(self) -> str:
         """The file and what of its gallery the numbers are."""
-        attack = self.gallery.partition("/")[0]
+        attack = GalleryKey.parse(self.gallery).attack
         what = "the clean gallery" if attack == CLEAN else f"the clean part of {attack}"
         return f"{self.file} ({what})" if self.file else f"{self.gallery} ({what})"
 
@@ -140,15 +140,15 @@ class Disagreement:
                 "message": self.message}
 
 
-def disagreements(results: Mapping[str, Any], files: Optional[Mapping[str, str]] = None, *,
+def disagreements(results: Mapping[str, GalleryResult], files: Optional[Mapping[str, str]] = None, *,
                   dtypes: Optional[Mapping[str, str]] = None,
                   reranked: Collection[str] = ()) -> list[Disagreement]:
     """The directions whose galleries give different clean numbers (see the module docstring), in the order met.
 
     Args:
-        results: the metric's scalar outputs by gallery key (``"attack/direction"``): a
-            :class:`~rococo_eval.results.GalleryResult`'s ``metrics`` or a summary row (seed means, rows with
-            ``seeds``, are left out); a :class:`~rococo_eval.results.GalleryResult` is taken as its ``metrics``.
+        results: each gallery's :class:`~rococo_eval.results.GalleryResult` by gallery key (a
+            :class:`~rococo_eval.results.GalleryKey`, or its text ``"attack/direction"``): its ``metrics`` are
+            read.
         files: the file that gave each gallery, by key, to name it.
         dtypes: each file's dtype, by gallery key: a disagreement among files of several dtypes says so.
         reranked: the keys of a re-ranker's galleries, which are not compared (nor are galleries whose clean numbers
@@ -159,22 +159,22 @@ def disagreements(results: Mapping[str, Any], files: Optional[Mapping[str, str]]
         they all agree (a direction with one gallery agrees).
 
     Example:
-        >>> agreeing = {"clean/text_to_image": {"recall@1": 30.0}, "mix_seed1/text_to_image": {"clean_recall@1": 30.0}}
+        >>> agreeing = {"clean/text_to_image": GalleryResult({"recall@1": 30.0}),
+        ...             "mix_seed1/text_to_image": GalleryResult({"clean_recall@1": 30.0})}
         >>> disagreements(agreeing)
         []
-        >>> disagreements({**agreeing, "patch_seed1/text_to_image": {"clean_recall@1": 31.0}})[0].cutoffs
+        >>> disagreements({**agreeing, "patch_seed1/text_to_image": GalleryResult({"clean_recall@1": 31.0})})[0].cutoffs
         (1,)
     """
     files, dtypes = files or {}, dtypes or {}
     by_direction: dict[str, list[CleanNumbers]] = {}
-    for key, output in results.items():
-        metrics = getattr(output, "metrics", output)
-        attack, _, direction = key.partition("/")
-        if "seeds" in metrics or key in reranked or not direction:
+    for key, result in results.items():
+        key = GalleryKey.parse(key)
+        if key in reranked:
             continue
-        numbers = _clean_numbers(key, attack == CLEAN, metrics, files.get(key, ""), dtypes.get(key, ""))
+        numbers = _clean_numbers(key, key.attack == CLEAN, result.metrics, files.get(key, ""), dtypes.get(key, ""))
         if numbers is not None:
-            by_direction.setdefault(direction, []).append(numbers)
+            by_direction.setdefault(key.direction, []).append(numbers)
     found = []
     for direction, galleries in by_direction.items():
         shared = set.intersection(*(set(numbers.recalls) for numbers in galleries))
@@ -200,7 +200,7 @@ def not_compared(files: Mapping[str, str], reranked: Collection[str]) -> str:
         >>> not_compared(files, reranked=["clean/image_to_text"])  # alone in its direction: nothing to compare with
         ''
     """
-    directions = [key.partition("/")[2] for key in files]
+    directions = [GalleryKey.parse(key).direction for key in files]
     names = sorted(files[key] for key, direction in zip(files, directions)
                    if key in reranked and directions.count(direction) > 1)
     if not names:

@@ -127,7 +127,7 @@ def write_embeddings_from_rows(path, vectors: Mapping[tuple[str, str], np.ndarra
         similarity: how the model scores (:mod:`rococo_eval.models.similarity`); for ``csd`` each value of
             ``vectors`` is a pair ``(means, log_sigmas)``.
 
-    The rows are made as ``run`` makes a custom model's (:func:`~rococo_eval.models.similarity.score_vectors`: for
+    The rows are made as ``run`` makes a custom model's (:meth:`~rococo_eval.models.similarity.Similarity.rows`: for
     ``cosine``, float32 rows of unit length), so the file scores to ``run``'s results for the same embeddings.
 
     Raises:

@@ -369,7 +369,7 @@ def disagreements_of(plans: Sequence[PlannedFile], results: Mapping[str, Gallery
         []
     """
     scored = [planned for planned in plans if planned.key in results and planned.is_standard]
-    found = disagreements({planned.key: results[planned.key].metrics for planned in scored},
+    found = disagreements({planned.key: results[planned.key] for planned in scored},
                           {planned.key: planned.request.name for planned in scored},
                           dtypes={planned.key: planned.info.dtype for planned in scored},
                           reranked={key for key, result in results.items() if result.reranked})

@@ -26,6 +26,7 @@ from rococo_eval.catalog import IMAGE_TO_TEXT, TEXT_ATTACKS, gallery_key
 from rococo_eval.io.atomic import write_atomic
 from rococo_eval.reporting import report
 from rococo_eval.reporting.analysis import DEFAULT_MIN_COUNT
+from rococo_eval.results import SummaryRow
 from rococo_eval.scoring.plan import ORDER_OVERRIDDEN, adversarial_per_image_of, attacks_of
 from rococo_eval.board import hub_records, leaderboard
 from rococo_eval.space.example import EXAMPLE_INTRO, SYNTHETIC_MODEL, write_example
@@ -210,7 +211,7 @@ class Handlers:
                                         bootstrap=_int(bootstrap, "bootstrap"), source=self.source,
                                         adversarial_per_image=adversarial_per_image_of(self.source),
                                         attacks=attacks_of(self.source), trust_given_order=bool(trust_order))
-            json_path, chart_path = self.outputs.write(lambda folder: write_outputs(evaluation, folder, self.source))
+            json_path, chart_path = self.outputs.write(lambda folder: write_outputs(evaluation, folder))
         except ValueError as error:
             logger.info("evaluation refused: %s", error)
             problem = str(error)
@@ -367,9 +368,9 @@ class Handlers:
             times.append(now)
             message += coverage_note(leaderboard.recall_at_1(board_rows))
             on_board = _gallery_keys(board_rows)
-            left_out = [f"{row.get('file') or 'a file'} ({gallery_key(row['attack'], row['direction'])})"
-                        for row in evaluated_rows or [] if "seeds" not in row
-                        and gallery_key(row["attack"], row["direction"]) not in on_board]
+            left_out = [f"{row.get('file') or 'a file'} ({typed.key})"
+                        for row, typed in _typed(evaluated_rows) if not typed.is_seed_mean
+                        and typed.key not in on_board]
             if left_out:
                 message += (f"; not on the board, as custom layouts have no column there: {', '.join(left_out)} "
                             "(their numbers are in the json download)")
@@ -431,7 +432,12 @@ def _client(request: gr.Request | None) -> str:
 
 def _gallery_keys(rows: list | None) -> set[str]:
     """The galleries of summary ``rows`` (seed means, which the board makes itself, left out)."""
-    return {gallery_key(row["attack"], row["direction"]) for row in rows or [] if "seeds" not in row}
+    return {typed.key for _, typed in _typed(rows) if not typed.is_seed_mean}
+
+
+def _typed(rows: list | None) -> list[tuple[dict, SummaryRow]]:
+    """Each of the page's summary ``rows`` (dicts, as the page keeps them) beside its :class:`SummaryRow`."""
+    return [(row, SummaryRow.from_dict(row)) for row in rows or []]
 
 
 def _int(value, name: str) -> int:

@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING, Sequence
 import pandas as pd
 
 import rococo_eval.validity as validity
-from rococo_eval.catalog import ATTACKS, IMAGE_TO_TEXT, gallery_key
+from rococo_eval.catalog import ATTACKS, IMAGE_TO_TEXT
 from rococo_eval.layout import ADVERSARIAL_PER_IMAGE, caption_offsets
 from rococo_eval.reporting import analysis, report
-from rococo_eval.results import GalleryResult
+from rococo_eval.results import GalleryKey, GalleryResult, GalleryResults, Report, build_report
 from rococo_eval.scoring.consistency import report_entries
 from rococo_eval.scoring.embeddingsfile import is_embeddings_file, score_embeddings_file
 from rococo_eval.scoring.plan import (
@@ -68,11 +68,14 @@ class Failures:
     (:func:`rococo_eval.reporting.analysis.vulnerability`). Flipped queries are listed from these on demand
     (:func:`flipped_view`)."""
 
-    results: dict[str, GalleryResult]
+    results: GalleryResults
     by_word: dict
     image_attacks: list
 
-    def attacked(self) -> list[str]:
+    def __post_init__(self):
+        self.results = GalleryResults(self.results)  # keys given as text are read as GalleryKeys
+
+    def attacked(self) -> list[GalleryKey]:
         """The keys of the galleries with adversarial items, in evaluation order."""
         return [key for key, result in self.results.items() if result.layout.num_adversarial]
 
@@ -82,20 +85,30 @@ class Evaluation:
     """What one evaluation request produced.
 
     Attributes:
-        results: each gallery's result by key; a standard gallery's has its layout (a custom layout's has none).
-        meta: what the report records of the files and settings (:func:`rococo_eval.scoring.plan.report_meta`).
-        rows: the summary rows the page shows, each with its ``file``.
+        report: the evaluation's report (:func:`~rococo_eval.results.build_report`): each gallery's result by key (a
+            standard gallery's has its layout, a custom layout's has none), and what it records of the files and
+            settings in ``meta`` (:func:`rococo_eval.scoring.plan.report_meta`).
+        rows: the summary rows the page shows and the leaderboard takes, as dicts, each with its ``file``.
         message: what the page says of the evaluation.
         failures: what the page's failure analysis reads (None when no standard gallery was scored).
         analysis: the report's failure analysis (:func:`rococo_eval.reporting.analysis.analyse`), made once.
     """
 
-    results: dict[str, GalleryResult]
-    meta: dict
-    rows: list
+    report: Report
+    rows: list[dict]
     message: str
     failures: Failures | None = None
     analysis: dict | None = None
+
+    @property
+    def results(self) -> GalleryResults:
+        """Each gallery's result by key (the report's)."""
+        return self.report.results
+
+    @property
+    def meta(self) -> dict:
+        """What the report records (the report's ``meta``)."""
+        return self.report.meta
 
 
 @dataclass
@@ -271,17 +284,15 @@ def evaluate_files(paths: Sequence[str] | None, layouts=None, references: str | 
         plans = [planned for planned in plans if planned.key in scored]
         disagreements = disagreements_of(plans, scored)
     seconds = time.perf_counter() - started
-    rows = report.summary_rows({key: result.metrics for key, result in scored.items()})
+    meta = {**report_meta(plans, options), **report_entries(disagreements), **validity.report_entries(warnings)}
+    evaluated = build_report(scored, meta, source)
     files = {planned.key: planned.request.name for planned in plans}
-    for row in rows:
-        key = gallery_key(row["attack"], row["direction"])
-        row["file"] = files.get(key, "")
-        if key in scored and scored[key].reranked:
-            row["reranked"] = True
+    rows = [{**row.to_dict(), "file": files.get(row.key, ""),
+             **({"reranked": True} if row.key in scored and scored[row.key].reranked else {})}
+            for row in evaluated.summary]
     message = _scored_message(plans, warnings, bool(disagreements), problems,
                               f"in {seconds:.2f} s, ties {ties}, bootstrap {bootstrap}")
-    meta = {**report_meta(plans, options), **report_entries(disagreements), **validity.report_entries(warnings)}
-    return Evaluation(scored, meta, rows, message, *_failures(scored, source))
+    return Evaluation(evaluated, rows, message, *_failures(evaluated.results, source))
 
 
 def _scored_message(plans, warnings: Sequence[str], disagree: bool, problems: Sequence[str], how: str) -> str:
@@ -313,18 +324,17 @@ def evaluate_embeddings_file(paths: Sequence[str], source, options: ScoringOptio
     started = time.perf_counter()
     name = Path(paths[0]).name
     scored, meta, metadata = score_embeddings_file(paths, source, options, name)
-    rows = report.summary_rows({key: result.metrics for key, result in scored.items()})
-    for row in rows:
-        row["file"] = name
+    evaluated = build_report(scored, meta, source)
+    rows = [{**row.to_dict(), "file": name} for row in evaluated.summary]
     message = (f"Scored the embeddings file `{name}` ({metadata.get('model')}, dimension {metadata.get('dimension')}): "
                f"{len(scored)} galleries in {time.perf_counter() - started:.2f} s, ties {options.ties}, "
                f"bootstrap {options.bootstrap}.")
-    return Evaluation(scored, meta, rows, message, *_failures(scored, source))
+    return Evaluation(evaluated, rows, message, *_failures(evaluated.results, source))
 
 
-def _failures(results: dict[str, GalleryResult], source) -> tuple[Failures | None, dict | None]:
+def _failures(results: GalleryResults, source) -> tuple[Failures | None, dict | None]:
     """The failure analysis of the standard galleries among ``results``, made once for the page and the report."""
-    standard = {key: result for key, result in results.items() if result.analysable}
+    standard = results.analysable()
     if not standard:
         return None, None
     found = analysis.analyse(standard, source)
@@ -354,11 +364,11 @@ def _cutoffs_note(cutoffs, num_gallery: int) -> str:
     return f" Scored at {' and '.join(f'R@{k}' for k in cutoffs)} only: the gallery has {num_gallery} items."
 
 
-def write_outputs(evaluation: Evaluation, folder: Path, source=None) -> tuple[Path, Path]:
+def write_outputs(evaluation: Evaluation, folder: Path) -> tuple[Path, Path]:
     """Write the report of one evaluation into ``folder``: the same ``report.json`` (and ``recall.png``) as
-    ``rococo-eval score`` writes for the same files (:func:`rococo_eval.reporting.report.write_report`)."""
-    paths = report.write_report(evaluation.results, folder, evaluation.meta, source=source,
-                                analysis=evaluation.analysis)
+    ``rococo-eval score`` writes for the same files (:func:`rococo_eval.reporting.report.write_report`; its model
+    card names the evaluation's source)."""
+    paths = report.write_report(evaluation.report, folder, analysis=evaluation.analysis)
     return paths["json"], paths["chart"]
 
 
@@ -405,10 +415,10 @@ def flipped_view(failures: Failures | None, source=None, gallery: str = ALL_GALL
     choices = [ALL_GALLERIES] + failures.attacked()
     if gallery not in choices:
         raise ValueError(f"`gallery` must be one of {', '.join(choices)}, got {gallery!r}")
-    keys = failures.attacked() if gallery == ALL_GALLERIES else [gallery]
+    keys = failures.attacked() if gallery == ALL_GALLERIES else [GalleryKey.parse(gallery)]
     results = failures.results
     rows = [row for key in keys for row in analysis.flipped_queries(results[key].per_query, results[key].layout,
-                                                                    key.partition("/")[0], source)]
+                                                                    key.attack, source)]
     pages = max(1, -(-len(rows) // page_size))
     if isinstance(page, bool) or not isinstance(page, int) or not 1 <= page <= pages:
         raise ValueError(f"`page` must be a whole number from 1 to {pages}, got {page!r}")
@@ -417,7 +427,7 @@ def flipped_view(failures: Failures | None, source=None, gallery: str = ALL_GALL
     note = (f"{len(rows)} flipped queries ({counts}); page {page} of {pages}, rows {(page - 1) * page_size + 1}–"
             f"{(page - 1) * page_size + len(shown)}, largest margin first." if rows else
             f"No query was flipped ({counts}).")
-    attacks = {key.partition("/")[0] for key in keys}
+    attacks = {key.attack for key in keys}
     words = [[attack, kind, row["word"], row["images"], row["successes"], row["success_rate"]]
              for attack, table in failures.by_word.items() if attack in attacks
              for kind in ("replaced", "replacement") for row in analysis.most_damaging(table[kind], min_count)]

@@ -90,7 +90,7 @@ def run_both_ways(source, dataset, attacks, tmp_path, tasks=None):
     results = mteb.evaluate(as_mteb_encoder(model), tasks=tasks, cache=mteb.ResultCache(tmp_path / "mteb"),
                             show_progress_bar=False)
     by_gallery = {task.gallery_key: result.scores["test"][0] for task, result in zip(tasks, results.task_results)}
-    return report["results"], {key: result.metrics for key, result in optimistic.items()}, by_gallery, results
+    return report.results.metrics(), {key: result.metrics for key, result in optimistic.items()}, by_gallery, results
 
 
 def same(a, b):
@@ -139,13 +139,13 @@ def test_mteb_on_a_generated_benchmark_gives_runs_numbers(benchmark, tmp_path):
     object_report = report_from_mteb(results)
     run_rows = {(row["attack"], row["direction"]): row for row in summary_rows(pessimistic)}
     for report in (folder_report, object_report):
-        rows = {(row["attack"], row["direction"]): row for row in report["summary"]}
+        rows = {(row.attack, row.direction): row.to_dict() for row in report.summary}
         assert all(rows[tuple(key.split("/"))] == run_rows[tuple(key.split("/"))] for key in untied)
-    assert all(report["results"][key] == pessimistic[key] for key in untied for report in (folder_report,
-                                                                                              object_report))
+    assert all(report.results[key].metrics == pessimistic[key] for key in untied for report in (folder_report,
+                                                                                                   object_report))
     written = json.loads((tmp_path / "report" / "report.json").read_text())
-    assert written["results"] == folder_report["results"]
-    assert written["summary"] == json.loads(json.dumps(folder_report["summary"]))
+    assert written["results"] == folder_report.results.metrics()
+    assert written == json.loads(folder_report.to_json())
     assert written["meta"]["model"] == "rococo-eval/tiny-model"
     assert (tmp_path / "report" / "report.md").read_text().startswith("# RoCOCO report: rococo-eval/tiny-model")
 

@@ -11,6 +11,7 @@ batch of at most 256), so that the two paths score the same bits.
 import json
 import multiprocessing
 import os
+import platform
 import subprocess
 import sys
 from concurrent.futures import ProcessPoolExecutor
@@ -68,9 +69,9 @@ def rows(splits):
 
 @pytest.fixture(scope="module")
 def run_report(benchmark, tmp_path_factory):
-    """What ``evaluate_model`` (``run``'s path) reports for the stand-in model."""
+    """What ``evaluate_model`` (``run``'s path) reports for the stand-in model, as ``report.json`` holds it."""
     model = example("custom_model").TinyColourModel()
-    return rococo_eval.evaluate_model(model, benchmark=benchmark, cache_dir=tmp_path_factory.mktemp("cache"))
+    return rococo_eval.evaluate_model(model, benchmark=benchmark, cache_dir=tmp_path_factory.mktemp("cache")).to_dict()
 
 
 def batches(rows, seed, size=5):
@@ -108,7 +109,8 @@ def test_it_equals_run_and_score_embeddings_in_shuffled_batches(source, rows, ru
     np.testing.assert_equal([report["results"], report["summary"]], [run_report["results"], run_report["summary"]])
     np.testing.assert_equal(report["results"], scored_directly(rows, source))
     assert len(report["results"]) == 10
-    assert report["meta"] == {"similarity": "cosine", "attacks": run_report["meta"]["attacks"]}
+    assert report["meta"] == {"rococo_eval": rococo_eval.__version__, "python": platform.python_version(),
+                              "similarity": "cosine", "attacks": run_report["meta"]["attacks"]}
 
 
 def test_galleries_without_rows_are_left_out(source, rows, run_report):
@@ -380,6 +382,6 @@ def test_the_lightning_example_logs_what_run_reports_for_its_model(benchmark, tm
     model.load_state_dict(torch.load(tmp_path / "weights.pt"))
     report = rococo_eval.evaluate_model(model, benchmark=benchmark, cache_dir=tmp_path / "cache",
                                         batch_size=module.BATCH_SIZE)
-    expected = {f"rococo/{row['attack']}/{row['direction']}/{name}": float(np.float32(row[name]))
-                for row in report["summary"] for name in ("recall@1", "clean_recall@1", "false_rate")}
+    expected = {f"rococo/{row.key}/{name}": float(np.float32(row.values[name]))
+                for row in report.summary for name in ("recall@1", "clean_recall@1", "false_rate")}
     assert logged == expected and len(logged) == 3 * 12  # 10 galleries and 2 seed means

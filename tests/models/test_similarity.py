@@ -143,14 +143,14 @@ def test_evaluate_model_scores_as_the_model_says(similarity, benchmark, tmp_path
         scores = csd(*model.encode_images(images), *model.encode_texts(captions))
     layout = source.gallery("clean", "image_to_text")
     expected = rococo_recall(scores, **layout.metric_inputs())
-    assert report["results"]["clean/image_to_text"]["recall@1"] == expected["recall@1"]
-    assert report["meta"]["similarity"] == similarity
+    assert report.results["clean/image_to_text"].metrics["recall@1"] == expected["recall@1"]
+    assert report.meta["similarity"] == similarity
     assert json.loads((tmp_path / "report" / "report.json").read_text())["meta"]["similarity"] == similarity
     vectors, metadata, attacks = read_embeddings_file(tmp_path / "model.safetensors", source)
     assert metadata["similarity"] == similarity and metadata["normalized"] == "false"
     rescored = score_embeddings(vectors, source, attacks, metadata["similarity"])
     assert {key: value.metrics["recall@1"] for key, value in rescored.items()} == \
-        {key: value["recall@1"] for key, value in report["results"].items()}
+        {key: value.metrics["recall@1"] for key, value in report.results.items()}
 
 
 def test_embeddings_from_rows_take_pairs_for_csd(benchmark, tmp_path):

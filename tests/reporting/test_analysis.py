@@ -17,7 +17,7 @@ from rococo_eval.attacks.replacements import find_replacements
 from rococo_eval.reporting.report import write_report
 from rococo_eval.layout import caption_offsets, gallery_layout
 from rococo_eval.data.source import ROCOCO_CARD_DATASET, RococoSource
-from rococo_eval.results import PER_QUERY_KEYS, GalleryResult
+from rococo_eval.results import PER_QUERY_KEYS, GalleryResult, build_report
 from rococo_recall import rococo_recall
 
 
@@ -188,7 +188,7 @@ def test_the_report_carries_the_analysis(tmp_path, capsys):
     for attack, matrix in image_scores.items():
         results[f"{attack}/text_to_image"] = GalleryResult.of(
             rococo_recall(matrix, **image_layout.metric_inputs(), k=1, per_query=True), image_layout)
-    paths = write_report(results, tmp_path, {"model": "hand"}, source=HandSource())
+    paths = write_report(build_report(results, {"model": "hand"}, HandSource()), tmp_path)
     assert set(paths) == {"json", "markdown", "model_card", "chart", "per_query", "flipped", "words"}
     document = json.loads(paths["json"].read_text())
     assert "rank" not in document["results"]["rand_voca/image_to_text"]  # per-query arrays live in the Parquet file

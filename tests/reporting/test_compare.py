@@ -13,7 +13,7 @@ from rococo_eval.catalog import gallery_key
 from rococo_eval.cli import main
 from rococo_eval.layout import gallery_layout
 from rococo_eval.reporting.report import write_report
-from rococo_eval.results import GalleryResult
+from rococo_eval.results import GalleryResult, build_report
 from rococo_recall import rococo_recall
 
 IMAGES = 600
@@ -49,7 +49,7 @@ def write_planted_report(folder, model, hits, images=IMAGES):
         hit, clean_hit = hits[key]
         outputs = rococo_recall(planted_scores(layout, hit, clean_hit), per_query=True, **layout.metric_inputs())
         results[key] = GalleryResult.of(outputs, layout)
-    write_report(results, folder, {"model": model})
+    write_report(build_report(results, {"model": model}), folder)
     return folder
 
 
@@ -142,7 +142,8 @@ def test_a_report_without_per_query_outcomes_is_refused_by_name(reports, tmp_pat
     folders, _ = reports
     layout = gallery_layout("clean", "image_to_text", [1] * 4)
     scores = np.eye(4, dtype=np.float32)
-    write_report({"clean/image_to_text": GalleryResult.of(rococo_recall(scores, k=1, **layout.metric_inputs()))},
-                 tmp_path, {})
+    write_report(build_report({"clean/image_to_text": GalleryResult.of(rococo_recall(scores, k=1,
+                                                                                     **layout.metric_inputs()))}, {}),
+                 tmp_path)
     assert main(["compare", str(folders["a"]), str(tmp_path)]) == 1
     assert f"REPORT_B {str(tmp_path)!r} holds no per-query outcomes (per_query.parquet)" in capsys.readouterr().err

@@ -65,7 +65,7 @@ def test_the_command_and_the_space_write_the_same_report(benchmark, tmp_path, mo
                                 source=source, adversarial_per_image=adversarial_per_image_of(source),
                                 attacks=attacks_of(source))
     (tmp_path / "space").mkdir()
-    json_path, _ = write_outputs(evaluation, tmp_path / "space", source)
+    json_path, _ = write_outputs(evaluation, tmp_path / "space")
 
     from_the_command = json.loads((tmp_path / "cli" / "report.json").read_text())
     from_the_space = json.loads(json_path.read_text())

@@ -52,6 +52,7 @@ from typing import Any, Iterable, Mapping, Optional, Sequence, Union
 
 import datasets
 import numpy as np
+from pydantic import Field
 
 try:
     from mteb.abstasks.retrieval import AbsTaskRetrieval
@@ -75,6 +76,7 @@ from rococo_eval.catalog import (
 from rococo_eval.data.configs import CAPTIONS_CONFIG, IMAGES_CONFIG
 from rococo_eval.data.dataset import load_queries_and_gallery
 from rococo_eval.harness.mteb_results import SCORE_PREFIX, SHORT_DIRECTIONS, TASK_NAME, TIED_QUERIES
+from rococo_eval.harness.mteb_upstream import STATISTICS_FOLDER, UPSTREAM_TASKS
 from rococo_eval.models.similarity import DEFAULT_SIMILARITY, check_similarity, finite_rows, score_vectors
 from rococo_eval.version import __version__
 from rococo_recall import DEFAULT_K, QueryRanks, embedding_score_blocks, summarize
@@ -84,15 +86,6 @@ logger = logging.getLogger(__name__)
 MAIN_SCORE = "hit_rate_at_1"
 K_VALUES = (1, 5, 10, 100)  # MTEB's cut-offs; its top 100 per query decide RoCOCO's clean recalls at 1, 5 and 10
 CLEAN_ID, ADVERSARIAL_ID = "clean-{:06d}", "decoy-{:06d}"  # "decoy" > "clean": MTEB ranks ties by id, larger first
-_CATEGORY = {IMAGE_TO_TEXT: "i2t", TEXT_TO_IMAGE: "t2i"}
-CITATION = r"""@inproceedings{park2024rococo,
-  author = {Park, Seulki and Um, Daeho and Yoon, Hajung and Chun, Sanghyuk and Yun, Sangdoo},
-  title = {RoCOCO: Robustness Benchmark of MS-COCO to Stress-test Image-Text Matching Models},
-  booktitle = {ECCV 2024 Workshop on Synthetic Data for Computer Vision},
-  year = {2024},
-  eprint = {2304.10727},
-  archivePrefix = {arXiv},
-}"""
 
 
 class RococoRetrieval(AbsTaskRetrieval):
@@ -269,34 +262,47 @@ def _task(dataset, attack: str, direction: str, revision: Optional[str], recorde
 
 
 def task_metadata(attack: str, direction: str, dataset: str, revision: str) -> TaskMetadata:
-    """The MTEB metadata of one RoCOCO gallery: its name (``RoCOCO-rand_voca-I2T``), what it measures, the paper,
-    the licence and the main score (:data:`MAIN_SCORE`)."""
-    clean = attack == CLEAN
-    what = ("the clean gallery (no adversarial items)" if clean else
-            f"the gallery with the {attack!r} attack's adversarial "
+    """The MTEB metadata of one RoCOCO gallery, the upstream task's (:mod:`~rococo_eval.harness.mteb_upstream`) with
+    ``dataset`` and ``revision`` in place of its Hub repository: its name (``RoCOCO-rand_voca-I2T``), what it measures,
+    the paper, the licence and the main score (:data:`MAIN_SCORE`). A gallery RoCOCO does not hold (a generated
+    benchmark's seed 7) takes the metadata of its method's first upstream task, with its own name and description.
+    Its descriptive statistics are read from (and written to) the upstream folder."""
+    name = TASK_NAME.format(attack=attack, short=SHORT_DIRECTIONS[direction])
+    fields = {"dataset": {"path": dataset, "revision": revision}}
+    if name not in UPSTREAM_TASKS:
+        fields.update(name=name, description=_description(attack, direction))
+    return RococoTaskMetadata(**{**dict(_upstream_task(attack, direction).metadata), **fields})
+
+
+class RococoTaskMetadata(TaskMetadata):
+    """MTEB's metadata, with the descriptive statistics kept in ``statistics_folder`` (the upstream folder,
+    :data:`~rococo_eval.harness.mteb_upstream.STATISTICS_FOLDER`) rather than in the installed ``mteb`` package, so
+    that ``calculate_descriptive_statistics()`` writes them there."""
+
+    statistics_folder: Path = Field(default=STATISTICS_FOLDER, exclude=True)
+
+    @property
+    def descriptive_stat_path(self) -> Path:
+        return Path(self.statistics_folder) / f"{self.name}.json"
+
+
+def _upstream_task(attack: str, direction: str) -> type[AbsTaskRetrieval]:
+    """The upstream class of the gallery, else of the first of its kind (clean, text attack, image method)."""
+    name = TASK_NAME.format(attack=attack, short=SHORT_DIRECTIONS[direction])
+    if name in UPSTREAM_TASKS:
+        return UPSTREAM_TASKS[name]
+    method = attack.split("_seed")[0]
+    return next(task for task_name, task in UPSTREAM_TASKS.items()
+                if task_name.endswith(SHORT_DIRECTIONS[direction]) and (method in task_name or attack == CLEAN))
+
+
+def _description(attack: str, direction: str) -> str:
+    """What a gallery without an upstream task measures."""
+    what = (f"the gallery with the {attack!r} attack's adversarial "
             f"{'captions (one word replaced)' if direction == IMAGE_TO_TEXT else 'images (mixed or patched)'}")
-    return TaskMetadata(
-        name=TASK_NAME.format(attack=attack, short=SHORT_DIRECTIONS[direction]),
-        description=(f"RoCOCO {direction_text(direction)} retrieval on {what}. Adversarial items are never "
-                     "relevant; the main score is hit rate at 1 (Recall@1), and RoCOCO's own numbers (clean R@1, "
-                     "false rate, attack success rate) are the rococo_ scores."),
-        reference="https://arxiv.org/abs/2304.10727",
-        dataset={"path": dataset, "revision": revision},
-        type="Any2AnyRetrieval",
-        category=_CATEGORY[direction],
-        modalities=["image", "text"],
-        eval_splits=["test"],
-        eval_langs=["eng-Latn"],
-        main_score=MAIN_SCORE,
-        date=("2014-05-01", "2023-04-21"),  # COCO's 2014 images to RoCOCO's paper
-        domains=["Encyclopaedic"],
-        task_subtypes=["Image Text Retrieval"],
-        license="mit",  # RoCOCO's annotation files; the COCO images are CC BY 4.0 (docs/dataset.md)
-        annotations_creators="derived",
-        dialect=[],
-        sample_creation="created",
-        bibtex_citation=CITATION,
-    )
+    return (f"RoCOCO {direction_text(direction)} retrieval on {what}. Adversarial items are never relevant; the main "
+            "score is hit rate at 1 (Recall@1), and RoCOCO's own numbers (clean R@1, false rate, attack success "
+            "rate) are the rococo_ scores.")
 
 
 def mteb_tasks(dataset: str = "rococo-export", attacks: Union[str, Sequence[str]] = "all", *,

@@ -216,11 +216,13 @@ def _source(module: str) -> Path:
 
 
 def modules_of(name: str) -> list[str]:
-    """The modules a layer entry holds: the module itself, or the modules of a subpackage (sorted)."""
+    """The modules a layer entry holds: the module itself, or the modules of a subpackage and of its own subpackages
+    (sorted)."""
     path = ROOT.joinpath(*name.split("."))
     if not path.is_dir():
         return [name]
-    return sorted(f"{name}.{child.stem}" for child in path.glob("*.py") if child.stem != "__init__")
+    return sorted(".".join((name, *child.relative_to(path).with_suffix("").parts)) for child in path.rglob("*.py")
+                  if child.stem != "__init__")
 
 
 def summary(module: str) -> str:

@@ -34,9 +34,9 @@ def write_statistics(dataset: str, attacks: Union[str, Sequence[str]] = "all", *
     (an export, as :func:`~rococo_eval.harness.mteb_tasks.mteb_tasks` takes it) and written as MTEB writes them,
     ``<folder>/<task>.json``; returns the files written.
 
-    Example:
-        >>> [path.name for path in write_statistics("rococo-export", [])]   # doctest: +SKIP
-        ['RoCOCO-clean-I2T.json', 'RoCOCO-clean-T2I.json']
+    Example (the files it wrote from RoCOCO's export, kept in the upstream folder):
+        >>> sorted(path.name for path in STATISTICS_FOLDER.glob("*.json"))[:3]
+        ['RoCOCO-clean-I2T.json', 'RoCOCO-clean-T2I.json', 'RoCOCO-danger-I2T.json']
     """
     written = []
     for task in mteb_tasks(dataset, attacks, load_kwargs=load_kwargs):
@@ -81,6 +81,12 @@ def push_tasks(dataset: str, owner: str, out, attacks: Union[str, Sequence[str]]
 
     Raises:
         ValueError: ``owner`` is empty or holds a ``/``.
+
+    Example:
+        >>> push_tasks("rococo-export", "org/RoCOCO", "rococo-mteb")
+        Traceback (most recent call last):
+        ...
+        ValueError: `owner` must be a Hub user or organisation name without '/', got 'org/RoCOCO'
     """
     if not owner or "/" in owner:
         raise ValueError(f"`owner` must be a Hub user or organisation name without '/', got {owner!r}")
@@ -101,6 +107,13 @@ def pin_revisions(pinned: Mapping[str, Mapping[str, str]], task_file=TASK_FILE) 
 
     Raises:
         ValueError: a task the file does not hold.
+
+    Example:
+        >>> pin_revisions({"RoCOCO-mix_seed7-T2I": {"path": "org/RoCOCO-mix_seed7-T2I", "revision": "main"}})
+        ... # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        ValueError: `pinned` names 'RoCOCO-mix_seed7-T2I', which is no upstream task (RoCOCO-clean-I2T, ...)
     """
     task_file = Path(task_file)
     text = task_file.read_text()

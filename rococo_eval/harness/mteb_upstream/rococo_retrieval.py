@@ -1,3 +1,5 @@
+"""RoCOCO (arXiv 2304.10727): COCO image-text retrieval with adversarial captions or images in the gallery."""
+
 from mteb.abstasks.retrieval import AbsTaskRetrieval
 from mteb.abstasks.task_metadata import TaskMetadata
 

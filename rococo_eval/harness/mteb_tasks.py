@@ -5,6 +5,8 @@ turned into rococo-eval's report.
 benchmark): image-to-text on the clean gallery and on each text attack's, text-to-image on the clean gallery and on
 each image attack's. ``mteb.evaluate(model, tasks=mteb_tasks(FOLDER))`` runs them like any MTEB task.
 
+- **The metadata** is that of RoCOCO's tasks in MTEB's own form (:mod:`~rococo_eval.harness.mteb_upstream`, the
+  files of a pull request to MTEB, docs/mteb.md) but for the data; their descriptive statistics are kept there too.
 - **The data** is the dataset's rows, read with ``datasets.load_dataset`` (a local export or a Hub repository) in
   their order (:func:`~rococo_eval.data.dataset.load_queries_and_gallery`); nothing else is fetched. A query's
   relevant items are the clean items of its image (the rows' ``image_index``); an adversarial item has no relevance
@@ -66,6 +68,7 @@ except ImportError as error:
 from rococo_eval.catalog import (
     CLEAN,
     IMAGE_TO_TEXT,
+    SEEDS,
     TEXT_ATTACKS,
     TEXT_TO_IMAGE,
     direction_text,
@@ -91,7 +94,8 @@ CLEAN_ID, ADVERSARIAL_ID = "clean-{:06d}", "decoy-{:06d}"  # "decoy" > "clean": 
 class RococoRetrieval(AbsTaskRetrieval):
     """One RoCOCO gallery as an MTEB retrieval task: its queries, its gallery (originals, then adversarial items)
     and the relevant items of each query, read from the dataset's rows. Made by :func:`rococo_task` (MTEB reads a
-    task's metadata from its class, so each gallery gets a subclass of its own).
+    task's metadata from its class, so each gallery gets a subclass of its own, with the metadata of its upstream
+    task: :func:`task_metadata`).
     """
 
     k_values = K_VALUES
@@ -271,7 +275,7 @@ def task_metadata(attack: str, direction: str, dataset: str, revision: str) -> T
     fields = {"dataset": {"path": dataset, "revision": revision}}
     if name not in UPSTREAM_TASKS:
         fields.update(name=name, description=_description(attack, direction))
-    return RococoTaskMetadata(**{**dict(_upstream_task(attack, direction).metadata), **fields})
+    return RococoTaskMetadata(**{**dict(_upstream_task(name, attack, direction).metadata), **fields})
 
 
 class RococoTaskMetadata(TaskMetadata):
@@ -286,14 +290,12 @@ class RococoTaskMetadata(TaskMetadata):
         return Path(self.statistics_folder) / f"{self.name}.json"
 
 
-def _upstream_task(attack: str, direction: str) -> type[AbsTaskRetrieval]:
-    """The upstream class of the gallery, else of the first of its kind (clean, text attack, image method)."""
-    name = TASK_NAME.format(attack=attack, short=SHORT_DIRECTIONS[direction])
-    if name in UPSTREAM_TASKS:
-        return UPSTREAM_TASKS[name]
-    method = attack.split("_seed")[0]
-    return next(task for task_name, task in UPSTREAM_TASKS.items()
-                if task_name.endswith(SHORT_DIRECTIONS[direction]) and (method in task_name or attack == CLEAN))
+def _upstream_task(name: str, attack: str, direction: str) -> type[AbsTaskRetrieval]:
+    """The upstream class of the gallery named ``name``; for a seed RoCOCO lacks (``mix_seed7``), its method's first
+    seed's."""
+    first_seed = TASK_NAME.format(attack=f"{attack.split('_seed')[0]}_seed{SEEDS[0]}",
+                                  short=SHORT_DIRECTIONS[direction])
+    return UPSTREAM_TASKS.get(name) or UPSTREAM_TASKS[first_seed]
 
 
 def _description(attack: str, direction: str) -> str:

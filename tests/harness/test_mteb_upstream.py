@@ -173,8 +173,8 @@ def test_mteb_push_writes_mtebs_format_and_mtebs_loader_scores_as_the_projects_t
     assert all((tmp_path / "first" / name / part).read_bytes() == (tmp_path / "second" / name / part).read_bytes()
                for name in names for part in parts)
 
-    # MTEB's loader caches in datasets' default folder, where a folder of the same name and card read before would
-    # be taken for this one
+    # MTEB's loader caches in datasets' default folder, which served another folder of the same name and card the
+    # cached rows of this one (seen on RoCOCO's export after this test)
     monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "hf-datasets")
     chosen = [task for task in project_tasks if task.metadata.name in ("RoCOCO-rand_voca-I2T", "RoCOCO-mix_seed1-T2I")]
     upstream = []

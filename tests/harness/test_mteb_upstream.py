@@ -40,14 +40,17 @@ def mteb_reference() -> Path:
 
 def test_the_task_file_is_mtebs_form_one_static_class_per_gallery():
     """Module-level ``AbsTaskRetrieval`` classes with nothing but static metadata (MTEB's standard loader reads the
-    data), importing only ``mteb``; one per RoCOCO gallery, each seed of an image attack its own gallery."""
+    data; their base adds RoCOCO's false rate through MTEB's public ``task_specific_scores``), importing only
+    ``mteb``; one per RoCOCO gallery, each seed of an image attack its own gallery."""
     tree = ast.parse(TASK_FILE.read_text())
     imported = {node.module.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
     imported |= {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
                  for alias in node.names}
     assert imported == {"mteb"}
-    classes = [node for node in tree.body if isinstance(node, ast.ClassDef)]
+    base, *classes = [node for node in tree.body if isinstance(node, ast.ClassDef)]
+    assert [item.name for item in base.body if isinstance(item, ast.FunctionDef)] == ["task_specific_scores"]
     assert all([type(item) for item in node.body] == [ast.Assign] for node in classes)  # metadata only
+    assert all(node.bases[0].id == base.name for node in classes)
     expected = (["RoCOCO-clean-I2T"] + [f"RoCOCO-{attack}-I2T" for attack in TEXT_ATTACKS] + ["RoCOCO-clean-T2I"]
                 + [f"RoCOCO-{attack}-T2I" for attack in IMAGE_ATTACKS])
     assert list(UPSTREAM_TASKS) == expected and len(classes) == 12
@@ -155,7 +158,8 @@ def test_mteb_push_writes_mtebs_format_and_mtebs_loader_scores_as_the_projects_t
                                                                                      tmp_path, capsys, monkeypatch):
     """``rococo_dataset.py mteb-push``: each task's queries, corpus and qrels in MTEB's layout, one commit per task
     repository, the same bytes on a second run; the upstream class (MTEB's standard loader, no ``load_data``) on those
-    files gives every score the project's task gives (random baseline encoder); ``--pin``'s rewrite names them."""
+    files gives every retrieval score and RoCOCO's false rate that the project's task gives (random baseline
+    encoder); ``--pin``'s rewrite names them."""
     argv = ["mteb-push", str(benchmark), "--owner", "org", "--token", "hf_test", "--endpoint", fake_hub.url]
     assert rococo_dataset.main([*argv, "--out", str(tmp_path / "first")]) == 0
     printed = capsys.readouterr().out.split()
@@ -191,8 +195,10 @@ def test_mteb_push_writes_mtebs_format_and_mtebs_loader_scores_as_the_projects_t
         # the upstream task has MTEB's default cut-offs (more than the project's); MTEB's nAUC scores sort queries
         # of equal confidence stably, by the order of its qrels, which its loader builds in another order than the
         # rows': every retrieval score is the same
+        their_scores = their.scores["test"][0]
+        assert their_scores["rococo_false_rate"] == our.scores["test"][0]["rococo_false_rate"] > 0
         scores = {name: value for name, value in our.scores["test"][0].items() if not name.startswith("rococo_")}
-        assert scores.keys() <= their.scores["test"][0].keys()
+        assert scores.keys() <= their_scores.keys()
         retrieval = [name for name in scores if not name.startswith("nauc_")]
         assert {name: scores[name] for name in retrieval} == {name: their.scores["test"][0][name]
                                                               for name in retrieval}, our.task_name

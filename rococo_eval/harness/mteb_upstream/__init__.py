@@ -1,8 +1,9 @@
 """RoCOCO's tasks in MTEB's own form, the files a pull request to MTEB adds (docs/mteb.md), kept here as the one
 source of them: :mod:`rococo_eval.harness.mteb_tasks` builds its tasks on their metadata.
 
-- ``rococo_retrieval.py``: one module-level ``AbsTaskRetrieval`` class per RoCOCO gallery, static ``TaskMetadata``;
-  it imports only ``mteb`` and goes to MTEB's ``mteb/tasks/retrieval/eng/`` as it is.
+- ``rococo_retrieval.py``: one module-level ``AbsTaskRetrieval`` class per RoCOCO gallery, static ``TaskMetadata``,
+  and RoCOCO's false rate as a task-specific score (MTEB's public hook); it imports only ``mteb`` and goes to
+  MTEB's ``mteb/tasks/retrieval/eng/`` as it is.
 - ``descriptive_stats/Image/Any2AnyRetrieval/<task>.json``: each task's statistics as MTEB's
   ``calculate_descriptive_statistics()`` writes them (:func:`~rococo_eval.harness.mteb_upload.write_statistics`),
   in MTEB's folder layout: they go to ``mteb/descriptive_stats/`` as they are.
@@ -23,7 +24,7 @@ TASK_FILE = FOLDER / "rococo_retrieval.py"
 STATISTICS_FOLDER = FOLDER / "descriptive_stats" / "Image" / "Any2AnyRetrieval"
 UPSTREAM_TASKS: dict[str, type[AbsTaskRetrieval]] = {
     task.metadata.name: task for task in vars(rococo_retrieval).values()
-    if isinstance(task, type) and issubclass(task, AbsTaskRetrieval) and task.__module__ == rococo_retrieval.__name__}
+    if isinstance(task, type) and issubclass(task, AbsTaskRetrieval) and "metadata" in vars(task)}
 """The upstream task classes by task name (``RoCOCO-rand_voca-I2T``), in the file's order."""
 
 KNOWN_ISSUES: dict[str, list[str]] = {}

@@ -45,7 +45,25 @@ _COMMON = dict(
 )
 
 
-class RoCOCOCleanI2TRetrieval(AbsTaskRetrieval):
+class _RoCOCORetrieval(AbsTaskRetrieval):
+    """A RoCOCO gallery: its adversarial items (ids ``decoy-...``) are in the corpus, never relevant."""
+
+    def task_specific_scores(
+        self,
+        scores: dict[str, dict[str, float]],
+        qrels: dict[str, dict[str, int]],
+        results: dict[str, dict[str, float]],
+        hf_split: str,
+        hf_subset: str,
+    ) -> dict[str, float]:
+        """RoCOCO's false rate: the percentage of queries whose top item is adversarial (MTEB's order: score, then id,
+        the larger first)."""
+        tops = [max(items.items(), key=lambda item: (item[1], item[0]))[0] for items in results.values() if items]
+        adversarial = sum(top.startswith("decoy-") for top in tops)
+        return {"rococo_false_rate": 100.0 * adversarial / max(len(results), 1)}
+
+
+class RoCOCOCleanI2TRetrieval(_RoCOCORetrieval):
     metadata = TaskMetadata(
         name="RoCOCO-clean-I2T",
         description="RoCOCO image-to-text retrieval without attack, the reference of the attacked tasks: "
@@ -59,7 +77,7 @@ class RoCOCOCleanI2TRetrieval(AbsTaskRetrieval):
     )
 
 
-class RoCOCOSameConceptI2TRetrieval(AbsTaskRetrieval):
+class RoCOCOSameConceptI2TRetrieval(_RoCOCORetrieval):
     metadata = TaskMetadata(
         name="RoCOCO-same_concept-I2T",
         description="RoCOCO image-to-text retrieval under the same_concept attack: "
@@ -74,7 +92,7 @@ class RoCOCOSameConceptI2TRetrieval(AbsTaskRetrieval):
     )
 
 
-class RoCOCODiffConceptI2TRetrieval(AbsTaskRetrieval):
+class RoCOCODiffConceptI2TRetrieval(_RoCOCORetrieval):
     metadata = TaskMetadata(
         name="RoCOCO-diff_concept-I2T",
         description="RoCOCO image-to-text retrieval under the diff_concept attack: "
@@ -89,7 +107,7 @@ class RoCOCODiffConceptI2TRetrieval(AbsTaskRetrieval):
     )
 
 
-class RoCOCORandVocaI2TRetrieval(AbsTaskRetrieval):
+class RoCOCORandVocaI2TRetrieval(_RoCOCORetrieval):
     metadata = TaskMetadata(
         name="RoCOCO-rand_voca-I2T",
         description="RoCOCO image-to-text retrieval under the rand_voca attack: "
@@ -104,7 +122,7 @@ class RoCOCORandVocaI2TRetrieval(AbsTaskRetrieval):
     )
 
 
-class RoCOCODangerI2TRetrieval(AbsTaskRetrieval):
+class RoCOCODangerI2TRetrieval(_RoCOCORetrieval):
     metadata = TaskMetadata(
         name="RoCOCO-danger-I2T",
         description="RoCOCO image-to-text retrieval under the danger attack: "
@@ -119,7 +137,7 @@ class RoCOCODangerI2TRetrieval(AbsTaskRetrieval):
     )
 
 
-class RoCOCOCleanT2IRetrieval(AbsTaskRetrieval):
+class RoCOCOCleanT2IRetrieval(_RoCOCORetrieval):
     metadata = TaskMetadata(
         name="RoCOCO-clean-T2I",
         description="RoCOCO text-to-image retrieval without attack, the reference of the attacked tasks: "
@@ -133,7 +151,7 @@ class RoCOCOCleanT2IRetrieval(AbsTaskRetrieval):
     )
 
 
-class RoCOCOMixSeed1T2IRetrieval(AbsTaskRetrieval):
+class RoCOCOMixSeed1T2IRetrieval(_RoCOCORetrieval):
     metadata = TaskMetadata(
         name="RoCOCO-mix_seed1-T2I",
         description="RoCOCO text-to-image retrieval under the mix attack with seed 1: "
@@ -148,7 +166,7 @@ class RoCOCOMixSeed1T2IRetrieval(AbsTaskRetrieval):
     )
 
 
-class RoCOCOMixSeed10T2IRetrieval(AbsTaskRetrieval):
+class RoCOCOMixSeed10T2IRetrieval(_RoCOCORetrieval):
     metadata = TaskMetadata(
         name="RoCOCO-mix_seed10-T2I",
         description="RoCOCO text-to-image retrieval under the mix attack with seed 10: "
@@ -163,7 +181,7 @@ class RoCOCOMixSeed10T2IRetrieval(AbsTaskRetrieval):
     )
 
 
-class RoCOCOMixSeed100T2IRetrieval(AbsTaskRetrieval):
+class RoCOCOMixSeed100T2IRetrieval(_RoCOCORetrieval):
     metadata = TaskMetadata(
         name="RoCOCO-mix_seed100-T2I",
         description="RoCOCO text-to-image retrieval under the mix attack with seed 100: "
@@ -178,7 +196,7 @@ class RoCOCOMixSeed100T2IRetrieval(AbsTaskRetrieval):
     )
 
 
-class RoCOCOPatchSeed1T2IRetrieval(AbsTaskRetrieval):
+class RoCOCOPatchSeed1T2IRetrieval(_RoCOCORetrieval):
     metadata = TaskMetadata(
         name="RoCOCO-patch_seed1-T2I",
         description="RoCOCO text-to-image retrieval under the patch attack with seed 1: "
@@ -193,7 +211,7 @@ class RoCOCOPatchSeed1T2IRetrieval(AbsTaskRetrieval):
     )
 
 
-class RoCOCOPatchSeed10T2IRetrieval(AbsTaskRetrieval):
+class RoCOCOPatchSeed10T2IRetrieval(_RoCOCORetrieval):
     metadata = TaskMetadata(
         name="RoCOCO-patch_seed10-T2I",
         description="RoCOCO text-to-image retrieval under the patch attack with seed 10: "
@@ -208,7 +226,7 @@ class RoCOCOPatchSeed10T2IRetrieval(AbsTaskRetrieval):
     )
 
 
-class RoCOCOPatchSeed100T2IRetrieval(AbsTaskRetrieval):
+class RoCOCOPatchSeed100T2IRetrieval(_RoCOCORetrieval):
     metadata = TaskMetadata(
         name="RoCOCO-patch_seed100-T2I",
         description="RoCOCO text-to-image retrieval under the patch attack with seed 100: "

@@ -254,6 +254,17 @@ def build_parser() -> argparse.ArgumentParser:
     migrate.add_argument("--verbose", "-v", action="count", default=0, help="more log lines (-vv: debug)")
     migrate.set_defaults(handler=migrate_command)
 
+    from rococo_eval.board.worker import add_arguments as add_worker_arguments, worker_command
+
+    worker = commands.add_parser(
+        "worker", help="evaluate the board's requests: models from the Hub, at the commits requested",
+        description="Claim the requests of the Space's requests repo one at a time (so that two workers never take "
+                    "the same one), evaluate each model at its requested commit as `run` does, and commit its "
+                    "result record, with its provenance, to the board's dataset repo (docs/space.md). The token is "
+                    "$HF_TOKEN; $HF_ENDPOINT names a Hub other than huggingface.co.")
+    add_worker_arguments(worker)
+    worker.set_defaults(handler=worker_command)
+
     for command in (run, score):
         command.add_argument("--annotations-dir", help="folder of the official annotation files "
                                                        "(default $ROCOCO_ANNOTATIONS_DIR, else the pinned download)")

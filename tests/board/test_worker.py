@@ -5,6 +5,7 @@ two commits, the requests repo and the results repo."""
 import datetime
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -77,7 +78,7 @@ def put_request(hub, model=f"hf:{MODEL}", commit=None, **fields) -> dict:
 def test_a_request_is_evaluated_at_its_commit_and_its_numbers_are_run_s(hub, commits, benchmark, tmp_path, capsys):
     request = queue(hub).submit(f"hf:{MODEL}", hub.shas[0], link="https://x.org/m")
     assert request["commit"] == hub.shas[0] and request["status"] == "pending"
-    ended = worker(hub, tmp_path, benchmark).step()
+    ended = worker(hub, tmp_path, benchmark, attacks="rand_voca,mix_seed1").step()
     assert ended["status"] == "done", ended["reason"]
     (record,) = records_on(hub)
     assert record["provenance"]["model_commit"] == hub.shas[0]
@@ -88,6 +89,7 @@ def test_a_request_is_evaluated_at_its_commit_and_its_numbers_are_run_s(hub, com
     for name, data in commits[0].items():
         (folder / "tiny-clip" / name).write_bytes(data)
     assert main(["run", "--model", f"hf:{folder / 'tiny-clip'}", "--benchmark", str(benchmark), "--device", "cpu",
+                 "--attacks", "rand_voca,mix_seed1",
                  "--cache-dir", str(tmp_path / "cache"), "--out", str(tmp_path / "run"), "-q"]) == 0
     run = json.loads((tmp_path / "run" / "report.json").read_text())
     for row in run["summary"]:
@@ -96,3 +98,152 @@ def test_a_request_is_evaluated_at_its_commit_and_its_numbers_are_run_s(hub, com
         mine = record["galleries"][f"{row['attack']}/{row['direction']}"]
         assert (mine["recall@1"], mine["recall@5"], mine["num_queries"]) == (row["recall@1"], row["recall@5"],
                                                                               row["num_queries"])
+
+
+@pytest.fixture(scope="module")
+def hostile_files(tmp_path_factory):
+    """A repository holding only a pickle whose unpickling would create the file ``ran`` beside it: the global it
+    needs (``eval``) is on no allowlist."""
+    folder = tmp_path_factory.mktemp("hostile")
+    marker = folder / "ran"
+
+    class Payload:
+        def __reduce__(self):
+            return eval, (f"open({str(marker)!r}, 'w').close()",)
+
+    torch.save({"weight": torch.zeros(2), "hook": Payload()}, folder / "pytorch_model.bin")
+    return {"pytorch_model.bin": (folder / "pytorch_model.bin").read_bytes()}, marker
+
+
+def not_finite(files: dict) -> dict:
+    """The tiny CLIP's files with its image projection all NaN: every image embedding is not finite."""
+    from safetensors.torch import load, save
+
+    state = load(files["model.safetensors"])
+    state["visual_projection.weight"] = torch.full_like(state["visual_projection.weight"], float("nan"))
+    return {**files, "model.safetensors": save(state, metadata={"format": "pt"})}
+
+
+def test_each_bad_request_fails_with_one_line_and_the_worker_goes_on(hub, commits, hostile_files, benchmark,
+                                                                     tmp_path):
+    """A repository that does not exist, a revision that does not resolve, a repository over the size limit, a model
+    that fails to load, one whose embeddings are not finite, and one holding only a pickle that needs a type outside
+    the allowlist (nothing of it runs): each request ends failed with its one line; the good request after them is
+    done."""
+    size = sum(len(data) for data in commits[1].values())
+    hub.put_model("org/big", {**commits[1], "extra.safetensors": b"\0" * size})
+    hub.put_model("org/broken", {**commits[1], "config.json": b"{not json"})
+    hub.put_model("org/nan", not_finite(commits[1]))
+    hub.put_model("org/hostile", hostile_files[0])
+    bad = {"hf:org/missing": "the Hub has no model repository org/missing",
+           f"hf:{MODEL}": f"`revision` '{'f' * 40}' of {MODEL} does not resolve",
+           "hf:org/big": f"holds {2 * size:,} bytes",
+           "hf:org/broken": "config.json",
+           "hf:org/nan": "non-finite embeddings",
+           "hf:org/hostile": "pytorch_model.bin needs eval to be read, which is not on the allowlist"}
+    for number, model in enumerate(bad):
+        repo = model.removeprefix("hf:")
+        commit = "f" * 40 if model == f"hf:{MODEL}" else hub.head("models", repo) if repo != "org/missing" else "e" * 40
+        put_request(hub, model, commit, repo=repo, requested_at=f"2026-01-01T00:00:0{number}+00:00")
+    put_request(hub, requested_at="2026-01-01T00:01:00+00:00")
+    ended = worker(hub, tmp_path, benchmark, attacks="rand_voca", max_bytes=size + 1024).run(once=True)
+    assert ended == 7
+    states = {request["model"] if request["status"] == "failed" else "good": request
+              for request in requests_on(hub).values()}
+    for model, reason in bad.items():
+        assert states[model]["status"] == "failed" and reason in states[model]["reason"], states[model]
+        assert "\n" not in states[model]["reason"]
+    assert states["good"]["status"] == "done" and len(records_on(hub)) == 1
+    assert not hostile_files[1].exists()
+
+
+def test_the_worker_evaluates_the_commit_it_claimed_when_the_request_is_edited_after(hub, benchmark, tmp_path):
+    request = put_request(hub, commit=hub.shas[0])
+    mine = worker(hub, tmp_path, benchmark, attacks="rand_voca")
+    claimed = mine.queue.claim(mine.name)
+    assert claimed["id"] == request["id"] and claimed["status"] == "running"
+    edited = {**json.loads(hub.files[REQUESTS][request_path(request)]), "commit": hub.shas[1]}
+    hub.files[REQUESTS][request_path(request)] = request_bytes(edited)  # another commit, made elsewhere
+    assert mine.process(claimed)["status"] == "done"
+    (record,) = records_on(hub)
+    assert record["provenance"]["model_commit"] == hub.shas[0]
+
+
+def test_a_result_the_results_repo_cannot_take_is_kept_and_committed_later(hub, benchmark, tmp_path):
+    put_request(hub)
+    hub.unreachable.add(RESULTS)
+    mine = worker(hub, tmp_path, benchmark, attacks="rand_voca", timeout_s=3)
+    ended = mine.step()
+    assert ended["status"] == "done" and "waits in the worker's outbox" in ended["reason"]
+    assert len(mine.results.pending()) == 1 and hub.files[RESULTS] == {}
+    hub.unreachable.clear()
+    assert mine.step() is None  # nothing to claim; the outbox is committed first
+    assert mine.results.pending() == [] and [record["provenance"]["request_id"] for record in records_on(hub)] == [
+        ended["id"]]
+
+
+def test_the_space_refuses_what_the_board_cannot_evaluate(hub):
+    requests = queue(hub, max_bytes=10 ** 9, client_hourly_limit=2)
+    hub.put_model("org/with-code", {"config.json": b"{}", "modeling_mine.py": b"import os"})
+    for model, revision, problem in [
+            ("/data/models/clip", "", "names no model"),
+            ("hf:./clip", "", "local paths are refused"),
+            ("my_models:load_model", "", "runs code of your own"),
+            ("vse:model_best.pth", "", "is not a Hub repository"),
+            ("open_clip:ViT-B-32/openai", "", "is not a Hub repository"),
+            ("hf:org/missing", "", "the Hub has no model repository org/missing"),
+            (f"hf:{MODEL}", "no-such-branch", "`revision` 'no-such-branch' of org/tiny-clip does not resolve"),
+            ("hf:org/with-code", "", "holds code (modeling_mine.py)")]:
+        with pytest.raises(ValueError, match=re.escape(problem)):
+            requests.submit(model, revision, client="10.0.0.1")
+    with pytest.raises(ValueError, match="more than the board evaluates"):
+        queue(hub, max_bytes=100).submit(f"hf:{MODEL}")
+    first = requests.submit(f"hf:{MODEL}", client="10.0.0.1")
+    assert first["commit"] == hub.shas[1] and first["revision"] == "main"
+    with pytest.raises(ValueError, match=f"org/tiny-clip at {hub.shas[1][:12]} \\(fp32\\) is pending already"):
+        requests.submit(f"hf:{MODEL}", hub.shas[1], client="10.0.0.2")
+    requests.submit(f"hf:{MODEL}", hub.shas[0], client="10.0.0.1")
+    with pytest.raises(ValueError, match="2 requests came from your address in the last hour"):
+        requests.submit(f"hf:{MODEL}", hub.shas[0], precision="fp16", client="10.0.0.1")
+    assert len(hub.files[REQUESTS]) == 2
+
+
+def worker_process(hub, folder, benchmark, *options) -> subprocess.Popen:
+    """``rococo-eval worker`` in a process of its own (a machine of its own) against the fake Hub."""
+    env = {**os.environ, "HF_ENDPOINT": hub.url, "HF_HUB_OFFLINE": "0"}
+    return subprocess.Popen([sys.executable, "-m", "rococo_eval", "worker", "--requests-repo", REQUESTS,
+                             "--results-repo", RESULTS, "--benchmark", str(benchmark), "--attacks", "rand_voca",
+                             "--device", "cpu", "--work-dir", str(folder), "-q", *options],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+@pytest.mark.slow
+def test_two_workers_one_request_evaluated_once(hub, benchmark, tmp_path):
+    request = put_request(hub)
+    workers = [worker_process(hub, tmp_path / name, benchmark, "--once") for name in ("a", "b")]
+    for process in workers:
+        assert process.wait(120) == 0, process.stderr.read()
+    ended = requests_on(hub)[request_path(request)]
+    assert ended["status"] == "done" and ended["attempts"] == 1
+    assert [record["provenance"]["request_id"] for record in records_on(hub)] == [request["id"]]
+
+
+@pytest.mark.slow
+def test_a_killed_worker_s_request_is_claimed_again_after_its_claim_expires_and_evaluated_once(hub, benchmark,
+                                                                                                tmp_path):
+    request = put_request(hub)
+    hub.model_download_delay_s = 60  # the first worker is killed while it downloads
+    first = worker_process(hub, tmp_path / "a", benchmark, "--once")
+    deadline = time.monotonic() + 60
+    while requests_on(hub)[request_path(request)]["status"] != "running":
+        assert time.monotonic() < deadline and first.poll() is None
+        time.sleep(0.1)
+    first.send_signal(signal.SIGKILL)
+    first.wait()
+    hub.model_download_delay_s = 0
+    second = worker_process(hub, tmp_path / "b", benchmark, "--once", "--claim-expiry", "1")
+    time.sleep(1.5)  # the first worker's claim expires
+    assert second.wait(120) == 0, second.stderr.read()
+    ended = requests_on(hub)[request_path(request)]
+    assert ended["status"] == "done" and ended["attempts"] == 2
+    assert [record["provenance"]["request_id"] for record in records_on(hub)] == [request["id"]]

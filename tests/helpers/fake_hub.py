@@ -28,8 +28,8 @@ class FakeHub:
     revision resolves as on the Hub: ``GET /api/{models,datasets}/<repo>[/revision/<revision>]`` (``main`` or a commit
     hash, with the files' sizes), the listing and the files at a commit hash. A commit that names a ``parentCommit``
     other than the head is refused with 412, as the Hub refuses it. Model repositories (:attr:`model_files`, filled by
-    :meth:`put_model`) are served at ``/api/models/...`` and ``/<repo>/resolve/...``; a repo of :attr:`unreachable`
-    answers every call with 503.
+    :meth:`put_model`) are served at ``/api/models/...`` and ``/<repo>/resolve/...`` (each file's GET after
+    ``model_download_delay_s``); a repo of :attr:`unreachable` answers every call with 503.
     """
 
     def __init__(self, fail: bool = False):
@@ -37,6 +37,7 @@ class FakeHub:
         self.files: dict[str, dict[str, bytes]] = {}
         self.model_files: dict[str, dict[str, bytes]] = {}
         self.unreachable: set[str] = set()
+        self.model_download_delay_s = 0.0  # how long each file of a model repository takes to come
         self._snapshots: dict[tuple[str, str], dict[str, dict[str, bytes]]] = {}  # (kind, repo): {commit: files}
         self.down = False
         self.commit_count = 0
@@ -90,6 +91,8 @@ class FakeHub:
                     self._answer(json.dumps(listing).encode(), "application/json")
                     return
                 data = stored.get(resolve.group(4)) if resolve else None
+                if kind == "models" and not head:
+                    time.sleep(hub.model_download_delay_s)
                 if data is None:
                     self._not_found("EntryNotFound" if resolve else "RepoNotFound")
                     return

@@ -445,12 +445,14 @@ def _source_of(record: Mapping) -> str:
     Example:
         >>> _source_of({"link": "", "provenance": {"model_repo": "org/m", "model_commit": "a" * 40},
         ...             "submitted_at": "2026-12-05", "id": "0" * 32})  # doctest: +ELLIPSIS
-        'https://huggingface.co/org/m/tree/aaaa...; record submissions/2026/000...json'
+        'model https://huggingface.co/org/m/tree/aaaa...; record submissions/2026/000...json'
     """
     provenance = record.get("provenance")
     if provenance:
-        return (f"https://huggingface.co/{provenance['model_repo']}/tree/{provenance['model_commit']}; "
-                f"record {record_path(record)}")
+        results = provenance.get("results_repo")
+        where = f"https://huggingface.co/datasets/{results}/blob/main/" if results else ""
+        return (f"model https://huggingface.co/{provenance['model_repo']}/tree/{provenance['model_commit']}; "
+                f"record {where}{record_path(record)}")
     return record["link"] or "submitted in the Space"
 
 

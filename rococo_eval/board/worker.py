@@ -130,7 +130,8 @@ class Worker:
                       "revision_requested": request["revision"], "weight_files": weights,
                       "images_digest": images_digest(self.source, report["meta"]["attacks"]),
                       "device": report["meta"]["device"], "precision": request["precision"],
-                      "wall_time_s": round(time.monotonic() - started, 3), "worker": self.name}
+                      "wall_time_s": round(time.monotonic() - started, 3), "worker": self.name,
+                      "results_repo": self.results.repo_id}
         now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
         return make_record(rows, report_outcomes_of(out), model=request["model"], link=request["link"],
                            precision=request["precision"], note=f"evaluated by the board: {repo} at "

@@ -247,3 +247,41 @@ def test_a_killed_worker_s_request_is_claimed_again_after_its_claim_expires_and_
     ended = requests_on(hub)[request_path(request)]
     assert ended["status"] == "done" and ended["attempts"] == 2
     assert [record["provenance"]["request_id"] for record in records_on(hub)] == [request["id"]]
+
+
+@pytest.mark.slow
+def test_a_request_made_in_the_space_comes_onto_its_board_as_evaluated_by_the_board(hub, benchmark, tmp_path,
+                                                                                     monkeypatch):
+    """Done when of issue 44: a request through the Space's API (gradio_client), evaluated by a worker against the
+    fake Hub, is on the Space's board after its timed refresh, marked as evaluated by the board, its source naming
+    the model's commit and the record; the tab shows the request done."""
+    from gradio_client import Client
+
+    import app
+    from helpers.space_app import serve
+
+    monkeypatch.setenv("HF_ENDPOINT", hub.url)
+    monkeypatch.setenv("ROCOCO_LEADERBOARD_REPO", RESULTS)
+    monkeypatch.setenv("ROCOCO_REQUESTS_REPO", REQUESTS)
+    monkeypatch.setenv("ROCOCO_LEADERBOARD_REFRESH_S", "1")
+    demo = app.build_app(source=open_source(benchmark=benchmark), output_dir=tmp_path / "outputs",
+                         leaderboard_db=tmp_path / "board.sqlite3")
+    try:
+        client = Client(serve(demo), verbose=False)
+        message, states = client.predict(f"hf:{MODEL}", "", "https://example.org/tiny", "fp32",
+                                         api_name="/request_evaluation")
+        assert f"at commit {hub.shas[1]} (revision main): pending" in message
+        assert [row[3] for row in states["data"]] == ["pending"]
+        assert worker(hub, tmp_path, benchmark, attacks="rand_voca").run(once=True) == 1
+        deadline = time.monotonic() + 60
+        while True:
+            shown = client.predict("", "evaluated by the board", "means", 1, api_name="/leaderboard")
+            if shown["data"] or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        (row,) = [dict(zip(shown["headers"], cells)) for cells in shown["data"]]
+        assert row["model"] == f"hf:{MODEL}" and row["kind"].startswith("evaluated by the board")
+        assert f"tree/{hub.shas[1]}" in row["source"] and f"datasets/{RESULTS}/blob/main/submissions/" in row["source"]
+        assert [row[3] for row in app.HubRequests.from_environment().states().values.tolist()] == ["done"]
+    finally:
+        demo.close()

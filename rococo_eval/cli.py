@@ -263,6 +263,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "result record, with its provenance, to the board's dataset repo (docs/space.md). The token is "
                     "$HF_TOKEN; $HF_ENDPOINT names a Hub other than huggingface.co.")
     add_worker_arguments(worker)
+    worker.add_argument("--quiet", "-q", action="store_true", help=QUIET_HELP)
+    worker.add_argument("--verbose", "-v", action="count", default=0, help="more log lines (-vv: debug)")
     worker.set_defaults(handler=worker_command)
 
     for command in (run, score):

@@ -215,8 +215,6 @@ def add_arguments(parser) -> None:
     parser.add_argument("--workers", type=int, default=0, help="threads loading images ahead of the model")
     parser.add_argument("--max-bytes", type=int, default=MAX_REPO_BYTES,
                         help=f"the largest repository evaluated, all its files together (default {MAX_REPO_BYTES})")
-    parser.add_argument("--quiet", "-q", action="store_true", help="fewer log lines")
-    parser.add_argument("--verbose", "-v", action="count", default=0, help="more log lines (-vv: debug)")
 
 
 def worker_command(args) -> int:

@@ -22,7 +22,8 @@ request is running.
 
 Example:
     >>> request = make_request("hf:org/tiny-clip", "org/tiny-clip", "main", "a" * 40, 1234, link="",
-    ...                        precision="fp32", requested_at="2026-12-05T10:00:00+00:00", client="", request_id="0" * 32)
+    ...                        precision="fp32", requested_at="2026-12-05T10:00:00+00:00", client="",
+    ...                        request_id="0" * 32)
     >>> request_path(request), request["status"]
     ('requests/00000000000000000000000000000000.json', 'pending')
     >>> read_request(request_bytes(request), "r.json")["commit"] == "a" * 40

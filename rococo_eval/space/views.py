@@ -260,7 +260,8 @@ def coverage_note(results: Mapping[str, float]) -> str:
 
 def source_markdown(source: str, link: str = "") -> str:
     r"""Where a board row comes from, as Markdown: its ``link`` as a link (shown without its scheme), else ``source``
-    as text, with an arXiv identifier in it linked to its page. Links were checked as ``http(s)://`` with no spaces,
+    as text, with an arXiv identifier in it linked to its page and an ``https://`` address as a link (a row
+    evaluated by the board: its model's commit and its record). Links were checked as ``http(s)://`` with no spaces,
     quotes or angle brackets (:meth:`~rococo_eval.board.leaderboard.Leaderboard.submit`); text is escaped.
 
     Example:
@@ -268,14 +269,15 @@ def source_markdown(source: str, link: str = "") -> str:
         'Park et al., RoCOCO, [arXiv:2304.10727v5](<https://arxiv.org/abs/2304.10727v5>), abstract'
         >>> print(source_markdown("submitted in the Space", "https://example.org/a_b"))
         [example.org/a\_b](<https://example.org/a_b>)
-        >>> print(source_markdown("model https://huggingface.co/o/m/tree/ab; record https://h.co/r.json"))
-        model [huggingface.co/o/m/tree/ab](<https://huggingface.co/o/m/tree/ab>); record [h.co/r.json](<https://h.co/r.json>)
+        >>> print(source_markdown("model https://h.co/o/m/tree/ab; record https://h.co/r.json"))
+        model [h.co/o/m/tree/ab](<https://h.co/o/m/tree/ab>); record [h.co/r.json](<https://h.co/r.json>)
     """
     if link:
         return _link(link)
     parts = re.split(r"(arXiv:\d{4}\.\d{4,5}(?:v\d+)?|https://[^\s<>\"';]+)", str(source))
     return "".join(_markdown_text(part) if index % 2 == 0 else _link(part) if part.startswith("https://") else
-                   f"[{part}](<https://arxiv.org/abs/{part.removeprefix('arXiv:')}>)" for index, part in enumerate(parts))
+                   f"[{part}](<https://arxiv.org/abs/{part.removeprefix('arXiv:')}>)"
+                   for index, part in enumerate(parts))
 
 
 def _link(url: str) -> str:

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 
-from helpers.tiny_models import make_tiny_hf_clip
+from helpers.tiny_models import make_tiny_hf_clip, make_tiny_open_clip_folder, torchvision_stand_in
 from rococo_eval.board.hub_records import HubRecords
 from rococo_eval.board.leaderboard import EVALUATED, Leaderboard
 from rococo_eval.board.records import read_record
@@ -127,27 +127,30 @@ def not_finite(files: dict) -> dict:
 def test_each_bad_request_fails_with_one_line_and_the_worker_goes_on(hub, commits, hostile_files, benchmark,
                                                                      tmp_path):
     """A repository that does not exist, a revision that does not resolve, a repository over the size limit, a model
-    that fails to load, one whose embeddings are not finite, and one holding only a pickle that needs a type outside
-    the allowlist (nothing of it runs): each request ends failed with its one line; the good request after them is
-    done."""
+    that fails to load, one whose embeddings are not finite, one holding only a pickle that needs a type outside the
+    allowlist (nothing of it runs), and one whose config names code of the repository: each request ends failed with
+    its one line; the good request after them is done."""
     size = sum(len(data) for data in commits[1].values())
     hub.put_model("org/big", {**commits[1], "extra.safetensors": b"\0" * size})
     hub.put_model("org/broken", {**commits[1], "config.json": b"{not json"})
     hub.put_model("org/nan", not_finite(commits[1]))
     hub.put_model("org/hostile", hostile_files[0])
+    config = {**json.loads(commits[1]["config.json"]), "auto_map": {"AutoModel": "modeling_mine.MyModel"}}
+    hub.put_model("org/remote-code", {**commits[1], "config.json": json.dumps(config).encode()})
     bad = {"hf:org/missing": "the Hub has no model repository org/missing",
            f"hf:{MODEL}": f"`revision` '{'f' * 40}' of {MODEL} does not resolve",
            "hf:org/big": f"holds {2 * size:,} bytes",
            "hf:org/broken": "config.json",
            "hf:org/nan": "non-finite embeddings",
-           "hf:org/hostile": "pytorch_model.bin needs eval to be read, which is not on the allowlist"}
+           "hf:org/hostile": "pytorch_model.bin needs eval to be read, which is not on the allowlist",
+           "hf:org/remote-code": "its config.json names code of the repository (auto_map)"}
     for number, model in enumerate(bad):
         repo = model.removeprefix("hf:")
         commit = "f" * 40 if model == f"hf:{MODEL}" else hub.head("models", repo) if repo != "org/missing" else "e" * 40
         put_request(hub, model, commit, repo=repo, requested_at=f"2026-01-01T00:00:0{number}+00:00")
     put_request(hub, requested_at="2026-01-01T00:01:00+00:00")
     ended = worker(hub, tmp_path, benchmark, attacks="rand_voca", max_bytes=size + 1024).run(once=True)
-    assert ended == 7
+    assert ended == len(bad) + 1
     states = {request["model"] if request["status"] == "failed" else "good": request
               for request in requests_on(hub).values()}
     for model, reason in bad.items():
@@ -155,6 +158,21 @@ def test_each_bad_request_fails_with_one_line_and_the_worker_goes_on(hub, commit
         assert "\n" not in states[model]["reason"]
     assert states["good"]["status"] == "done" and len(records_on(hub)) == 1
     assert not hostile_files[1].exists()
+
+
+def test_an_open_clip_repository_is_evaluated_from_the_hub(hub, benchmark, tmp_path):
+    """``open_clip:hf-hub:ORG/REPO``: the worker downloads the repository's commit and loads it as open_clip's
+    ``local-dir:``; its pickled weights pass the allowlist (tensors only)."""
+    with torchvision_stand_in():
+        folder = tmp_path / "tiny-open-clip"
+        make_tiny_open_clip_folder(folder)
+        commit = hub.put_model("org/tiny-open-clip", {path.name: path.read_bytes() for path in folder.iterdir()})
+        request = put_request(hub, "open_clip:hf-hub:org/tiny-open-clip", commit, repo="org/tiny-open-clip")
+        ended = worker(hub, tmp_path, benchmark, attacks="rand_voca").step()
+    assert ended["id"] == request["id"] and ended["status"] == "done", ended["reason"]
+    (record,) = records_on(hub)
+    assert record["model"] == "open_clip:hf-hub:org/tiny-open-clip"
+    assert list(record["provenance"]["weight_files"]) == ["open_clip_pytorch_model.bin"]
 
 
 def test_the_worker_evaluates_the_commit_it_claimed_when_the_request_is_edited_after(hub, benchmark, tmp_path):

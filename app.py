@@ -286,8 +286,8 @@ def _requests_form(hub_requests: HubRequests) -> SimpleNamespace:
             form.precision = gr.Dropdown(list(leaderboard.PRECISIONS[:-1]), value="fp32", label="precision", scale=1)
         form.submit = gr.Button("Request an evaluation")
         form.message = gr.Textbox(label="request", interactive=False, elem_id="request-message")
-        form.states = gr.Dataframe(value=hub_requests.states(), label="requests", interactive=False, wrap=True,
-                                   elem_id="request-states")
+        form.states = gr.Dataframe(value=HubRequests().states(), label="requests (filled when the page loads)",
+                                   interactive=False, wrap=True, elem_id="request-states")
     form.times = gr.State([])
     return form
 

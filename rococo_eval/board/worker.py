@@ -66,10 +66,17 @@ class Worker:
         self.name = name or f"{socket.gethostname()}-{os.getpid()}"
 
     def run(self, once: bool = False, poll_s: float = POLL_S) -> int:
-        """Evaluate requests as they come (``once``: until none is left to claim); return how many were ended."""
+        """Evaluate requests as they come (``once``: until none is left to claim); return how many were ended. A Hub
+        that does not answer is tried again after ``poll_s`` seconds (``once``: its error is raised)."""
         ended = 0
         while True:
-            request = self.step()
+            try:
+                request = self.step()
+            except Exception as error:  # the Hub's, a network's: a worker that waits for requests outlives them
+                if once:
+                    raise
+                logger.warning("worker %s: the requests repo %s: %s", self.name, self.queue.repo_id, error)
+                request = None
             ended += request is not None
             if request is None:
                 if once:

@@ -175,6 +175,18 @@ def test_an_open_clip_repository_is_evaluated_from_the_hub(hub, benchmark, tmp_p
     assert list(record["provenance"]["weight_files"]) == ["open_clip_pytorch_model.bin"]
 
 
+def test_a_claim_on_a_head_that_moved_is_refused_by_the_hub_and_the_request_read_again(hub):
+    """Two workers read the same head; the second claims first. The first's claim names the head it read as its
+    parent commit, which the Hub refuses (412); reading again, it finds the request running, and claims nothing."""
+    request = put_request(hub)
+    first, second = queue(hub), queue(hub)
+    head, [seen] = first.requests()
+    assert second.claim("second")["claimed_by"] == "second"
+    assert not first._commit({**seen, "status": "running", "claimed_by": "first"}, "claim", parent=head)
+    assert first.claim("first") is None
+    assert json.loads(hub.files[REQUESTS][request_path(request)])["claimed_by"] == "second"
+
+
 def test_the_worker_evaluates_the_commit_it_claimed_when_the_request_is_edited_after(hub, benchmark, tmp_path):
     request = put_request(hub, commit=hub.shas[0])
     mine = worker(hub, tmp_path, benchmark, attacks="rand_voca")

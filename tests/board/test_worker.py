@@ -10,28 +10,29 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 
 from helpers.tiny_models import make_tiny_hf_clip, make_tiny_open_clip_folder, torchvision_stand_in
 from rococo_eval.board.hub_records import HubRecords
-from rococo_eval.board.leaderboard import EVALUATED, Leaderboard
-from rococo_eval.board.records import read_record
+from rococo_eval.board.leaderboard import EVALUATED
+from rococo_eval.board.records import SUMMARY_NUMBERS, outcomes_of, read_record
 from rococo_eval.board.requests import RequestQueue, make_request, read_request, request_bytes, request_path
 from rococo_eval.board.worker import Worker
 from rococo_eval.cli import main
 from rococo_eval.data.source import open_source
+from rococo_eval.reporting.compare import report_outcomes
 
 REQUESTS, RESULTS, MODEL = "org/requests", "org/board", "org/tiny-clip"
 
 
 def model_files(folder, seed: int) -> dict:
     """The files of a tiny transformers CLIP (weights drawn with ``seed``), as a repository holds them."""
-    model_dir = make_tiny_hf_clip(folder, seed).removeprefix("hf:")
-    return {path.relative_to(model_dir).as_posix(): path.read_bytes()
-            for path in sorted(__import__("pathlib").Path(model_dir).rglob("*")) if path.is_file()}
+    model_dir = Path(make_tiny_hf_clip(folder, seed).removeprefix("hf:"))
+    return {path.relative_to(model_dir).as_posix(): path.read_bytes() for path in sorted(model_dir.rglob("*"))
+            if path.is_file()}
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +60,7 @@ def worker(hub, folder, benchmark, **options) -> Worker:
 
 
 def requests_on(hub) -> dict:
-    return {path: json.loads(data) for path, data in hub.files[REQUESTS].items()}
+    return {path: read_request(data, path) for path, data in hub.files[REQUESTS].items()}
 
 
 def records_on(hub) -> list[dict]:
@@ -92,12 +93,16 @@ def test_a_request_is_evaluated_at_its_commit_and_its_numbers_are_run_s(hub, com
                  "--attacks", "rand_voca,mix_seed1",
                  "--cache-dir", str(tmp_path / "cache"), "--out", str(tmp_path / "run"), "-q"]) == 0
     run = json.loads((tmp_path / "run" / "report.json").read_text())
-    for row in run["summary"]:
-        if "seeds" in row:
-            continue
+    rows = [row for row in run["summary"] if "seeds" not in row]
+    assert sorted(record["galleries"]) == sorted(f"{row['attack']}/{row['direction']}" for row in rows)
+    for row in rows:
         mine = record["galleries"][f"{row['attack']}/{row['direction']}"]
-        assert (mine["recall@1"], mine["recall@5"], mine["num_queries"]) == (row["recall@1"], row["recall@5"],
-                                                                              row["num_queries"])
+        assert {name: mine[name] for name in SUMMARY_NUMBERS if name in mine} == {
+            name: row[name] for name in SUMMARY_NUMBERS if name in mine}
+        assert (mine["num_queries"], mine["num_gallery"]) == (row["num_queries"], row["num_gallery"])
+    run_outcomes = report_outcomes(tmp_path / "run", run)
+    for key, outcomes in outcomes_of(record).items():
+        assert outcomes["hit"].tolist() == run_outcomes[key]["hit"].tolist()
 
 
 @pytest.fixture(scope="module")
@@ -305,12 +310,12 @@ def test_a_request_made_in_the_space_comes_onto_its_board_as_evaluated_by_the_bo
         assert worker(hub, tmp_path, benchmark, attacks="rand_voca").run(once=True) == 1
         deadline = time.monotonic() + 60
         while True:
-            shown = client.predict("", "evaluated by the board", "means", 1, api_name="/leaderboard")
+            shown = client.predict("", EVALUATED, "means", 1, api_name="/leaderboard")
             if shown["data"] or time.monotonic() > deadline:
                 break
             time.sleep(0.5)
         (row,) = [dict(zip(shown["headers"], cells)) for cells in shown["data"]]
-        assert row["model"] == f"hf:{MODEL}" and row["kind"].startswith("evaluated by the board")
+        assert row["model"] == f"hf:{MODEL}" and row["kind"].startswith(EVALUATED)
         assert f"tree/{hub.shas[1]}" in row["source"] and f"datasets/{RESULTS}/blob/main/submissions/" in row["source"]
         assert [row[3] for row in app.HubRequests.from_environment().states().values.tolist()] == ["done"]
     finally:

@@ -256,8 +256,8 @@ def _leaderboard_tab(problem: str = "", source=None) -> SimpleNamespace:
                     elem_id="leaderboard-note")
     with gr.Row():
         tab.search = gr.Textbox(label="model name holds", scale=2)
-        tab.kind = gr.Radio(["all", leaderboard.PUBLISHED, leaderboard.SUBMITTED, leaderboard.EVALUATED], value="all",
-                            label="rows", scale=2)
+        tab.kind = gr.Radio(["all", leaderboard.PUBLISHED, leaderboard.SUBMITTED, ("evaluated", leaderboard.EVALUATED)],
+                            value="all", label="rows", scale=2)
         tab.view = gr.Radio(list(BOARD_VIEWS), value=BOARD_VIEW, label="columns", scale=3,
                             elem_id="leaderboard-view")
         tab.page = gr.Number(value=1, precision=0, minimum=1, label=f"page ({leaderboard.PAGE_ROWS} rows)",

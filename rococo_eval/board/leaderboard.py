@@ -106,11 +106,9 @@ PAGE_ROWS = 100  # board rows a page shows (:func:`page_of`): the whole board of
 BLANK_LOOKING = frozenset("\u115f\u1160\u3164\uffa0\u2800")
 LOCK_TIMEOUT_S = 30
 PUBLISHED, SUBMITTED, EVALUATED = "published", "submitted", "evaluated by the board"
-KINDS = {SUBMITTED: "self-reported: the Space scored the files uploaded, and cannot know that they came from the model "
-                    "named",
-         EVALUATED: "the board's worker downloaded the named repository at the named commit and evaluated it, as "
-                    "`rococo-eval run` does",
-         PUBLISHED: "a number of a paper or an official log, copied as published"}
+# what each kind of row proves, as the board's legend says it
+KINDS = {PUBLISHED: "copied from a paper or a log", SUBMITTED: "self-reported, scored from uploaded files",
+         EVALUATED: "by its worker, from the named commit of a repository"}
 # Unicode categories stripped from names, links and notes: controls (C0, C1), formats (bidirectional overrides and
 # isolates, zero-width characters), lone surrogates, and the line and paragraph separators.
 STRIPPED_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})

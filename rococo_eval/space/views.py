@@ -74,9 +74,8 @@ BOARD_LEGEND = ("R@1 in %. The rows with a mean text R@1 come first, best first,
                 "six image attacks (t2i); blank unless the row has every one. **text attack, unnamed**: one "
                 "published number of a text attack its source does not name: not a mean, not one of the four. "
                 "**text attacks**: " + ", ".join(TEXT_ATTACKS) + ". **image attacks**: by method and seed (mix 1 = "
-                "mix_seed1). **source**: the submission's link, or where a published number comes from; for a row "
-                "evaluated by the board, the model's repository at the commit evaluated and the row's record. "
-                + " ".join(f"**{kind}**: {meaning}." for kind, meaning in KINDS.items()))
+                "mix_seed1). **source**: the submission's link, or where a published number comes from. **kind**: "
+                + "; ".join(f"{kind} ({meaning})" for kind, meaning in KINDS.items()) + ".")
 
 
 def flipped_html(rows: Sequence[dict], source=None) -> str:

@@ -92,8 +92,8 @@ def hub_repository(model: str) -> tuple[str, str]:
         parsed = parse_model_name(text)
     except ModelError:
         parsed = None
-    if (parsed is None or parsed.library == "python") and re.fullmatch(r"[\w.]+:[\w.]+", text) and \
-            text.partition(":")[0] not in families:
+    looks_like_callable = re.fullmatch(r"[\w.]+:[\w.]+", text) and text.partition(":")[0] not in families
+    if (parsed is None or parsed.library == "python") and looks_like_callable:
         raise ValueError(f"`model` {text!r} runs code of your own: the board evaluates models from the Hub only, "
                          f"named {forms}")
     if parsed is None:

@@ -39,8 +39,15 @@ from typing import Optional
 from rococo_eval.board.hub_records import HubRecords
 from rococo_eval.board.leaderboard import validity_warnings_of
 from rococo_eval.board.records import make_record, record_path
-from rococo_eval.board.requests import CLAIM_EXPIRY_S, DONE, FAILED, MAX_REPO_BYTES, RequestQueue, check_hub_model, \
-    hub_repository
+from rococo_eval.board.requests import (
+    CLAIM_EXPIRY_S,
+    DONE,
+    FAILED,
+    MAX_REPO_BYTES,
+    RequestQueue,
+    check_hub_model,
+    hub_repository,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -153,8 +160,12 @@ def check_model_files(folder: Path, what: str) -> dict[str, str]:
         ValueError: a ``config.json`` with ``auto_map`` (code of the repository), or a pickle that needs a type
             outside the allowlist (:func:`~rococo_eval.models.checkpoints.load_torch_file`: nothing of it runs).
     """
-    from rococo_eval.models.checkpoints import MAX_MODEL_CONFIG_DEPTH, MAX_SETTINGS_BYTES, load_torch_file, \
-        read_json_file
+    from rococo_eval.models.checkpoints import (
+        MAX_MODEL_CONFIG_DEPTH,
+        MAX_SETTINGS_BYTES,
+        load_torch_file,
+        read_json_file,
+    )
 
     config = folder / "config.json"
     if config.is_file() and "auto_map" in (read_json_file(config, what, MAX_SETTINGS_BYTES,

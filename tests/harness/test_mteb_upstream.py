@@ -232,13 +232,15 @@ def test_mteb_stats_writes_mtebs_statistics_of_each_task(benchmark, tmp_path, ca
 
 
 def test_the_pull_requests_description_fits_mtebs_limit_and_states_the_random_baselines_table():
-    """docs/mteb.md holds the description (at most 2,000 characters, MTEB's limit) and a table with one row of the
-    random baseline's scores per task; the ranges the description states are the table's. The table's numbers
+    """docs/mteb.md holds the description with the checklist MTEB's template asks for in the pull request (at most
+    2,000 characters together, MTEB's limit) and a table with one row of the random baseline's scores per task; the
+    ranges the description states are the table's. The table's numbers
     themselves come from a run of ``examples/mteb_rococo.py`` (10 minutes), which no test repeats."""
     page = (REPO_ROOT / "docs" / "mteb.md").read_text()
     description = page.split("<!-- pr-description -->\n")[1].split("<!-- /pr-description -->")[0]
     assert 1000 < len(description) <= 2000, len(description)
     assert "RANDOM_SCORES" not in description and RANDOM_ENCODER in description
+    assert description.count("\n- [x] ") + description.count("\n- [ ] ") == 7  # MTEB's checklist, its items
     rows = {cells[0].strip("`"): cells[1:] for line in page.splitlines() if line.startswith("| `RoCOCO-")
             for cells in [[cell.strip() for cell in line.strip("|").split("|")]]}
     assert list(rows) == list(UPSTREAM_TASKS)

@@ -157,7 +157,8 @@ def test_mtebs_own_task_tests_pass_on_a_copy_of_mteb_holding_the_files(tmp_path)
 def test_mteb_push_writes_mtebs_format_and_mtebs_loader_scores_as_the_projects_tasks(benchmark, fake_hub,
                                                                                      tmp_path, capsys, monkeypatch):
     """``rococo_dataset.py mteb-push``: each task's queries, corpus and qrels in MTEB's layout, one commit per task
-    repository, the same bytes on a second run; the upstream class (MTEB's standard loader, no ``load_data``) on those
+    repository, adversarial items (``decoy-``) in the corpus and in no relevance judgement, the same bytes on a second
+    run; the upstream class (MTEB's standard loader, no ``load_data``) on those
     files gives every retrieval score and RoCOCO's false rate that the project's task gives (random baseline
     encoder); ``--pin``'s rewrite names them."""
     argv = ["mteb-push", str(benchmark), "--owner", "org", "--token", "hf_test", "--endpoint", fake_hub.url]
@@ -173,6 +174,11 @@ def test_mteb_push_writes_mtebs_format_and_mtebs_loader_scores_as_the_projects_t
         files = fake_hub.files[f"org/{name}"]
         assert sorted(files) == sorted(parts)
         assert all(files[part] == (tmp_path / "first" / name / part).read_bytes() for part in parts)
+        folder = tmp_path / "first" / name
+        corpus, qrels = (datasets.Dataset.from_parquet(str(folder / config / "test-00000-of-00001.parquet"))
+                         for config in ("corpus", "qrels"))
+        adversarial = {item for item in corpus["id"] if item.startswith("decoy-")}
+        assert bool(adversarial) == ("clean" not in name) and set(qrels["corpus-id"]) <= set(corpus["id"]) - adversarial
     assert rococo_dataset.main([*argv, "--out", str(tmp_path / "second")]) == 0
     assert all((tmp_path / "first" / name / part).read_bytes() == (tmp_path / "second" / name / part).read_bytes()
                for name in names for part in parts)

@@ -68,7 +68,7 @@ class RoCOCOCleanI2TRetrieval(_RoCOCORetrieval):
         name="RoCOCO-clean-I2T",
         description="RoCOCO image-to-text retrieval without attack, the reference of the attacked tasks: "
         + _I2T_GALLERY
-        + " (five relevant per image)."
+        + " (five relevant per image, six for ten of them)."
         + _SCORING,
         dataset={"path": "rococo-eval/RoCOCO-clean-I2T", "revision": "unpinned"},
         category="i2t",

@@ -289,6 +289,7 @@ def _add_logging_options(command) -> None:
     command.add_argument("--quiet", "-q", action="store_true", help=QUIET_HELP)
     command.add_argument("--verbose", "-v", action="count", default=0, help="more log lines (-vv: debug)")
 
+
 def run_command(args) -> Path:
     """``rococo-eval run``: embed, score, report, for each model. Returns the report folder (of the last model;
     ``--out`` itself with ``--shard-models``).

@@ -154,6 +154,7 @@ class ModelGallery:
 
     @property
     def key(self) -> str:
+        """The gallery's key in the results (``"<attack>/<direction>"``)."""
         return gallery_key(self.attack, self.direction)
 
     def sides(self):

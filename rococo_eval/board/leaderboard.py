@@ -86,7 +86,7 @@ import numpy as np
 
 from rococo_eval.catalog import ATTACKS, CLEAN, IMAGE_ATTACKS, TEXT_ATTACKS, galleries, gallery_key
 from rococo_eval.layout import gallery_shape
-from rococo_eval.models import adapters
+from rococo_eval.models import families
 from rococo_eval.results import GalleryResult, SummaryRow
 from rococo_eval.reporting.report import REFERENCE_RESULTS, VSE_INFINITY
 from rococo_eval.scoring.consistency import disagreements, not_compared
@@ -97,7 +97,7 @@ logger = logging.getLogger(__name__)
 
 DB_ENV = "ROCOCO_LEADERBOARD_DB"
 HOURLY_LIMIT_ENV = "ROCOCO_LEADERBOARD_HOURLY_LIMIT"
-PRECISIONS = (*adapters.PRECISIONS, "other")  # the precisions a run takes, and any other
+PRECISIONS = (*families.PRECISIONS, "other")  # the precisions a run takes, and any other
 LIMITS = {"model": 100, "link": 300, "note": 500}
 RATE_LIMIT, RATE_WINDOW_S = 3, 600
 HOURLY_LIMIT = 30  # submissions an hour from everyone together

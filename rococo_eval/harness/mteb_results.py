@@ -21,7 +21,7 @@ import rococo_eval.validity as validity
 from rococo_eval.catalog import CLEAN, IMAGE_TO_TEXT, TEXT_TO_IMAGE, check_direction, gallery_key
 from rococo_eval.io.scorefiles import check_size, parse_json
 from rococo_eval.reporting.report import write_report
-from rococo_eval.results import GalleryResult, Report, build_report
+from rococo_eval.results import GalleryKey, GalleryResult, Report, build_report
 from rococo_recall import percentages
 
 SCORE_PREFIX = "rococo_"  # RoCOCO's own numbers in an MTEB task's scores: rococo_recall@1, rococo_false_rate, ...
@@ -72,7 +72,7 @@ def results_from_mteb(results: Any) -> tuple[dict[str, GalleryResult], dict[str,
         found[key] = GalleryResult(exact_numbers(metrics, where))
     if not found:
         raise ValueError(_no_rococo_task(results, others))
-    ordered = dict(sorted(found.items(), key=lambda item: (item[0].split("/")[0] != CLEAN, item[0])))
+    ordered = dict(sorted(found.items(), key=lambda item: (GalleryKey.parse(item[0]).attack != CLEAN, item[0])))
     return ordered, {key: count for key, count in tied.items() if count}
 
 

@@ -78,7 +78,7 @@ from rococo_eval.catalog import (
 )
 from rococo_eval.data.configs import CAPTIONS_CONFIG, IMAGES_CONFIG
 from rococo_eval.data.dataset import load_queries_and_gallery
-from rococo_eval.harness.mteb_results import SCORE_PREFIX, SHORT_DIRECTIONS, TASK_NAME, TIED_QUERIES
+from rococo_eval.harness.mteb_results import SCORE_PREFIX, TIED_QUERIES, task_name
 from rococo_eval.harness.mteb_upstream import STATISTICS_FOLDER, UPSTREAM_TASKS
 from rococo_eval.models.similarity import finite_rows, similarity_named, similarity_of
 from rococo_eval.version import __version__
@@ -250,7 +250,7 @@ def rococo_task(dataset: str, attack: str, direction: Optional[str] = None, *, r
     Example:
         >>> task = rococo_task("rococo-export", "rand_voca")
         >>> task.metadata.name, task.metadata.main_score, task.gallery_key
-        ('RoCOCO-rand_voca-I2T', 'hit_rate_at_1', 'rand_voca/image_to_text')
+        ('RoCOCORandVocaI2TRetrieval', 'hit_rate_at_1', 'rand_voca/image_to_text')
     """
     return _task(dataset, attack, gallery_direction(attack, direction), revision, revision or _local_revision(dataset),
                  load_kwargs)
@@ -260,7 +260,7 @@ def _task(dataset, attack: str, direction: str, revision: Optional[str], recorde
           load_kwargs: Optional[Mapping[str, Any]]) -> RococoRetrieval:
     """:func:`rococo_task` with the revision that MTEB's results record (``recorded``) made by the caller."""
     metadata = task_metadata(attack, direction, str(dataset), recorded)
-    task_class = type(metadata.name.replace("-", "_"), (RococoRetrieval,), {
+    task_class = type(metadata.name, (RococoRetrieval,), {
         "metadata": metadata, "source_dataset": str(dataset), "attack": attack, "direction": direction,
         "load_kwargs": dict(load_kwargs or {}, **({"revision": revision} if revision else {}))})
     return task_class()
@@ -268,11 +268,12 @@ def _task(dataset, attack: str, direction: str, revision: Optional[str], recorde
 
 def task_metadata(attack: str, direction: str, dataset: str, revision: str) -> TaskMetadata:
     """The MTEB metadata of one RoCOCO gallery, the upstream task's (:mod:`~rococo_eval.harness.mteb_upstream`) with
-    ``dataset`` and ``revision`` in place of its Hub repository: its name (``RoCOCO-rand_voca-I2T``), what it measures,
-    the paper, the licence and the main score (:data:`MAIN_SCORE`). A gallery RoCOCO does not hold (a generated
-    benchmark's seed 7) takes the metadata of its method's first upstream task, with its own name and description.
+    ``dataset`` and ``revision`` in place of its Hub repository: its name (``RoCOCORandVocaI2TRetrieval``,
+    :func:`~rococo_eval.harness.mteb_results.task_name`), what it measures, the paper, the licence and the main score
+    (:data:`MAIN_SCORE`). A gallery RoCOCO does not hold (a generated benchmark's seed 7) takes the metadata of its
+    method's first upstream task, with its own name (``RoCOCOMixSeed7T2IRetrieval``) and description.
     Its descriptive statistics are read from (and written to) the upstream folder."""
-    name = TASK_NAME.format(attack=attack, short=SHORT_DIRECTIONS[direction])
+    name = task_name(attack, direction)
     fields = {"dataset": {"path": dataset, "revision": revision}}
     if name not in UPSTREAM_TASKS:
         fields.update(name=name, description=_description(attack, direction))
@@ -294,8 +295,7 @@ class RococoTaskMetadata(TaskMetadata):
 def _upstream_task(name: str, attack: str, direction: str) -> type[AbsTaskRetrieval]:
     """The upstream class of the gallery named ``name``; for a seed RoCOCO lacks (``mix_seed7``), its method's first
     seed's."""
-    first_seed = TASK_NAME.format(attack=f"{attack.split('_seed')[0]}_seed{SEEDS[0]}",
-                                  short=SHORT_DIRECTIONS[direction])
+    first_seed = task_name(f"{attack.split('_seed')[0]}_seed{SEEDS[0]}", direction)
     return UPSTREAM_TASKS.get(name) or UPSTREAM_TASKS[first_seed]
 
 

@@ -36,7 +36,7 @@ def write_statistics(dataset: str, attacks: Union[str, Sequence[str]] = "all", *
 
     Example (the files it wrote from RoCOCO's export, kept in the upstream folder):
         >>> sorted(path.name for path in STATISTICS_FOLDER.glob("*.json"))[:3]
-        ['RoCOCO-clean-I2T.json', 'RoCOCO-clean-T2I.json', 'RoCOCO-danger-I2T.json']
+        ['RoCOCOCleanI2TRetrieval.json', 'RoCOCOCleanT2IRetrieval.json', 'RoCOCODangerI2TRetrieval.json']
     """
     written = []
     for task in mteb_tasks(dataset, attacks, load_kwargs=load_kwargs):
@@ -109,11 +109,12 @@ def pin_revisions(pinned: Mapping[str, Mapping[str, str]], task_file=TASK_FILE) 
         ValueError: a task the file does not hold.
 
     Example:
-        >>> pin_revisions({"RoCOCO-mix_seed7-T2I": {"path": "org/RoCOCO-mix_seed7-T2I", "revision": "main"}})
+        >>> pin_revisions({"RoCOCOMixSeed7T2IRetrieval": {"path": "org/RoCOCOMixSeed7T2IRetrieval",
+        ...                                              "revision": "main"}})
         ... # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
-        ValueError: `pinned` names 'RoCOCO-mix_seed7-T2I', which is no upstream task (RoCOCO-clean-I2T, ...)
+        ValueError: `pinned` names 'RoCOCOMixSeed7T2IRetrieval', which is no upstream task (RoCOCOCleanI2T...)
     """
     task_file = Path(task_file)
     text = task_file.read_text()

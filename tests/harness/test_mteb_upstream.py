@@ -19,8 +19,9 @@ import pytest
 
 import rococo_dataset
 from helpers import REPO_ROOT
-from rococo_eval.catalog import IMAGE_ATTACKS, TEXT_ATTACKS
+from rococo_eval.catalog import CLEAN, IMAGE_ATTACKS, IMAGE_TO_TEXT, TEXT_ATTACKS, TEXT_TO_IMAGE
 from rococo_eval.harness.mteb_tasks import MAIN_SCORE, mteb_tasks
+from rococo_eval.harness.mteb_results import task_name
 from rococo_eval.harness.mteb_upload import pin_revisions, push_tasks
 from rococo_eval.harness.mteb_upstream import KNOWN_ISSUES, STATISTICS_FOLDER, TASK_FILE, UPSTREAM_TASKS
 
@@ -51,15 +52,18 @@ def test_the_task_file_is_mtebs_form_one_static_class_per_gallery():
     assert [item.name for item in base.body if isinstance(item, ast.FunctionDef)] == ["task_specific_scores"]
     assert all([type(item) for item in node.body] == [ast.Assign] for node in classes)  # metadata only
     assert all(node.bases[0].id == base.name for node in classes)
-    expected = (["RoCOCO-clean-I2T"] + [f"RoCOCO-{attack}-I2T" for attack in TEXT_ATTACKS] + ["RoCOCO-clean-T2I"]
-                + [f"RoCOCO-{attack}-T2I" for attack in IMAGE_ATTACKS])
+    expected = ([task_name(attack, IMAGE_TO_TEXT) for attack in (CLEAN, *TEXT_ATTACKS)]
+                + [task_name(attack, TEXT_TO_IMAGE) for attack in (CLEAN, *IMAGE_ATTACKS)])
     assert list(UPSTREAM_TASKS) == expected and len(classes) == 12
+    assert expected[:2] == ["RoCOCOCleanI2TRetrieval", "RoCOCOSameConceptI2TRetrieval"]
     for name, task in UPSTREAM_TASKS.items():
+        # MTEB's style: the task's name is its class's, with no '-' or '_', ending in Retrieval
+        assert name == task.__name__ and name.endswith("Retrieval") and not {"-", "_"} & set(name)
         metadata = task.metadata
         metadata._validate_metadata()
         assert metadata.is_filled(), name
         assert (metadata.type, metadata.main_score, metadata.category) == (
-            "Any2AnyRetrieval", MAIN_SCORE, "i2t" if name.endswith("I2T") else "t2i")
+            "Any2AnyRetrieval", MAIN_SCORE, "i2t" if name.endswith("I2TRetrieval") else "t2i")
         assert metadata.dataset["path"].endswith("/" + name) and "2304.10727" in metadata.bibtex_citation
         assert set(metadata.prompt) == {"query"}
 
@@ -69,15 +73,15 @@ def test_the_projects_tasks_are_built_on_the_upstream_metadata(benchmark, tmp_pa
     RoCOCO lacks (a generated seed 7) takes its method's, with its own name."""
     tasks = {task.metadata.name: task for task in mteb_tasks(str(benchmark), load_kwargs={"cache_dir": str(tmp_path)})}
     for name, task in tasks.items():
-        upstream = UPSTREAM_TASKS.get(name, UPSTREAM_TASKS[name.replace("seed7", "seed1")]).metadata
+        upstream = UPSTREAM_TASKS.get(name, UPSTREAM_TASKS[name.replace("Seed7", "Seed1")]).metadata
         ours = task.metadata
         assert ours.dataset["path"] == str(benchmark)
         same = {"dataset", "description", "name"} if name not in UPSTREAM_TASKS else {"dataset"}
         assert {field: value for field, value in dict(ours).items() if field not in same | {"statistics_folder"}} == \
             {field: value for field, value in dict(upstream).items() if field not in same}, name
         assert ours.descriptive_stat_path == STATISTICS_FOLDER / f"{name}.json"
-    seed7 = tasks["RoCOCO-mix_seed7-T2I"].metadata.description
-    assert "'mix_seed7'" in seed7 and seed7 != UPSTREAM_TASKS["RoCOCO-mix_seed1-T2I"].metadata.description
+    seed7 = tasks["RoCOCOMixSeed7T2IRetrieval"].metadata.description
+    assert "'mix_seed7'" in seed7 and seed7 != UPSTREAM_TASKS["RoCOCOMixSeed1T2IRetrieval"].metadata.description
 
 
 def load_reference_module(path: Path):
@@ -97,15 +101,15 @@ def test_the_statistics_are_mtebs_and_its_quality_checks_flag_only_known_issues(
         statistics = json.loads((STATISTICS_FOLDER / f"{name}.json").read_text())
         split = statistics["test"]
         assert (split["num_queries"], split["num_documents"]) == (
-            (5000, 25010 if "clean" in name else 50010) if name.endswith("I2T") else
-            (25010, 5000 if "clean" in name else 10000)), name
-        texts = split["documents_text_statistics" if name.endswith("I2T") else "queries_text_statistics"]
-        repeated[name] = (split["num_documents"] if name.endswith("I2T") else split["num_queries"]) - \
+            (5000, 25010 if "Clean" in name else 50010) if name.endswith("I2TRetrieval") else
+            (25010, 5000 if "Clean" in name else 10000)), name
+        texts = split["documents_text_statistics" if name.endswith("I2TRetrieval") else "queries_text_statistics"]
+        repeated[name] = (split["num_documents"] if name.endswith("I2TRetrieval") else split["num_queries"]) - \
             texts["unique_texts"]
         for check, _ in _findings(quality, name, statistics):
             flagged.setdefault(check.split(":")[0], []).append(name)
     assert flagged == KNOWN_ISSUES == {}
-    assert repeated["RoCOCO-clean-I2T"] == 173 and repeated["RoCOCO-danger-I2T"] == 364
+    assert repeated["RoCOCOCleanI2TRetrieval"] == 173 and repeated["RoCOCODangerI2TRetrieval"] == 364
     assert all(0 < count < 0.01 * 50010 for count in repeated.values()), repeated
 
 
@@ -143,7 +147,7 @@ def test_mtebs_own_task_tests_pass_on_a_copy_of_mteb_holding_the_files(tmp_path)
         "module = importlib.import_module('mteb.get_tasks')\n"
         "every_task = module.get_tasks\n"
         "def rococo_tasks(*args, **kwargs):\n"
-        "    return [task for task in every_task(*args, **kwargs) if task.metadata.name.startswith('RoCOCO-')]\n"
+        "    return [task for task in every_task(*args, **kwargs) if task.metadata.name.startswith('RoCOCO')]\n"
         "module.get_tasks = rococo_tasks\n")
     (tmp_path / "pytest.ini").write_text("[pytest]\n")
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
@@ -178,7 +182,7 @@ def test_mteb_push_writes_mtebs_format_and_mtebs_loader_scores_as_the_projects_t
         corpus, qrels = (datasets.Dataset.from_parquet(str(folder / config / "test-00000-of-00001.parquet"))
                          for config in ("corpus", "qrels"))
         adversarial = {item for item in corpus["id"] if item.startswith("decoy-")}
-        assert bool(adversarial) == ("clean" not in name) and set(qrels["corpus-id"]) <= set(corpus["id"]) - adversarial
+        assert bool(adversarial) == ("Clean" not in name) and set(qrels["corpus-id"]) <= set(corpus["id"]) - adversarial
     assert rococo_dataset.main([*argv, "--out", str(tmp_path / "second")]) == 0
     assert all((tmp_path / "first" / name / part).read_bytes() == (tmp_path / "second" / name / part).read_bytes()
                for name in names for part in parts)
@@ -186,7 +190,8 @@ def test_mteb_push_writes_mtebs_format_and_mtebs_loader_scores_as_the_projects_t
     # MTEB's loader caches in datasets' default folder, which served another folder of the same name and card the
     # cached rows of this one (seen on RoCOCO's export after this test)
     monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "hf-datasets")
-    chosen = [task for task in project_tasks if task.metadata.name in ("RoCOCO-rand_voca-I2T", "RoCOCO-mix_seed1-T2I")]
+    chosen = [task for task in project_tasks if task.metadata.name in ("RoCOCORandVocaI2TRetrieval",
+                                                                         "RoCOCOMixSeed1T2IRetrieval")]
     upstream = []
     for task in chosen:
         upstream_class = UPSTREAM_TASKS[task.metadata.name]
@@ -208,14 +213,14 @@ def test_mteb_push_writes_mtebs_format_and_mtebs_loader_scores_as_the_projects_t
         retrieval = [name for name in scores if not name.startswith("nauc_")]
         assert {name: scores[name] for name in retrieval} == {name: their.scores["test"][0][name]
                                                               for name in retrieval}, our.task_name
-        assert 0 < scores[MAIN_SCORE] < 1 or our.task_name.endswith("I2T")
+        assert 0 < scores[MAIN_SCORE] < 1 or our.task_name.endswith("I2TRetrieval")
 
     pinned = {name: {"path": f"org/{name}", "revision": "a" * 40} for name in names if name in UPSTREAM_TASKS}
     task_file = pin_revisions(pinned, shutil.copy(TASK_FILE, tmp_path / TASK_FILE.name))
     text = task_file.read_text()
     assert all(f'dataset={{"path": "org/{name}", "revision": "{"a" * 40}"}}' in text for name in pinned)
-    with pytest.raises(ValueError, match="`pinned` names 'RoCOCO-mix_seed7-T2I', which is no upstream task"):
-        pin_revisions({"RoCOCO-mix_seed7-T2I": pinned["RoCOCO-clean-I2T"]}, task_file)
+    with pytest.raises(ValueError, match="`pinned` names 'RoCOCOMixSeed7T2IRetrieval', which is no upstream task"):
+        pin_revisions({"RoCOCOMixSeed7T2IRetrieval": pinned["RoCOCOCleanI2TRetrieval"]}, task_file)
 
 
 def test_mteb_stats_writes_mtebs_statistics_of_each_task(benchmark, tmp_path, capsys):
@@ -247,10 +252,10 @@ def test_the_pull_requests_description_fits_mtebs_limit_and_states_the_random_ba
     assert 1000 < len(description) <= 2000, len(description)
     assert "RANDOM_SCORES" not in description and RANDOM_ENCODER in description
     assert description.count("\n- [x] ") + description.count("\n- [ ] ") == 7  # MTEB's checklist, its items
-    rows = {cells[0].strip("`"): cells[1:] for line in page.splitlines() if line.startswith("| `RoCOCO-")
+    rows = {cells[0].strip("`"): cells[1:] for line in page.splitlines() if line.startswith("| `RoCOCO")
             for cells in [[cell.strip() for cell in line.strip("|").split("|")]]}
     assert list(rows) == list(UPSTREAM_TASKS)
     hit_rates = [row[0] for row in rows.values()]
     assert f"from {min(hit_rates)} to {max(hit_rates)}" in description, hit_rates
-    attacked = [float(row[2]) for name, row in rows.items() if "clean" not in name]
+    attacked = [float(row[2]) for name, row in rows.items() if "Clean" not in name]
     assert f"{int(min(attacked))} to {round(max(attacked))}%" in description, attacked

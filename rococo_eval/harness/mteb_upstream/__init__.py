@@ -25,7 +25,7 @@ STATISTICS_FOLDER = FOLDER / "descriptive_stats" / "Image" / "Any2AnyRetrieval"
 UPSTREAM_TASKS: dict[str, type[AbsTaskRetrieval]] = {
     task.metadata.name: task for task in vars(rococo_retrieval).values()
     if isinstance(task, type) and issubclass(task, AbsTaskRetrieval) and "metadata" in vars(task)}
-"""The upstream task classes by task name (``RoCOCO-rand_voca-I2T``), in the file's order."""
+"""The upstream task classes by task name (``RoCOCORandVocaI2TRetrieval``, the class name), in the file's order."""
 
 KNOWN_ISSUES: dict[str, list[str]] = {}
 """The checks of MTEB's quality test that flag RoCOCO's tasks, with the tasks they flag: none. RoCOCO's duplicates

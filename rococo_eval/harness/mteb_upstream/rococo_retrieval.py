@@ -65,12 +65,12 @@ class _RoCOCORetrieval(AbsTaskRetrieval):
 
 class RoCOCOCleanI2TRetrieval(_RoCOCORetrieval):
     metadata = TaskMetadata(
-        name="RoCOCO-clean-I2T",
+        name="RoCOCOCleanI2TRetrieval",
         description="RoCOCO image-to-text retrieval without attack, the reference of the attacked tasks: "
         + _I2T_GALLERY
         + " (five relevant per image, six for ten of them)."
         + _SCORING,
-        dataset={"path": "rococo-eval/RoCOCO-clean-I2T", "revision": "unpinned"},
+        dataset={"path": "rococo-eval/RoCOCOCleanI2TRetrieval", "revision": "unpinned"},
         category="i2t",
         prompt=_I2T_PROMPT,
         **_COMMON,
@@ -79,13 +79,13 @@ class RoCOCOCleanI2TRetrieval(_RoCOCORetrieval):
 
 class RoCOCOSameConceptI2TRetrieval(_RoCOCORetrieval):
     metadata = TaskMetadata(
-        name="RoCOCO-same_concept-I2T",
+        name="RoCOCOSameConceptI2TRetrieval",
         description="RoCOCO image-to-text retrieval under the same_concept attack: "
         + _I2T_GALLERY
         + " plus 25,000 adversarial captions, each a test caption with one word replaced by a word of the same "
         "concept (another animal, another vehicle)."
         + _SCORING,
-        dataset={"path": "rococo-eval/RoCOCO-same_concept-I2T", "revision": "unpinned"},
+        dataset={"path": "rococo-eval/RoCOCOSameConceptI2TRetrieval", "revision": "unpinned"},
         category="i2t",
         prompt=_I2T_PROMPT,
         **_COMMON,
@@ -94,13 +94,13 @@ class RoCOCOSameConceptI2TRetrieval(_RoCOCORetrieval):
 
 class RoCOCODiffConceptI2TRetrieval(_RoCOCORetrieval):
     metadata = TaskMetadata(
-        name="RoCOCO-diff_concept-I2T",
+        name="RoCOCODiffConceptI2TRetrieval",
         description="RoCOCO image-to-text retrieval under the diff_concept attack: "
         + _I2T_GALLERY
         + " plus 25,000 adversarial captions, each a test caption with one word replaced by a word of another "
         "concept."
         + _SCORING,
-        dataset={"path": "rococo-eval/RoCOCO-diff_concept-I2T", "revision": "unpinned"},
+        dataset={"path": "rococo-eval/RoCOCODiffConceptI2TRetrieval", "revision": "unpinned"},
         category="i2t",
         prompt=_I2T_PROMPT,
         **_COMMON,
@@ -109,13 +109,13 @@ class RoCOCODiffConceptI2TRetrieval(_RoCOCORetrieval):
 
 class RoCOCORandVocaI2TRetrieval(_RoCOCORetrieval):
     metadata = TaskMetadata(
-        name="RoCOCO-rand_voca-I2T",
+        name="RoCOCORandVocaI2TRetrieval",
         description="RoCOCO image-to-text retrieval under the rand_voca attack: "
         + _I2T_GALLERY
         + " plus 25,000 adversarial captions, each a test caption with one word replaced by a random word of "
         "COCO's vocabulary."
         + _SCORING,
-        dataset={"path": "rococo-eval/RoCOCO-rand_voca-I2T", "revision": "unpinned"},
+        dataset={"path": "rococo-eval/RoCOCORandVocaI2TRetrieval", "revision": "unpinned"},
         category="i2t",
         prompt=_I2T_PROMPT,
         **_COMMON,
@@ -124,13 +124,13 @@ class RoCOCORandVocaI2TRetrieval(_RoCOCORetrieval):
 
 class RoCOCODangerI2TRetrieval(_RoCOCORetrieval):
     metadata = TaskMetadata(
-        name="RoCOCO-danger-I2T",
+        name="RoCOCODangerI2TRetrieval",
         description="RoCOCO image-to-text retrieval under the danger attack: "
         + _I2T_GALLERY
         + " plus 25,000 adversarial captions, each a test caption with a word replaced by a dangerous one. Some "
         "adversarial captions are identical to a test caption (the replaced word was already there)."
         + _SCORING,
-        dataset={"path": "rococo-eval/RoCOCO-danger-I2T", "revision": "unpinned"},
+        dataset={"path": "rococo-eval/RoCOCODangerI2TRetrieval", "revision": "unpinned"},
         category="i2t",
         prompt=_I2T_PROMPT,
         **_COMMON,
@@ -139,12 +139,12 @@ class RoCOCODangerI2TRetrieval(_RoCOCORetrieval):
 
 class RoCOCOCleanT2IRetrieval(_RoCOCORetrieval):
     metadata = TaskMetadata(
-        name="RoCOCO-clean-T2I",
+        name="RoCOCOCleanT2IRetrieval",
         description="RoCOCO text-to-image retrieval without attack, the reference of the attacked tasks: "
         + _T2I_GALLERY
         + "."
         + _SCORING,
-        dataset={"path": "rococo-eval/RoCOCO-clean-T2I", "revision": "unpinned"},
+        dataset={"path": "rococo-eval/RoCOCOCleanT2IRetrieval", "revision": "unpinned"},
         category="t2i",
         prompt=_T2I_PROMPT,
         **_COMMON,
@@ -153,13 +153,13 @@ class RoCOCOCleanT2IRetrieval(_RoCOCORetrieval):
 
 class RoCOCOMixSeed1T2IRetrieval(_RoCOCORetrieval):
     metadata = TaskMetadata(
-        name="RoCOCO-mix_seed1-T2I",
+        name="RoCOCOMixSeed1T2IRetrieval",
         description="RoCOCO text-to-image retrieval under the mix attack with seed 1: "
         + _T2I_GALLERY
         + " plus 5,000 adversarial images, each a test image blended with another test image"
         " (the seed draws the partners; RoCOCO reports seeds 1, 10 and 100 and their mean)."
         + _SCORING,
-        dataset={"path": "rococo-eval/RoCOCO-mix_seed1-T2I", "revision": "unpinned"},
+        dataset={"path": "rococo-eval/RoCOCOMixSeed1T2IRetrieval", "revision": "unpinned"},
         category="t2i",
         prompt=_T2I_PROMPT,
         **_COMMON,
@@ -168,13 +168,13 @@ class RoCOCOMixSeed1T2IRetrieval(_RoCOCORetrieval):
 
 class RoCOCOMixSeed10T2IRetrieval(_RoCOCORetrieval):
     metadata = TaskMetadata(
-        name="RoCOCO-mix_seed10-T2I",
+        name="RoCOCOMixSeed10T2IRetrieval",
         description="RoCOCO text-to-image retrieval under the mix attack with seed 10: "
         + _T2I_GALLERY
         + " plus 5,000 adversarial images, each a test image blended with another test image"
         " (the seed draws the partners; RoCOCO reports seeds 1, 10 and 100 and their mean)."
         + _SCORING,
-        dataset={"path": "rococo-eval/RoCOCO-mix_seed10-T2I", "revision": "unpinned"},
+        dataset={"path": "rococo-eval/RoCOCOMixSeed10T2IRetrieval", "revision": "unpinned"},
         category="t2i",
         prompt=_T2I_PROMPT,
         **_COMMON,
@@ -183,13 +183,13 @@ class RoCOCOMixSeed10T2IRetrieval(_RoCOCORetrieval):
 
 class RoCOCOMixSeed100T2IRetrieval(_RoCOCORetrieval):
     metadata = TaskMetadata(
-        name="RoCOCO-mix_seed100-T2I",
+        name="RoCOCOMixSeed100T2IRetrieval",
         description="RoCOCO text-to-image retrieval under the mix attack with seed 100: "
         + _T2I_GALLERY
         + " plus 5,000 adversarial images, each a test image blended with another test image"
         " (the seed draws the partners; RoCOCO reports seeds 1, 10 and 100 and their mean)."
         + _SCORING,
-        dataset={"path": "rococo-eval/RoCOCO-mix_seed100-T2I", "revision": "unpinned"},
+        dataset={"path": "rococo-eval/RoCOCOMixSeed100T2IRetrieval", "revision": "unpinned"},
         category="t2i",
         prompt=_T2I_PROMPT,
         **_COMMON,
@@ -198,13 +198,13 @@ class RoCOCOMixSeed100T2IRetrieval(_RoCOCORetrieval):
 
 class RoCOCOPatchSeed1T2IRetrieval(_RoCOCORetrieval):
     metadata = TaskMetadata(
-        name="RoCOCO-patch_seed1-T2I",
+        name="RoCOCOPatchSeed1T2IRetrieval",
         description="RoCOCO text-to-image retrieval under the patch attack with seed 1: "
         + _T2I_GALLERY
         + " plus 5,000 adversarial images, each a test image with a patch of another test image pasted on it"
         " (the seed draws the partners; RoCOCO reports seeds 1, 10 and 100 and their mean)."
         + _SCORING,
-        dataset={"path": "rococo-eval/RoCOCO-patch_seed1-T2I", "revision": "unpinned"},
+        dataset={"path": "rococo-eval/RoCOCOPatchSeed1T2IRetrieval", "revision": "unpinned"},
         category="t2i",
         prompt=_T2I_PROMPT,
         **_COMMON,
@@ -213,13 +213,13 @@ class RoCOCOPatchSeed1T2IRetrieval(_RoCOCORetrieval):
 
 class RoCOCOPatchSeed10T2IRetrieval(_RoCOCORetrieval):
     metadata = TaskMetadata(
-        name="RoCOCO-patch_seed10-T2I",
+        name="RoCOCOPatchSeed10T2IRetrieval",
         description="RoCOCO text-to-image retrieval under the patch attack with seed 10: "
         + _T2I_GALLERY
         + " plus 5,000 adversarial images, each a test image with a patch of another test image pasted on it"
         " (the seed draws the partners; RoCOCO reports seeds 1, 10 and 100 and their mean)."
         + _SCORING,
-        dataset={"path": "rococo-eval/RoCOCO-patch_seed10-T2I", "revision": "unpinned"},
+        dataset={"path": "rococo-eval/RoCOCOPatchSeed10T2IRetrieval", "revision": "unpinned"},
         category="t2i",
         prompt=_T2I_PROMPT,
         **_COMMON,
@@ -228,13 +228,13 @@ class RoCOCOPatchSeed10T2IRetrieval(_RoCOCORetrieval):
 
 class RoCOCOPatchSeed100T2IRetrieval(_RoCOCORetrieval):
     metadata = TaskMetadata(
-        name="RoCOCO-patch_seed100-T2I",
+        name="RoCOCOPatchSeed100T2IRetrieval",
         description="RoCOCO text-to-image retrieval under the patch attack with seed 100: "
         + _T2I_GALLERY
         + " plus 5,000 adversarial images, each a test image with a patch of another test image pasted on it"
         " (the seed draws the partners; RoCOCO reports seeds 1, 10 and 100 and their mean)."
         + _SCORING,
-        dataset={"path": "rococo-eval/RoCOCO-patch_seed100-T2I", "revision": "unpinned"},
+        dataset={"path": "rococo-eval/RoCOCOPatchSeed100T2IRetrieval", "revision": "unpinned"},
         category="t2i",
         prompt=_T2I_PROMPT,
         **_COMMON,

@@ -270,7 +270,7 @@ def test_the_wheel_holds_every_file_of_the_package_and_the_sdist_what_a_build_ne
 def test_the_installed_command_prints_its_help_and_the_one_version(venv):
     command = venv["bin"] / "rococo-eval"
     assert _in_venv(venv, command, "--version").strip() == f"rococo-eval {__version__}"
-    assert "{run,score,attack,table,compare,from-mteb,leaderboard}" in _in_venv(venv, command, "--help")
+    assert "{run,score,attack,table,compare,from-mteb,leaderboard,worker}" in _in_venv(venv, command, "--help")
     assert _in_venv(venv, venv["python"], "-m", "rococo_eval", "--version").strip() == f"rococo-eval {__version__}"
 
 

@@ -10,8 +10,14 @@ import pytest
 
 from helpers.one_model import one_model_scores
 from rococo_eval.layout import gallery_layout
+from rococo_eval.results import GalleryResult
 from rococo_eval.scoring.consistency import disagreements, has_fill_block
 from rococo_eval.scoring.plan import GalleryFacts, ScoreRequest, disagreements_of, plan_score_files, score_planned
+
+
+def typed(numbers: dict) -> dict:
+    """Each gallery's numbers as the result the consistency check reads."""
+    return {key: GalleryResult(metrics) for key, metrics in numbers.items()}
 
 CAPTIONS = [5] * 19 + [6]  # 20 images, 101 captions
 GALLERIES = [("clean", "image_to_text", "official"), ("rand_voca", "image_to_text", "official"),
@@ -102,7 +108,7 @@ def test_float16_rounding_agrees_within_one_dtype_and_is_named_across_dtypes(tmp
     mixed = {**numbers[np.float32], "rand_voca/image_to_text": numbers[np.float16]["rand_voca/image_to_text"]}
     assert mixed["rand_voca/image_to_text"]["clean_recall@1"] != mixed["clean/image_to_text"]["recall@1"]
     dtypes = {key: "float32" for key in mixed} | {"rand_voca/image_to_text": "float16"}
-    [found] = disagreements(mixed, {key: key.replace("/", "_") + ".npy" for key in mixed}, dtypes=dtypes)
+    [found] = disagreements(typed(mixed), {key: key.replace("/", "_") + ".npy" for key in mixed}, dtypes=dtypes)
     assert found.mixed_dtypes == {"float32": ["clean_image_to_text.npy", "danger_image_to_text.npy"],
                                   "float16": ["rand_voca_image_to_text.npy"]}
     assert ("The files were saved as float32 (clean_image_to_text.npy, danger_image_to_text.npy) and float16 "
@@ -134,7 +140,7 @@ def test_a_rerankers_galleries_are_not_compared(tmp_path):
         assert disagreements_of(plans, results) == [], kind
     metrics = {key: result.metrics for key, result in results.items()}  # the full matrices, compared all the same
     assert metrics["mix_seed1/text_to_image"]["clean_recall@1"] != metrics["clean/text_to_image"]["recall@1"]
-    assert disagreements(metrics) != []
+    assert disagreements(typed(metrics)) != []
 
 
 def test_a_fill_block_is_one_lowest_score_shared_by_a_tenth_of_every_row():
@@ -148,13 +154,14 @@ def test_a_fill_block_is_one_lowest_score_shared_by_a_tenth_of_every_row():
     assert not has_fill_block(tied)
 
 
-def test_seed_means_rows_without_numbers_and_bounded_numbers_are_left_out():
+def test_galleries_without_numbers_and_bounded_numbers_are_left_out():
+    """(A seed mean is a summary row, never a gallery's result: the check reads results only.)"""
     rows = {"clean/image_to_text": {"recall@1": 50.0},
             "danger/image_to_text": {"clean_recall@1": 51.0, "clean_recall@1_bounds": (51.0, 53.0)},
             "rand_voca/image_to_text": {"clean_recall@1": float("nan")},
-            "mix/text_to_image": {"seeds": (1, 10), "clean_recall@1": 3.0},
             "mix_seed1/text_to_image": {"clean_recall@1": 30.0}}
-    assert disagreements(rows) == []
+    assert disagreements(typed(rows)) == []
+    assert disagreements(typed({**rows, "danger/image_to_text": {"clean_recall@1": 51.0}})) != []  # bounds: apart
 
 
 def test_a_custom_layout_is_not_compared(tmp_path):
@@ -177,6 +184,7 @@ def test_the_numbers_of_a_disagreement_are_shown_as_every_table_shows_them(monke
     import rococo_eval.results as results
 
     monkeypatch.setattr(results, "DECIMALS", 3)
-    found = disagreements({"clean/image_to_text": {"recall@1": 80.0, "num_queries": 30},
-                           "danger/image_to_text": {"clean_recall@1": 90.0, "recall@1": 60.0, "num_queries": 30}})
+    found = disagreements(typed({"clean/image_to_text": {"recall@1": 80.0, "num_queries": 30},
+                                 "danger/image_to_text": {"clean_recall@1": 90.0, "recall@1": 60.0,
+                                                          "num_queries": 30}}))
     assert "80.000 (24 of 30 queries) from clean/image_to_text" in found[0].message

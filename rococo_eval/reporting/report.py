@@ -271,7 +271,7 @@ def legend(rows=None) -> str:
     rows = None if rows is None else [SummaryRow.from_dict(row) for row in rows]
     names = _COLUMNS if rows is None else dict.fromkeys(_generic(name) for name in _columns(rows))
     suffixes = _INTERVALS if rows is None else [suffix for suffix in _INTERVALS
-                                                if any(name.endswith(suffix) for row in rows for name in row.names())]
+                                                if any(name.endswith(suffix) for row in rows for name in row.values)]
     entries = [(_COLUMNS[name][0], _COLUMNS[name][1]) for name in names if name in _COLUMNS]
     entries += [_INTERVALS[suffix] for suffix in suffixes]
     counts = [_COLUMNS[name][0] for name in names if name.startswith("num_")]
@@ -502,7 +502,8 @@ def _markdown_table(headers, cells) -> str:
 
 
 def _columns(rows) -> list[str]:
-    present = {name for row in rows for name in row.names()}
+    present = {"attack", *("direction" for row in rows if row.direction is not None)}
+    present.update(name for row in rows for name in row.values)
 
     def recall_columns(prefix):
         ks = sorted(int(m.group(1)) for name in present if (m := re.fullmatch(prefix + r"recall@(\d+)", name)))
@@ -524,8 +525,8 @@ def _label(name: str) -> str:
 
 
 def _cell(row: SummaryRow, name: str) -> str:
-    value = row.get(name)
-    if name == "attack" and row.is_seed_mean:
+    value = {"attack": row.attack, "direction": row.direction}.get(name, row.values.get(name))
+    if name == "attack" and row.seeds is not None:
         return f"{value} (mean of seeds {', '.join(map(str, row.seeds))})"
     if name in _NEEDS_ATTACK and row.attack == CLEAN:
         return NOT_DEFINED
@@ -539,8 +540,8 @@ def _cell(row: SummaryRow, name: str) -> str:
         return str(int(value))
     text = percent_text(value)
     for suffix, form in (("_ci", " [{}, {}]"), ("_range", " ({}–{})"), ("_bounds", " {{{} to {}}}")):
-        if row.get(name + suffix) is not None:
-            text += form.format(*map(percent_text, row.get(name + suffix)))
+        if row.values.get(name + suffix) is not None:
+            text += form.format(*map(percent_text, row.values[name + suffix]))
     return text
 
 

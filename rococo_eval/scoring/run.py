@@ -2,7 +2,7 @@
 what the report's ``meta`` says of the scoring.
 
 :func:`score_run` is the scoring half of :func:`rococo_eval.evaluation.evaluate_model` (which adds the model, the
-source and the report around it): it checks the saving options once, before any work, scores every gallery
+source and the report around it): it scores every gallery
 (:func:`~rococo_eval.scoring.galleries.score_model`, two stages for a
 :class:`~rococo_eval.models.protocol.TwoStageModel`), gathers the validity warnings of every process of a launch, and
 gives rank 0 a :class:`ModelScores`.
@@ -40,10 +40,11 @@ def score_run(model, source, attacks: Sequence[str], cache_dir, *, batch_size: i
     """Score ``model``'s galleries of ``attacks`` with its embeddings cached in ``cache_dir``'s ``embeddings/``;
     on rank 0 of ``processes``, return them with the report's entries; on the others (their share done), None.
 
-    The options are :func:`~rococo_eval.evaluation.evaluate_model`'s, checked here (:func:`check_saving`) before any
-    work; progress bars are rank 0's only.
+    The options are :func:`~rococo_eval.evaluation.evaluate_model`'s, each checked once before any work
+    (:func:`~rococo_eval.scoring.galleries.check_saving`): ``save_embeddings`` here, the others by
+    :func:`~rococo_eval.scoring.galleries.score_model`; progress bars are rank 0's only.
     """
-    check_saving(model, save_scores=save_scores, compact_scores=compact_scores, save_embeddings=save_embeddings)
+    check_saving(model, save_embeddings=save_embeddings)
     with validity.recorded() as warnings:  # a damaged cache file dropped, for the report
         cache = EmbeddingCache(Path(cache_dir) / "embeddings", batch_size=batch_size, workers=workers,
                                progress=progress and processes.is_main)

@@ -43,6 +43,7 @@ from rococo_eval.space.handlers import (
     Submitted,
     open_board,
 )
+from rococo_eval.space.hub_requests import HubRequests, Requested
 from rococo_eval.space.logic import (
     ALL_GALLERIES,
     IMAGE_ATTACK_HEADERS,
@@ -123,6 +124,7 @@ def build_app(source=None, captions_per_image=None, *, concurrency: int = 2, out
     reopen = functools.partial(open_board, leaderboard_db, output_root, source, captions_per_image)
     board, board_problem = reopen()
     handlers = Handlers(source, captions_per_image, output_root, board, board_problem, reopen)
+    hub_requests = HubRequests.from_environment()
     served = _served(source)
     with gr.Blocks(title=f"{served} — robustness evaluation",
                    delete_cache=(MAX_AGE_S, MAX_AGE_S)) as demo:
@@ -143,8 +145,10 @@ def build_app(source=None, captions_per_image=None, *, concurrency: int = 2, out
             compare_tab = _compare_tab()
         with gr.Tab("Leaderboard"):
             board_tab = _leaderboard_tab(board_problem, source)
+            requests_form = _requests_form(hub_requests)
         _wire(handlers, evaluate_tab, flipped_tab, explore_tab, compare_tab, session, concurrency)
         _wire_leaderboard(demo, handlers, evaluate_tab, board_tab, session)
+        _wire_requests(demo, hub_requests, requests_form)
         if source is not None:
             demo.load(handlers.show, explore_tab.index, _outputs(Shown, explore_tab), api_visibility="private")
     demo.queue(default_concurrency_limit=LIGHT_REQUEST_CONCURRENCY)
@@ -261,7 +265,8 @@ def _leaderboard_tab(problem: str = "", source=None) -> SimpleNamespace:
                     elem_id="leaderboard-note")
     with gr.Row():
         tab.search = gr.Textbox(label="model name holds", scale=2)
-        tab.kind = gr.Radio(["all", leaderboard.PUBLISHED, leaderboard.SUBMITTED], value="all", label="rows", scale=2)
+        tab.kind = gr.Radio(["all", leaderboard.PUBLISHED, leaderboard.SUBMITTED, ("evaluated", leaderboard.EVALUATED)],
+                            value="all", label="rows", scale=2)
         tab.view = gr.Radio(list(BOARD_VIEWS), value=BOARD_VIEW, label="columns", scale=3,
                             elem_id="leaderboard-view")
         tab.page = gr.Number(value=1, precision=0, minimum=1, label=f"page ({leaderboard.PAGE_ROWS} rows)",
@@ -274,6 +279,33 @@ def _leaderboard_tab(problem: str = "", source=None) -> SimpleNamespace:
                              elem_id="leaderboard-table")
     tab.note = gr.Markdown("", elem_id="leaderboard-status")  # which rows of how many; where the board is kept
     return tab
+
+
+def _requests_form(hub_requests: HubRequests) -> SimpleNamespace:
+    """The Leaderboard tab's form that asks the board's worker to evaluate a model from the Hub, and the requests'
+    states (:class:`~rococo_eval.space.hub_requests.HubRequests`)."""
+    form = SimpleNamespace()
+    with gr.Accordion("Evaluate a model from the Hub", open=False):
+        gr.Markdown(hub_requests.intro())
+        with gr.Row():
+            form.model = gr.Textbox(label="model (hf:ORG/REPO, open_clip:hf-hub:ORG/REPO, pcmepp:ORG/REPO)",
+                                    max_length=leaderboard.LIMITS["model"], elem_id="request-model", scale=3)
+            form.revision = gr.Textbox(label="revision (default main)", max_length=200, scale=1)
+            form.link = gr.Textbox(label="link (https://...)", max_length=leaderboard.LIMITS["link"], scale=2)
+            form.precision = gr.Dropdown(list(leaderboard.PRECISIONS[:-1]), value="fp32", label="precision", scale=1)
+        form.submit = gr.Button("Request an evaluation")
+        form.message = gr.Textbox(label="request", interactive=False, elem_id="request-message")
+        form.states = gr.Dataframe(value=HubRequests().states(), label="requests (filled when the page loads)",
+                                   interactive=False, wrap=True, elem_id="request-states")
+    form.times = gr.State([])
+    return form
+
+
+def _wire_requests(demo, hub_requests: HubRequests, form) -> None:
+    demo.load(hub_requests.states, None, form.states, api_visibility="private")
+    form.submit.click(hub_requests.submit, [form.model, form.revision, form.link, form.precision, form.times],
+                      _outputs(Requested, form), api_name="request_evaluation",
+                      show_progress_on=form.message)
 
 
 def _board_takes(source) -> str:

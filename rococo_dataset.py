@@ -11,6 +11,8 @@ directly, or export Parquet files that ``load_dataset`` reads::
 
     python rococo_dataset.py export --out DIR [--configs NAME ...] [--annotations-dir DIR] [--images-dir COCO_ROOT]
     python rococo_dataset.py push DIR --repo-id OWNER/NAME [--private]
+    python rococo_dataset.py mteb-stats DIR [--out FOLDER]    # MTEB's statistics of each task (docs/mteb.md)
+    python rococo_dataset.py mteb-push DIR --owner OWNER --out FOLDER [--pin] [--private]
 
 Builder keyword arguments (each also a :class:`RococoConfig` field):
     ``annotations_dir`` (or ``data_dir``): folder of the official annotation files; default
@@ -89,6 +91,21 @@ class RococoDataset(datasets.GeneratorBasedBuilder):
         yield from enumerate(table_rows(source, table, workers=self.config.workers))
 
 
+def _mteb_command(args) -> str:
+    """``mteb-stats`` and ``mteb-push`` (:mod:`rococo_eval.harness.mteb_upload`, the ``mteb`` extra): the files
+    written, or each task's repository and revision, one a line."""
+    from rococo_eval.harness import mteb_upload
+
+    if args.command == "mteb-stats":
+        folder = {"folder": args.out} if args.out else {}
+        return "\n".join(str(path) for path in mteb_upload.write_statistics(args.folder, **folder))
+    pinned = mteb_upload.push_tasks(args.folder, args.owner, args.out, token=args.token, private=args.private,
+                                    endpoint=args.endpoint)
+    if args.pin:
+        mteb_upload.pin_revisions(pinned)
+    return "\n".join(f"{name} {dataset['path']}@{dataset['revision']}" for name, dataset in pinned.items())
+
+
 def main(argv=None) -> int:
     """The command line: ``export`` a Parquet folder, ``push`` it to the Hub. Prints the result's location."""
     parser = argparse.ArgumentParser(prog="rococo_dataset.py", description=__doc__.split("\n\n")[0])
@@ -113,8 +130,21 @@ def main(argv=None) -> int:
     push.add_argument("folder")
     push.add_argument("--repo-id", required=True, help="OWNER/NAME")
     push.add_argument("--private", action="store_true", help="create the repository as private")
-    push.add_argument("--token", help="Hub token (default: the saved login or $HF_TOKEN)")
-    push.add_argument("--endpoint", help="Hub endpoint (default: $HF_ENDPOINT or huggingface.co)")
+    stats = commands.add_parser("mteb-stats", help="MTEB's descriptive statistics of each RoCOCO task of an export")
+    stats.add_argument("folder", help="an exported folder")
+    stats.add_argument("--out", help="folder of the <task>.json files (default: the upstream folder, "
+                       "rococo_eval/harness/mteb_upstream/descriptive_stats/Image/Any2AnyRetrieval)")
+    mteb_push = commands.add_parser("mteb-push", help="write each RoCOCO task of an export in MTEB's retrieval "
+                                    "format and upload it to <owner>/<task>")
+    mteb_push.add_argument("folder", help="an exported folder")
+    mteb_push.add_argument("--owner", required=True, help="Hub user or organisation")
+    mteb_push.add_argument("--out", required=True, help="folder for the tasks' MTEB-format folders")
+    mteb_push.add_argument("--pin", action="store_true", help="write the repositories and revisions pushed into "
+                           "the upstream task file (rococo_eval/harness/mteb_upstream/rococo_retrieval.py)")
+    mteb_push.add_argument("--private", action="store_true", help="create the repositories as private")
+    for command in (push, mteb_push):
+        command.add_argument("--token", help="Hub token (default: the saved login or $HF_TOKEN)")
+        command.add_argument("--endpoint", help="Hub endpoint (default: $HF_ENDPOINT or huggingface.co)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
@@ -124,9 +154,11 @@ def main(argv=None) -> int:
                                     images_dir=args.images_dir, cache_dir=args.cache_dir,
                                     image_base_url=args.image_base_url, include_queries=not args.no_queries,
                                     workers=args.workers, overwrite=args.overwrite, progress=sys.stderr.isatty())
-        else:
+        elif args.command == "push":
             result = push_to_hub(args.folder, args.repo_id, token=args.token, private=args.private,
                                  endpoint=args.endpoint)
+        else:
+            result = _mteb_command(args)
     except (ValueError, OSError) as error:
         parser.exit(1, f"error: {error}\n")
     print(result)

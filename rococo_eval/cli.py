@@ -97,7 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"rococo-eval {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
     for add in (_add_run_command, _add_score_command, _add_attack_command, _add_report_commands,
-                _add_leaderboard_command):
+                _add_leaderboard_command, _add_worker_command):
         add(commands)
     return parser
 
@@ -274,6 +274,21 @@ def _add_leaderboard_command(commands) -> None:
     migrate.set_defaults(handler=migrate_command)
 
 
+def _add_worker_command(commands) -> None:
+    """``rococo-eval worker``: the board's requests evaluated (:mod:`rococo_eval.board.worker`)."""
+    from rococo_eval.board.worker import add_arguments as add_worker_arguments, worker_command
+
+    worker = commands.add_parser(
+        "worker", help="evaluate the board's requests: models from the Hub, at the commits requested",
+        description="Claim the requests of the Space's requests repo one at a time (so that two workers never take "
+                    "the same one), evaluate each model at its requested commit as `run` does, and commit its "
+                    "result record, with its provenance, to the board's dataset repo (docs/space.md). The token is "
+                    "$HF_TOKEN; $HF_ENDPOINT names a Hub other than huggingface.co.")
+    add_worker_arguments(worker)
+    _add_logging_options(worker)
+    worker.set_defaults(handler=worker_command)
+
+
 def _add_source_options(command) -> None:
     """The options of ``run`` and ``score``: which source (RoCOCO's files or a benchmark), and where the report goes."""
     command.add_argument("--annotations-dir", help="folder of the official annotation files "
@@ -288,6 +303,7 @@ def _add_logging_options(command) -> None:
     """``--quiet`` and ``--verbose``, which every subcommand takes."""
     command.add_argument("--quiet", "-q", action="store_true", help=QUIET_HELP)
     command.add_argument("--verbose", "-v", action="count", default=0, help="more log lines (-vv: debug)")
+
 
 def run_command(args) -> Path:
     """``rococo-eval run``: embed, score, report, for each model. Returns the report folder (of the last model;

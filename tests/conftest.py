@@ -97,6 +97,7 @@ LONGEST_FIRST = (  # measured 2026-12-05 (pytest --durations=0, three workers)
     "tests/models/test_vse_infty.py",  # 35 s
     "tests/metric/test_metric.py",  # 34 s
     "tests/board/test_hub_records.py",  # 32 s
+    "tests/harness/test_mteb_upstream.py",  # 35-60 s: MTEB's own task tests on a copy of mteb
     "tests/board/test_replica_spaces.py",  # 20-40 s: two Space processes, mostly waiting on their start
     "tests/attacks/test_lexicon.py",  # 29 s
     "tests/harness/test_torchmetrics_metric.py",  # 26 s

@@ -913,11 +913,11 @@ def test_from_mteb_warns_of_ties_that_mteb_decided_even_when_quiet(tmp_path):
     layout = gallery_layout(CLEAN, IMAGE_TO_TEXT, [5, 5, 5, 5])
     scores = np.random.default_rng(0).standard_normal((layout.num_queries, layout.num_gallery))
     numbers = rococo_recall.rococo_recall(scores, **layout.metric_inputs())
-    task = {"task_name": "RoCOCO-clean-I2T", "scores": {"test": [
+    task = {"task_name": "RoCOCOCleanI2TRetrieval", "scores": {"test": [
         {**{f"rococo_{name}": value for name, value in numbers.items()}, "rococo_tied_queries": 2}]}}
     folder = tmp_path / "mteb" / "org__model" / "revision"
     folder.mkdir(parents=True)
-    (folder / "RoCOCO-clean-I2T.json").write_text(json.dumps(task))
+    (folder / "RoCOCOCleanI2TRetrieval.json").write_text(json.dumps(task))
     done = _score_in_a_terminal("from-mteb", tmp_path / "mteb", "--out", tmp_path / "report", "--quiet")
     assert done.returncode == 0, done.stderr
     warning = ("MTEB ordered tied items by id for 2 queries of clean/image_to_text: run's pessimistic ties may give "

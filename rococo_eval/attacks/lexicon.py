@@ -22,7 +22,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import importlib
-import io
 import logging
 import os
 import warnings
@@ -154,25 +153,14 @@ def wordnet():
         'noun.animal'
     """
     _verified()
-    reader_module = _import("nltk.corpus.reader.wordnet")
+    nltk_data = _import("nltk.data")  # NLTK is installed: the reader's module may import it
+    from rococo_eval.attacks.wordnet_reader import DebianWordNet
 
-    class _DebianWordNet(reader_module.WordNetCorpusReader):
-        def open(self, file):
-            if file == "lexnames":
-                category = {"noun": 1, "verb": 2, "adj": 3, "adv": 4}
-                return io.StringIO("".join(f"{i:02d}\t{name}\t{category[name.split('.')[0]]}\n"
-                                           for i, name in enumerate(LEXNAMES)))
-            return super().open(file)
-
-        def map_wn(self, version="wordnet"):
-            return None  # the mapping to other WordNet versions serves only the multilingual data
-
-    nltk_data = _import("nltk.data")
     if str(wordnet_dir()) not in nltk_data.path:
         nltk_data.path.append(str(wordnet_dir()))  # NLTK reads only folders on its data path
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="The multilingual functions are not available")
-        reader = _DebianWordNet(str(wordnet_dir()), None)
+        reader = DebianWordNet(str(wordnet_dir()), LEXNAMES)
     logger.info("WordNet %s read from %s", reader.get_version(), wordnet_dir())
     return reader
 

@@ -6,7 +6,9 @@
 - :mod:`~rococo_eval.board.records`: one submission's record, defined once;
 - :mod:`~rococo_eval.board.hub_records`: the records in the repo, transferred by
   :mod:`~rococo_eval.board.hub_transfer` in a child process;
-- :mod:`~rococo_eval.board.migration`: an old ``leaderboard.jsonl`` turned into records, once.
+- :mod:`~rococo_eval.board.migration`: an old ``leaderboard.jsonl`` turned into records, once;
+- :mod:`~rococo_eval.board.requests`: the requests to evaluate a model from the Hub, checked and claimed;
+- :mod:`~rococo_eval.board.worker`: the worker that evaluates them (``rococo-eval worker``) and commits their records.
 
 None of them imports gradio.
 """

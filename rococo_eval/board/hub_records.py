@@ -157,7 +157,8 @@ class HubRecords:
                 target = self.mirror / record_path(record)
                 target.parent.mkdir(parents=True, exist_ok=True)
                 write_atomic(target, lambda handle: handle.write(data))
-                self._board.mark_on_hub(record["id"])
+                if self._board is not None:  # a worker's outbox has no board
+                    self._board.mark_on_hub(record["id"])
                 file.unlink()
         return done
 

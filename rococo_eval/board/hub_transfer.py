@@ -72,9 +72,9 @@ def _commit(api, repo_id: str, files: list[str]) -> None:
         print(f"landed {file}", flush=True)
 
 
-def fetch(api, repo_id: str, path: str) -> bytes:
-    """The file ``path`` of the dataset repo ``repo_id`` (an ``huggingface_hub.HfApi``'s endpoint and token), in
-    one GET: records never change, so there is no metadata to compare first.
+def fetch(api, repo_id: str, path: str, revision: str = "main") -> bytes:
+    """The file ``path`` of the dataset repo ``repo_id`` at ``revision`` (an ``huggingface_hub.HfApi``'s endpoint and
+    token), in one GET: records never change, so there is no metadata to compare first.
 
     Raises:
         huggingface_hub.errors.HfHubHTTPError: the Hub's answer is an error (no such file, no access).
@@ -82,7 +82,8 @@ def fetch(api, repo_id: str, path: str) -> bytes:
     from huggingface_hub import hf_hub_url
     from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
 
-    response = get_session().get(hf_hub_url(repo_id, path, repo_type="dataset", endpoint=api.endpoint),
+    response = get_session().get(hf_hub_url(repo_id, path, repo_type="dataset", revision=revision,
+                                                    endpoint=api.endpoint),
                                  headers=build_hf_headers(token=api.token), follow_redirects=True)
     hf_raise_for_status(response)
     return response.content

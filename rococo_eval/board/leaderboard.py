@@ -37,7 +37,10 @@ What a submission may be:
   them, and the message of the submission says that their check did not run).
 
 Submitted rows are self-reported: the Space scores the files uploaded, and cannot know that they came from the
-model named. The board marks them ``submitted``, apart from the ``published`` rows.
+model named. The board marks them ``submitted``, apart from the ``published`` rows. A row whose record the board's
+worker computed (:mod:`rococo_eval.board.worker`: the record holds its ``provenance``) is ``evaluated by the board``
+(:data:`EVALUATED`): its numbers come from the named repository's weights at the named commit, and its source names
+both, and the record.
 
 A database that cannot be read (not a database, damaged) or stays locked for ``lock_timeout_s`` raises
 :class:`BoardUnavailable` naming the file and the problem; nothing is written to it.
@@ -83,18 +86,18 @@ import numpy as np
 
 from rococo_eval.catalog import ATTACKS, CLEAN, IMAGE_ATTACKS, TEXT_ATTACKS, galleries, gallery_key
 from rococo_eval.layout import gallery_shape
-from rococo_eval.models import adapters
+from rococo_eval.models import families
 from rococo_eval.results import GalleryResult, SummaryRow
 from rococo_eval.reporting.report import REFERENCE_RESULTS, VSE_INFINITY
 from rococo_eval.scoring.consistency import disagreements, not_compared
 from rococo_eval.board.ranking import BANDED, OUTCOMES, RANK, TEXT_MEAN, TEXT_UNNAMED, rank_rows
-from rococo_eval.board.records import make_record, outcomes_of, read_record, record_bytes, summary_rows_of
+from rococo_eval.board.records import make_record, outcomes_of, read_record, record_bytes, record_path, summary_rows_of
 
 logger = logging.getLogger(__name__)
 
 DB_ENV = "ROCOCO_LEADERBOARD_DB"
 HOURLY_LIMIT_ENV = "ROCOCO_LEADERBOARD_HOURLY_LIMIT"
-PRECISIONS = (*adapters.PRECISIONS, "other")  # the precisions a run takes, and any other
+PRECISIONS = (*families.PRECISIONS, "other")  # the precisions a run takes, and any other
 LIMITS = {"model": 100, "link": 300, "note": 500}
 RATE_LIMIT, RATE_WINDOW_S = 3, 600
 HOURLY_LIMIT = 30  # submissions an hour from everyone together
@@ -103,7 +106,10 @@ PAGE_ROWS = 100  # board rows a page shows (:func:`page_of`): the whole board of
 # characters that show nothing, though Unicode calls them letters or symbols: Hangul fillers, the braille blank
 BLANK_LOOKING = frozenset("\u115f\u1160\u3164\uffa0\u2800")
 LOCK_TIMEOUT_S = 30
-PUBLISHED, SUBMITTED = "published", "submitted"
+PUBLISHED, SUBMITTED, EVALUATED = "published", "submitted", "evaluated by the board"
+# what each kind of row proves, as the board's legend says it
+KINDS = {PUBLISHED: "copied from a paper or a log", SUBMITTED: "self-reported, scored from uploaded files",
+         EVALUATED: "by its worker, from the named commit of a repository"}
 # Unicode categories stripped from names, links and notes: controls (C0, C1), formats (bidirectional overrides and
 # isolates, zero-width characters), lone surrogates, and the line and paragraph separators.
 STRIPPED_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
@@ -349,7 +355,7 @@ class Leaderboard:
             "INSERT INTO submissions (digest, kind, model, link, precision, note, source, submitted_at, results, "
             "record_id, state, record, client, submitted_here) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (digest, SUBMITTED, record["model"], record["link"], record["precision"], record["note"],
-             record["link"] or "submitted in the Space", record["submitted_at"], json.dumps(results, sort_keys=True),
+             _source_of(record), record["submitted_at"], json.dumps(results, sort_keys=True),
              record["id"], state, json.dumps(record, sort_keys=True), client_key, int(here)))
 
     def _gallery_rows(self, summary_rows: Sequence[dict]) -> list[dict]:
@@ -388,18 +394,19 @@ class Leaderboard:
         """Every row of the board, ranked (:meth:`rows`, before its filters)."""
         self.rankings += 1
         entries = connection.execute("SELECT digest, kind, model, link, precision, note, source, submitted_at, "
-                                     "results, state, json_extract(record, '$.validity_warnings') "
-                                     "FROM submissions ORDER BY id").fetchall()
+                                     "results, state, json_extract(record, '$.validity_warnings'), "
+                                     "json_extract(record, '$.provenance') IS NOT NULL FROM submissions ORDER BY id"
+                                     ).fetchall()
         hits = self._hits(connection, [entry[0] for entry in entries])
         rows = []
-        for digest, kind_, model, link, precision, note, source, stamp, results, state, warnings in entries:
+        for digest, kind_, model, link, precision, note, source, stamp, results, state, warnings, evaluated in entries:
             try:
                 results = json.loads(results)
             except ValueError:
                 raise BoardUnavailable(f"the leaderboard database {self.path.name} holds a row ({model!r}) whose "
                                        "results cannot be read: it is left as it is") from None
-            rows.append({**board_row(results, hits.get(digest), model=model, kind=kind_, link=link,
-                                     precision=precision, note=note, source=source, submitted=stamp),
+            rows.append({**board_row(results, hits.get(digest), model=model, kind=EVALUATED if evaluated else kind_,
+                                     link=link, precision=precision, note=note, source=source, submitted=stamp),
                          "id": digest, "pending": state == PENDING, "warnings": json.loads(warnings or "[]")})
         return rank_rows(rows)
 
@@ -428,6 +435,24 @@ class Leaderboard:
             raise BoardUnavailable(f"the leaderboard database {name} cannot be used: {error}") from None
         finally:
             connection.close()
+
+
+def _source_of(record: Mapping) -> str:
+    """A row's source: for a record of the board's worker, the model's repository at its commit and the record's
+    path (:func:`~rococo_eval.board.records.record_path`); else its link, or that it was submitted in the Space.
+
+    Example:
+        >>> _source_of({"link": "", "provenance": {"model_repo": "org/m", "model_commit": "a" * 40},
+        ...             "submitted_at": "2026-12-05", "id": "0" * 32})  # doctest: +ELLIPSIS
+        'model https://huggingface.co/org/m/tree/aaaa...; record submissions/2026/000...json'
+    """
+    provenance = record.get("provenance")
+    if provenance:
+        results = provenance.get("results_repo")
+        where = f"https://huggingface.co/datasets/{results}/blob/main/" if results else ""
+        return (f"model https://huggingface.co/{provenance['model_repo']}/tree/{provenance['model_commit']}; "
+                f"record {where}{record_path(record)}")
+    return record["link"] or "submitted in the Space"
 
 
 def _check_agreement(rows: Sequence[dict]) -> None:

@@ -32,6 +32,7 @@ import uuid
 from pathlib import Path
 from typing import Mapping, Optional
 
+from rococo_eval.results import GalleryKey
 from rococo_eval.board.hub_transfer import LEGACY_BOARD, download_records, fetch
 from rococo_eval.board.leaderboard import PUBLISHED, row_digest
 from rococo_eval.board.records import RecordError, make_record, read_record, record_bytes, record_path
@@ -69,9 +70,9 @@ def legacy_record(line: Mapping, galleries: Mapping[str, tuple[int, int]], numbe
     for key, value in results.items():
         if key not in galleries:
             raise ValueError(f"{where} ({line.get('model')!r}): {key} is not a RoCOCO gallery")
-        attack, direction = key.split("/", 1)
-        rows.append({"attack": attack, "direction": direction, "recall@1": value, "num_queries": galleries[key][0],
-                     "num_gallery": galleries[key][1]})
+        gallery = GalleryKey.parse(key)
+        rows.append({"attack": gallery.attack, "direction": gallery.direction, "recall@1": value,
+                     "num_queries": galleries[key][0], "num_gallery": galleries[key][1]})
     fields = {name: line.get(name) for name in ("model", "link", "precision", "note", "submitted_at")}
     record_id = uuid.uuid5(LEGACY_NAMESPACE, json.dumps([fields["model"], results, fields["submitted_at"]],
                                                         sort_keys=True)).hex

@@ -14,6 +14,9 @@ the Space writes it (:func:`make_record`), never overwrites or deletes it, and r
   (:data:`OUTCOMES`: R@1 hit, top-1 adversarial, and for an attacked gallery the clean part's hit), each the base64
   of ``numpy.packbits`` of ``num_queries`` bits; ``outcomes`` is null for a row without them (migrated from the old
   ``leaderboard.jsonl``), which the board cannot compare query by query;
+- ``provenance``, only in a record that the board's worker computed (:mod:`rococo_eval.board.worker`): the model's
+  repository and commit, the sha256 of every weight file read, the request, the images' digest, the device, the
+  precision and the run's wall time (:data:`PROVENANCE_FIELDS`); the board marks its row *evaluated by the board*;
 - ``digest``: the SHA-256 of the record's canonical JSON (sorted keys, no spaces) without ``digest``.
 
 :func:`read_record` checks a record as the board checks a submission (its galleries and their shapes), plus its
@@ -62,6 +65,8 @@ SUMMARY_NUMBERS = ("recall@1", "recall@5", "recall@10", "r_mean", "false_rate", 
                    "attack_success_rate", "num_adversarial")
 FIELDS = ("schema_version", "id", "model", "link", "precision", "note", "submitted_at", "rococo_eval_version",
           "annotations_digest", "validity_warnings", "galleries", "digest")
+PROVENANCE_FIELDS = ("request_id", "model_repo", "model_commit", "weight_files", "images_digest", "device",
+                     "precision", "wall_time_s", "worker")
 TOLERANCE = 1e-6  # how far a summary number may be from the one its bit vector gives (floating point only)
 ANNOTATIONS_DIGEST = hashlib.sha256(json.dumps(sorted((name, pinned.sha256) for name, pinned in
                                                       ANNOTATION_FILES.items())).encode()).hexdigest()
@@ -119,11 +124,12 @@ def unpack_bits(text: str, count: int) -> np.ndarray:
 
 def make_record(summary_rows: Sequence[dict], outcomes: Mapping[str, Mapping[str, np.ndarray]], *, model: str,
                 link: str, precision: str, note: str, submitted_at: str, validity_warnings: Sequence[str] = (),
-                record_id: Optional[str] = None) -> dict:
+                record_id: Optional[str] = None, provenance: Optional[Mapping] = None) -> dict:
     """The record of a submission: its (checked) summary rows, each gallery's per-query ``outcomes``
     (``{gallery key: {name: booleans}}``, :func:`per_query_outcomes`; a gallery without them has null outcomes), the
-    fields the board shows, and its digest. ``record_id`` is a new UUID unless given. A number with bounds (a
-    compact file's order of ties decides it) is left out: the board shows decided numbers only."""
+    fields the board shows, and its digest. ``record_id`` is a new UUID unless given; ``provenance`` (the worker's:
+    :data:`PROVENANCE_FIELDS`) marks a record the board computed. A number with bounds (a compact file's order of ties
+    decides it) is left out: the board shows decided numbers only."""
     galleries = {}
     for row in summary_rows:
         key = gallery_key(row["attack"], row["direction"])
@@ -137,7 +143,7 @@ def make_record(summary_rows: Sequence[dict], outcomes: Mapping[str, Mapping[str
     record = {"schema_version": SCHEMA_VERSION, "id": record_id or uuid.uuid4().hex, "model": model, "link": link,
               "precision": precision, "note": note, "submitted_at": submitted_at, "rococo_eval_version": __version__,
               "annotations_digest": ANNOTATIONS_DIGEST, "validity_warnings": list(validity_warnings),
-              "galleries": galleries}
+              "galleries": galleries, **({"provenance": dict(provenance)} if provenance is not None else {})}
     return {**record, "digest": content_digest(record)}
 
 
@@ -157,6 +163,23 @@ def record_path(record: Mapping) -> str:
     return f"{RECORD_FOLDER}/{str(record['submitted_at'])[:4]}/{record['id']}.json"
 
 
+def json_object(data: bytes, name: str, what: str, max_bytes: int, error: type = ValueError) -> dict:
+    """The JSON object in ``data`` (the file ``name``, ``what`` it is, at most ``max_bytes`` bytes).
+
+    Raises:
+        error: naming ``name`` and the problem.
+    """
+    if len(data) > max_bytes:
+        raise error(f"{name}: {len(data)} bytes, more than {what} may hold ({max_bytes})")
+    try:
+        found = json.loads(data.decode("utf-8"))
+    except ValueError as problem:
+        raise error(f"{name}: not JSON ({problem}); truncated or damaged") from None
+    if not isinstance(found, dict):
+        raise error(f"{name}: not a JSON object")
+    return found
+
+
 def read_record(data: bytes, galleries: Optional[Mapping[str, tuple[int, int]]], name: str) -> dict:
     """The record in ``data`` (the file ``name``), checked: size, JSON, schema version, fields, content digest, every
     gallery one of ``galleries`` (``{key: (queries, gallery items)}``; None: any) with its shape, bit vectors of that
@@ -165,14 +188,7 @@ def read_record(data: bytes, galleries: Optional[Mapping[str, tuple[int, int]]],
     Raises:
         RecordError: naming ``name`` and the problem.
     """
-    if len(data) > MAX_RECORD_BYTES:
-        raise RecordError(f"{name}: {len(data)} bytes, more than a record may hold ({MAX_RECORD_BYTES})")
-    try:
-        record = json.loads(data.decode("utf-8"))
-    except ValueError as error:
-        raise RecordError(f"{name}: not JSON ({error}); truncated or damaged") from None
-    if not isinstance(record, dict):
-        raise RecordError(f"{name}: not a JSON object")
+    record = json_object(data, name, "a record", MAX_RECORD_BYTES, RecordError)
     if record.get("schema_version") != SCHEMA_VERSION:
         raise RecordError(f"{name}: schema version {record.get('schema_version')!r}; this rococo-eval reads "
                           f"{SCHEMA_VERSION} (a newer rococo-eval may read it)")
@@ -189,6 +205,11 @@ def read_record(data: bytes, galleries: Optional[Mapping[str, tuple[int, int]]],
     if not isinstance(record["validity_warnings"], list) or not all(
             isinstance(warning, str) for warning in record["validity_warnings"]):
         raise RecordError(f"{name}: `validity_warnings` is not a list of sentences")
+    provenance = record.get("provenance")
+    if provenance is not None and not (isinstance(provenance, dict) and set(PROVENANCE_FIELDS) <= set(provenance) and
+                                       re.fullmatch(r"[0-9a-f]{40}", str(provenance["model_commit"]))):
+        raise RecordError(f"{name}: `provenance` must hold {', '.join(PROVENANCE_FIELDS)}, with a 40-hex "
+                          "`model_commit`")
     if not isinstance(record["galleries"], dict) or not record["galleries"]:
         raise RecordError(f"{name}: `galleries` is not a non-empty object")
     for key, row in record["galleries"].items():

@@ -485,11 +485,12 @@ def push_to_hub(folder, repo_id: str, *, token: str | None = None, private: bool
                 endpoint: str | None = None, commit_message: str = "Upload RoCOCO (rococo-eval export)") -> str:
     """Upload an exported folder to the dataset repository ``repo_id`` on the Hub; return the commit URL.
 
-    Creates the repository if needed, then uploads ``README.md`` and ``data/*.parquet`` in one commit with
+    Creates the repository if needed, then uploads ``README.md`` and the files its configs list in one commit with
     ``huggingface_hub.HfApi.upload_folder``.
 
     Args:
-        folder: a folder written by :func:`export_dataset`.
+        folder: a folder written by :func:`export_dataset` (or another with a card that lists its files, as
+            :func:`~rococo_eval.harness.mteb_upload.write_mteb_format` writes).
         repo_id: ``"<owner>/<name>"``.
         token: a Hub token with write access; None uses the saved login or ``$HF_TOKEN``.
         private: create the repository as private (an existing repository keeps its visibility).
@@ -507,12 +508,12 @@ def push_to_hub(folder, repo_id: str, *, token: str | None = None, private: bool
     """
     if not isinstance(repo_id, str) or not _REPO_ID.fullmatch(repo_id):
         raise ValueError(f"`repo_id` must be '<owner>/<name>', got {repo_id!r}")
-    exported_configs(folder)
+    listed = [path for files in exported_configs(folder).values() for paths in files.values() for path in paths]
     from huggingface_hub import HfApi
 
     api = HfApi(endpoint=endpoint, token=token)
     api.create_repo(repo_id, repo_type="dataset", private=private, exist_ok=True)
     info = api.upload_folder(repo_id=repo_id, folder_path=str(folder), repo_type="dataset",
-                             commit_message=commit_message, allow_patterns=["README.md", "data/*.parquet"])
+                             commit_message=commit_message, allow_patterns=["README.md", *listed])
     logger.info("uploaded %s to %s", folder, info.commit_url)
     return info.commit_url

@@ -21,15 +21,19 @@ import rococo_eval.validity as validity
 from rococo_eval.catalog import CLEAN, IMAGE_TO_TEXT, TEXT_TO_IMAGE, check_direction, gallery_key
 from rococo_eval.io.scorefiles import check_size, parse_json
 from rococo_eval.reporting.report import write_report
-from rococo_eval.results import GalleryResult, Report, build_report
+from rococo_eval.results import GalleryKey, GalleryResult, Report, build_report
 from rococo_recall import percentages
 
 SCORE_PREFIX = "rococo_"  # RoCOCO's own numbers in an MTEB task's scores: rococo_recall@1, rococo_false_rate, ...
 TIED_QUERIES = "tied_queries"  # rococo_tied_queries: queries whose rank MTEB's order of tied items decides
-TASK_NAME = "RoCOCO-{attack}-{short}"
 SHORT_DIRECTIONS = {IMAGE_TO_TEXT: "I2T", TEXT_TO_IMAGE: "T2I"}
+TASK_PREFIX = "RoCOCO"  # every RoCOCO task's name starts with it; no other MTEB task's does
+# The task names: MTEB's style (task_name), and the one earlier versions wrote in results (RoCOCO-rand_voca-I2T).
+_TASK_NAME = re.compile(rf"{TASK_PREFIX}((?:[A-Z][a-z0-9]*)+?)(I2T|T2I)Retrieval")
+_OLD_TASK_NAME = re.compile(rf"{TASK_PREFIX}-([a-z0-9_]+)-(I2T|T2I)")
 COUNTS = ("num_queries", "num_gallery", "num_adversarial")
 PERCENTAGES = ("r_mean", "clean_r_mean", "false_rate", "attack_success_rate")  # besides recall@K, clean_recall@K
+_NAMES_WANTED = "RoCOCO<Attack>I2TRetrieval or RoCOCO<Attack>T2IRetrieval, or RoCOCO-<attack>-I2T or -T2I"
 _RECALL = re.compile(r"(clean_)?recall@([1-9][0-9]{0,5})")
 # 10 million queries or items: 200 times RoCOCO's largest gallery (50,010 captions), and about where a percentage's
 # 6 decimals in MTEB's files stop telling one count of queries from the next (exact_numbers).
@@ -42,7 +46,7 @@ MAX_RESULTS_JSON_DEPTH = 8
 
 def results_from_mteb(results: Any) -> tuple[dict[str, GalleryResult], dict[str, int]]:
     """rococo-eval's results by gallery key from MTEB's: a ``ModelResult`` (what ``mteb.evaluate`` returns), a list
-    of ``TaskResult``, or a results folder (``<folder>/<model>/<revision>/RoCOCO-*.json``, as MTEB's ``ResultCache``
+    of ``TaskResult``, or a results folder (``<folder>/<model>/<revision>/RoCOCO*.json``, as MTEB's ``ResultCache``
     writes it). Tasks that are not RoCOCO's are skipped.
 
     Returns:
@@ -72,7 +76,7 @@ def results_from_mteb(results: Any) -> tuple[dict[str, GalleryResult], dict[str,
         found[key] = GalleryResult(exact_numbers(metrics, where))
     if not found:
         raise ValueError(_no_rococo_task(results, others))
-    ordered = dict(sorted(found.items(), key=lambda item: (item[0].split("/")[0] != CLEAN, item[0])))
+    ordered = dict(sorted(found.items(), key=lambda item: (GalleryKey.parse(item[0]).attack != CLEAN, item[0])))
     return ordered, {key: count for key, count in tied.items() if count}
 
 
@@ -131,24 +135,55 @@ def report_from_mteb(results: Any, out=None, *, model_name: Optional[str] = None
     return report
 
 
+def task_name(attack: str, direction: str) -> str:
+    """The MTEB task name of the gallery of ``attack`` in ``direction``, in MTEB's style (the name of the task's
+    class, no ``-`` or ``_``, ending in ``Retrieval``); :func:`gallery_of_task_name` is its inverse.
+
+    Example:
+        >>> task_name("same_concept", IMAGE_TO_TEXT), task_name("mix_seed7", TEXT_TO_IMAGE)
+        ('RoCOCOSameConceptI2TRetrieval', 'RoCOCOMixSeed7T2IRetrieval')
+    """
+    words = "".join(word.capitalize() for word in attack.split("_"))
+    return f"{TASK_PREFIX}{words}{SHORT_DIRECTIONS[direction]}Retrieval"
+
+
+def gallery_of_task_name(name: str) -> Optional[tuple[str, str]]:
+    """``(attack, direction)`` named by a RoCOCO task's name, :func:`task_name`'s or the one earlier versions wrote
+    in their results (``RoCOCO-rand_voca-I2T``); None when ``name`` is neither. The gallery is not checked.
+
+    Example:
+        >>> gallery_of_task_name("RoCOCOMixSeed1T2IRetrieval"), gallery_of_task_name("RoCOCO-rand_voca-I2T")
+        (('mix_seed1', 'text_to_image'), ('rand_voca', 'image_to_text'))
+    """
+    directions = {short: direction for direction, short in SHORT_DIRECTIONS.items()}
+    old = _OLD_TASK_NAME.fullmatch(name)
+    if old:
+        return old[1], directions[old[2]]
+    new = _TASK_NAME.fullmatch(name)
+    if not new:
+        return None
+    attack = "_".join(word.lower() for word in re.findall(r"[A-Z][a-z0-9]*", new[1]))
+    return (attack, directions[new[2]]) if task_name(attack, directions[new[2]]) == name else None
+
+
 def _gallery_of_task(name, where) -> Optional[tuple[str, str]]:
-    """``(attack, direction)`` of the gallery a RoCOCO task (:data:`TASK_NAME`) scores; None for another task's name.
+    """``(attack, direction)`` of the gallery a RoCOCO task (:func:`gallery_of_task_name`) scores; None for another
+    task's name (one that does not start with :data:`TASK_PREFIX`).
 
     Raises:
-        ValueError: ``name`` is no string, or a RoCOCO task's name of a gallery RoCOCO does not have (an unknown
-            attack, or an attack in the other direction: :func:`~rococo_eval.catalog.check_direction`).
+        ValueError: ``name`` is no string, or starts with :data:`TASK_PREFIX` but is no RoCOCO task's name, or is the
+            name of a gallery RoCOCO does not have (an unknown attack, or an attack in the other direction:
+            :func:`~rococo_eval.catalog.check_direction`).
     """
     if not isinstance(name, str):
         raise ValueError(f"{where}: `task_name` must be a string, got {_shown(name)}")
-    if not name.startswith(TASK_NAME.split("{", 1)[0]):
+    if not name.startswith(TASK_PREFIX):
         return None
-    parts = name.split("-")
-    directions = {short: direction for direction, short in SHORT_DIRECTIONS.items()}
-    if len(parts) != 3 or parts[2] not in directions:
-        raise ValueError(f"{where}: `task_name` {name!r} is no RoCOCO task's name ({TASK_NAME}, with "
-                         f"{' or '.join(directions)})")
+    gallery = gallery_of_task_name(name)
+    if gallery is None:
+        raise ValueError(f"{where}: `task_name` {name!r} is no RoCOCO task's name ({_NAMES_WANTED})")
     try:
-        return parts[1], check_direction(parts[1], directions[parts[2]])
+        return gallery[0], check_direction(*gallery)
     except ValueError as error:
         raise ValueError(f"{where}: `task_name` {name!r} names a gallery RoCOCO does not have: {error}") from None
 
@@ -161,7 +196,7 @@ def _task_scores(results: Any) -> Iterable[tuple[Any, dict, str]]:
         if not folder.is_dir():
             raise ValueError(f"MTEB results folder {str(results)!r} "
                              f"{'is a file, not a folder' if folder.exists() else 'does not exist'}")
-        paths = sorted(folder.rglob("RoCOCO-*.json"))
+        paths = sorted(folder.rglob(f"{TASK_PREFIX}*.json"))
         holders = sorted({str(path.parent) for path in paths})
         if len(holders) > 1:
             shown = ", ".join(holders[:3]) + (", ..." if len(holders) > 3 else "")
@@ -194,10 +229,10 @@ def _no_rococo_task(results: Any, others: list[str]) -> str:
         >>> _no_rococo_task(folder, [])  # doctest: +ELLIPSIS
         "MTEB results folder '...' holds 1 file (model_meta.json) but no result of a RoCOCO task: ..."
     """
-    wanted = "RoCOCO-<attack>-I2T.json or -T2I.json, under <model>/<revision>/, as mteb.evaluate writes them with a " \
-             "ResultCache (docs/harness.md)"
+    wanted = ("RoCOCO<Attack>I2TRetrieval.json or RoCOCO<Attack>T2IRetrieval.json, under <model>/<revision>/, as "
+              "mteb.evaluate writes them with a ResultCache (docs/harness.md)")
     if not isinstance(results, (str, Path)):
-        return (f"the MTEB results given hold no RoCOCO task (RoCOCO-<attack>-I2T or -T2I); "
+        return (f"the MTEB results given hold no RoCOCO task ({_NAMES_WANTED}); "
                 f"{'their tasks: ' + ', '.join(others) if others else 'they hold no task'}")
     files = sorted(path.relative_to(results).as_posix() for path in Path(results).rglob("*") if path.is_file())
     if not files:
@@ -313,6 +348,6 @@ def _shown(value) -> str:
 
 def _model_name(results: Any) -> Optional[str]:
     if isinstance(results, (str, Path)):
-        names = {path.parent.parent.name for path in Path(results).rglob("RoCOCO-*.json")}
+        names = {path.parent.parent.name for path in Path(results).rglob(f"{TASK_PREFIX}*.json")}
         return names.pop().replace("__", "/") if len(names) == 1 else None
     return getattr(results, "model_name", None)

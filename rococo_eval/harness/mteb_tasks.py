@@ -5,6 +5,8 @@ turned into rococo-eval's report.
 benchmark): image-to-text on the clean gallery and on each text attack's, text-to-image on the clean gallery and on
 each image attack's. ``mteb.evaluate(model, tasks=mteb_tasks(FOLDER))`` runs them like any MTEB task.
 
+- **The metadata** is that of RoCOCO's tasks in MTEB's own form (:mod:`~rococo_eval.harness.mteb_upstream`, the
+  files of a pull request to MTEB, docs/mteb.md) but for the data; their descriptive statistics are kept there too.
 - **The data** is the dataset's rows, read with ``datasets.load_dataset`` (a local export or a Hub repository) in
   their order (:func:`~rococo_eval.data.dataset.load_queries_and_gallery`); nothing else is fetched. A query's
   relevant items are the clean items of its image (the rows' ``image_index``); an adversarial item has no relevance
@@ -52,6 +54,7 @@ from typing import Any, Iterable, Mapping, Optional, Sequence, Union
 
 import datasets
 import numpy as np
+from pydantic import Field
 
 try:
     from mteb.abstasks.retrieval import AbsTaskRetrieval
@@ -65,6 +68,7 @@ except ImportError as error:
 from rococo_eval.catalog import (
     CLEAN,
     IMAGE_TO_TEXT,
+    SEEDS,
     TEXT_ATTACKS,
     TEXT_TO_IMAGE,
     direction_text,
@@ -74,7 +78,8 @@ from rococo_eval.catalog import (
 )
 from rococo_eval.data.configs import CAPTIONS_CONFIG, IMAGES_CONFIG
 from rococo_eval.data.dataset import load_queries_and_gallery
-from rococo_eval.harness.mteb_results import SCORE_PREFIX, SHORT_DIRECTIONS, TASK_NAME, TIED_QUERIES
+from rococo_eval.harness.mteb_results import SCORE_PREFIX, TIED_QUERIES, task_name
+from rococo_eval.harness.mteb_upstream import STATISTICS_FOLDER, UPSTREAM_TASKS
 from rococo_eval.models.similarity import finite_rows, similarity_named, similarity_of
 from rococo_eval.version import __version__
 from rococo_recall import DEFAULT_K, QueryRanks, embedding_score_blocks, summarize
@@ -85,21 +90,13 @@ MAIN_SCORE = "hit_rate_at_1"
 MTEB_SIMILARITIES = ("cosine", "dot")  # the similarity_fn_name values that MTEB scores by
 K_VALUES = (1, 5, 10, 100)  # MTEB's cut-offs; its top 100 per query decide RoCOCO's clean recalls at 1, 5 and 10
 CLEAN_ID, ADVERSARIAL_ID = "clean-{:06d}", "decoy-{:06d}"  # "decoy" > "clean": MTEB ranks ties by id, larger first
-_CATEGORY = {IMAGE_TO_TEXT: "i2t", TEXT_TO_IMAGE: "t2i"}
-CITATION = r"""@inproceedings{park2024rococo,
-  author = {Park, Seulki and Um, Daeho and Yoon, Hajung and Chun, Sanghyuk and Yun, Sangdoo},
-  title = {RoCOCO: Robustness Benchmark of MS-COCO to Stress-test Image-Text Matching Models},
-  booktitle = {ECCV 2024 Workshop on Synthetic Data for Computer Vision},
-  year = {2024},
-  eprint = {2304.10727},
-  archivePrefix = {arXiv},
-}"""
 
 
 class RococoRetrieval(AbsTaskRetrieval):
     """One RoCOCO gallery as an MTEB retrieval task: its queries, its gallery (originals, then adversarial items)
     and the relevant items of each query, read from the dataset's rows. Made by :func:`rococo_task` (MTEB reads a
-    task's metadata from its class, so each gallery gets a subclass of its own).
+    task's metadata from its class, so each gallery gets a subclass of its own, with the metadata of its upstream
+    task: :func:`task_metadata`).
     """
 
     k_values = K_VALUES
@@ -253,7 +250,7 @@ def rococo_task(dataset: str, attack: str, direction: Optional[str] = None, *, r
     Example:
         >>> task = rococo_task("rococo-export", "rand_voca")
         >>> task.metadata.name, task.metadata.main_score, task.gallery_key
-        ('RoCOCO-rand_voca-I2T', 'hit_rate_at_1', 'rand_voca/image_to_text')
+        ('RoCOCORandVocaI2TRetrieval', 'hit_rate_at_1', 'rand_voca/image_to_text')
     """
     return _task(dataset, attack, gallery_direction(attack, direction), revision, revision or _local_revision(dataset),
                  load_kwargs)
@@ -263,41 +260,52 @@ def _task(dataset, attack: str, direction: str, revision: Optional[str], recorde
           load_kwargs: Optional[Mapping[str, Any]]) -> RococoRetrieval:
     """:func:`rococo_task` with the revision that MTEB's results record (``recorded``) made by the caller."""
     metadata = task_metadata(attack, direction, str(dataset), recorded)
-    task_class = type(metadata.name.replace("-", "_"), (RococoRetrieval,), {
+    task_class = type(metadata.name, (RococoRetrieval,), {
         "metadata": metadata, "source_dataset": str(dataset), "attack": attack, "direction": direction,
         "load_kwargs": dict(load_kwargs or {}, **({"revision": revision} if revision else {}))})
     return task_class()
 
 
 def task_metadata(attack: str, direction: str, dataset: str, revision: str) -> TaskMetadata:
-    """The MTEB metadata of one RoCOCO gallery: its name (``RoCOCO-rand_voca-I2T``), what it measures, the paper,
-    the licence and the main score (:data:`MAIN_SCORE`)."""
-    clean = attack == CLEAN
-    what = ("the clean gallery (no adversarial items)" if clean else
-            f"the gallery with the {attack!r} attack's adversarial "
+    """The MTEB metadata of one RoCOCO gallery, the upstream task's (:mod:`~rococo_eval.harness.mteb_upstream`) with
+    ``dataset`` and ``revision`` in place of its Hub repository: its name (``RoCOCORandVocaI2TRetrieval``,
+    :func:`~rococo_eval.harness.mteb_results.task_name`), what it measures, the paper, the licence and the main score
+    (:data:`MAIN_SCORE`). A gallery RoCOCO does not hold (a generated benchmark's seed 7) takes the metadata of its
+    method's first upstream task, with its own name (``RoCOCOMixSeed7T2IRetrieval``) and description.
+    Its descriptive statistics are read from (and written to) the upstream folder."""
+    name = task_name(attack, direction)
+    fields = {"dataset": {"path": dataset, "revision": revision}}
+    if name not in UPSTREAM_TASKS:
+        fields.update(name=name, description=_description(attack, direction))
+    return RococoTaskMetadata(**{**dict(_upstream_task(name, attack, direction).metadata), **fields})
+
+
+class RococoTaskMetadata(TaskMetadata):
+    """MTEB's metadata, with the descriptive statistics kept in ``statistics_folder`` (the upstream folder,
+    :data:`~rococo_eval.harness.mteb_upstream.STATISTICS_FOLDER`) rather than in the installed ``mteb`` package, so
+    that ``calculate_descriptive_statistics()`` writes them there."""
+
+    statistics_folder: Path = Field(default=STATISTICS_FOLDER, exclude=True)
+
+    @property
+    def descriptive_stat_path(self) -> Path:
+        return Path(self.statistics_folder) / f"{self.name}.json"
+
+
+def _upstream_task(name: str, attack: str, direction: str) -> type[AbsTaskRetrieval]:
+    """The upstream class of the gallery named ``name``; for a seed RoCOCO lacks (``mix_seed7``), its method's first
+    seed's."""
+    first_seed = task_name(f"{attack.split('_seed')[0]}_seed{SEEDS[0]}", direction)
+    return UPSTREAM_TASKS.get(name) or UPSTREAM_TASKS[first_seed]
+
+
+def _description(attack: str, direction: str) -> str:
+    """What a gallery without an upstream task measures."""
+    what = (f"the gallery with the {attack!r} attack's adversarial "
             f"{'captions (one word replaced)' if direction == IMAGE_TO_TEXT else 'images (mixed or patched)'}")
-    return TaskMetadata(
-        name=TASK_NAME.format(attack=attack, short=SHORT_DIRECTIONS[direction]),
-        description=(f"RoCOCO {direction_text(direction)} retrieval on {what}. Adversarial items are never "
-                     "relevant; the main score is hit rate at 1 (Recall@1), and RoCOCO's own numbers (clean R@1, "
-                     "false rate, attack success rate) are the rococo_ scores."),
-        reference="https://arxiv.org/abs/2304.10727",
-        dataset={"path": dataset, "revision": revision},
-        type="Any2AnyRetrieval",
-        category=_CATEGORY[direction],
-        modalities=["image", "text"],
-        eval_splits=["test"],
-        eval_langs=["eng-Latn"],
-        main_score=MAIN_SCORE,
-        date=("2014-05-01", "2023-04-21"),  # COCO's 2014 images to RoCOCO's paper
-        domains=["Encyclopaedic"],
-        task_subtypes=["Image Text Retrieval"],
-        license="mit",  # RoCOCO's annotation files; the COCO images are CC BY 4.0 (docs/dataset.md)
-        annotations_creators="derived",
-        dialect=[],
-        sample_creation="created",
-        bibtex_citation=CITATION,
-    )
+    return (f"RoCOCO {direction_text(direction)} retrieval on {what}. Adversarial items are never relevant; the main "
+            "score is hit rate at 1 (Recall@1), and RoCOCO's own numbers (clean R@1, false rate, attack success "
+            "rate) are the rococo_ scores.")
 
 
 def mteb_tasks(dataset: str = "rococo-export", attacks: Union[str, Sequence[str]] = "all", *,

@@ -1,4 +1,5 @@
-"""Image-text models behind one small interface: image and caption embeddings scored by their dot product.
+"""Image-text models loaded by the names that ``--model`` takes, each behind one protocol
+(:class:`~rococo_eval.models.protocol.ImageTextModel`) and scored as its ``similarity`` says.
 
 The families, named the way the ``rococo-eval`` command takes them (:data:`MODEL_FORMS`, the one list of the forms
 that the error messages, ``run --help`` and the docs show; :func:`load_model` looks the prefix up in one registry,

@@ -58,6 +58,7 @@ class Family:
 
     @property
     def forms(self) -> tuple[ModelForm, ...]:
+        """Its ``syntax`` pairs as :class:`ModelForm` values, as :data:`MODEL_FORMS` lists them."""
         return tuple(ModelForm(self.library, syntax, description) for syntax, description in self.syntax)
 
 

@@ -2,12 +2,12 @@
 
 ``rococo-eval table REPORT_DIR...`` (and ``run`` with several models) reads each ``report.json`` and writes
 ``table.csv``, ``table.md`` and ``table.png``. A row holds the model, its report folder, and the R@1 of each
-gallery in the reports' ``summary`` (:func:`rococo_eval.reporting.report.summary_rows`): the two clean galleries,
-each text attack (image-to-text), each image attack and each image method's mean over its seeds
-(text-to-image). A gallery that a report does not hold is left empty. The columns are named by gallery key
-(``rand_voca/image_to_text``; a seed mean is ``mix/text_to_image``). The warnings about the numbers that a report
-records (``meta["warnings"]``, :mod:`rococo_eval.validity`) come with its row: ``table.md`` lists them
-(:func:`warnings_of`), and ``rococo-eval table`` says them on stderr.
+gallery in the reports' ``summary`` (its :class:`~rococo_eval.results.SummaryRow` values,
+:func:`~rococo_eval.results.summary_of`): the two clean galleries, each text attack (image-to-text), each image attack
+and each image method's mean over its seeds (text-to-image). A gallery that a report does not hold is left empty.
+The columns are named by gallery key (``rand_voca/image_to_text``; a seed mean is ``mix/text_to_image``). The
+warnings about the numbers that a report records (``meta["warnings"]``, :mod:`rococo_eval.validity`) come with its
+row: ``table.md`` lists them (:func:`warnings_of`), and ``rococo-eval table`` says them on stderr.
 
 Example:
     >>> report = Report.from_json({"meta": {"model": "toy"}, "summary": [

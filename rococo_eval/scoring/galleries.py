@@ -55,13 +55,6 @@ def altered_images(source, attack: str, workers: int = 0) -> ItemSet:
     return ItemSet(f"images/{attack}", "image", images, digest.hexdigest())
 
 
-def gallery_layouts(source, attacks) -> dict:
-    """The layout (official order) of both clean galleries and each attack's, by gallery key: what a report's
-    failure analysis reads beside the results."""
-    return {gallery_key(attack, direction): source.gallery(attack, direction, "official")
-            for attack, direction in galleries(attacks)}
-
-
 def check_saving(model=None, *, save_scores=None, compact_scores: bool = False, save_embeddings=None) -> None:
     """The one check of what a run saves beside its report, each option checked once before any work on every path
     that runs a model (:func:`score_model` its ``save_scores`` and ``compact_scores``,
@@ -162,6 +155,7 @@ class ModelGallery:
 
     @property
     def key(self) -> str:
+        """The gallery's key in the results (``"<attack>/<direction>"``)."""
         return gallery_key(self.attack, self.direction)
 
     def sides(self):

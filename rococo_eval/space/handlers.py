@@ -361,7 +361,7 @@ class Handlers:
             outcomes = {key: per_query_outcomes(result.per_query)
                         for key, result in (failures.results if failures is not None else {}).items()}
             added, message = self._board().submit(board_rows, model=model, link=link, precision=precision,
-                                                  note=note, outcomes=outcomes, client=_client(request))
+                                                  note=note, outcomes=outcomes, client=client_address(request))
         except (ValueError, leaderboard.BoardUnavailable) as error:
             raise gr.Error(str(error), title="Cannot submit", print_exception=False) from None
         if added:
@@ -421,7 +421,7 @@ def _default_board_path(output_root: Path) -> Path:
     return output_root / "leaderboard.sqlite3"
 
 
-def _client(request: gr.Request | None) -> str:
+def client_address(request: gr.Request | None) -> str:
     """The address a request came from: the first of ``X-Forwarded-For`` (a Space's proxy sets it), else the
     connection's; empty without a request (a call from Python)."""
     if request is None:

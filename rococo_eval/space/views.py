@@ -22,7 +22,7 @@ from rococo_eval.attacks.replacements import find_replacements, highlight
 from rococo_eval.catalog import IMAGE_ATTACKS, TEXT_ATTACKS
 from rococo_eval.reporting import report
 from rococo_eval.results import percent_text
-from rococo_eval.board.leaderboard import SUBMITTED, board_row
+from rococo_eval.board.leaderboard import EVALUATED, KINDS, PUBLISHED, board_row
 from rococo_eval.board.ranking import RANK, TEXT_MEAN, TEXT_UNNAMED
 
 logger = logging.getLogger(__name__)
@@ -74,7 +74,8 @@ BOARD_LEGEND = ("R@1 in %. The rows with a mean text R@1 come first, best first,
                 "six image attacks (t2i); blank unless the row has every one. **text attack, unnamed**: one "
                 "published number of a text attack its source does not name: not a mean, not one of the four. "
                 "**text attacks**: " + ", ".join(TEXT_ATTACKS) + ". **image attacks**: by method and seed (mix 1 = "
-                "mix_seed1). **source**: the submission's link, or where a published number comes from.")
+                "mix_seed1). **source**: the submission's link, or where a published number comes from. **kind**: "
+                + "; ".join(f"{kind} ({meaning})" for kind, meaning in KINDS.items()) + ".")
 
 
 def flipped_html(rows: Sequence[dict], source=None) -> str:
@@ -206,11 +207,11 @@ def board_table(rows: Sequence[Mapping], view: str = "all") -> pd.DataFrame:
     cells = []
     for row in rows:
         warnings = "".join(f"validity warning: {warning}; " for warning in row.get("warnings", []))
-        kind = row["kind"] if row["kind"] != SUBMITTED else f"{SUBMITTED} {str(row['submitted'])[:10]}"
+        kind = row["kind"] if row["kind"] == PUBLISHED else f"{row['kind']} {str(row['submitted'])[:10]}"
         shown = {"model": str(row["model"]), RANK: str(row[RANK]), "precision": str(row["precision"]),
                  "note": warnings + str(row["note"]),
                  "kind": kind + (" (pending: not yet safe in the dataset repo)" if row.get("pending") else ""),
-                 "source": source_markdown(row["source"], row["link"]),
+                 "source": source_markdown(row["source"], row["link"] if row["kind"] != EVALUATED else ""),
                  **{header: math.nan if row[name] is None else float(row[name])
                     for header, name in _BOARD_COLUMNS.items()}}
         cells.append([shown[header] for header in BOARD_VIEWS[view]])
@@ -258,7 +259,8 @@ def coverage_note(results: Mapping[str, float]) -> str:
 
 def source_markdown(source: str, link: str = "") -> str:
     r"""Where a board row comes from, as Markdown: its ``link`` as a link (shown without its scheme), else ``source``
-    as text, with an arXiv identifier in it linked to its page. Links were checked as ``http(s)://`` with no spaces,
+    as text, with an arXiv identifier in it linked to its page and an ``https://`` address as a link (a row
+    evaluated by the board: its model's commit and its record). Links were checked as ``http(s)://`` with no spaces,
     quotes or angle brackets (:meth:`~rococo_eval.board.leaderboard.Leaderboard.submit`); text is escaped.
 
     Example:
@@ -266,12 +268,20 @@ def source_markdown(source: str, link: str = "") -> str:
         'Park et al., RoCOCO, [arXiv:2304.10727v5](<https://arxiv.org/abs/2304.10727v5>), abstract'
         >>> print(source_markdown("submitted in the Space", "https://example.org/a_b"))
         [example.org/a\_b](<https://example.org/a_b>)
+        >>> print(source_markdown("model https://h.co/o/m/tree/ab; record https://h.co/r.json"))
+        model [h.co/o/m/tree/ab](<https://h.co/o/m/tree/ab>); record [h.co/r.json](<https://h.co/r.json>)
     """
     if link:
-        return f"[{_markdown_text(re.sub(r'^https?://', '', link))}](<{link}>)"
-    parts = re.split(r"(arXiv:\d{4}\.\d{4,5}(?:v\d+)?)", str(source))
-    return "".join(f"[{part}](<https://arxiv.org/abs/{part.removeprefix('arXiv:')}>)" if index % 2 else
-                   _markdown_text(part) for index, part in enumerate(parts))
+        return _link(link)
+    parts = re.split(r"(arXiv:\d{4}\.\d{4,5}(?:v\d+)?|https://[^\s<>\"';]+)", str(source))
+    return "".join(_markdown_text(part) if index % 2 == 0 else _link(part) if part.startswith("https://") else
+                   f"[{part}](<https://arxiv.org/abs/{part.removeprefix('arXiv:')}>)"
+                   for index, part in enumerate(parts))
+
+
+def _link(url: str) -> str:
+    """``url`` as a Markdown link, shown without its scheme."""
+    return f"[{_markdown_text(re.sub(r'^https?://', '', url))}](<{url}>)"
 
 
 def _markdown_text(text: str) -> str:

@@ -120,7 +120,7 @@ def test_bad_submissions_are_refused_by_name_and_nothing_is_stored(tmp_path, fie
 
 
 def test_a_submission_may_name_any_precision_a_run_takes_or_other(tmp_path):
-    from rococo_eval.models.adapters import PRECISIONS as RUN_PRECISIONS
+    from rococo_eval.models.families import PRECISIONS as RUN_PRECISIONS
 
     board = board_at(tmp_path / "board.sqlite3")
     for number, precision in enumerate([*RUN_PRECISIONS, "other"]):

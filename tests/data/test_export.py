@@ -136,7 +136,8 @@ def test_push_uploads_the_folder_with_huggingface_hub(fake_hub, annotations_dir,
     (out / "stray.txt").write_text("not uploaded")
     assert rococo_dataset.main(["push", str(out), "--repo-id", "org/rococo", "--private", "--token", "hf_test",
                                 "--endpoint", fake_hub.url]) == 0
-    assert capsys.readouterr().out.strip().endswith("/datasets/org/rococo/commit/" + "0" * 40)
+    assert capsys.readouterr().out.strip().endswith("/datasets/org/rococo/commit/" + fake_hub.head("datasets",
+                                                                                                    "org/rococo"))
     paths = [path for path, _ in fake_hub.calls]
     assert paths[0] == "/api/repos/create" and paths[-1] == "/api/datasets/org/rococo/commit/main"
     create = json.loads(fake_hub.calls[0][1])

@@ -16,9 +16,12 @@ import pytest
 from helpers.memory_limit import run_under_memory_limit
 from helpers.sparse_files import sparse_file
 from rococo_eval.cli import main
-from rococo_eval.harness.mteb_results import MAX_RESULTS_FILE_BYTES, report_from_mteb, results_from_mteb
+from rococo_eval.catalog import CLEAN, IMAGE_ATTACKS, IMAGE_TO_TEXT, TEXT_ATTACKS, TEXT_TO_IMAGE
+from rococo_eval.harness.mteb_results import (MAX_RESULTS_FILE_BYTES, gallery_of_task_name, report_from_mteb,
+                                              results_from_mteb, task_name)
 
-TASK = "RoCOCO-rand_voca-I2T"
+TASK = "RoCOCORandVocaI2TRetrieval"
+OLD_TASK = "RoCOCO-rand_voca-I2T"  # the name that versions before MTEB's style wrote in their results
 
 
 def result_document(task_name=TASK):
@@ -115,6 +118,13 @@ def hostile_results():
                "attack 'mix_seed1' is scored text_to_image")
     yield case("no direction", result_document("RoCOCO-clean-X2Y"), "`task_name` 'RoCOCO-clean-X2Y' is no RoCOCO task")
     yield case("a dash in the attack", result_document("RoCOCO-rand-voca-I2T"), "is no RoCOCO task's name")
+    yield case("an unknown attack, MTEB's style", result_document("RoCOCOFooI2TRetrieval"),
+               "`task_name` 'RoCOCOFooI2TRetrieval' names a gallery RoCOCO does not have: `attack` must be one of")
+    yield case("a text attack scored text-to-image, MTEB's style", result_document("RoCOCORandVocaT2IRetrieval"),
+               "attack 'rand_voca' is scored image_to_text, not text_to_image")
+    yield case("no Retrieval", result_document("RoCOCORandVocaI2T"), "`task_name` 'RoCOCORandVocaI2T' is no RoCOCO")
+    yield case("an underscore, MTEB's style", result_document("RoCOCORand_vocaI2TRetrieval"), "is no RoCOCO task's")
+    yield case("lower case, MTEB's style", result_document("RoCOCOrandvocaI2TRetrieval"), "is no RoCOCO task's name")
     # wrong types at each level
     for what, value in [("a list", []), ("a string", "RoCOCO"), ("a number", 7), ("null", None)]:
         yield case(f"a top level of {what}", json.dumps(value).encode(), "not an MTEB result")
@@ -145,9 +155,26 @@ def results_folder(tmp_path, content: bytes, task=TASK):
     return tmp_path / "results", path
 
 
-def test_the_valid_result_gives_its_numbers(tmp_path, capsys):
-    """The file every hostile one is made from is read, and ``from-mteb`` writes its report."""
-    folder, _ = results_folder(tmp_path, json.dumps(result_document()).encode())
+def test_task_names_follow_mtebs_style_and_read_back_to_their_gallery():
+    """Every gallery's task name (a generated benchmark's seed 7 too) is in MTEB's style and names its gallery
+    again; so does the name earlier versions wrote (``RoCOCO-<attack>-<I2T or T2I>``)."""
+    galleries = [(attack, IMAGE_TO_TEXT) for attack in (CLEAN, *TEXT_ATTACKS)] + \
+                [(attack, TEXT_TO_IMAGE) for attack in (CLEAN, *IMAGE_ATTACKS, "mix_seed7", "patch_seed7")]
+    for attack, direction in galleries:
+        name = task_name(attack, direction)
+        assert name.startswith("RoCOCO") and name.endswith("Retrieval") and not {"-", "_"} & set(name), name
+        old = f"RoCOCO-{attack}-{'I2T' if direction == IMAGE_TO_TEXT else 'T2I'}"
+        assert gallery_of_task_name(name) == gallery_of_task_name(old) == (attack, direction)
+    assert task_name("same_concept", IMAGE_TO_TEXT) == "RoCOCOSameConceptI2TRetrieval"
+    assert task_name("mix_seed7", TEXT_TO_IMAGE) == "RoCOCOMixSeed7T2IRetrieval"
+    assert [gallery_of_task_name(name) for name in ("MSCOCOI2TRetrieval", "RoCOCOSameConceptI2T")] == [None, None]
+
+
+@pytest.mark.parametrize("task", [TASK, OLD_TASK])
+def test_the_valid_result_gives_its_numbers(tmp_path, capsys, task):
+    """The file every hostile one is made from is read, and ``from-mteb`` writes its report; under the name that
+    earlier versions wrote too."""
+    folder, _ = results_folder(tmp_path, json.dumps(result_document(task)).encode(), task)
     results, tied = results_from_mteb(folder)
     assert results["rand_voca/image_to_text"].metrics["recall@1"] == 25.0 and tied == {}
     assert main(["from-mteb", str(folder), "--out", str(tmp_path / "report"), "--quiet"]) == 0
@@ -218,7 +245,7 @@ def test_a_sparse_2_gb_result_file_is_refused_at_once_under_a_memory_limit(tmp_p
 def test_results_of_two_models_are_refused_naming_both_folders(tmp_path):
     """Each gallery once, but from two models (or two revisions): one report would mix their numbers."""
     folder = tmp_path / "results"
-    for model, task in (("org__a", TASK), ("org__b", "RoCOCO-clean-I2T")):
+    for model, task in (("org__a", TASK), ("org__b", "RoCOCOCleanI2TRetrieval")):
         path = folder / model / "revision" / f"{task}.json"
         path.parent.mkdir(parents=True)
         path.write_text(json.dumps(result_document(task)))
@@ -245,3 +272,14 @@ def test_results_that_are_no_mteb_objects_are_refused_naming_the_argument(result
     with pytest.raises(ValueError) as refused:
         results_from_mteb(results)
     assert str(refused.value).startswith(said)
+
+
+def test_one_gallerys_results_under_the_old_and_the_new_name_are_refused(tmp_path):
+    """A folder that holds a gallery's result under the name earlier versions wrote and under MTEB's style (a run
+    again with this version) gives two results for one gallery: refused, not one of them chosen."""
+    folder = tmp_path / "results" / "org__model" / "revision"
+    folder.mkdir(parents=True)
+    for task in (OLD_TASK, TASK):
+        (folder / f"{task}.json").write_text(json.dumps(result_document(task)))
+    with pytest.raises(ValueError, match="two results for .* give one model's results"):
+        results_from_mteb(tmp_path / "results")

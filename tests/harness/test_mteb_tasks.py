@@ -220,7 +220,7 @@ def test_mteb_on_the_rococo_shaped_export_ranks_each_query_as_run(annotations_di
 
 def test_a_task_holds_the_galleries_rows_and_the_paper(benchmark, tmp_path):
     task = rococo_task(str(benchmark), "rand_voca", load_kwargs={"cache_dir": str(tmp_path)})
-    assert task.metadata.name == "RoCOCO-rand_voca-I2T" and task.metadata.main_score == MAIN_SCORE
+    assert task.metadata.name == "RoCOCORandVocaI2TRetrieval" and task.metadata.main_score == MAIN_SCORE
     assert task.metadata.reference == "https://arxiv.org/abs/2304.10727"
     assert "2304.10727" in task.metadata.bibtex_citation
     assert task.metadata.license == "mit" and task.metadata.category == "i2t"
@@ -260,9 +260,10 @@ def test_results_without_rococo_tasks_are_refused_naming_the_folder_and_what_it_
     (other / "model_meta.json").write_text("{}")
     (tmp_path / "a-file").write_text("")
     expected = {"missing": "does not exist", "a-file": "is a file, not a folder",
-                "empty": "is empty: it should hold RoCOCO-<attack>-I2T.json or -T2I.json",
+                "empty": "is empty: it should hold RoCOCO<Attack>I2TRetrieval.json or "
+                         "RoCOCO<Attack>T2IRetrieval.json",
                 "other": "holds 2 files (a-model/1/STS12.json, a-model/1/model_meta.json) but no result of a RoCOCO "
-                         "task: it should hold RoCOCO-<attack>-I2T.json"}
+                         "task: it should hold RoCOCO<Attack>I2TRetrieval.json"}
     for name, said in expected.items():
         message = f"MTEB results folder {str(tmp_path / name)!r} {said}"
         with pytest.raises(ValueError) as refused:
@@ -271,7 +272,8 @@ def test_results_without_rococo_tasks_are_refused_naming_the_folder_and_what_it_
         done = from_mteb(tmp_path / name, tmp_path / "out")
         assert done.returncode == 1 and f"rococo-eval: error: {message}" in done.stderr
         assert not (tmp_path / "out").exists()
-    with pytest.raises(ValueError, match=r"hold no RoCOCO task \(RoCOCO-<attack>-I2T or -T2I\); they hold no task"):
+    wanted = r"RoCOCO<Attack>I2TRetrieval or RoCOCO<Attack>T2IRetrieval, or RoCOCO-<attack>-I2T or -T2I"
+    with pytest.raises(ValueError, match=rf"hold no RoCOCO task \({wanted}\); they hold no task"):
         results_from_mteb([])
 
 

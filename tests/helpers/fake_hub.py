@@ -1,6 +1,6 @@
 """A stand-in for the Hugging Face Hub on 127.0.0.1, for the code that uploads and downloads through
-``huggingface_hub`` (``push_to_hub`` of the dataset, the leaderboard's records). ``conftest.fake_hub`` serves one per
-test."""
+``huggingface_hub`` (``push_to_hub`` of the dataset, the leaderboard's records, the board's requests and the model
+repositories its worker evaluates). ``conftest.fake_hub`` serves one per test."""
 
 from __future__ import annotations
 
@@ -22,11 +22,23 @@ class FakeHub:
 
     ``commit_delay_s`` makes each commit take that long; ``hang`` (set by :meth:`hang_commits`) holds every commit
     unanswered until :meth:`answer_commits`. ``max_commits_at_once`` is how many commits were ever in flight together.
+
+    Revisions: a repo's head commit is the SHA-1 of its files (:meth:`head`), so any change of :attr:`files` (a commit,
+    or a test's edit standing for a commit made elsewhere) is a new commit, and every head served is kept, so that a
+    revision resolves as on the Hub: ``GET /api/{models,datasets}/<repo>[/revision/<revision>]`` (``main`` or a commit
+    hash, with the files' sizes), the listing and the files at a commit hash. A commit that names a ``parentCommit``
+    other than the head is refused with 412, as the Hub refuses it. Model repositories (:attr:`model_files`, filled by
+    :meth:`put_model`) are served at ``/api/models/...`` and ``/<repo>/resolve/...`` (each file's GET after
+    ``model_download_delay_s``); a repo of :attr:`unreachable` answers every call with 503.
     """
 
     def __init__(self, fail: bool = False):
         self.calls: list[tuple[str, bytes]] = []
         self.files: dict[str, dict[str, bytes]] = {}
+        self.model_files: dict[str, dict[str, bytes]] = {}
+        self.unreachable: set[str] = set()
+        self.model_download_delay_s = 0.0  # how long each file of a model repository takes to come
+        self._snapshots: dict[tuple[str, str], dict[str, dict[str, bytes]]] = {}  # (kind, repo): {commit: files}
         self.down = False
         self.commit_count = 0
         self.fail = fail
@@ -50,28 +62,49 @@ class FakeHub:
             def _serve(self, head: bool):
                 path = self.path.split("?")[0]
                 hub.calls.append((f"{self.command} {path}", b""))
-                tree = re.fullmatch(r"/api/datasets/([^/]+/[^/]+)/tree/[^/]+(/.*)?", path)
-                resolve = re.fullmatch(r"/datasets/([^/]+/[^/]+)/resolve/[^/]+/(.+)", path)
-                if hub.down or hub.fail:
+                info = re.fullmatch(r"/api/(models|datasets)/([^/]+/[^/]+)(?:/revision/([^/]+))?", path)
+                tree = re.fullmatch(r"/api/(models|datasets)/([^/]+/[^/]+)/tree/([^/]+)(/.*)?", path)
+                resolve = re.fullmatch(r"/(datasets/)?([^/]+/[^/]+)/resolve/([^/]+)/(.+)", path)
+                found = info or tree or resolve
+                repo = found.group(2) if found else ""
+                if hub.down or hub.fail or repo in hub.unreachable:
                     self.send_error(503)
                     return
+                kind = ("models" if resolve.group(1) is None else "datasets") if resolve else (found.group(1) if found
+                                                                                               else "")
+                if kind == "models" and repo not in hub.model_files or kind == "datasets" and info and \
+                        repo not in hub.files:
+                    self._not_found("RepoNotFound")
+                    return
+                commit, stored = hub.at(kind, repo, (found.group(3) if found else None) or "main")
+                if stored is None:
+                    self._not_found("RevisionNotFound" if info else "EntryNotFound" if resolve else "RepoNotFound")
+                    return
+                if info:
+                    answer = {"id": repo, "sha": commit, "private": False,
+                              "siblings": [{"rfilename": name, "size": len(data)}
+                                           for name, data in sorted(stored.items())]}
+                    self._answer(json.dumps(answer).encode(), "application/json")
+                    return
                 if tree:
-                    with hub._lock:
-                        stored = dict(hub.files.get(tree.group(1), {}))
                     listing = [{"type": "file", "path": name, "size": len(data), "oid": hashlib.sha1(data).hexdigest()}
                                for name, data in sorted(stored.items())]
                     self._answer(json.dumps(listing).encode(), "application/json")
                     return
-                with hub._lock:
-                    data = hub.files.get(resolve.group(1), {}).get(resolve.group(2)) if resolve else None
+                data = stored.get(resolve.group(4)) if resolve else None
+                if kind == "models" and not head:
+                    time.sleep(hub.model_download_delay_s)
                 if data is None:
-                    self.send_response(404)
-                    self.send_header("X-Error-Code", "EntryNotFound" if resolve else "RepoNotFound")
-                    self.send_header("Content-Length", "0")
-                    self.end_headers()
+                    self._not_found("EntryNotFound" if resolve else "RepoNotFound")
                     return
                 self._answer(data, "application/octet-stream", head,
-                             {"X-Repo-Commit": f"{hub.commit_count:040x}", "ETag": f'"{hashlib.sha1(data).hexdigest()}"'})
+                             {"X-Repo-Commit": commit, "ETag": f'"{hashlib.sha1(data).hexdigest()}"'})
+
+            def _not_found(self, code: str):
+                self.send_response(404)
+                self.send_header("X-Error-Code", code)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
 
             def _answer(self, data: bytes, content_type: str, head: bool = False, headers=None):
                 self.send_response(200)
@@ -102,8 +135,8 @@ class FakeHub:
                         self.send_error(503)
                         return
                 hub.calls.append((path, body))
-                if hub.fail:
-                    self.send_error(hub.fail_status)
+                if hub.fail or any(f"/{repo}/" in path for repo in hub.unreachable):
+                    self.send_error(hub.fail_status if hub.fail else 503)
                     return
                 if path == "/api/repos/create":
                     answer = {"url": f"{hub.url}/datasets/{json.loads(body)['organization']}/x"}
@@ -114,9 +147,17 @@ class FakeHub:
                     answer = {"files": [{"path": f["path"], "uploadMode": "regular", "shouldIgnore": False}
                                         for f in files]}
                 elif "/commit/" in path:
-                    hub._store(path, body)
-                    answer = {"commitUrl": f"{hub.url}/datasets/org/rococo/commit/{'0' * 40}",
-                              "commitOid": "0" * 40, "pullRequestUrl": None}
+                    commit = hub._store(path, body)
+                    if commit is None:  # the Hub's answer to a parent commit that is no longer the head
+                        data = json.dumps({"error": "A commit has happened since. Please refresh and try again."})
+                        self.send_response(412)
+                        self.send_header("Content-Type", "application/json")
+                        self.send_header("Content-Length", str(len(data)))
+                        self.end_headers()
+                        self.wfile.write(data.encode())
+                        return
+                    answer = {"commitUrl": f"{hub.url}/datasets/org/rococo/commit/{commit}",
+                              "commitOid": commit, "pullRequestUrl": None}
                 else:
                     self.send_error(404)
                     return
@@ -134,16 +175,44 @@ class FakeHub:
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
         threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
 
-    def _store(self, path: str, body: bytes) -> None:
-        """Apply a commit (``/api/datasets/<org>/<name>/commit/<revision>``): its files join the repo's."""
-        repo = re.fullmatch(r"/api/datasets/([^/]+/[^/]+)/commit/.+", path).group(1)
+    def _store(self, path: str, body: bytes):
+        """Apply a commit (``/api/{datasets,models}/<org>/<name>/commit/<revision>``): its files join the repo's;
+        return the new head, or None (nothing applied) when its ``parentCommit`` is not the head."""
+        kind, repo = re.fullmatch(r"/api/(models|datasets)/([^/]+/[^/]+)/commit/.+", path).groups()
         lines = [json.loads(line) for line in body.splitlines()]
+        parent = next((line["value"].get("parentCommit") for line in lines if line["key"] == "header"), None)
         with self._lock:
+            if parent and parent != self.head(kind, repo):
+                return None
             self.commit_count += 1
-            stored = self.files.setdefault(repo, {})
+            stored = (self.model_files if kind == "models" else self.files).setdefault(repo, {})
             for line in lines:
                 if line["key"] == "file":
                     stored[line["value"]["path"]] = base64.b64decode(line["value"]["content"])
+            return self.head(kind, repo)
+
+    def head(self, kind: str, repo: str) -> str:
+        """The head commit of ``repo`` (``kind`` ``models`` or ``datasets``): the SHA-1 of its files; the files are
+        kept under it, so that the commit can be asked for later."""
+        stored = dict((self.model_files if kind == "models" else self.files).get(repo, {}))
+        commit = hashlib.sha1(json.dumps(sorted((name, hashlib.sha1(data).hexdigest())
+                                                for name, data in stored.items())).encode()).hexdigest()
+        self._snapshots.setdefault((kind, repo), {})[commit] = stored
+        return commit
+
+    def at(self, kind: str, repo: str, revision: str):
+        """``(commit, files)`` of ``repo`` at ``revision`` (``main`` or a commit it had); ``(None, None)`` when there
+        is no such commit."""
+        with self._lock:
+            head = self.head(kind, repo)
+            commit = head if revision == "main" else revision
+            return commit, self._snapshots[(kind, repo)].get(commit) and dict(self._snapshots[(kind, repo)][commit])
+
+    def put_model(self, repo: str, files: dict[str, bytes]) -> str:
+        """Make ``files`` the head of the model repository ``repo`` (a commit made elsewhere); return its commit."""
+        with self._lock:
+            self.model_files[repo] = dict(files)
+            return self.head("models", repo)
 
     def hang_commits(self) -> None:
         """From now on, hold every commit unanswered (a Hub that does not answer)."""

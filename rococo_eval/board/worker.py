@@ -1,0 +1,257 @@
+"""The board's evaluation worker: it claims a request (:mod:`rococo_eval.board.requests`), evaluates the model it
+names at the commit it names, exactly as ``rococo-eval run`` does, and commits the result record, with its provenance,
+to the board's dataset repo (``rococo-eval worker``, docs/space.md).
+
+For each request, :meth:`Worker.evaluate`:
+
+1. checks the repository at the request's commit again (:func:`~rococo_eval.board.requests.check_hub_model`: it
+   exists, the commit resolves, no code, within the size limit);
+2. downloads that commit only (``snapshot_download(revision=commit)``); refuses a ``config.json`` with ``auto_map``
+   (code of the repository: ``trust_remote_code`` is never set); reads every pickle (``.bin``, ``.pt``, ``.pth``,
+   ``.ckpt``, ``.pkl``) through the allowlist of :func:`~rococo_eval.models.checkpoints.load_torch_file` first, so a
+   file that needs any other type is refused before the model's library opens it, and nothing of it runs;
+3. loads the downloaded folder as its family's local form (``hf:FOLDER``, ``open_clip:local-dir:FOLDER``,
+   ``pcmepp:FOLDER``) and runs :func:`rococo_eval.evaluation.evaluate_model`, the function ``rococo-eval run``
+   calls, at the board's default settings, writing the report as ``run`` writes it;
+4. makes the result record (:func:`rococo_eval.board.records.make_record`) of the report's summary rows and
+   per-query outcomes, with its ``provenance``: the request, the repository and commit, the sha256 of every weight
+   file, the images' digest (the fingerprints of the image sets, as the embedding cache keys them), the device, the
+   precision, the run's wall time and the worker.
+
+The record joins the worker's outbox (:class:`~rococo_eval.board.hub_records.HubRecords`) and is committed; a
+results repo that does not answer leaves it there, and the worker commits it before its next claim. The request is
+then done (its ``result`` the record's path), or failed with the error's one line; the worker goes on with the next.
+A worker that dies leaves its claim to expire (``claim_expiry_s``), and the request is claimed again.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+import logging
+import os
+import socket
+import time
+from pathlib import Path
+from typing import Optional
+
+from rococo_eval.board.hub_records import HubRecords
+from rococo_eval.board.leaderboard import validity_warnings_of
+from rococo_eval.board.records import make_record, record_path
+from rococo_eval.board.requests import (
+    CLAIM_EXPIRY_S,
+    DONE,
+    FAILED,
+    MAX_REPO_BYTES,
+    RequestQueue,
+    check_hub_model,
+    hub_repository,
+)
+
+logger = logging.getLogger(__name__)
+
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
+WEIGHT_SUFFIXES = (*PICKLE_SUFFIXES, ".safetensors", ".npz", ".h5", ".msgpack", ".onnx")
+LOCAL_FORMS = {"hf": "hf:{}", "open_clip": "open_clip:local-dir:{}", "pcmepp": "pcmepp:{}"}
+POLL_S = 60
+
+
+class Worker:
+    """Claims requests of ``queue`` and commits their result records through ``results`` (the board's dataset repo),
+    evaluating on ``source`` (a :class:`~rococo_eval.data.source.Source`), with its files under ``folder`` (the
+    models downloaded, the embedding cache, the reports). ``device``, ``batch_size``, ``workers`` and ``attacks`` are
+    ``run``'s; ``claim_expiry_s`` is how old another worker's claim must be to be taken over."""
+
+    def __init__(self, queue: RequestQueue, results: HubRecords, source, folder, *, attacks="all",
+                 device: Optional[str] = None, batch_size: Optional[int] = None, workers: int = 0,
+                 claim_expiry_s: float = CLAIM_EXPIRY_S, max_bytes: int = MAX_REPO_BYTES, name: str = ""):
+        self.queue, self.results, self.source = queue, results, source
+        self.folder = Path(folder)
+        self.attacks, self.device, self.batch_size, self.workers = attacks, device, batch_size, workers
+        self.claim_expiry_s, self.max_bytes = claim_expiry_s, max_bytes
+        self.name = name or f"{socket.gethostname()}-{os.getpid()}"
+
+    def run(self, once: bool = False, poll_s: float = POLL_S) -> int:
+        """Evaluate requests as they come (``once``: until none is left to claim); return how many were ended. A Hub
+        that does not answer is tried again after ``poll_s`` seconds (``once``: its error is raised)."""
+        ended = 0
+        while True:
+            try:
+                request = self.step()
+            except Exception as error:  # the Hub's, a network's: a worker that waits for requests outlives them
+                if once:
+                    raise
+                logger.warning("worker %s: the requests repo %s: %s", self.name, self.queue.repo_id, error)
+                request = None
+            ended += request is not None
+            if request is None:
+                if once:
+                    return ended
+                time.sleep(poll_s)
+
+    def step(self) -> Optional[dict]:
+        """Commit the records of the outbox, claim one request and evaluate it; return it as ended, or None when there
+        was nothing to claim."""
+        if self.results.pending():
+            self.results.commit_outbox()
+        request = self.queue.claim(self.name, self.claim_expiry_s)
+        return None if request is None else self.process(request)
+
+    def process(self, request: dict) -> dict:
+        """Evaluate the claimed ``request`` and end it: done with its result record's path, or failed with the
+        error's one line."""
+        logger.info("worker %s: evaluating %s at %s (request %s)", self.name, request["model"],
+                    request["commit"][:12], request["id"])
+        try:
+            record = self.evaluate(request)
+        except Exception as error:  # any failure of the model, its files or the run ends the request, not the worker
+            reason = f"{type(error).__name__}: {' '.join(str(error).split())}"
+            logger.warning("worker %s: request %s failed: %s", self.name, request["id"], reason)
+            return self.queue.finish(request, FAILED, reason)
+        self.results.add_to_outbox(record)
+        landed = self.results.commit_outbox()
+        note = "" if landed else "its result record waits in the worker's outbox: the results repo did not answer"
+        return self.queue.finish(request, DONE, note, result=record_path(record))
+
+    def evaluate(self, request: dict) -> dict:
+        """The result record of ``request`` (the steps of the module's docstring).
+
+        Raises:
+            ValueError: the repository at the commit (:func:`check_hub_model`), code in it, a pickle outside the
+                allowlist, a model that does not load or whose embeddings are not finite; or whatever else the run
+                raises.
+        """
+        from huggingface_hub import snapshot_download
+
+        from rococo_eval.evaluation import evaluate_model
+        from rococo_eval.models.adapters import load_model
+
+        started = time.monotonic()
+        family, repo = hub_repository(request["model"])
+        check_hub_model(request["model"], request["commit"], self.queue.api, self.max_bytes)
+        folder = Path(snapshot_download(repo, revision=request["commit"], cache_dir=self.folder / "models",
+                                        endpoint=self.queue.api.endpoint, token=self.queue.api.token))
+        weights = check_model_files(folder, f"`model` {request['model']!r} at {request['commit'][:12]}")
+        model = load_model(LOCAL_FORMS[family].format(folder), device=self.device, precision=request["precision"])
+        out = self.folder / "reports" / request["id"]
+        options = {} if self.batch_size is None else {"batch_size": self.batch_size}
+        report = evaluate_model(model, self.source, attacks=self.attacks, out=out, cache_dir=self.folder / "cache",
+                                workers=self.workers, name=request["model"],
+                                meta={"precision": request["precision"], "model_commit": request["commit"]}, **options)
+        rows = [row.to_dict() for row in report.summary if not row.is_seed_mean]  # the board makes its own means
+        provenance = {"request_id": request["id"], "model_repo": repo, "model_commit": request["commit"],
+                      "revision_requested": request["revision"], "weight_files": weights,
+                      "images_digest": images_digest(self.source, report.meta["attacks"]),
+                      "device": report.meta["device"], "precision": request["precision"],
+                      "wall_time_s": round(time.monotonic() - started, 3), "worker": self.name,
+                      "results_repo": self.results.repo_id}
+        now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+        return make_record(rows, report_outcomes_of(out), model=request["model"], link=request["link"],
+                           precision=request["precision"], note=f"evaluated by the board: {repo} at "
+                           f"{request['commit']}", submitted_at=now, validity_warnings=validity_warnings_of(rows),
+                           provenance=provenance)
+
+
+def check_model_files(folder: Path, what: str) -> dict[str, str]:
+    """Check a downloaded model folder before its library reads it; return ``{path: sha256}`` of its weight files.
+
+    Raises:
+        ValueError: a ``config.json`` with ``auto_map`` (code of the repository), or a pickle that needs a type
+            outside the allowlist (:func:`~rococo_eval.models.checkpoints.load_torch_file`: nothing of it runs).
+    """
+    from rococo_eval.models.checkpoints import (
+        MAX_MODEL_CONFIG_DEPTH,
+        MAX_SETTINGS_BYTES,
+        load_torch_file,
+        read_json_file,
+    )
+
+    config = folder / "config.json"
+    if config.is_file() and "auto_map" in (read_json_file(config, what, MAX_SETTINGS_BYTES,
+                                                          MAX_MODEL_CONFIG_DEPTH) or {}):
+        raise ValueError(f"{what}: its config.json names code of the repository (auto_map), which only "
+                         "trust_remote_code would run: the board runs no code from a repository")
+    weights = {}
+    for path in sorted(folder.rglob("*")):
+        if path.is_file() and path.name.endswith(WEIGHT_SUFFIXES):
+            name = path.relative_to(folder).as_posix()
+            if path.name.endswith(PICKLE_SUFFIXES):
+                load_torch_file(path, f"{what}: {name}")
+            digest = hashlib.sha256()
+            with open(path, "rb") as handle:
+                for block in iter(lambda: handle.read(1 << 20), b""):
+                    digest.update(block)
+            weights[name] = digest.hexdigest()
+    return weights
+
+
+def images_digest(source, attacks) -> str:
+    """The SHA-256 of the fingerprints of the image sets a run of ``attacks`` reads (the clean images and each image
+    attack's: names, sizes and alterations, as the embedding cache keys them)."""
+    from rococo_eval.scoring.embeddingsfile import item_sets
+
+    sets = item_sets(source, attacks)
+    return hashlib.sha256(json.dumps(sorted((name, items.fingerprint) for name, items in sets.items()
+                                            if name.startswith("images/"))).encode()).hexdigest()
+
+
+def report_outcomes_of(folder: Path) -> dict:
+    """Each gallery's per-query R@1 outcomes of the report in ``folder`` (``{}`` when it wrote none)."""
+    from rococo_eval.reporting.compare import report_outcomes
+    from rococo_eval.results import Report
+
+    report = Report.from_json(json.loads((folder / "report.json").read_text()))
+    if not (report.analysis or {}).get("per_query_file"):
+        return {}
+    return report_outcomes(folder, report)
+
+
+def add_arguments(parser) -> None:
+    """The options of ``rococo-eval worker``."""
+    parser.add_argument("--requests-repo", required=True, metavar="ORG/NAME",
+                        help="the dataset repo of the requests (the Space's $ROCOCO_REQUESTS_REPO)")
+    parser.add_argument("--results-repo", required=True, metavar="ORG/NAME",
+                        help="the board's dataset repo, where the result records go (the Space's "
+                             "$ROCOCO_LEADERBOARD_REPO)")
+    parser.add_argument("--once", action="store_true", help="evaluate the requests there are, then stop (default: "
+                                                            "wait for more, checking every --poll seconds)")
+    parser.add_argument("--poll", type=float, default=POLL_S, metavar="SECONDS",
+                        help=f"seconds between looks at the queue when it is empty (default {POLL_S})")
+    parser.add_argument("--claim-expiry", type=float, default=CLAIM_EXPIRY_S, metavar="SECONDS",
+                        help="how old another worker's claim must be to be taken over: that worker is taken to have "
+                             f"died (default {CLAIM_EXPIRY_S}; longer than any run)")
+    parser.add_argument("--work-dir", default="rococo-worker",
+                        help="the worker's folder: models downloaded, embeddings, reports, the outbox (default "
+                             "./rococo-worker)")
+    parser.add_argument("--images-dir", help="COCO root holding val2014/ (or a benchmark's images)")
+    parser.add_argument("--annotations-dir", help="folder of the official annotation files (default "
+                                                  "$ROCOCO_ANNOTATIONS_DIR, else the pinned download)")
+    parser.add_argument("--benchmark", help="a benchmark folder made by `rococo-eval attack`, instead of RoCOCO")
+    parser.add_argument("--attacks", default="all", help="the attacks evaluated (default all, as the board requires)")
+    parser.add_argument("--device", help="torch device (default: cuda when available, else cpu)")
+    parser.add_argument("--batch-size", type=int, help="items per forward pass (default run's)")
+    parser.add_argument("--workers", type=int, default=0, help="threads loading images ahead of the model")
+    parser.add_argument("--max-bytes", type=int, default=MAX_REPO_BYTES,
+                        help=f"the largest repository evaluated, all its files together (default {MAX_REPO_BYTES})")
+
+
+def worker_command(args) -> int:
+    """``rococo-eval worker``: evaluate the board's requests (the token is $HF_TOKEN, the Hub $HF_ENDPOINT)."""
+    from rococo_eval.data.source import RococoSource, open_source
+
+    if args.benchmark:
+        source = open_source(args.annotations_dir, images_dir=args.images_dir, benchmark=args.benchmark)
+    elif args.images_dir:
+        source = RococoSource(args.annotations_dir, images_dir=Path(args.images_dir).expanduser())
+    else:
+        raise ValueError("the worker evaluates on RoCOCO's images: pass --images-dir COCO_ROOT (or --benchmark)")
+    folder = Path(args.work_dir).expanduser()
+    queue = RequestQueue(args.requests_repo, max_bytes=args.max_bytes)
+    results = HubRecords(args.results_repo, folder / "results", endpoint=queue.api.endpoint)
+    worker = Worker(queue, results, source, folder, attacks=args.attacks, device=args.device,
+                    batch_size=args.batch_size, workers=args.workers, claim_expiry_s=args.claim_expiry,
+                    max_bytes=args.max_bytes)
+    ended = worker.run(once=args.once, poll_s=args.poll)
+    logger.info("worker %s: %d request(s) ended", worker.name, ended)
+    return ended

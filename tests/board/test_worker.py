@@ -1,0 +1,323 @@
+"""The board's own rows (issue 44): requests of models from the Hub (rococo_eval.board.requests) and the worker that
+evaluates them (rococo_eval.board.worker), against a fake Hub on 127.0.0.1 that serves a real tiny CLIP repository at
+two commits, the requests repo and the results repo."""
+
+import datetime
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from helpers.tiny_models import make_tiny_hf_clip, make_tiny_open_clip_folder, torchvision_stand_in
+from rococo_eval.board.hub_records import HubRecords
+from rococo_eval.board.leaderboard import EVALUATED
+from rococo_eval.board.records import SUMMARY_NUMBERS, outcomes_of, read_record
+from rococo_eval.board.requests import RequestQueue, make_request, read_request, request_bytes, request_path
+from rococo_eval.board.worker import Worker
+from rococo_eval.cli import main
+from rococo_eval.data.source import open_source
+from rococo_eval.reporting.compare import report_outcomes
+from rococo_eval.results import Report
+
+REQUESTS, RESULTS, MODEL = "org/requests", "org/board", "org/tiny-clip"
+
+
+def model_files(folder, seed: int) -> dict:
+    """The files of a tiny transformers CLIP (weights drawn with ``seed``), as a repository holds them."""
+    model_dir = Path(make_tiny_hf_clip(folder, seed).removeprefix("hf:"))
+    return {path.relative_to(model_dir).as_posix(): path.read_bytes() for path in sorted(model_dir.rglob("*"))
+            if path.is_file()}
+
+
+@pytest.fixture(scope="module")
+def commits(tmp_path_factory):
+    """The tiny CLIP's files at two commits (seeds 0 and 1)."""
+    return [model_files(tmp_path_factory.mktemp(f"seed{seed}"), seed) for seed in (0, 1)]
+
+
+@pytest.fixture
+def hub(fake_hub, commits):
+    """The fake Hub holding the tiny CLIP at two commits (the second the head), and empty requests and results
+    repos; ``hub.shas`` are the model's commits."""
+    fake_hub.shas = [fake_hub.put_model(MODEL, files) for files in commits]
+    fake_hub.files[REQUESTS], fake_hub.files[RESULTS] = {}, {}
+    return fake_hub
+
+
+def queue(hub, **options) -> RequestQueue:
+    return RequestQueue(REQUESTS, endpoint=hub.url, **options)
+
+
+def worker(hub, folder, benchmark, **options) -> Worker:
+    results = HubRecords(RESULTS, folder / "results", endpoint=hub.url, timeout_s=options.pop("timeout_s", 30))
+    return Worker(queue(hub), results, open_source(benchmark=benchmark), folder / "work", device="cpu", **options)
+
+
+def requests_on(hub) -> dict:
+    return {path: read_request(data, path) for path, data in hub.files[REQUESTS].items()}
+
+
+def records_on(hub) -> list[dict]:
+    return [read_record(data, None, path) for path, data in hub.files[RESULTS].items()]
+
+
+def put_request(hub, model=f"hf:{MODEL}", commit=None, **fields) -> dict:
+    """A pending request committed elsewhere (a maintainer, or a repository changed since the Space checked it)."""
+    request = {**make_request(model, MODEL, "main", commit or hub.shas[1], 1, link="", precision="fp32",
+                              requested_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                              client=""), **fields}
+    hub.files[REQUESTS][request_path(request)] = request_bytes(request)
+    return request
+
+
+def test_a_request_is_evaluated_at_its_commit_and_its_numbers_are_run_s(hub, commits, benchmark, tmp_path, capsys):
+    request = queue(hub).submit(f"hf:{MODEL}", hub.shas[0], link="https://x.org/m")
+    assert request["commit"] == hub.shas[0] and request["status"] == "pending"
+    ended = worker(hub, tmp_path, benchmark, attacks="rand_voca,mix_seed1").step()
+    assert ended["status"] == "done", ended["reason"]
+    (record,) = records_on(hub)
+    assert record["provenance"]["model_commit"] == hub.shas[0]
+    assert set(record["provenance"]["weight_files"]) == {"model.safetensors"}
+    assert ended["result"] == next(iter(hub.files[RESULTS]))
+    folder = tmp_path / "seed0"
+    (folder / "tiny-clip").mkdir(parents=True)
+    for name, data in commits[0].items():
+        (folder / "tiny-clip" / name).write_bytes(data)
+    assert main(["run", "--model", f"hf:{folder / 'tiny-clip'}", "--benchmark", str(benchmark), "--device", "cpu",
+                 "--attacks", "rand_voca,mix_seed1",
+                 "--cache-dir", str(tmp_path / "cache"), "--out", str(tmp_path / "run"), "-q"]) == 0
+    run = json.loads((tmp_path / "run" / "report.json").read_text())
+    rows = [row for row in run["summary"] if "seeds" not in row]  # the seed means: the board makes its own
+    assert sorted(record["galleries"]) == sorted(f"{row['attack']}/{row['direction']}" for row in rows)
+    for row in rows:
+        mine = record["galleries"][f"{row['attack']}/{row['direction']}"]
+        assert {name: mine[name] for name in SUMMARY_NUMBERS if name in mine} == {
+            name: row[name] for name in SUMMARY_NUMBERS if name in mine}
+        assert (mine["num_queries"], mine["num_gallery"]) == (row["num_queries"], row["num_gallery"])
+    run_outcomes = report_outcomes(tmp_path / "run", Report.from_json(run))
+    for key, outcomes in outcomes_of(record).items():
+        assert outcomes["hit"].tolist() == run_outcomes[key]["hit"].tolist()
+
+
+@pytest.fixture(scope="module")
+def hostile_files(tmp_path_factory):
+    """A repository holding only a pickle whose unpickling would create the file ``ran`` beside it: the global it
+    needs (``eval``) is on no allowlist."""
+    folder = tmp_path_factory.mktemp("hostile")
+    marker = folder / "ran"
+
+    class Payload:
+        def __reduce__(self):
+            return eval, (f"open({str(marker)!r}, 'w').close()",)
+
+    torch.save({"weight": torch.zeros(2), "hook": Payload()}, folder / "pytorch_model.bin")
+    return {"pytorch_model.bin": (folder / "pytorch_model.bin").read_bytes()}, marker
+
+
+def not_finite(files: dict) -> dict:
+    """The tiny CLIP's files with its image projection all NaN: every image embedding is not finite."""
+    from safetensors.torch import load, save
+
+    state = load(files["model.safetensors"])
+    state["visual_projection.weight"] = torch.full_like(state["visual_projection.weight"], float("nan"))
+    return {**files, "model.safetensors": save(state, metadata={"format": "pt"})}
+
+
+def test_each_bad_request_fails_with_one_line_and_the_worker_goes_on(hub, commits, hostile_files, benchmark,
+                                                                     tmp_path):
+    """A repository that does not exist, a revision that does not resolve, a repository over the size limit, a model
+    that fails to load, one whose embeddings are not finite, one holding only a pickle that needs a type outside the
+    allowlist (nothing of it runs), and one whose config names code of the repository: each request ends failed with
+    its one line; the good request after them is done."""
+    size = sum(len(data) for data in commits[1].values())
+    hub.put_model("org/big", {**commits[1], "extra.safetensors": b"\0" * size})
+    hub.put_model("org/broken", {**commits[1], "config.json": b"{not json"})
+    hub.put_model("org/nan", not_finite(commits[1]))
+    hub.put_model("org/hostile", hostile_files[0])
+    config = {**json.loads(commits[1]["config.json"]), "auto_map": {"AutoModel": "modeling_mine.MyModel"}}
+    hub.put_model("org/remote-code", {**commits[1], "config.json": json.dumps(config).encode()})
+    bad = {"hf:org/missing": "the Hub has no model repository org/missing",
+           f"hf:{MODEL}": f"`revision` '{'f' * 40}' of {MODEL} does not resolve",
+           "hf:org/big": f"holds {2 * size:,} bytes",
+           "hf:org/broken": "config.json",
+           "hf:org/nan": "non-finite embeddings",
+           "hf:org/hostile": "pytorch_model.bin needs eval to be read, which is not on the allowlist",
+           "hf:org/remote-code": "its config.json names code of the repository (auto_map)"}
+    for number, model in enumerate(bad):
+        repo = model.removeprefix("hf:")
+        commit = "f" * 40 if model == f"hf:{MODEL}" else hub.head("models", repo) if repo != "org/missing" else "e" * 40
+        put_request(hub, model, commit, repo=repo, requested_at=f"2026-01-01T00:00:0{number}+00:00")
+    put_request(hub, requested_at="2026-01-01T00:01:00+00:00")
+    ended = worker(hub, tmp_path, benchmark, attacks="rand_voca", max_bytes=size + 1024).run(once=True)
+    assert ended == len(bad) + 1
+    states = {request["model"] if request["status"] == "failed" else "good": request
+              for request in requests_on(hub).values()}
+    for model, reason in bad.items():
+        assert states[model]["status"] == "failed" and reason in states[model]["reason"], states[model]
+        assert "\n" not in states[model]["reason"]
+    assert states["good"]["status"] == "done" and len(records_on(hub)) == 1
+    assert not hostile_files[1].exists()
+
+
+def test_an_open_clip_repository_is_evaluated_from_the_hub(hub, benchmark, tmp_path):
+    """``open_clip:hf-hub:ORG/REPO``: the worker downloads the repository's commit and loads it as open_clip's
+    ``local-dir:``; its pickled weights pass the allowlist (tensors only)."""
+    with torchvision_stand_in():
+        folder = tmp_path / "tiny-open-clip"
+        make_tiny_open_clip_folder(folder)
+        commit = hub.put_model("org/tiny-open-clip", {path.name: path.read_bytes() for path in folder.iterdir()})
+        request = put_request(hub, "open_clip:hf-hub:org/tiny-open-clip", commit, repo="org/tiny-open-clip")
+        ended = worker(hub, tmp_path, benchmark, attacks="rand_voca").step()
+    assert ended["id"] == request["id"] and ended["status"] == "done", ended["reason"]
+    (record,) = records_on(hub)
+    assert record["model"] == "open_clip:hf-hub:org/tiny-open-clip"
+    assert list(record["provenance"]["weight_files"]) == ["open_clip_pytorch_model.bin"]
+
+
+def test_a_claim_on_a_head_that_moved_is_refused_by_the_hub_and_the_request_read_again(hub):
+    """Two workers read the same head; the second claims first. The first's claim names the head it read as its
+    parent commit, which the Hub refuses (412); reading again, it finds the request running, and claims nothing."""
+    request = put_request(hub)
+    first, second = queue(hub), queue(hub)
+    head, [seen] = first.requests()
+    assert second.claim("second")["claimed_by"] == "second"
+    assert not first._commit({**seen, "status": "running", "claimed_by": "first"}, "claim", parent=head)
+    assert first.claim("first") is None
+    assert json.loads(hub.files[REQUESTS][request_path(request)])["claimed_by"] == "second"
+
+
+def test_the_worker_evaluates_the_commit_it_claimed_when_the_request_is_edited_after(hub, benchmark, tmp_path):
+    request = put_request(hub, commit=hub.shas[0])
+    mine = worker(hub, tmp_path, benchmark, attacks="rand_voca")
+    claimed = mine.queue.claim(mine.name)
+    assert claimed["id"] == request["id"] and claimed["status"] == "running"
+    edited = {**json.loads(hub.files[REQUESTS][request_path(request)]), "commit": hub.shas[1]}
+    hub.files[REQUESTS][request_path(request)] = request_bytes(edited)  # another commit, made elsewhere
+    assert mine.process(claimed)["status"] == "done"
+    (record,) = records_on(hub)
+    assert record["provenance"]["model_commit"] == hub.shas[0]
+
+
+def test_a_result_the_results_repo_cannot_take_is_kept_and_committed_later(hub, benchmark, tmp_path):
+    put_request(hub)
+    hub.unreachable.add(RESULTS)
+    mine = worker(hub, tmp_path, benchmark, attacks="rand_voca", timeout_s=3)
+    ended = mine.step()
+    assert ended["status"] == "done" and "waits in the worker's outbox" in ended["reason"]
+    assert len(mine.results.pending()) == 1 and hub.files[RESULTS] == {}
+    hub.unreachable.clear()
+    assert mine.step() is None  # nothing to claim; the outbox is committed first
+    assert mine.results.pending() == [] and [record["provenance"]["request_id"] for record in records_on(hub)] == [
+        ended["id"]]
+
+
+def test_the_space_refuses_what_the_board_cannot_evaluate(hub):
+    requests = queue(hub, max_bytes=10 ** 9, client_hourly_limit=2)
+    hub.put_model("org/with-code", {"config.json": b"{}", "modeling_mine.py": b"import os"})
+    for model, revision, problem in [
+            ("/data/models/clip", "", "names no model"),
+            ("hf:./clip", "", "local paths are refused"),
+            ("my_models:load_model", "", "runs code of your own"),
+            ("vse:model_best.pth", "", "is not a Hub repository"),
+            ("open_clip:ViT-B-32/openai", "", "is not a Hub repository"),
+            ("hf:org/missing", "", "the Hub has no model repository org/missing"),
+            (f"hf:{MODEL}", "no-such-branch", "`revision` 'no-such-branch' of org/tiny-clip does not resolve"),
+            ("hf:org/with-code", "", "holds code (modeling_mine.py)")]:
+        with pytest.raises(ValueError, match=re.escape(problem)):
+            requests.submit(model, revision, client="10.0.0.1")
+    with pytest.raises(ValueError, match="more than the board evaluates"):
+        queue(hub, max_bytes=100).submit(f"hf:{MODEL}")
+    first = requests.submit(f"hf:{MODEL}", client="10.0.0.1")
+    assert first["commit"] == hub.shas[1] and first["revision"] == "main"
+    with pytest.raises(ValueError, match=f"org/tiny-clip at {hub.shas[1][:12]} \\(fp32\\) is pending already"):
+        requests.submit(f"hf:{MODEL}", hub.shas[1], client="10.0.0.2")
+    requests.submit(f"hf:{MODEL}", hub.shas[0], client="10.0.0.1")
+    with pytest.raises(ValueError, match="2 requests came from your address in the last hour"):
+        requests.submit(f"hf:{MODEL}", hub.shas[0], precision="fp16", client="10.0.0.1")
+    assert len(hub.files[REQUESTS]) == 2
+
+
+def worker_process(hub, folder, benchmark, *options) -> subprocess.Popen:
+    """``rococo-eval worker`` in a process of its own (a machine of its own) against the fake Hub."""
+    env = {**os.environ, "HF_ENDPOINT": hub.url, "HF_HUB_OFFLINE": "0"}
+    return subprocess.Popen([sys.executable, "-m", "rococo_eval", "worker", "--requests-repo", REQUESTS,
+                             "--results-repo", RESULTS, "--benchmark", str(benchmark), "--attacks", "rand_voca",
+                             "--device", "cpu", "--work-dir", str(folder), "-q", *options],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+@pytest.mark.slow
+def test_two_workers_one_request_evaluated_once(hub, benchmark, tmp_path):
+    request = put_request(hub)
+    workers = [worker_process(hub, tmp_path / name, benchmark, "--once") for name in ("a", "b")]
+    for process in workers:
+        assert process.wait(120) == 0, process.stderr.read()
+    ended = requests_on(hub)[request_path(request)]
+    assert ended["status"] == "done" and ended["attempts"] == 1
+    assert [record["provenance"]["request_id"] for record in records_on(hub)] == [request["id"]]
+
+
+@pytest.mark.slow
+def test_a_killed_worker_s_request_is_claimed_again_after_its_claim_expires_and_evaluated_once(hub, benchmark,
+                                                                                                tmp_path):
+    request = put_request(hub)
+    hub.model_download_delay_s = 60  # the first worker is killed while it downloads
+    first = worker_process(hub, tmp_path / "a", benchmark, "--once")
+    deadline = time.monotonic() + 60
+    while requests_on(hub)[request_path(request)]["status"] != "running":
+        assert time.monotonic() < deadline and first.poll() is None
+        time.sleep(0.1)
+    first.send_signal(signal.SIGKILL)
+    first.wait()
+    hub.model_download_delay_s = 0
+    second = worker_process(hub, tmp_path / "b", benchmark, "--once", "--claim-expiry", "1")
+    time.sleep(1.5)  # the first worker's claim expires
+    assert second.wait(120) == 0, second.stderr.read()
+    ended = requests_on(hub)[request_path(request)]
+    assert ended["status"] == "done" and ended["attempts"] == 2
+    assert [record["provenance"]["request_id"] for record in records_on(hub)] == [request["id"]]
+
+
+@pytest.mark.slow
+def test_a_request_made_in_the_space_comes_onto_its_board_as_evaluated_by_the_board(hub, benchmark, tmp_path,
+                                                                                     monkeypatch):
+    """Done when of issue 44: a request through the Space's API (gradio_client), evaluated by a worker against the
+    fake Hub, is on the Space's board after its timed refresh, marked as evaluated by the board, its source naming
+    the model's commit and the record; the tab shows the request done."""
+    from gradio_client import Client
+
+    import app
+    from helpers.space_app import serve
+
+    monkeypatch.setenv("HF_ENDPOINT", hub.url)
+    monkeypatch.setenv("ROCOCO_LEADERBOARD_REPO", RESULTS)
+    monkeypatch.setenv("ROCOCO_REQUESTS_REPO", REQUESTS)
+    monkeypatch.setenv("ROCOCO_LEADERBOARD_REFRESH_S", "1")
+    demo = app.build_app(source=open_source(benchmark=benchmark), output_dir=tmp_path / "outputs",
+                         leaderboard_db=tmp_path / "board.sqlite3")
+    try:
+        client = Client(serve(demo), verbose=False)
+        message, states = client.predict(f"hf:{MODEL}", "", "https://example.org/tiny", "fp32",
+                                         api_name="/request_evaluation")
+        assert f"at commit {hub.shas[1]} (revision main): pending" in message
+        assert [row[3] for row in states["data"]] == ["pending"]
+        assert worker(hub, tmp_path, benchmark, attacks="rand_voca").run(once=True) == 1
+        deadline = time.monotonic() + 60
+        while True:
+            shown = client.predict("", EVALUATED, "means", 1, api_name="/leaderboard")
+            if shown["data"] or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        (row,) = [dict(zip(shown["headers"], cells)) for cells in shown["data"]]
+        assert row["model"] == f"hf:{MODEL}" and row["kind"].startswith(EVALUATED)
+        assert f"tree/{hub.shas[1]}" in row["source"] and f"datasets/{RESULTS}/blob/main/submissions/" in row["source"]
+        assert [row[3] for row in app.HubRequests.from_environment().states().values.tolist()] == ["done"]
+    finally:
+        demo.close()

@@ -439,14 +439,13 @@ def _run_model(args, name: str, source, attacks, images_dir: Path, cache_dir: Pa
     from rococo_eval.reporting.report import to_text_table
 
     model = load_model(name, device=device, precision=args.precision)
-    main = processes.is_main
     embeddings = Path(args.save_embeddings).expanduser() if args.save_embeddings else None
     report = evaluate_model(model, source, attacks=attacks, out=out, cache_dir=cache_dir, batch_size=args.batch_size,
                             workers=args.workers, rerank_k=args.rerank_k, save_scores=scores_dir,
                             compact_scores=args.compact_scores, save_embeddings=embeddings,
-                            progress=_progress(args) and main, processes=processes,
+                            progress=_progress(args), processes=processes,
                             meta={"precision": args.precision, "images_dir": str(images_dir)})
-    if main:
+    if report is not None:  # rank 0 of processes
         print(to_text_table(report.summary))
         if not args.quiet:
             print(f"rococo-eval: report written to {out}", file=sys.stderr)

@@ -3,7 +3,7 @@
 :func:`evaluate_model` takes one of this package's models (:func:`rococo_eval.models.adapters.load_model`) or any
 object with ``encode_images`` and ``encode_texts`` (:mod:`rococo_eval.models.custom`), and gives it the
 command's whole path: the embedding cache (resumable), the altered images, every gallery scored
-(:func:`rococo_eval.scoring.galleries.score_model`, two stages for a model with ``match``), and the report with its
+(:func:`rococo_eval.scoring.run.score_run`, two stages for a model with ``match``), and the report with its
 failure analysis (:func:`rococo_eval.reporting.report.write_report`). ``rococo-eval run`` calls it for each model.
 
 Example (``examples/custom_model.py`` runs a whole one)::
@@ -20,23 +20,19 @@ Example (``examples/custom_model.py`` runs a whole one)::
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 from typing import Optional, Sequence, Union
 
-import rococo_eval.validity as validity
 from rococo_eval.catalog import select_attacks as catalog_select_attacks
 from rococo_eval.data.source import open_source
 from rococo_eval.io.download import default_cache_dir
-from rococo_eval.models.cache import DEFAULT_BATCH_SIZE, EmbeddingCache
+from rococo_eval.models.cache import DEFAULT_BATCH_SIZE
 from rococo_eval.models.custom import as_image_text_model
 from rococo_eval.processes import ONE
 from rococo_eval.reporting.report import write_report
 from rococo_eval.results import Report, build_report
-from rococo_eval.scoring.galleries import check_saving, score_model, scorer_for
+from rococo_eval.scoring.run import score_run
 from rococo_eval.scoring.rerank import DEFAULT_CANDIDATES
-
-logger = logging.getLogger(__name__)
 
 
 def evaluate_model(model, source=None, *, attacks: Union[str, Sequence[str]] = "all", images_dir=None,
@@ -68,7 +64,7 @@ def evaluate_model(model, source=None, *, attacks: Union[str, Sequence[str]] = "
         save_embeddings: a ``.safetensors`` file for every item set's embeddings
             (:mod:`rococo_eval.scoring.embeddingsfile`, for ``rococo-eval score`` and the Space), or None.
         name: the report's name for a custom model (default: its ``name``, else its class name).
-        progress: progress bars.
+        progress: progress bars (rank 0's only, in a launch of several).
         processes: the :class:`~rococo_eval.processes.Processes` of a launch of several (see
             :func:`~rococo_eval.scoring.galleries.score_model`); the others return None.
         meta: more entries for the report's ``meta``.
@@ -82,49 +78,25 @@ def evaluate_model(model, source=None, *, attacks: Union[str, Sequence[str]] = "
         TypeError: ``model`` lacks ``encode_images`` or ``encode_texts``.
     """
     model = as_image_text_model(model, name)
-    check_saving(model, save_scores=save_scores, compact_scores=compact_scores, save_embeddings=save_embeddings)
     cache_dir = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
     if source is None:
         source = open_source(annotations_dir, images_dir=images_dir, cache_dir=cache_dir, benchmark=benchmark,
                              needs_images=True)
     attacks = select_attacks(attacks, source)
-    with validity.recorded() as warnings:  # a damaged cache file dropped, for the report
-        cache = EmbeddingCache(cache_dir / "embeddings", batch_size=batch_size, workers=workers, progress=progress)
-        scorer = scorer_for(model, cache, k=rerank_k, processes=processes)  # two stages for a model with `match`
-        results = score_model(model, source, attacks, cache, scorer=scorer, save_scores=save_scores,
-                              processes=processes, compact_scores=compact_scores)
-    warnings = list(dict.fromkeys(processes.gathered(warnings)))  # every process's, once: rank 0 writes the report
-    if not processes.is_main:
-        return None
+    scored = score_run(model, source, attacks, cache_dir, batch_size=batch_size, workers=workers, rerank_k=rerank_k,
+                       save_scores=save_scores, compact_scores=compact_scores, save_embeddings=save_embeddings,
+                       progress=progress, processes=processes)
+    if scored is None:
+        return None  # a process other than rank 0 of a launch: its share is done
     device = model.device  # its kind: "cuda", whichever GPU a process of a launch took
-    report_meta = {"model": model.name, "model_fingerprint": model.fingerprint, "similarity": model.similarity.name,
-                   "precision": model.precision,
-                   "device": str(device).split(":")[0] if device is not None else None, "attacks": list(attacks),
-                   "images_dir": str(source.images_dir), **(meta or {}), **validity.report_entries(warnings)}
-    report_meta.update(scorer.report_entries())
-    if save_scores is not None:
-        report_meta["scores_dir"] = str(save_scores)
-        if compact_scores:
-            report_meta["compact_scores"] = True
-    if save_embeddings is not None:
-        report_meta["embeddings_file"] = _save_embeddings(model, source, attacks, cache, save_embeddings)
-    report = build_report(results, report_meta, source)
+    report = build_report(scored.results, {
+        "model": model.name, "model_fingerprint": model.fingerprint, "similarity": model.similarity.name,
+        "precision": model.precision, "device": str(device).split(":")[0] if device is not None else None,
+        "attacks": list(attacks), "images_dir": str(source.images_dir), **(meta or {}), **scored.report_entries},
+        source)
     if out is not None:
         write_report(report, Path(out))
     return report
-
-
-def _save_embeddings(model, source, attacks, cache, path) -> str:
-    """Write every item set's embeddings (from ``cache``, where scoring put them) into the ``.safetensors`` ``path``;
-    return the path as the report names it."""
-    from rococo_eval.scoring.embeddingsfile import item_sets, write_embeddings_file
-
-    sets = item_sets(source, attacks)
-    write_embeddings_file(path, {name: cache.embeddings(model, items) for name, items in sets.items()},
-                          {name: items.fingerprint for name, items in sets.items()}, model.name,
-                          model.similarity)
-    logger.info("embeddings of %d item sets saved to %s", len(sets), path)
-    return str(path)
 
 
 def select_attacks(attacks: Union[str, Sequence[str]], source) -> tuple[str, ...]:

@@ -207,10 +207,6 @@ class SummaryRow:
         """The row's value named ``name`` (``attack``, ``direction``, a number), or ``default``."""
         return self.to_dict().get(name, default)
 
-    def names(self) -> list[str]:
-        """The names the row holds, as :meth:`to_dict` gives them."""
-        return list(self.to_dict())
-
     def to_dict(self) -> dict[str, Any]:
         """The row as ``report.json``'s ``summary`` holds it: ``attack``, ``direction``, a mean's ``seeds``, the
         values."""

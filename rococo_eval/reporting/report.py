@@ -25,7 +25,7 @@ import logging
 import math
 import re
 from pathlib import Path
-from typing import Mapping
+from typing import Mapping, Optional
 
 import numpy as np
 
@@ -249,9 +249,7 @@ def format_rows(rows) -> tuple[list[str], list[list[str]]]:
         >>> format_rows([{"attack": "clean", "direction": "image_to_text", "recall@1": 50.0, "false_rate": 0.0}])
         (['attack', 'direction', 'R@1', 'false rate'], [['clean', 'image-to-text', '50.00', 'n/a']])
     """
-    rows = [SummaryRow.from_dict(row) for row in rows]
-    columns = _columns(rows)
-    return [_label(name) for name in columns], [[_cell(row, name) for name in columns] for row in rows]
+    return _format_rows([SummaryRow.from_dict(row) for row in rows])
 
 
 def legend(rows=None) -> str:
@@ -268,17 +266,7 @@ def legend(rows=None) -> str:
         >>> legend([{"attack": "clean", "recall@1": 50.0, "num_queries": 30}]).splitlines()[0]
         '- Numbers are percentages (0 to 100), with 2 decimals, but the counts (queries).'
     """
-    rows = None if rows is None else [SummaryRow.from_dict(row) for row in rows]
-    names = _COLUMNS if rows is None else dict.fromkeys(_generic(name) for name in _columns(rows))
-    suffixes = _INTERVALS if rows is None else [suffix for suffix in _INTERVALS
-                                                if any(name.endswith(suffix) for row in rows for name in row.names())]
-    entries = [(_COLUMNS[name][0], _COLUMNS[name][1]) for name in names if name in _COLUMNS]
-    entries += [_INTERVALS[suffix] for suffix in suffixes]
-    counts = [_COLUMNS[name][0] for name in names if name.startswith("num_")]
-    but = f", but the counts ({', '.join(counts)})" if counts else ""
-    return "\n".join([f"- Numbers are percentages (0 to 100), with {DECIMALS} decimals{but}.",
-                      f"- {NOT_DEFINED}: not defined (a clean gallery has no adversarial item: no false rate, no "
-                      "attack success)."] + [f"- {term}: {meaning}" for term, meaning in entries])
+    return _legend(None if rows is None else [SummaryRow.from_dict(row) for row in rows])
 
 
 def to_markdown(rows) -> str:
@@ -294,11 +282,12 @@ def to_markdown(rows) -> str:
         - n/a: not defined (a clean gallery has no adversarial item: no false rate, no attack success).
         - R@K: share of the queries with a correct item among the K top-scored items of the gallery
     """
-    headers, cells = format_rows(rows)
+    rows = [SummaryRow.from_dict(row) for row in rows]
+    headers, cells = _format_rows(rows)
     align = ["---" if header in _TEXT_COLUMNS + ("source",) else "---:" for header in headers]
     lines = ["| " + " | ".join(line) + " |" for line in [headers] + cells]
     lines.insert(1, "|" + "|".join(align) + "|")
-    return "\n".join(lines) + "\n\n" + legend(rows)
+    return "\n".join(lines) + "\n\n" + _legend(rows)
 
 
 def to_text_table(rows) -> str:
@@ -315,7 +304,8 @@ def to_text_table(rows) -> str:
         - n/a: not defined (a clean gallery has no adversarial item: no false rate, no attack success).
         - R@K: share of the queries with a correct item among the K top-scored items of the gallery
     """
-    headers, cells = format_rows(rows)
+    rows = [SummaryRow.from_dict(row) for row in rows]
+    headers, cells = _format_rows(rows)
     widths = [max(len(text) for text in column) for column in zip(headers, *cells)]
     numeric = [header not in _TEXT_COLUMNS + ("source",) for header in headers]
 
@@ -323,7 +313,7 @@ def to_text_table(rows) -> str:
         return "  ".join(v.rjust(w) if n else v.ljust(w) for v, w, n in zip(values, widths, numeric)).rstrip()
 
     lines = [line(headers), "  ".join("-" * w for w in widths)] + [line(values) for values in cells]
-    return "\n".join(lines) + "\n\n" + legend(rows)
+    return "\n".join(lines) + "\n\n" + _legend(rows)
 
 
 def plot_recall(rows, path) -> Path:
@@ -501,8 +491,29 @@ def _markdown_table(headers, cells) -> str:
     return "\n".join(lines)
 
 
+def _format_rows(rows: list[SummaryRow]) -> tuple[list[str], list[list[str]]]:
+    """:func:`format_rows` of rows already read (a table reads its rows once, for its cells and its legend)."""
+    columns = _columns(rows)
+    return [_label(name) for name in columns], [[_cell(row, name) for name in columns] for row in rows]
+
+
+def _legend(rows: Optional[list[SummaryRow]]) -> str:
+    """:func:`legend` of rows already read."""
+    names = _COLUMNS if rows is None else dict.fromkeys(_generic(name) for name in _columns(rows))
+    suffixes = _INTERVALS if rows is None else [suffix for suffix in _INTERVALS
+                                                if any(name.endswith(suffix) for row in rows for name in row.values)]
+    entries = [(_COLUMNS[name][0], _COLUMNS[name][1]) for name in names if name in _COLUMNS]
+    entries += [_INTERVALS[suffix] for suffix in suffixes]
+    counts = [_COLUMNS[name][0] for name in names if name.startswith("num_")]
+    but = f", but the counts ({', '.join(counts)})" if counts else ""
+    return "\n".join([f"- Numbers are percentages (0 to 100), with {DECIMALS} decimals{but}.",
+                      f"- {NOT_DEFINED}: not defined (a clean gallery has no adversarial item: no false rate, no "
+                      "attack success)."] + [f"- {term}: {meaning}" for term, meaning in entries])
+
+
 def _columns(rows) -> list[str]:
-    present = {name for row in rows for name in row.names()}
+    present = {"attack", *("direction" for row in rows if row.direction is not None)}
+    present.update(name for row in rows for name in row.values)
 
     def recall_columns(prefix):
         ks = sorted(int(m.group(1)) for name in present if (m := re.fullmatch(prefix + r"recall@(\d+)", name)))
@@ -524,8 +535,8 @@ def _label(name: str) -> str:
 
 
 def _cell(row: SummaryRow, name: str) -> str:
-    value = row.get(name)
-    if name == "attack" and row.is_seed_mean:
+    value = {"attack": row.attack, "direction": row.direction}.get(name, row.values.get(name))
+    if name == "attack" and row.seeds is not None:
         return f"{value} (mean of seeds {', '.join(map(str, row.seeds))})"
     if name in _NEEDS_ATTACK and row.attack == CLEAN:
         return NOT_DEFINED
@@ -539,8 +550,8 @@ def _cell(row: SummaryRow, name: str) -> str:
         return str(int(value))
     text = percent_text(value)
     for suffix, form in (("_ci", " [{}, {}]"), ("_range", " ({}–{})"), ("_bounds", " {{{} to {}}}")):
-        if row.get(name + suffix) is not None:
-            text += form.format(*map(percent_text, row.get(name + suffix)))
+        if row.values.get(name + suffix) is not None:
+            text += form.format(*map(percent_text, row.values[name + suffix]))
     return text
 
 

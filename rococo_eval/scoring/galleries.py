@@ -56,9 +56,10 @@ def altered_images(source, attack: str, workers: int = 0) -> ItemSet:
 
 
 def check_saving(model=None, *, save_scores=None, compact_scores: bool = False, save_embeddings=None) -> None:
-    """The one check of what a run saves beside its report, made before any work by every path that runs a model
-    (:func:`score_model`, ``evaluate_model``, ``rococo-eval run`` on each process); with ``model`` None, only what
-    needs no model.
+    """The one check of what a run saves beside its report, each option checked once before any work on every path
+    that runs a model (:func:`score_model` its ``save_scores`` and ``compact_scores``,
+    :func:`~rococo_eval.scoring.run.score_run` its ``save_embeddings``), and by ``rococo-eval run`` before it loads
+    one, with ``model`` None: only what needs no model.
 
     Raises:
         ValueError: ``compact_scores`` without ``save_scores``, or for a dual encoder (whose every score is its own);

@@ -16,12 +16,14 @@ from helpers.space_app import CAPTIONS, TinySource  # noqa: E402
 
 def main(port: str, folder: str) -> None:
     folder = Path(folder)
-    repo = os.environ.pop("ROCOCO_LEADERBOARD_REPO")  # app.py's own module-level app: a local board, kept apart
-    os.environ["ROCOCO_LEADERBOARD_DB"] = str(folder / "unserved.sqlite3")
+    # app.py's own module-level app, never served: a local board of its own and no annotations to load
+    saved = {name: os.environ.pop(name, None) for name in ("ROCOCO_LEADERBOARD_REPO", "ROCOCO_ANNOTATIONS_DIR")}
+    os.environ.update(ROCOCO_LEADERBOARD_DB=str(folder / "unserved.sqlite3"),
+                      ROCOCO_ANNOTATIONS_DIR=str(folder / "no-annotations"))
     import app
 
-    os.environ["ROCOCO_LEADERBOARD_REPO"] = repo
     del os.environ["ROCOCO_LEADERBOARD_DB"]
+    os.environ.update({name: value for name, value in saved.items() if value is not None})
     demo = app.build_app(source=TinySource(CAPTIONS), output_dir=folder / "outputs",
                          leaderboard_db=folder / "board.sqlite3")
     demo.launch(server_name="127.0.0.1", server_port=int(port), quiet=True)

@@ -38,7 +38,7 @@ from typing import Optional
 
 from rococo_eval.board.hub_records import HubRecords
 from rococo_eval.board.leaderboard import validity_warnings_of
-from rococo_eval.board.records import make_record, record_path
+from rococo_eval.board.records import make_record, per_query_outcomes, record_path
 from rococo_eval.board.requests import (
     CLAIM_EXPIRY_S,
     DONE,
@@ -48,6 +48,7 @@ from rococo_eval.board.requests import (
     check_hub_model,
     hub_repository,
 )
+from rococo_eval.io.download import sha256_of
 
 logger = logging.getLogger(__name__)
 
@@ -147,7 +148,9 @@ class Worker:
                       "wall_time_s": round(time.monotonic() - started, 3), "worker": self.name,
                       "results_repo": self.results.repo_id}
         now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-        return make_record(rows, report_outcomes_of(out), model=request["model"], link=request["link"],
+        outcomes = {key: per_query_outcomes(result.per_query) for key, result in report.results.items()
+                    if result.per_query}  # as the Space's submissions keep them
+        return make_record(rows, outcomes, model=request["model"], link=request["link"],
                            precision=request["precision"], note=f"evaluated by the board: {repo} at "
                            f"{request['commit']}", submitted_at=now, validity_warnings=validity_warnings_of(rows),
                            provenance=provenance)
@@ -178,11 +181,7 @@ def check_model_files(folder: Path, what: str) -> dict[str, str]:
             name = path.relative_to(folder).as_posix()
             if path.name.endswith(PICKLE_SUFFIXES):
                 load_torch_file(path, f"{what}: {name}")
-            digest = hashlib.sha256()
-            with open(path, "rb") as handle:
-                for block in iter(lambda: handle.read(1 << 20), b""):
-                    digest.update(block)
-            weights[name] = digest.hexdigest()
+            weights[name] = sha256_of(path)
     return weights
 
 
@@ -194,17 +193,6 @@ def images_digest(source, attacks) -> str:
     sets = item_sets(source, attacks)
     return hashlib.sha256(json.dumps(sorted((name, items.fingerprint) for name, items in sets.items()
                                             if name.startswith("images/"))).encode()).hexdigest()
-
-
-def report_outcomes_of(folder: Path) -> dict:
-    """Each gallery's per-query R@1 outcomes of the report in ``folder`` (``{}`` when it wrote none)."""
-    from rococo_eval.reporting.compare import report_outcomes
-    from rococo_eval.results import Report
-
-    report = Report.from_json(json.loads((folder / "report.json").read_text()))
-    if not (report.analysis or {}).get("per_query_file"):
-        return {}
-    return report_outcomes(folder, report)
 
 
 def add_arguments(parser) -> None:

@@ -104,6 +104,8 @@ def test_a_request_is_evaluated_at_its_commit_and_its_numbers_are_run_s(hub, com
     run_outcomes = report_outcomes(tmp_path / "run", Report.from_json(run))
     for key, outcomes in outcomes_of(record).items():
         assert outcomes["hit"].tolist() == run_outcomes[key]["hit"].tolist()
+    # every outcome a record keeps, as the Space's submissions keep them: the false rate's bits too
+    assert set(outcomes_of(record)["rand_voca/image_to_text"]) == {"hit", "top1_adversarial", "clean_hit"}
 
 
 @pytest.fixture(scope="module")

@@ -60,15 +60,18 @@ def official_layout(direction, captions):
     return build(captions, attacked=True, order="official")
 
 
-def model_like_scores(layout, seed=0):
+def model_like_scores(layout, seed=0, num_queries=None):
+    """Scores of ``layout``'s first ``num_queries`` queries (default all): noise, the first correct item and one
+    random adversarial item lifted."""
+    num_queries = layout.num_queries if num_queries is None else num_queries
     rng = np.random.default_rng(seed)
-    scores = rng.standard_normal((layout.num_queries, layout.num_gallery), dtype=np.float32)
-    rows = np.arange(layout.num_queries)
-    first_reference = np.array([refs[0] for refs in layout.references])
+    scores = rng.standard_normal((num_queries, layout.num_gallery), dtype=np.float32)
+    rows = np.arange(num_queries)
+    first_reference = np.array([refs[0] for refs in layout.references[:num_queries]])
     scores[rows, first_reference] += 3.5
     adversarial = np.flatnonzero(layout.adversarial)
     if len(adversarial):
-        scores[rows, adversarial[rng.integers(len(adversarial), size=layout.num_queries)]] += 3.5
+        scores[rows, adversarial[rng.integers(len(adversarial), size=num_queries)]] += 3.5
     return scores
 
 

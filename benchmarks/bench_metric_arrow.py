@@ -1,12 +1,12 @@
 """What evaluate's documented path would cost the RoCOCO metric: a metric that defines only ``_info`` and
 ``_compute`` against ``RococoRecall``'s own ``add_batch`` and ``compute``, as ratios measured in one run.
 
-    python benchmarks/bench_metric_arrow.py [--direction image_to_text] [--queries 500] [--batch 250]
+    python benchmarks/bench_metric_arrow.py [--direction image_to_text] [--queries N] [--batch 250]
         [--annotations-dir DIR]
 
 evaluate documents three methods for a module to define (``_info``, ``_compute`` and ``_download_and_prepare``):
 every input declared in ``features`` is then encoded into an Arrow cache file by evaluate's ``add_batch``, and read
-back for ``_compute``. ``ArrowRecallAt1`` below is that metric for R@1: one row of scores per query
+back for ``_compute``. ``ArrowRecallAt1``, in this script, is that metric for R@1: one row of scores per query
 (``Sequence(float32)``) and its correct gallery indices; its ``_compute`` counts a query as a hit when its best
 correct item scores above every wrong one (the pessimistic ties of ``rococo_recall``). ``MetricInfo(format="numpy")``
 would hand ``_compute`` arrays, but evaluate 0.4.6 refuses it for any feature that is not a single ``Value`` (the

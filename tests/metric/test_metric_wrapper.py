@@ -278,3 +278,23 @@ def test_the_metric_class_is_defined_in_either_import_order():
     assert answers[2].split("\n")[:2] == ["0.0 False", "rococo_recall.RococoRecall, the evaluate metric, needs the "
                                            "evaluate package (pip install evaluate): import of evaluate halted; None "
                                            "in sys.modules"]
+
+
+def test_the_class_replaces_evaluates_documented_hooks_and_its_three_input_methods_only():
+    """Issue 42 asked that the class override only what evaluate documents for a module to define (`_info`,
+    `_compute`, `_download_and_prepare`). It also replaces `add_batch`, `add` and `compute`, because evaluate's own
+    encode every score into an Arrow cache file (benchmarks/bench_metric_arrow.py and docs/metric.md give the cost):
+    nothing else of evaluate's, and those three keep evaluate's keyword-only parameters."""
+    import inspect
+
+    from rococo_recall import RococoRecall
+
+    replaced = {name for name in vars(RococoRecall) if not name.startswith("__")
+                and hasattr(evaluate.EvaluationModule, name)}
+    assert replaced == {"_info", "_compute", "add_batch", "add", "compute"}
+    for name in ("add_batch", "add", "compute"):
+        ours = inspect.signature(getattr(RococoRecall, name)).parameters
+        theirs = inspect.signature(getattr(evaluate.EvaluationModule, name)).parameters
+        assert set(ours) >= set(theirs) - {"kwargs"}, name
+        assert {parameter.kind for key, parameter in ours.items() if key != "self"} <= {
+            inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.VAR_KEYWORD}, name

@@ -876,9 +876,9 @@ if sys.modules.get("evaluate") is not None:  # imported (None: marked unavailabl
         Besides ``_info`` and ``_compute``, which evaluate documents for a module to define, it replaces ``add_batch``,
         ``add`` and ``compute`` (with their keyword-only parameters), and nothing else: evaluate's own encode every
         input into Arrow and give ``_compute`` Python lists (``format="numpy"`` refuses a row of scores), which
-        ``benchmarks/bench_metric_arrow.py`` measured at 150-440x the time and 12x a RoCOCO matrix (1 GB) in memory
-        (docs/metric.md); a tensor would leave its GPU. These rank the scores first; only the per-query shards reach
-        evaluate's own.
+        ``benchmarks/bench_metric_arrow.py`` measured at 150-440x the time and about 12x the matrix in memory (12 GB
+        for a RoCOCO matrix; docs/metric.md); a tensor would leave its GPU. These rank the scores first; only the
+        per-query shards reach evaluate's own.
         """
 
         _accumulator: RankAccumulator | None = None  # the per-query ranks of the batches added so far

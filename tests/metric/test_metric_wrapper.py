@@ -5,6 +5,7 @@ import re
 import types
 from pathlib import Path
 
+import datasets
 import evaluate
 import numpy as np
 import pytest
@@ -298,3 +299,43 @@ def test_the_class_replaces_evaluates_documented_hooks_and_its_three_input_metho
         assert set(ours) >= set(theirs) - {"kwargs"}, name
         assert {parameter.kind for key, parameter in ours.items() if key != "self"} <= {
             inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.VAR_KEYWORD}, name
+
+
+class ScoreRows(evaluate.Metric):
+    """A metric in evaluate's documented form (``_info`` and ``_compute`` only), one row of scores per query: what
+    its ``_compute`` receives and which keyword arguments reach it."""
+
+    def _info(self):
+        rows = datasets.Features({"predictions": datasets.Sequence(datasets.Value("float32")),
+                                  "references": datasets.Value("int64")})
+        return evaluate.MetricInfo(description="", citation="", features=rows)
+
+    def _compute(self, predictions=None, references=None, **kwargs):
+        row = None if predictions is None else type(predictions[0]).__name__
+        return {"rows": type(predictions).__name__, "row": row, "kwargs": sorted(kwargs)}
+
+
+class ReferencesOnly(ScoreRows):
+    """The same with the scores left out of ``features``: given as keyword arguments instead."""
+
+    def _info(self):
+        return evaluate.MetricInfo(description="", citation="",
+                                   features=datasets.Features({"references": datasets.Value("int64")}))
+
+
+def test_evaluate_still_offers_no_documented_way_to_keep_a_matrix_out_of_arrow(tmp_path):
+    """The reasons docs/metric.md gives for replacing `add_batch` and `compute`, checked on the installed evaluate:
+    should one stop holding, the replacement can be looked at again."""
+    with pytest.raises(ValueError, match="all features should be a `datasets.Value` feature"):
+        evaluate.MetricInfo(description="", citation="", features=ScoreRows()._info().features, format="numpy")
+    metric = ScoreRows(cache_dir=str(tmp_path))
+    metric.add_batch(predictions=np.eye(2, dtype=np.float32), references=[0, 1])
+    assert [path.suffix for path in tmp_path.rglob("*.arrow")] == [".arrow"]  # the scores, on disk
+    assert metric.compute() == {"rows": "list", "row": "list", "kwargs": []}  # read back as Python lists
+    unfeatured = ReferencesOnly(cache_dir=str(tmp_path))  # scores that are not a feature: `predictions` is dropped
+    assert unfeatured.compute(predictions=[[1.0]], references=[0]) == {"rows": "NoneType", "row": None, "kwargs": []}
+    assert unfeatured.compute(scores=[[1.0]], references=[0])["kwargs"] == ["scores"]  # another name reaches it
+    with pytest.raises(ValueError, match="Bad inputs for evaluation module: \\['scores'\\]"):
+        unfeatured.add_batch(references=[0], scores=[[1.0]])  # but cannot stream
+    with pytest.raises(ValueError, match="keep_in_memory' is not possible in distributed setting"):
+        ScoreRows(keep_in_memory=True, num_process=2, process_id=0, cache_dir=str(tmp_path))

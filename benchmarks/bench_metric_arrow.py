@@ -1,8 +1,8 @@
 """What evaluate's documented path would cost the RoCOCO metric: a metric that defines only ``_info`` and
 ``_compute`` against ``RococoRecall``'s own ``add_batch`` and ``compute``, as ratios measured in one run.
 
-    python benchmarks/bench_metric_arrow.py [--direction image_to_text] [--queries N] [--batch 250]
-        [--annotations-dir DIR]
+    python benchmarks/bench_metric_arrow.py [--direction image_to_text]
+        [--queries N] [--batch 250] [--annotations-dir DIR]
 
 evaluate documents three methods for a module to define (``_info``, ``_compute`` and ``_download_and_prepare``):
 every input declared in ``features`` is then encoded into an Arrow cache file by evaluate's ``add_batch``, and read

@@ -75,11 +75,13 @@ def model_like_scores(layout, seed=0, num_queries=None):
     return scores
 
 
-def _peak_rss_bytes():
+def peak_rss_bytes():
+    """This process's peak resident memory so far, in bytes."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
-def _current_rss_bytes():
+def current_rss_bytes():
+    """This process's resident memory now, in bytes."""
     with open("/proc/self/statm") as handle:
         return int(handle.read().split()[1]) * resource.getpagesize()
 
@@ -88,7 +90,7 @@ def _child(task, direction, captions, options, queue):
     layout = official_layout(direction, captions)
     scores = model_like_scores(layout)
     inputs = layout.metric_inputs()
-    before = _current_rss_bytes()
+    before = current_rss_bytes()
     start = time.perf_counter()
     note = ""
     if task == "floor":
@@ -101,7 +103,7 @@ def _child(task, direction, captions, options, queue):
         start = time.perf_counter()
         metric.compute(predictions=scores, **inputs, per_query=per_query)
         first_call = time.perf_counter() - start
-        before = _current_rss_bytes()
+        before = current_rss_bytes()
         start = time.perf_counter()
         result = metric.compute(predictions=scores, **inputs, per_query=per_query)
         note = (f"R@1 {result['recall@1']:.2f}, clean R@1 {result['clean_recall@1']:.2f}; "
@@ -113,7 +115,7 @@ def _child(task, direction, captions, options, queue):
             min(np.where(inds == i)[0][0] for i in inputs["references"][index])
         note = f"{rows} rows, scaled x{layout.num_queries / rows:.1f}"
         elapsed = (time.perf_counter() - start) * layout.num_queries / rows
-        queue.put((elapsed, _peak_rss_bytes() - before, note))
+        queue.put((elapsed, peak_rss_bytes() - before, note))
         return
     elif task == "torchmetrics":
         import torch
@@ -125,16 +127,16 @@ def _child(task, direction, captions, options, queue):
         for index in range(rows):
             target[index, inputs["references"][index]] = True
         indexes = torch.arange(rows).repeat_interleave(layout.num_gallery)
-        before = _current_rss_bytes()
+        before = current_rss_bytes()
         start = time.perf_counter()
         hit_rate = RetrievalHitRate(top_k=1)
         hit_rate.update(torch.from_numpy(scores[:rows]).reshape(-1), torch.from_numpy(target).reshape(-1), indexes)
         value = float(hit_rate.compute())
         elapsed = (time.perf_counter() - start) * layout.num_queries / rows
         note = f"{rows} of {layout.num_queries} queries, scaled; hit rate@1 {100 * value:.2f}"
-        queue.put((elapsed, _peak_rss_bytes() - before, note))
+        queue.put((elapsed, peak_rss_bytes() - before, note))
         return
-    queue.put((time.perf_counter() - start, _peak_rss_bytes() - before, note))
+    queue.put((time.perf_counter() - start, peak_rss_bytes() - before, note))
 
 
 def measure(task, direction, captions, options):

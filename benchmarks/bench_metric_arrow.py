@@ -31,7 +31,6 @@ give the same R@1.
 
 import argparse
 import multiprocessing
-import resource
 import shutil
 import sys
 import tempfile
@@ -46,7 +45,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_metric import model_like_scores, official_layout, read_captions_per_image  # noqa: E402
+from bench_metric import (  # noqa: E402
+    current_rss_bytes, model_like_scores, official_layout, peak_rss_bytes, read_captions_per_image)
 
 # (metric, input path, keep_in_memory): evaluate's documented option that puts its Arrow cache in memory, not on disk
 VARIANTS = (("rococo", "add_batch", False), ("arrow", "add_batch", False), ("arrow", "add_batch", True),
@@ -80,15 +80,6 @@ class ArrowRecallAt1(evaluate.Metric):
         return {"recall@1": 100.0 * hits / len(predictions)}
 
 
-def _peak_rss_bytes():
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-
-
-def _current_rss_bytes():
-    with open("/proc/self/statm") as handle:
-        return int(handle.read().split()[1]) * resource.getpagesize()
-
-
 def _bytes_written():
     with open("/proc/self/io") as handle:
         return int(dict(line.split(": ") for line in handle.read().splitlines())["wchar"])
@@ -108,7 +99,7 @@ def _child(variant, direction, captions, options, queue):
         references = inputs["references"][:options.queries]
         extra = {"adversarial": inputs["adversarial"], "k": 1} if kind == "rococo" else {}
         adding = {key: value for key, value in extra.items() if key != "k"}
-        before, written = _current_rss_bytes(), _bytes_written()
+        before, written = current_rss_bytes(), _bytes_written()
         start = time.perf_counter()
         if path == "add_batch":
             for row in range(0, len(scores), options.batch):
@@ -118,7 +109,7 @@ def _child(variant, direction, captions, options, queue):
         else:
             result = metric.compute(predictions=scores, references=references, **extra)
         elapsed = time.perf_counter() - start
-        queue.put((elapsed, _peak_rss_bytes() - before, _bytes_written() - written, result["recall@1"]))
+        queue.put((elapsed, peak_rss_bytes() - before, _bytes_written() - written, result["recall@1"]))
     finally:
         shutil.rmtree(cache_dir, ignore_errors=True)
 

@@ -9,6 +9,7 @@ import time
 import numpy as np
 import pytest
 
+from rococo_eval.data.facts import GalleryFacts
 from rococo_eval.catalog import TEXT_ATTACKS, gallery_key
 from rococo_eval.space.handlers import Handlers
 from rococo_eval.board.hub_records import HubRecords
@@ -170,12 +171,12 @@ def test_the_line_under_the_board_names_the_damaged_records_and_what_a_restart_l
     fake_hub.files[REPO][damaged] = b"not json"
     board = space(tmp_path / "repo", fake_hub)
     board.hub.close()
-    note = Handlers(None, CAPTIONS, tmp_path / "outputs", board=board).board_note("", SUBMITTED)
+    note = Handlers(GalleryFacts(CAPTIONS), tmp_path / "outputs", board=board).board_note("", SUBMITTED)
     assert note.startswith("Rows 1-1 of 1 (page 1 of 1).")
     assert f"1 record(s) of the dataset repo {REPO} are left out of the board, damaged: {damaged}: not JSON" in note
     assert "restart" not in note
     local = Leaderboard(tmp_path / "local.sqlite3", galleries=GALLERIES)
-    note = Handlers(None, CAPTIONS, tmp_path / "outputs", board=local).board_note()
+    note = Handlers(GalleryFacts(CAPTIONS), tmp_path / "outputs", board=local).board_note()
     assert note.startswith("Rows 1-5 of 5 (page 1 of 1).")
     assert "a restart of a Space without persistent storage loses it" in note
 

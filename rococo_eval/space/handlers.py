@@ -353,8 +353,9 @@ class Handlers:
             self._check_submittable(board_rows, evaluated_rows)
             outcomes = {key: per_query_outcomes(result.per_query)
                         for key, result in (failures.results if failures is not None else {}).items()}
-            added, message = self._board().submit(board_rows, model=model, link=link, precision=precision,
-                                                  note=note, outcomes=outcomes, client=client_address(request))
+            added, message = self._board().submit([typed for _, typed in _typed(board_rows)], model=model, link=link,
+                                                  precision=precision, note=note, outcomes=outcomes,
+                                                  client=client_address(request))
         except (ValueError, leaderboard.BoardUnavailable) as error:
             raise gr.Error(str(error), title="Cannot submit", print_exception=False) from None
         if added:

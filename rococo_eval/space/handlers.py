@@ -182,10 +182,9 @@ class Handlers:
         return detect_layouts(files, self.facts)
 
     def order_lists(self, layouts: list | None) -> dict[str, gr.Dropdown]:
-        """The order list of each text attack of the set (:attr:`GalleryFacts.text_attacks
-        <rococo_eval.data.facts.GalleryFacts.text_attacks>`), under the layout table, by attack:
-        shown, with the table's order and the file's name, when the table has a row of that attack's image-to-text
-        gallery."""
+        """The order list of each text attack of the set (:attr:`~rococo_eval.data.facts.GalleryFacts.text_attacks`),
+        under the layout table, by attack: shown, with the table's order and the file's name, when the table has a
+        row of that attack's image-to-text gallery."""
         rows = [["" if cell is None else str(cell) for cell in row] for row in (layouts or [])]
         lists = {}
         for attack in self.facts.text_attacks:

@@ -23,14 +23,14 @@ from types import SimpleNamespace
 
 import gradio as gr
 
-from rococo_eval.catalog import CLEAN, DIRECTIONS, IMAGE_ATTACK_METHODS, TEXT_ATTACKS
+from rococo_eval.catalog import CLEAN, DIRECTIONS, IMAGE_ATTACK_METHODS
 from rococo_eval.data.annotations import OFFICIAL_COMMIT, OFFICIAL_REPOSITORY, PAPER_URL
+from rococo_eval.data.facts import GalleryFacts
 from rococo_eval.detection import CUSTOM
 from rococo_eval.io import scorefiles
 from rococo_eval.layout import ORDERS, describe_orders, gallery_shape
 from rococo_eval.reporting.analysis import DEFAULT_MIN_COUNT
 from rococo_eval.reporting.report import legend
-from rococo_eval.scoring.plan import adversarial_per_image_of, attacks_of
 from rococo_eval.board import leaderboard
 from rococo_eval.space.example import SYNTHETIC_MODEL
 from rococo_eval.space.handlers import (
@@ -52,8 +52,8 @@ from rococo_eval.space.logic import (
     TRUST_ORDER_LABEL,
     WORD_HEADERS,
     compare_rows,
+    facts_and_problem,
     flipped_view,
-    source_and_problem,
 )
 from rococo_eval.space.outputs import MAX_AGE_S
 from rococo_eval.space.views import BOARD_DATATYPES, BOARD_LEGEND, BOARD_VIEWS, BOARD_WIDTHS, board_shown, table
@@ -101,8 +101,8 @@ def build_app(source=None, captions_per_image=None, *, concurrency: int = 2, out
     Args:
         source: a :class:`rococo_eval.data.source.Source` (RoCOCO's or a generated benchmark's, or anything with
             the members of it that the page uses);
-            None opens one (see :func:`rococo_eval.space.logic.source_and_problem`) unless ``captions_per_image``
-            is given.
+            None opens one (see :func:`rococo_eval.space.logic.facts_and_problem`) unless ``captions_per_image``
+            is given. The page reads it only through its :class:`~rococo_eval.data.facts.GalleryFacts`.
         captions_per_image: caption counts of the standard layouts; default the source's.
         concurrency: how many evaluations run at once (each holds at most one score matrix in memory).
         output_dir: where per-request result files go (default a fresh temporary folder), kept by content within
@@ -115,28 +115,24 @@ def build_app(source=None, captions_per_image=None, *, concurrency: int = 2, out
     Raises:
         ValueError: ``$ROCOCO_SPACE_OUTPUT_MB`` or a leaderboard variable is not valid.
     """
-    problem = ""
-    if source is None and captions_per_image is None:
-        source, problem = source_and_problem()
-    if captions_per_image is None and source is not None:
-        captions_per_image = list(source.captions_per_image)
+    facts, problem = GalleryFacts.of(source, captions_per_image), ""  # the arguments' facts, read once
+    if facts.captions_per_image is None:  # neither argument given: the Space's own set
+        facts, problem = facts_and_problem()
     output_root = Path(output_dir or tempfile.mkdtemp(prefix="rococo-app-"))
-    reopen = functools.partial(open_board, leaderboard_db, output_root, source, captions_per_image)
+    reopen = functools.partial(open_board, leaderboard_db, output_root, facts)
     board, board_problem = reopen()
-    handlers = Handlers(source, captions_per_image, output_root, board, board_problem, reopen)
+    handlers = Handlers(facts, output_root, board, board_problem, reopen)
     hub_requests = HubRequests.from_environment()
-    served = _served(source)
-    with gr.Blocks(title=f"{served} — robustness evaluation",
+    with gr.Blocks(title=f"{facts.served} — robustness evaluation",
                    delete_cache=(MAX_AGE_S, MAX_AGE_S)) as demo:
-        gr.Markdown(_intro(source, captions_per_image, adversarial_per_image_of(source)))
-        note = _availability_note(source, captions_per_image, problem)
+        gr.Markdown(_intro(facts))
+        note = _availability_note(facts, problem)
         if note:
             gr.Markdown(note, elem_id="annotations-note")
         # what a session keeps between requests: its evaluated rows, the rows the board may take, the failures
         session = SimpleNamespace(user_rows=gr.State([]), board_rows=gr.State([]), failures=gr.State(None))
         with gr.Tab("Evaluate"):
-            evaluate_tab = _evaluate_tab(attacks_of(source), adversarial_per_image_of(source),
-                                         handlers.text_attacks())
+            evaluate_tab = _evaluate_tab(facts)
         with gr.Tab("What fooled the model"):
             flipped_tab = _flipped_tab()
         with gr.Tab("Explore"):
@@ -144,27 +140,27 @@ def build_app(source=None, captions_per_image=None, *, concurrency: int = 2, out
         with gr.Tab("Compare"):
             compare_tab = _compare_tab()
         with gr.Tab("Leaderboard"):
-            board_tab = _leaderboard_tab(board_problem, source)
+            board_tab = _leaderboard_tab(board_problem, facts)
             requests_form = _requests_form(hub_requests)
         _wire(handlers, evaluate_tab, flipped_tab, explore_tab, compare_tab, session, concurrency)
         _wire_leaderboard(demo, handlers, evaluate_tab, board_tab, session)
         _wire_requests(demo, hub_requests, requests_form)
-        if source is not None:
+        if facts.has_annotations:
             demo.load(handlers.show, explore_tab.index, _outputs(Shown, explore_tab), api_visibility="private")
     demo.queue(default_concurrency_limit=LIGHT_REQUEST_CONCURRENCY)
     return demo
 
 
-def _availability_note(source, captions_per_image, problem: str) -> str:
+def _availability_note(facts: GalleryFacts, problem: str) -> str:
     """What the page cannot do here, and why (empty when everything is available)."""
-    if captions_per_image is None:
+    if facts.captions_per_image is None:
         return _NO_ANNOTATIONS.format(problem=_shorten(problem))
-    if problem or source is None:
+    if problem or not facts.has_annotations:
         return f"Note: {_shorten(problem) or 'no RoCOCO source was given, so the Explore tab is off.'}"
     return ""
 
 
-def _evaluate_tab(attacks, adversarial_per_image: int, text_attacks) -> SimpleNamespace:
+def _evaluate_tab(facts: GalleryFacts) -> SimpleNamespace:
     """The Evaluate tab's components: the synthetic example, uploads, layout table (with an order list per text
     attack), options, and the results (shown once there are some)."""
     tab = SimpleNamespace()
@@ -173,13 +169,13 @@ def _evaluate_tab(attacks, adversarial_per_image: int, text_attacks) -> SimpleNa
         gr.Markdown(_EXAMPLE_HELP)
     tab.files = gr.File(label="Score files (.npy, .npz, .safetensors), one per gallery", file_count="multiple",
                         file_types=list(scorefiles.SCORE_SUFFIXES), type="filepath")
-    gr.Markdown(_layout_help(attacks, adversarial_per_image))
+    gr.Markdown(_layout_help(facts))
     tab.layouts = gr.Dataframe(headers=LAYOUT_HEADERS, type="array", interactive=True, wrap=True,
                                column_count=len(LAYOUT_HEADERS), label="layouts",
                                column_widths=["18%", "13%", "13%", "9%", "47%"])
     with gr.Row():  # each shown when the table has a file of that text attack
         tab.orders = {attack: gr.Dropdown(list(ORDERS), value=None, label=f"order ({attack})", visible=False,
-                                          elem_id=f"order-{attack}") for attack in text_attacks}
+                                          elem_id=f"order-{attack}") for attack in facts.text_attacks}
     with gr.Accordion("Custom layout (references and adversarial items)", open=False):
         gr.Markdown(_CUSTOM_HELP)
         with gr.Row():
@@ -253,13 +249,13 @@ def _compare_tab() -> SimpleNamespace:
     return tab
 
 
-def _leaderboard_tab(problem: str = "", source=None) -> SimpleNamespace:
+def _leaderboard_tab(problem: str, facts: GalleryFacts) -> SimpleNamespace:
     """The Leaderboard tab: the board (sortable from each header's menu, filled when a page loads), a search, a filter
-    by kind and the group of columns shown; ``problem`` says why the board is unavailable, and a generated benchmark's
-    ``source`` that its results do not go on it."""
+    by kind and the group of columns shown; ``problem`` says why the board is unavailable, and the ``facts`` of a
+    generated benchmark that its results do not go on it."""
     tab = SimpleNamespace()
     gr.Markdown("Clean and attacked R@1 (%) of every submitted evaluation, and the published numbers, each row with "
-                "its source. " + _board_takes(source))
+                "its source. " + _board_takes(facts))
     if problem:
         gr.Markdown(f"**The leaderboard is unavailable**: {_shorten(problem)}. Scoring works as usual.",
                     elem_id="leaderboard-note")
@@ -308,10 +304,10 @@ def _wire_requests(demo, hub_requests: HubRequests, form) -> None:
                       show_progress_on=form.message)
 
 
-def _board_takes(source) -> str:
+def _board_takes(facts: GalleryFacts) -> str:
     """What the board takes from this Space: RoCOCO's galleries, or nothing from a generated benchmark."""
-    if source is not None and not source.is_rococo:
-        return (f"This Space serves a generated benchmark ({source.card_dataset[1]}), not RoCOCO: its results are "
+    if not facts.is_rococo:
+        return (f"This Space serves a generated benchmark ({facts.served}), not RoCOCO: its results are "
                 "not RoCOCO's and do not go on this board.")
     return ("Submit your own from the Evaluate tab: an evaluation of RoCOCO's galleries (custom layouts and the "
             "synthetic example are not taken).")
@@ -425,18 +421,18 @@ def _shown(components: list) -> dict:
     return {component: gr.update(visible=True) for component in components}
 
 
-def _layout_help(attacks, adversarial_per_image: int) -> str:
-    """The layout table's help: the ``attacks`` a file may be of (RoCOCO's, or a generated benchmark's), and the orders
-    of a text attack's ``adversarial_per_image`` altered captions per image."""
-    text_attacks = [attack for attack in attacks if attack in TEXT_ATTACKS]
-    seeds = {method: [attack.rsplit("_seed", 1)[1] for attack in attacks if attack.startswith(f"{method}_seed")]
+def _layout_help(facts: GalleryFacts) -> str:
+    """The layout table's help: the attacks a file may be of (RoCOCO's, or a generated benchmark's), and the orders
+    of a text attack's altered captions per image."""
+    seeds = {method: [attack.rsplit("_seed", 1)[1] for attack in facts.attacks if attack.startswith(f"{method}_seed")]
              for method in IMAGE_ATTACK_METHODS}
-    names = ", ".join([CLEAN, *text_attacks, *(f"{method}_seed" + "/".join(numbers)
+    names = ", ".join([CLEAN, *facts.text_attacks, *(f"{method}_seed" + "/".join(numbers)
                                                  for method, numbers in seeds.items() if numbers)])
     return ("**Layout of each file**, detected from its shape and name when you upload; edit a cell to change it, "
             "and choose a text attack's order from its list under the table. "
             f"`attack`: {names}, or {CUSTOM}. `direction`: {' or '.join(DIRECTIONS)}. `order` of an attacked "
-            f"image-to-text gallery: {describe_orders(adversarial_per_image)}. Both orders have the same shape, so the "
+            f"image-to-text gallery: {describe_orders(facts.adversarial_per_image)}. Both orders have the same shape, "
+            "so the "
             "order is read from the scores only when they clearly show it (the note says so); otherwise it stays blank "
             "and Evaluate refuses the file until you choose it.")
 
@@ -457,16 +453,11 @@ _CUSTOM_HELP = ("For a gallery that is not a standard RoCOCO one, set the file's
                 "arrays named `references` and `adversarial`.")
 
 
-def _served(source) -> str:
-    """What this Space serves, as its title and intro name it: RoCOCO, or a generated benchmark by its name."""
-    return "RoCOCO" if source is None or source.is_rococo else source.card_dataset[1]
-
-
-def _intro(source, captions_per_image, adversarial_per_image: int) -> str:
-    """What a newcomer reads first: what the Space serves (:func:`_served`) and measures, how to try it, what to
-    upload, where the answers are."""
-    served = _served(source)
-    made = (served if source is None or source.is_rococo else
+def _intro(facts: GalleryFacts) -> str:
+    """What a newcomer reads first: what the Space serves (:attr:`~rococo_eval.data.facts.GalleryFacts.served`) and
+    measures, how to try it, what to upload, where the answers are."""
+    served = facts.served
+    made = (served if facts.is_rococo else
             f"{served} is a benchmark made by `rococo-eval attack` in RoCOCO's way (its results are not RoCOCO's): it")
     text = (f"# {served} — how robust is an image-text matching model?\n"
             f"{made} adds adversarial items to the galleries of an image-text test set: altered captions (one word "
@@ -479,10 +470,10 @@ def _intro(source, captions_per_image, adversarial_per_image: int) -> str:
             "gallery, and press *Evaluate*.\n"
             "3. **Read**: the results and chart under *Evaluate*; flipped queries and damaging words in *What "
             "fooled the model*; published numbers in *Compare* and the *Leaderboard*.")
-    if captions_per_image is None:
+    if facts.captions_per_image is None:
         return text
-    shape = functools.partial(gallery_shape, captions_per_image=captions_per_image,
-                              adversarial_per_image=adversarial_per_image)
+    shape = functools.partial(gallery_shape, captions_per_image=list(facts.captions_per_image),
+                              adversarial_per_image=facts.adversarial_per_image)
     return text + (f"\n\nShapes here: image-to-text clean {shape(CLEAN, 'image_to_text')}, text attack "
                    f"{shape('rand_voca', 'image_to_text')}; text-to-image clean {shape(CLEAN, 'text_to_image')}, "
                    f"image attack {shape('mix_seed1', 'text_to_image')}. Put the attack's name in a file's name "

@@ -32,11 +32,12 @@ def peak_mb():  # this process's own peak resident memory: VmHWM starts afresh a
     with open("/proc/self/status") as status:
         return next(int(line.split()[1]) for line in status if line.startswith("VmHWM:")) / 1024
 
+from rococo_eval.data.facts import GalleryFacts
 from rococo_eval.data.source import RococoSource
 from rococo_eval.space.logic import evaluate_files
-source = RococoSource(images_dir=sys.argv[2])
+facts = GalleryFacts.of(RococoSource(images_dir=sys.argv[2]))
 started = time.perf_counter()
-evaluation = evaluate_files([sys.argv[1]], source=source)
+evaluation = evaluate_files([sys.argv[1]], facts=facts)
 print(json.dumps({"seconds": time.perf_counter() - started, "galleries": len(evaluation.results),
                   "peak_mb": peak_mb()}))
 """

@@ -31,6 +31,7 @@ from helpers.space_app import (
     serve,
     wait_until_served,
 )
+from rococo_eval.data.facts import GalleryFacts
 from rococo_eval.space import logic
 from rococo_eval.space.handlers import Evaluated, Handlers, Shown, ShownAt
 from rococo_eval.space.outputs import BUDGET_ENV
@@ -150,7 +151,7 @@ def test_detect_says_what_an_embeddings_file_is(client, tmp_path):
     assert row[4].startswith("clip.safetensors: an embeddings file (a model's vectors of the images and captions")
     assert "not a score matrix" in row[4] and "scores array" not in row[4]
     assert "this Space has no images" not in row[4]  # the tiny source has its images
-    [without_images] = logic.detect_layouts([str(path)], CAPTIONS, source=TinySource(CAPTIONS, images=False))
+    [without_images] = logic.detect_layouts([str(path)], GalleryFacts.of(TinySource(CAPTIONS, images=False)))
     assert without_images[4].endswith("so it cannot score it: score it with `rococo-eval score FILE` where the images "
                                       "are")
 
@@ -352,9 +353,9 @@ def test_clear_scores_show_their_order(tmp_path):
             assert misread["recall@1"] < 5 < expected["recall@1"] - 50
             decided = f"the scores decide the {order} order (of 80 sampled queries"
 
-            [row] = logic.detect_layouts([str(path)], DECIDING_CAPTIONS)
+            [row] = logic.detect_layouts([str(path)], GalleryFacts(DECIDING_CAPTIONS))
             assert row[1:4] == ["danger", "image_to_text", order] and decided in row[4]
-            evaluation = logic.evaluate_files([str(path)], captions_per_image=DECIDING_CAPTIONS)
+            evaluation = logic.evaluate_files([str(path)], facts=GalleryFacts(DECIDING_CAPTIONS))
             assert as_saved({key: result.metrics for key, result in evaluation.results.items()}, tmp_path,
                             "functions") == {"danger/image_to_text": expected}
             assert decided in evaluation.message
@@ -683,24 +684,23 @@ def test_the_space_scores_image_attacks_of_other_seeds(benchmark, tmp_path):
     """A generated benchmark's mix_seed7 (not a RoCOCO seed): the page's handlers detect it from the file name and
     score it, as `rococo-eval score --benchmark` does."""
     from app import _layout_help
-    from rococo_eval.scoring.plan import adversarial_per_image_of, attacks_of
-    from rococo_eval.space.logic import source_and_problem
+    from rococo_eval.space.logic import facts_and_problem
 
-    source, _ = source_and_problem(benchmark=benchmark)
-    layout = source.gallery("mix_seed7")
+    facts, _ = facts_and_problem(benchmark=benchmark)
+    layout = facts.source.gallery("mix_seed7")
     scores = np.zeros((layout.num_queries, layout.num_gallery), dtype=np.float32)
     for query, correct in enumerate(layout.references):
         scores[query, list(correct)] = 1.0
     path = tmp_path / "mix_seed7_text_to_image.npy"
     np.save(path, scores)
-    handlers = Handlers(source, source.captions_per_image, tmp_path / "out")
+    handlers = Handlers(facts, tmp_path / "out")
     [row] = handlers.detect([str(path)])
     assert row[:3] == [path.name, "mix_seed7", "text_to_image"], row
     evaluated = handlers.evaluate([str(path)])
     assert "mix_seed7" in evaluated.message
     evaluation_rows = evaluated.user_rows
     assert [(row["attack"], row["recall@1"]) for row in evaluation_rows] == [("mix_seed7", 100.0)]
-    help_text = _layout_help(attacks_of(source), adversarial_per_image_of(source))
+    help_text = _layout_help(facts)
     assert "mix_seed1/7, patch_seed1/7, or custom" in help_text  # the page's help says so
 
 
@@ -868,7 +868,7 @@ def test_the_output_folder_stays_within_its_budget(tmp_path, monkeypatch):
     used longest ago is removed to make room."""
     source = TinySource(CAPTIONS)
     uploads = [example_upload(source, tmp_path / f"seed{seed}", seed) for seed in (1, 2, 3)]
-    probe = Handlers(source, CAPTIONS, tmp_path / "probe")
+    probe = Handlers(GalleryFacts.of(source), tmp_path / "probe")
     budget = int(2.5 * disk_use(Path(probe.evaluate(*uploads[0])[3]).parent))  # two evaluations fit, not three
     monkeypatch.setenv(BUDGET_ENV, str(budget / 2**20))
     root = tmp_path / "outputs"
@@ -919,9 +919,9 @@ def test_the_submit_form_takes_the_precision_of_the_upload(board_app, tmp_path):
 def test_a_generated_benchmarks_result_never_lands_on_rococos_board(benchmark, tmp_path):
     """Issue 31: a Space serving a generated benchmark (12 images, seeds 1 and 7) scores its files; /submit refuses
     them, naming the benchmark and every gallery (mix_seed7 among them), and the board keeps RoCOCO's rows only."""
-    from rococo_eval.space.logic import source_and_problem
+    from rococo_eval.data.source import open_source
 
-    source, _ = source_and_problem(benchmark=benchmark)
+    source = open_source(benchmark=benchmark)
     database = tmp_path / "board.sqlite3"
     demo = app.build_app(source=source, output_dir=tmp_path / "outputs", leaderboard_db=database)
     paths = []

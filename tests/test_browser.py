@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import app
+from helpers import typed_rows
 from helpers.chromium import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, VIEWPORT
 from helpers.space_app import DECIDING_CAPTIONS, TinySource, clear_scores, serve
 from rococo_eval.space.views import BOARD_VIEWS
@@ -383,7 +384,7 @@ def test_a_page_load_shows_the_board_of_now(page, tmp_path):
         row = {"attack": "rand_voca", "direction": "image_to_text", "num_queries": layout.num_queries,
                "num_gallery": layout.num_gallery, **rococo_recall(scores, **layout.metric_inputs())}
         other = Leaderboard(database, galleries=rococo_galleries(DECIDING_CAPTIONS))
-        assert other.submit([row], model="added elsewhere")[0]
+        assert other.submit(typed_rows([row]), model="added elsewhere")[0]
         fresh = page.context.browser.new_page(viewport=VIEWPORT)  # the module's browser
         try:
             fresh.set_default_timeout(TIMEOUT_MS)

@@ -650,7 +650,7 @@ def test_run_evaluates_a_model_on_the_benchmark(benchmark, hf_name, tmp_path, ca
 def test_run_scores_galleries_smaller_than_ten_at_the_cutoffs_they_allow(image_set, hf_name, tmp_path, caplog,
                                                                          capsys):
     """`run`, `score` and the Space score a gallery of fewer than ten items at the cut-offs it allows."""
-    from rococo_eval.scoring.plan import attacks_of
+    from rococo_eval.data.facts import GalleryFacts
     from rococo_eval.space.logic import evaluate_files
 
     records = json.loads((image_set / "set.json").read_text())[5:11]  # six images, all captions attackable
@@ -678,8 +678,7 @@ def test_run_scores_galleries_smaller_than_ten_at_the_cutoffs_they_allow(image_s
                                            k=(1, 5))
     assert {name: scored[name] for name in expected} == expected and "recall@10" not in scored
     source = BenchmarkSource(bench)
-    space = evaluate_files([str(tmp_path / "clean_text_to_image.npy")], source=source,
-                           captions_per_image=source.captions_per_image, attacks=attacks_of(source))
+    space = evaluate_files([str(tmp_path / "clean_text_to_image.npy")], facts=GalleryFacts.of(source))
     assert space.results["clean/text_to_image"].metrics["recall@5"] == expected["recall@5"]
     assert "recall@10" not in space.results["clean/text_to_image"].metrics
     assert "Scored at R@1 and R@5 only: the gallery has 6 items." in space.message

@@ -66,6 +66,7 @@ def main(argv=None) -> int:
 
 def _score_files(out: Path, work: Path, annotations: str) -> None:
     from rococo_eval.cli import main as cli
+    from rococo_eval.data.facts import GalleryFacts
     from rococo_eval.data.source import RococoSource
     from rococo_eval.io.savedscores import write_top_k
     from rococo_eval.layout import gallery_layout
@@ -93,7 +94,7 @@ def _score_files(out: Path, work: Path, annotations: str) -> None:
     _cli(cli, ["score", *map(str, paths), "--out", str(out / "score"), "--annotations-dir", annotations])
     _cli(cli, ["score", str(work / "snapshot_rand_voca_image_to_text_official_order_top16.npz"), "--out",
                str(out / "compact"), "--annotations-dir", annotations])
-    evaluation = evaluate_files([str(path) for path in paths], captions_per_image=captions, source=source)
+    evaluation = evaluate_files([str(path) for path in paths], facts=GalleryFacts.of(source))
     (out / "space").mkdir()
     write_outputs(evaluation, out / "space")
 

@@ -56,10 +56,10 @@ Example:
     >>> import tempfile, pathlib
     >>> galleries = rococo_galleries([5] * 4)  # RoCOCO's shapes for 4 images of 5 captions
     >>> board = Leaderboard(pathlib.Path(tempfile.mkdtemp()) / "board.sqlite3", galleries=galleries)
-    >>> rows = [{"attack": "clean", "direction": "image_to_text", "recall@1": 50.0, "num_queries": 4,
-    ...          "num_gallery": 20},
-    ...         {"attack": "rand_voca", "direction": "image_to_text", "clean_recall@1": 50.0, "recall@1": 37.5,
-    ...          "num_queries": 4, "num_gallery": 40}]
+    >>> from rococo_eval.results import SummaryRow
+    >>> rows = [SummaryRow("clean", "image_to_text", {"recall@1": 50.0, "num_queries": 4, "num_gallery": 20}),
+    ...         SummaryRow("rand_voca", "image_to_text", {"clean_recall@1": 50.0, "recall@1": 37.5,
+    ...                                                   "num_queries": 4, "num_gallery": 40})]
     >>> board.submit(rows, model="my-model", link="https://example.org/my-model", precision="fp32")
     (True, 'added my-model to the board')
     >>> board.submit(rows, model="my-model", link="", precision="fp16")[0]
@@ -87,7 +87,7 @@ import numpy as np
 from rococo_eval.catalog import ATTACKS, CLEAN, IMAGE_ATTACKS, TEXT_ATTACKS, galleries, gallery_key
 from rococo_eval.layout import gallery_shape
 from rococo_eval.models import families
-from rococo_eval.results import GalleryResult, SummaryRow
+from rococo_eval.results import GalleryResult, Report, SummaryRow
 from rococo_eval.reporting.report import REFERENCE_RESULTS, VSE_INFINITY
 from rococo_eval.scoring.consistency import disagreements, not_compared
 from rococo_eval.board.ranking import BANDED, OUTCOMES, RANK, TEXT_MEAN, TEXT_UNNAMED, rank_rows
@@ -204,16 +204,19 @@ class Leaderboard:
             connection.execute(f"DELETE FROM submissions WHERE kind = ? AND digest NOT IN "
                                f"({', '.join('?' * len(current))})", [PUBLISHED, *current])
 
-    def submit(self, summary_rows: Sequence[dict], *, model: str, link: str = "", precision: str = "fp32",
-               note: str = "", now: Optional[datetime.datetime] = None,
+    def submit(self, evaluation: Report | Sequence[SummaryRow], *, model: str, link: str = "",
+               precision: str = "fp32", note: str = "", now: Optional[datetime.datetime] = None,
                outcomes: Optional[Mapping[str, Mapping]] = None, client: str = "") -> tuple[bool, str]:
-        """Add an evaluation (its report's summary rows; ``outcomes``, each gallery's per-query outcomes,
-        :func:`rococo_eval.board.records.per_query_outcomes`; their R@1 hits rank the row) from ``client`` (an
-        address, kept as its digest); return whether it was added, and what to tell the user. With a repo, its record
-        joins the outbox in the transaction that adds the row. What the board must say of the numbers
+        """Add an evaluation (its :class:`~rococo_eval.results.Report`, or its summary rows as
+        :class:`~rococo_eval.results.SummaryRow` rows, whose ``values`` may also hold what the Space adds beside the
+        numbers: ``file``, ``reranked``, ``order_overridden``, ``settings``; ``outcomes``, each gallery's per-query
+        outcomes, :func:`rococo_eval.board.records.per_query_outcomes`; their R@1 hits rank the row) from ``client``
+        (an address, kept as its digest); return whether it was added, and what to tell the user. With a repo, its
+        record joins the outbox in the transaction that adds the row. What the board must say of the numbers
         (:func:`validity_warnings_of`) goes into the record and onto the board.
 
         Raises:
+            TypeError: ``evaluation`` is neither a report nor summary rows.
             ValueError: an empty, blank-looking, published or over-long model name, a link that is not
                 ``http(s)://``, an unknown precision, an over-long note, a row of a gallery the board does not take or of another shape,
                 rows whose clean numbers disagree (naming their files and numbers), results without a single R@1
@@ -231,16 +234,16 @@ class Leaderboard:
         if precision not in PRECISIONS:
             raise ValueError(f"`precision` must be one of {PRECISIONS}, got {precision!r}")
         note = clean_text(note, "note")
-        summary_rows = self._gallery_rows(summary_rows)
+        summary_rows = self._gallery_rows(_summary_rows(evaluation))
         _check_agreement(summary_rows)
-        undecided = [f"{row['attack']}/{row['direction']}" for row in summary_rows if row.get("recall@1_bounds")]
+        undecided = [str(row.key) for row in summary_rows if row.values.get("recall@1_bounds")]
         if undecided:
             raise ValueError(f"the R@1 of {', '.join(undecided)} depends on the order of a re-ranker's -100 block (it "
                              "has bounds): the board takes decided numbers only; re-rank more candidates per query")
         results = recall_at_1(summary_rows)
         if not results:
             raise ValueError("the evaluation has no R@1 to submit: evaluate first")
-        settings = {row.get("settings") for row in summary_rows} - {None}
+        settings = {row.values.get("settings") for row in summary_rows} - {None}
         if settings:
             raise ValueError(f"the evaluation used {', '.join(sorted(settings))}: the board takes the metric's default "
                              "settings (pessimistic ties, no bootstrap) only, so that its rows compare")
@@ -248,7 +251,7 @@ class Leaderboard:
         moment = (now or datetime.datetime.now(datetime.timezone.utc)).astimezone(datetime.timezone.utc)
         stamp, hour_ago = (moment.isoformat(timespec="seconds"),
                            (moment - datetime.timedelta(hours=1)).isoformat(timespec="seconds"))
-        record = make_record(summary_rows, outcomes or {}, model=model, link=link, precision=precision, note=note,
+        record = make_record([row.to_dict() for row in summary_rows], outcomes or {}, model=model, link=link, precision=precision, note=note,
                              submitted_at=stamp, validity_warnings=validity_warnings_of(summary_rows))
         read_record(record_bytes(record), self.galleries, "this submission")  # never a record the board would refuse
         client_key = hashlib.sha256(client.encode()).hexdigest() if client else ""
@@ -358,20 +361,20 @@ class Leaderboard:
              _source_of(record), record["submitted_at"], json.dumps(results, sort_keys=True),
              record["id"], state, json.dumps(record, sort_keys=True), client_key, int(here)))
 
-    def _gallery_rows(self, summary_rows: Sequence[dict]) -> list[dict]:
+    def _gallery_rows(self, summary_rows: Sequence[SummaryRow]) -> list[SummaryRow]:
         """The rows of galleries, each checked against the board's galleries (seed means, which the board makes
         itself, are left out)."""
         if self.galleries is None:
             raise ValueError("this board takes no submissions: it was opened without RoCOCO's galleries to check rows "
                              "against (the Space has no RoCOCO annotations, or serves a generated benchmark)")
-        rows = [row for row in summary_rows if not SummaryRow.from_dict(row).is_seed_mean]
+        rows = [row for row in summary_rows if not row.is_seed_mean]
         for row in rows:
-            key = gallery_key(str(row.get("attack", "")), str(row.get("direction", "")))
-            name = f"{key} (file {row['file']})" if row.get("file") else key
+            key, file = row.key, row.values.get("file")
+            name = f"{key} (file {file})" if file else key
             if key not in self.galleries:
                 raise ValueError(f"{name} is not a RoCOCO gallery: the board takes the standard galleries only, "
                                  "scored on the annotations' layouts (a custom layout is no row)")
-            shape = (row.get("num_queries"), row.get("num_gallery"))
+            shape = (row.values.get("num_queries"), row.values.get("num_gallery"))
             if shape != tuple(self.galleries[key]):
                 raise ValueError(f"{name} has {shape[0]} queries x {shape[1]} gallery items; RoCOCO's is "
                                  f"{self.galleries[key][0]} x {self.galleries[key][1]}")
@@ -455,41 +458,50 @@ def _source_of(record: Mapping) -> str:
     return record["link"] or "submitted in the Space"
 
 
-def _check_agreement(rows: Sequence[dict]) -> None:
+def _summary_rows(evaluation: Report | Sequence[SummaryRow]) -> list[SummaryRow]:
+    """The summary rows of a submitted ``evaluation``: a report's, or the rows given.
+
+    Raises:
+        TypeError: ``evaluation`` is neither a :class:`~rococo_eval.results.Report` nor :class:`SummaryRow` rows.
+    """
+    rows = evaluation.summary if isinstance(evaluation, Report) else list(evaluation)
+    strays = [type(row).__name__ for row in rows if not isinstance(row, SummaryRow)]
+    if strays:
+        raise TypeError(f"`evaluation` must be a Report or a sequence of SummaryRow, got rows of type {strays[0]} "
+                        "(SummaryRow.from_dict reads a row kept as a dict)")
+    return rows
+
+
+def _check_agreement(rows: Sequence[SummaryRow]) -> None:
     """Refuse rows whose clean numbers disagree (files of different models, or saved in different dtypes)."""
-    keyed = _by_gallery(rows)
-    found = disagreements({key: GalleryResult(dict(row)) for key, row in keyed.items()},  # the rows' numbers
-                          {key: str(row.get("file") or "") for key, row in keyed.items()},
-                          reranked={key for key, row in keyed.items() if row.get("reranked")})
+    keyed = {row.key: row for row in rows}
+    found = disagreements({key: GalleryResult(dict(row.values)) for key, row in keyed.items()},  # the rows' numbers
+                          {key: str(row.values.get("file") or "") for key, row in keyed.items()},
+                          reranked={key for key, row in keyed.items() if row.values.get("reranked")})
     if found:
         raise ValueError("the files of this evaluation disagree, so they are not one model's files saved alike: "
                          + " | ".join(disagreement.message for disagreement in found)
                          + ". The board takes one model's files; evaluate them again together")
 
 
-def _unchecked_note(rows: Sequence[dict]) -> str:
+def _unchecked_note(rows: Sequence[SummaryRow]) -> str:
     """What an added submission's message says of its re-ranker's rows (``reranked``) that other rows of their
     direction were not compared with (:func:`rococo_eval.scoring.consistency.not_compared`, the words of the command
     and of the evaluation's message): the board takes them, as the check cannot apply to them, and says that it did
     not run.
 
     Example:
-        >>> rows = [{"attack": "clean", "direction": "text_to_image", "reranked": True},
-        ...         {"attack": "mix_seed1", "direction": "text_to_image", "reranked": True, "file": "blip_mix.npz"}]
+        >>> rows = [SummaryRow("clean", "text_to_image", {"reranked": True}),
+        ...         SummaryRow("mix_seed1", "text_to_image", {"reranked": True, "file": "blip_mix.npz"})]
         >>> _unchecked_note(rows)  # doctest: +ELLIPSIS
         "; the clean numbers of blip_mix.npz, clean/text_to_image were not checked against the other files of ..."
         >>> _unchecked_note(rows[:1])
         ''
     """
-    keyed = _by_gallery(rows)
-    unchecked = not_compared({key: str(row.get("file") or key) for key, row in keyed.items()},
-                             reranked={key for key, row in keyed.items() if row.get("reranked")})
+    keyed = {row.key: row for row in rows}
+    unchecked = not_compared({key: str(row.values.get("file") or key) for key, row in keyed.items()},
+                             reranked={key for key, row in keyed.items() if row.values.get("reranked")})
     return f"; {unchecked} (the board's clean column comes from the clean gallery alone)" if unchecked else ""
-
-
-def _by_gallery(rows: Sequence[dict]) -> dict[str, dict]:
-    """The submitted ``rows`` by gallery key (``"attack/direction"``), as the agreement check reads them."""
-    return {gallery_key(str(row.get("attack", "")), str(row.get("direction", ""))): row for row in rows}
 
 
 def validity_warnings_of(rows: Sequence[dict]) -> list[str]:

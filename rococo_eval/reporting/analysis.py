@@ -52,6 +52,7 @@ import numpy as np
 
 from rococo_eval.attacks.replacements import find_replacements
 from rococo_eval.catalog import IMAGE_ATTACK_METHODS, IMAGE_TO_TEXT, TEXT_TO_IMAGE, is_image_attack, parse_image_attack
+from rococo_eval.data.facts import NO_SOURCE, GalleryFacts
 from rococo_eval.layout import GalleryLayout
 from rococo_eval.results import GalleryKey, GalleryResult
 
@@ -67,14 +68,15 @@ PER_QUERY_COLUMNS = ("gallery", "query", "rank", "clean_rank", "top1_adversarial
                      "top_score", "best_correct_column", "best_correct_row", "best_correct_score")
 
 
-def analyse(results: Mapping[str, GalleryResult], source=None) -> dict:
+def analyse(results: Mapping[str, GalleryResult], facts: GalleryFacts = NO_SOURCE) -> dict:
     """The whole analysis of one evaluation: flipped queries of every attacked gallery, by word, by method.
 
     Args:
         results: the evaluation's results by gallery key (``"<attack>/<direction>"``); those with a layout and
             per-query arrays (:attr:`GalleryResult.analysable`) are analysed.
-        source: the data source (captions, partners); without it flipped queries carry indices only and
-            the by-word tables are left out.
+        facts: the image-text set's :class:`~rococo_eval.data.facts.GalleryFacts` (its captions, partners); without
+            annotations (:data:`~rococo_eval.data.facts.NO_SOURCE`) flipped queries carry indices only and the
+            by-word tables are left out.
 
     Returns:
         ``{"galleries": {key: {"attack", "direction", "clean_correct", "flipped", "flipped_queries"}}}`` and
@@ -95,15 +97,16 @@ def analyse(results: Mapping[str, GalleryResult], source=None) -> dict:
     for key, (per_query, layout) in _analysable(results).items():
         if layout.num_adversarial:
             attack = GalleryKey.parse(key).attack
-            rows = flipped_queries(per_query, layout, attack, source)
+            rows = flipped_queries(per_query, layout, attack, facts)
             galleries[key] = {"attack": attack, "direction": layout.direction,
                               "clean_correct": int((np.asarray(per_query["clean_rank"]) == 0).sum()),
                               "flipped": len(rows), "flipped_queries": rows}
-    return {"galleries": galleries, **vulnerability(results, source)}
+    return {"galleries": galleries, **vulnerability(results, facts)}
 
 
-def vulnerability(results: Mapping[str, GalleryResult], source=None) -> dict:
-    """The by-word tables of the text attacks (with a ``source``) and the by-method table of the image attacks.
+def vulnerability(results: Mapping[str, GalleryResult], facts: GalleryFacts = NO_SOURCE) -> dict:
+    """The by-word tables of the text attacks (when ``facts`` has the set's annotations) and the by-method table of
+    the image attacks.
 
     Returns:
         ``{"by_word": {text attack: word_vulnerability(...)}, "image_attacks": image_attack_vulnerability(...)}``
@@ -116,8 +119,8 @@ def vulnerability(results: Mapping[str, GalleryResult], source=None) -> dict:
     by_word, image_attacks, layouts = {}, {}, {}
     for key, (per_query, layout) in _analysable(results).items():
         attack = GalleryKey.parse(key).attack
-        if layout.num_adversarial and layout.direction == IMAGE_TO_TEXT and source is not None:
-            by_word[attack] = word_vulnerability(per_query, layout, attack, source)
+        if layout.num_adversarial and layout.direction == IMAGE_TO_TEXT and facts.has_annotations:
+            by_word[attack] = word_vulnerability(per_query, layout, attack, facts.source)
         if layout.direction == TEXT_TO_IMAGE and is_image_attack(attack):
             image_attacks[attack], layouts[attack] = per_query, layout
     return {"by_word": by_word, "image_attacks": image_attack_vulnerability(image_attacks, layouts)}
@@ -139,15 +142,17 @@ def flipped_mask(per_query: dict) -> np.ndarray:
     return (np.asarray(per_query["clean_rank"]) == 0) & (np.asarray(per_query["rank"]) > 0)
 
 
-def flipped_queries(per_query: dict, layout: GalleryLayout, attack: str = "", source=None) -> list[dict]:
+def flipped_queries(per_query: dict, layout: GalleryLayout, attack: str = "",
+                    facts: GalleryFacts = NO_SOURCE) -> list[dict]:
     """The queries ``attack`` flipped on one gallery, largest margin first (see the module docstring).
 
     Args:
         per_query: the metric's per-query arrays for this gallery (extra keys are ignored).
         layout: the gallery's layout, in the order the scores were given.
         attack: the attack's name (a text attack's captions, an image attack's partners come from it).
-        source: a :class:`~rococo_eval.data.source.Source` (or anything with its caption methods,
-            ``captions_per_image``, ``adversarial_per_image`` and ``alteration``); None gives indices only.
+        facts: the :class:`~rococo_eval.data.facts.GalleryFacts` of a :class:`~rococo_eval.data.source.Source` (or
+            of anything with its caption methods and ``alteration``) whose captions the rows quote;
+            :data:`~rococo_eval.data.facts.NO_SOURCE` gives indices only.
 
     Returns:
         one dict per flipped query with the keys :data:`FLIPPED_COLUMNS` (None where a key does not apply):
@@ -180,7 +185,7 @@ def flipped_queries(per_query: dict, layout: GalleryLayout, attack: str = "", so
     best_score = np.asarray(per_query["best_correct_score"], dtype=np.float64)
     margins = top_score[flipped] - best_score[flipped]
     flipped = flipped[np.lexsort((flipped, -margins))]
-    items = _GalleryItems(layout, attack, source)
+    items = _GalleryItems(layout, attack, facts)
     rows = []
     for query in flipped.tolist():
         row = dict.fromkeys(FLIPPED_COLUMNS)
@@ -209,7 +214,7 @@ def word_vulnerability(per_query: dict, layout: GalleryLayout, attack: str, sour
     Example:
         >>> from rococo_eval.layout import gallery_layout
         >>> class Two:  # 2 images, 1 caption each, 1 adversarial caption each
-        ...     captions_per_image, adversarial_per_image = [1, 1], 1
+        ...     captions_per_image, adversarial_per_image, text_attacks, image_attacks = [1, 1], 1, ["same_concept"], []
         ...     def ground_truth_captions(self): return ["a man on a bike", "a dog on a table"]
         ...     def adversarial_captions(self, attack): return ["a lady on a bike", "a dog on a couch"]
         ...     def adversarial_sources(self, attack): return [0, 1]  # made from ground-truth captions 0 and 1
@@ -225,7 +230,7 @@ def word_vulnerability(per_query: dict, layout: GalleryLayout, attack: str, sour
         raise ValueError(f"`layout` must be a text attack's image-to-text gallery, got a {layout.direction} gallery "
                          f"with {layout.num_adversarial} adversarial items ({attack!r})")
     _check(per_query, layout)
-    items = _GalleryItems(layout, attack, source)
+    items = _GalleryItems(layout, attack, GalleryFacts.of(source))
     clean_correct = np.flatnonzero(np.asarray(per_query["clean_rank"]) == 0)
     flipped = flipped_mask(per_query)
     top = np.asarray(per_query["top_index"])
@@ -478,14 +483,14 @@ def _image_of_caption(layout: GalleryLayout) -> np.ndarray:
 class _GalleryItems:
     """What a gallery row is: a caption or an image, ground truth or adversarial, and where it came from."""
 
-    def __init__(self, layout: GalleryLayout, attack: str, source):
-        self.layout, self.attack, self.source = layout, attack, source
+    def __init__(self, layout: GalleryLayout, attack: str, facts: GalleryFacts):
+        self.layout, self.attack, self.facts = layout, attack, facts
         self.num_originals = int((~layout.adversarial).sum())
         self.per_image = 0
         if layout.direction == IMAGE_TO_TEXT and layout.num_adversarial:
-            self.per_image = (layout.num_adversarial // layout.num_queries if source is None
-                              else source.adversarial_per_image)
-        if source is not None:
+            self.per_image = layout.num_adversarial // layout.num_queries  # each query image's own
+        if facts.has_annotations:
+            source = facts.source
             self.ground_truth = source.ground_truth_captions()
             self.adversarial = source.adversarial_captions(attack) if self.per_image else None
             self.sources = source.adversarial_sources(attack) if self.per_image else None
@@ -518,7 +523,7 @@ class _GalleryItems:
             return row
         winner_image, j = self.adversarial_owner(winner_row)
         row.update(winner_image=winner_image, own_image=winner_image == query)
-        if self.source is None:
+        if not self.facts.has_annotations:
             return row
         source_caption = self.source_caption(winner_image, j)
         winner = self.adversarial[self.per_image * winner_image + j]
@@ -536,9 +541,9 @@ class _GalleryItems:
             return row
         winner_image = winner_row - self.num_originals
         row.update(winner_image=winner_image, own_image=winner_image == image)
-        if self.source is not None:
+        if self.facts.has_annotations:
             row["query_caption"] = self.ground_truth[query]
             if is_image_attack(self.attack):
-                row["partner_image"] = int(self.source.alteration(winner_image, self.attack)[0])
+                row["partner_image"] = int(self.facts.source.alteration(winner_image, self.attack)[0])
         return row
 

@@ -32,6 +32,7 @@ import numpy as np
 from rococo_eval.attacks.replacements import highlight
 from rococo_eval.catalog import CLEAN, DIRECTIONS, direction_text
 from rococo_eval.data.annotations import OFFICIAL_COMMIT, OFFICIAL_REPOSITORY
+from rococo_eval.data.facts import GalleryFacts
 from rococo_eval.data.source import ROCOCO_CARD_DATASET
 from rococo_eval.io.atomic import write_atomic
 from rococo_eval.reporting.analysis import (
@@ -146,9 +147,9 @@ def write_report(report: Report, out: Path, analysis=None) -> dict[str, Path]:
         ``words`` with the analysis).
     """
     results, meta, rows = report.results, report.meta, report.summary
-    paths = {}
+    facts, paths = GalleryFacts.of(report.source), {}  # the report's source, or NO_SOURCE
     if analysis is None and report.results.analysable():
-        analysis = analyse(results, report.source)
+        analysis = analyse(results, facts)
     if analysis is not None:
         paths["per_query"] = write_per_query_parquet(results, out / "per_query.parquet")
         every_flip = [row for gallery in analysis["galleries"].values() for row in gallery["flipped_queries"]]
@@ -166,8 +167,7 @@ def write_report(report: Report, out: Path, analysis=None) -> dict[str, Path]:
     if analysis is not None:
         markdown += "\n" + analysis_markdown(analysis) + "\n"
     paths["markdown"] = write_atomic(out / "report.md", lambda handle: handle.write(markdown.encode("utf-8")))
-    dataset = None if report.source is None else report.source.card_dataset
-    card = model_card_metadata(rows, meta.get("model"), dataset).encode("utf-8")
+    card = model_card_metadata(rows, meta.get("model"), facts.card_dataset).encode("utf-8")
     paths["model_card"] = write_atomic(out / "model-card.md", lambda handle: handle.write(card))
     try:
         paths["chart"] = plot_recall(rows, out / "recall.png")

@@ -45,9 +45,10 @@ import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Mapping, Optional, Sequence
+from typing import Callable, Mapping, Optional, Sequence
 
-from rococo_eval.catalog import ATTACKS, gallery_key
+from rococo_eval.catalog import gallery_key
+from rococo_eval.data.facts import GalleryFacts
 from rococo_eval.detection import CUSTOM, LayoutChoice, choose_layout
 from rococo_eval.io import scorefiles
 from rococo_eval.layout import ADVERSARIAL_PER_IMAGE, GalleryLayout, gallery_layout, recall_cutoffs
@@ -55,9 +56,6 @@ from rococo_eval.results import GalleryResult
 from rococo_eval.scoring.consistency import Disagreement, disagreements, has_fill_block, not_compared
 from rococo_eval.validity import warn
 from rococo_recall import TIE_POLICIES
-
-if TYPE_CHECKING:
-    from rococo_eval.data.source import Source
 
 logger = logging.getLogger(__name__)
 ORDER_OVERRIDDEN = "all the same, as asked"  # how a layout note says that the order the scores show was overridden
@@ -173,42 +171,6 @@ def _give_or_trust(choice: LayoutChoice, request: ScoreRequest) -> str:
 
 
 @dataclass(frozen=True)
-class GalleryFacts:
-    """What an image-text set says of the galleries its score files hold: what placing a file needs of its source.
-
-    Attributes:
-        captions_per_image: the set's ground-truth captions of each image (RoCOCO's, or a generated benchmark's), as
-            a tuple; None when no annotations are at hand (:data:`NO_SOURCE`): then only custom layouts can be
-            planned.
-        adversarial_per_image: its adversarial captions per image in a text attack (:func:`adversarial_per_image_of`).
-        attacks: the attacks a file may name (:func:`attacks_of`).
-
-    Example:
-        >>> GalleryFacts([5, 6]).captions_per_image, GalleryFacts.of(None) == NO_SOURCE
-        ((5, 6), True)
-    """
-
-    captions_per_image: Optional[tuple[int, ...]]
-    adversarial_per_image: int = ADVERSARIAL_PER_IMAGE
-    attacks: tuple[str, ...] = ATTACKS
-
-    def __post_init__(self):
-        if self.captions_per_image is not None:
-            object.__setattr__(self, "captions_per_image", tuple(self.captions_per_image))
-        object.__setattr__(self, "attacks", tuple(self.attacks))
-
-    @classmethod
-    def of(cls, source: Source | None) -> GalleryFacts:
-        """The facts of ``source`` (a :class:`~rococo_eval.data.source.Source`), or :data:`NO_SOURCE` for None."""
-        if source is None:
-            return NO_SOURCE
-        return cls(source.captions_per_image, adversarial_per_image_of(source), attacks_of(source))
-
-
-NO_SOURCE = GalleryFacts(None)  # no annotations at hand: RoCOCO's attacks by name, custom layouts only
-
-
-@dataclass(frozen=True)
 class PlanPolicy:
     """How a front end plans its files (the keyword arguments of :func:`plan_score_files`, which says what each
     does): whether custom layouts are allowed and their ``references`` / ``adversarial`` files, what to say when a
@@ -222,33 +184,6 @@ class PlanPolicy:
     read_off_level: int = logging.WARNING
     trust_given_order: bool = False
     fix_order: Callable[[LayoutChoice, ScoreRequest], str] = _give_or_trust
-
-
-def attacks_of(source: Source | None) -> tuple[str, ...]:
-    """The attacks a score file may name: the source's own (a generated benchmark's image attacks may have other
-    seeds than RoCOCO's); without a source (no annotations at hand), RoCOCO's.
-
-    Example:
-        >>> attacks_of(None) == ATTACKS
-        True
-    """
-    if source is None:
-        return ATTACKS
-    return tuple(source.text_attacks) + tuple(source.image_attacks)
-
-
-def adversarial_per_image_of(source: Source | None) -> int:
-    """The adversarial captions per image of the galleries a source's text attacks make
-    (:attr:`~rococo_eval.data.source.Source.adversarial_per_image`); RoCOCO's 5 without a source, or for a source
-    without text attacks (then no gallery has adversarial captions).
-
-    Example:
-        >>> adversarial_per_image_of(None)
-        5
-    """
-    if source is None or not source.text_attacks:
-        return ADVERSARIAL_PER_IMAGE
-    return source.adversarial_per_image
 
 
 def plan_score_files(requests: Sequence[ScoreRequest], facts: GalleryFacts, *, custom: bool = False,

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from rococo_eval.catalog import CLEAN, IMAGE_ATTACK_METHODS, IMAGE_TO_TEXT, TEXT_TO_IMAGE, parse_image_attack
+from rococo_eval.data.facts import GalleryFacts
 from rococo_eval.layout import GalleryLayout, caption_offsets
 
 if TYPE_CHECKING:
@@ -77,11 +78,13 @@ def example_galleries(source: Source) -> list[tuple[str, str]]:
     return [(CLEAN, IMAGE_TO_TEXT), *text, (CLEAN, TEXT_TO_IMAGE), *image]
 
 
-def write_example(source: Source | None, folder: str | Path, *, seed: int = EXAMPLE_SEED) -> Example:
-    """Write the synthetic model's score files for ``source``'s galleries (:func:`example_galleries`) into ``folder``.
+def write_example(facts: GalleryFacts, folder: str | Path, *, seed: int = EXAMPLE_SEED) -> Example:
+    """Write the synthetic model's score files for the galleries of the Space's image-text set
+    (:func:`example_galleries`) into ``folder``.
 
     Args:
-        source: the Space's source (RoCOCO's or a generated benchmark's): its caption counts and layouts.
+        facts: the :class:`~rococo_eval.data.facts.GalleryFacts` of the Space's source (RoCOCO's or a generated
+            benchmark's): its caption counts and layouts.
         folder: an existing folder for the files.
         seed: the random generator's seed; the same seed writes the same files.
 
@@ -89,7 +92,8 @@ def write_example(source: Source | None, folder: str | Path, *, seed: int = EXAM
         an :class:`Example`: the files and their layout rows (official order).
 
     Raises:
-        ValueError: ``source`` is None: the galleries' layouts come from the annotations.
+        ValueError: the set is not at hand (:data:`~rococo_eval.data.facts.NO_SOURCE`): the galleries' layouts come
+            from the annotations.
 
     Example:
         >>> import tempfile
@@ -102,7 +106,8 @@ def write_example(source: Source | None, folder: str | Path, *, seed: int = EXAM
         ...     def gallery(self, attack, direction=None, order=None):
         ...         from rococo_eval.layout import gallery_layout
         ...         return gallery_layout(attack, direction or "image_to_text", self.captions_per_image, order)
-        >>> example = write_example(Source(), tempfile.mkdtemp())
+        >>> from rococo_eval.data.facts import GalleryFacts
+        >>> example = write_example(GalleryFacts.of(Source()), tempfile.mkdtemp())
         >>> [row[:4] for row in example.layouts][:2]
         [['synthetic_clean_image_to_text.npz', 'clean', 'image_to_text', 'official'], \
 ['synthetic_rand_voca_image_to_text.npz', 'rand_voca', 'image_to_text', 'official']]
@@ -110,11 +115,11 @@ def write_example(source: Source | None, folder: str | Path, *, seed: int = EXAM
         >>> info.shape, info.candidates
         ((31, 311), 31)
     """
-    if source is None:
+    if not facts.has_annotations:
         raise ValueError("the synthetic example scores this Space's galleries, whose layouts come from the RoCOCO "
                          "annotation files, and they are not available here (the note at the top says why): "
                          "custom layouts still work")
-    folder = Path(folder)
+    folder, source = Path(folder), facts.source
     galleries = example_galleries(source)
     clean = {direction: _clean_candidates(source.captions_per_image, direction, seed) for direction in
              (IMAGE_TO_TEXT, TEXT_TO_IMAGE)}

@@ -22,12 +22,13 @@ import gradio as gr
 import pandas as pd
 from pandas.io.formats.style import Styler
 
-from rococo_eval.catalog import IMAGE_TO_TEXT, TEXT_ATTACKS, gallery_key
+from rococo_eval.catalog import IMAGE_TO_TEXT, gallery_key
+from rococo_eval.data.facts import GalleryFacts
 from rococo_eval.io.atomic import write_atomic
 from rococo_eval.reporting import report
 from rococo_eval.reporting.analysis import DEFAULT_MIN_COUNT
 from rococo_eval.results import SummaryRow
-from rococo_eval.scoring.plan import ORDER_OVERRIDDEN, adversarial_per_image_of, attacks_of
+from rococo_eval.scoring.plan import ORDER_OVERRIDDEN
 from rococo_eval.board import hub_records, leaderboard
 from rococo_eval.space.example import EXAMPLE_INTRO, SYNTHETIC_MODEL, write_example
 from rococo_eval.space.logic import (
@@ -115,14 +116,14 @@ class Submitted(NamedTuple):
     times: list
 
 
-def open_board(path, output_root: Path, source, captions_per_image) -> tuple[leaderboard.Leaderboard | None, str]:
+def open_board(path, output_root: Path, facts: GalleryFacts) -> tuple[leaderboard.Leaderboard | None, str]:
     """The leaderboard (:class:`rococo_eval.board.leaderboard.Leaderboard`) and, when it cannot be used, None
     and why: the Space still scores, and says the board is unavailable; the file is left as it is.
 
     The database is ``path``, else ``$ROCOCO_LEADERBOARD_DB``, else the default (:func:`_default_board_path`).
-    It takes rows of RoCOCO's galleries (their shapes from ``captions_per_image``) when the Space serves RoCOCO
-    (:attr:`~rococo_eval.data.source.Source.is_rococo`); serving a generated benchmark, or without annotations, it is
-    shown and takes none. Everyone together may submit
+    It takes rows of RoCOCO's galleries (their shapes from the ``facts``' caption counts) when the Space serves RoCOCO
+    (:attr:`~rococo_eval.data.facts.GalleryFacts.is_rococo`); serving a generated benchmark, or without annotations,
+    it is shown and takes none. Everyone together may submit
     ``$ROCOCO_LEADERBOARD_HOURLY_LIMIT`` times an hour (default
     :data:`~rococo_eval.board.leaderboard.HOURLY_LIMIT`). With ``$ROCOCO_LEADERBOARD_REPO`` (and ``$HF_TOKEN``,
     ``$ROCOCO_LEADERBOARD_REFRESH_S``) the board is that dataset repo's records and the database their cache, filled
@@ -143,8 +144,8 @@ def open_board(path, output_root: Path, source, captions_per_image) -> tuple[lea
         raise ValueError(f"${hub_records.REFRESH_ENV} must be a whole number of seconds > 0, got {refresh!r}")
     hub = (hub_records.HubRecords(repo, board_path.parent / f"{board_path.name}.hub", token=os.environ.get("HF_TOKEN"),
                                   refresh_s=int(refresh)) if repo else None)
-    rococo = captions_per_image is not None and (source is None or source.is_rococo)
-    galleries = leaderboard.rococo_galleries(captions_per_image) if rococo else None
+    rococo = facts.captions_per_image is not None and facts.is_rococo
+    galleries = leaderboard.rococo_galleries(facts.captions_per_image) if rococo else None
     try:
         board = leaderboard.Leaderboard(board_path, hub, galleries=galleries, hourly_limit=int(limit))
         if hub is not None:
@@ -156,7 +157,8 @@ def open_board(path, output_root: Path, source, captions_per_image) -> tuple[lea
 
 
 class Handlers:
-    """What the page's buttons do, for one source: plain functions of the components' values.
+    """What the page's buttons do, for one image-text set (its :class:`~rococo_eval.data.facts.GalleryFacts`,
+    ``facts``): plain functions of the components' values.
 
     A ``ValueError`` from the functions they call becomes a ``gr.Error`` the page shows. ``board`` is the
     leaderboard, or None with ``board_problem`` saying why it is unavailable; ``reopen`` (returning ``(board,
@@ -168,26 +170,24 @@ class Handlers:
         ValueError: ``$ROCOCO_SPACE_OUTPUT_MB`` is not a positive number.
     """
 
-    def __init__(self, source, captions_per_image, output_root: Path, board=None, board_problem: str = "",
+    def __init__(self, facts: GalleryFacts, output_root: Path, board=None, board_problem: str = "",
                  reopen=None, output_budget: int | None = None):
-        self.source = source
-        self.captions_per_image = captions_per_image
+        self.facts = facts
         self.outputs = OutputFolders(output_root, output_budget)
         self.board = board
         self.board_problem = board_problem or ("" if board is not None else "this Space keeps no leaderboard")
         self._reopen, self._tried = reopen, time.monotonic()
 
     def detect(self, files) -> list[list[str]]:
-        return detect_layouts(files, self.captions_per_image, adversarial_per_image_of(self.source),
-                              attacks_of(self.source), source=self.source)
+        return detect_layouts(files, self.facts)
 
     def order_lists(self, layouts: list | None) -> dict[str, gr.Dropdown]:
-        """The order list of each text attack of the source (:meth:`text_attacks`), under the layout table, by attack:
-        shown, with the table's order and the file's name, when the table has a row of that attack's image-to-text
-        gallery."""
+        """The order list of each text attack of the set (:attr:`~rococo_eval.data.facts.GalleryFacts.text_attacks`),
+        under the layout table, by attack: shown, with the table's order and the file's name, when the table has a
+        row of that attack's image-to-text gallery."""
         rows = [["" if cell is None else str(cell) for cell in row] for row in (layouts or [])]
         lists = {}
-        for attack in self.text_attacks():
+        for attack in self.facts.text_attacks:
             row = next((row for row in rows if row[1:3] in ([attack, IMAGE_TO_TEXT], [attack, ""])), None)
             lists[attack] = (gr.Dropdown(visible=False) if row is None else
                              gr.Dropdown(value=row[3] or None, label=f"order of {row[0]} ({attack})", visible=True))
@@ -196,21 +196,13 @@ class Handlers:
     def choose_order(self, attack: str, files: list[str] | None, layouts, order: str) -> list[list[str]]:
         """The layout table with ``order`` chosen from the list for the text attack ``attack``'s file
         (:func:`rococo_eval.space.logic.choose_order`)."""
-        return choose_order(files, layouts, attack, order, self.captions_per_image,
-                            adversarial_per_image_of(self.source), attacks_of(self.source))
-
-    def text_attacks(self) -> list[str]:
-        """The text attacks a file may be of: the source's, or RoCOCO's without a source."""
-        return list(self.source.text_attacks if self.source is not None else TEXT_ATTACKS)
+        return choose_order(files, layouts, attack, order, self.facts)
 
     def evaluate(self, files, layouts=None, references=None, adversarial=None, ties="pessimistic", bootstrap=0,
                  trust_order=False):
         try:
-            evaluation = evaluate_files(files, layouts, references, adversarial,
-                                        captions_per_image=self.captions_per_image, ties=ties,
-                                        bootstrap=_int(bootstrap, "bootstrap"), source=self.source,
-                                        adversarial_per_image=adversarial_per_image_of(self.source),
-                                        attacks=attacks_of(self.source), trust_given_order=bool(trust_order))
+            evaluation = evaluate_files(files, layouts, references, adversarial, facts=self.facts, ties=ties,
+                                        bootstrap=_int(bootstrap, "bootstrap"), trust_given_order=bool(trust_order))
             json_path, chart_path = self.outputs.write(lambda folder: write_outputs(evaluation, folder))
         except ValueError as error:
             logger.info("evaluation refused: %s", error)
@@ -225,7 +217,7 @@ class Handlers:
         upload, with the same outputs; its rows name the synthetic model, and it gives nothing to submit (None). Its
         files are the same for everyone: written at the first click, and scored again from there."""
         try:
-            example = self.outputs.shared("example", lambda folder: write_example(self.source, folder))
+            example = self.outputs.shared("example", lambda folder: write_example(self.facts, folder))
         except ValueError as error:
             raise gr.Error(str(error), title="Cannot run the example", print_exception=False) from None
         evaluated = self.evaluate([str(path) for path in example.files], example.layouts)
@@ -260,8 +252,8 @@ class Handlers:
         gallery = gallery or ALL_GALLERIES
         try:
             min_count = _int(min_count, "min_count")
-            view = flipped_view(failures, self.source, gallery, _int(page, "page"), min_count)
-            page_html = "" if view.rows is None else flipped_html(view.rows, self.source)
+            view = flipped_view(failures, self.facts, gallery, _int(page, "page"), min_count)
+            page_html = "" if view.rows is None else flipped_html(view.rows, self.facts)
             by_word = {attack: words for attack, words in (failures.by_word if failures else {}).items()
                        if gallery in (ALL_GALLERIES, f"{attack}/image_to_text")}
             csv_path, chart = self.outputs.write(lambda folder: (
@@ -284,7 +276,7 @@ class Handlers:
     def show(self, index) -> Shown:
         """Image ``index`` of the Explore tab: its captions beside each attack's as HTML, its images and a note."""
         try:
-            exploration = explore(self.source, _int(index, "index"))
+            exploration = explore(self.facts, _int(index, "index"))
             captions = caption_table_html(exploration.ground_truth, exploration.altered)
         except ValueError as error:
             raise gr.Error(str(error), title="Cannot show this image", print_exception=False) from None
@@ -292,7 +284,7 @@ class Handlers:
 
     def show_random(self) -> ShownAt:
         """A random image of the Explore tab, with its index (:meth:`show`)."""
-        index = random.randrange(len(self.source.captions_per_image)) if self.source is not None else 0
+        index = random.randrange(self.facts.num_images) if self.facts.num_images else 0
         return ShownAt(index=index, **self.show(index)._asdict())
 
     def compare(self, user_rows) -> pd.DataFrame:
@@ -360,8 +352,9 @@ class Handlers:
             self._check_submittable(board_rows, evaluated_rows)
             outcomes = {key: per_query_outcomes(result.per_query)
                         for key, result in (failures.results if failures is not None else {}).items()}
-            added, message = self._board().submit(board_rows, model=model, link=link, precision=precision,
-                                                  note=note, outcomes=outcomes, client=client_address(request))
+            added, message = self._board().submit([typed for _, typed in _typed(board_rows)], model=model, link=link,
+                                                  precision=precision, note=note, outcomes=outcomes,
+                                                  client=client_address(request))
         except (ValueError, leaderboard.BoardUnavailable) as error:
             raise gr.Error(str(error), title="Cannot submit", print_exception=False) from None
         if added:
@@ -378,9 +371,9 @@ class Handlers:
 
     def _check_submittable(self, board_rows: list | None, evaluated_rows: list | None) -> None:
         """Raise the ``ValueError`` that says why the last evaluation cannot go on the board, if it cannot."""
-        if self.source is not None and not self.source.is_rococo:
+        if not self.facts.is_rococo:
             galleries = ", ".join(sorted(_gallery_keys(evaluated_rows))) or "nothing evaluated yet"
-            raise ValueError(f"this Space serves a generated benchmark ({self.source.card_dataset[1]}), not RoCOCO: "
+            raise ValueError(f"this Space serves a generated benchmark ({self.facts.served}), not RoCOCO: "
                              f"its results are not RoCOCO's, so the board takes none of them (this evaluation: "
                              f"{galleries}); its numbers are in the json download")
         if board_rows is None:

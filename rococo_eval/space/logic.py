@@ -14,19 +14,19 @@ import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 
 import pandas as pd
 
 import rococo_eval.validity as validity
-from rococo_eval.catalog import ATTACKS, IMAGE_TO_TEXT
-from rococo_eval.layout import ADVERSARIAL_PER_IMAGE, caption_offsets
+from rococo_eval.catalog import IMAGE_TO_TEXT
+from rococo_eval.data.facts import NO_SOURCE, GalleryFacts
+from rococo_eval.layout import caption_offsets
 from rococo_eval.reporting import analysis, report
 from rococo_eval.results import GalleryKey, GalleryResult, GalleryResults, Report, build_report
 from rococo_eval.scoring.consistency import report_entries
 from rococo_eval.scoring.embeddingsfile import is_embeddings_file, score_embeddings_file
 from rococo_eval.scoring.plan import (
-    GalleryFacts,
     PlanError,
     PlanPolicy,
     ScoreRequest,
@@ -38,9 +38,6 @@ from rococo_eval.scoring.plan import (
     score_each,
 )
 from rococo_recall import DEFAULT_K
-
-if TYPE_CHECKING:
-    from rococo_eval.data.source import Source
 
 logger = logging.getLogger(__name__)
 
@@ -152,46 +149,47 @@ class Exploration:
     note: str
 
 
-def source_and_problem(images_dir: str | os.PathLike | None = None,
-                       benchmark: str | os.PathLike | None = None) -> tuple[Source | None, str]:
+def facts_and_problem(images_dir: str | os.PathLike | None = None,
+                      benchmark: str | os.PathLike | None = None) -> tuple[GalleryFacts, str]:
     """Open the RoCOCO annotations (and images, when ``images_dir`` or ``$ROCOCO_IMAGES_DIR`` is set), or the
-    benchmark folder ``benchmark`` (default ``$ROCOCO_BENCHMARK_DIR``) made by ``rococo-eval attack``.
+    benchmark folder ``benchmark`` (default ``$ROCOCO_BENCHMARK_DIR``) made by ``rococo-eval attack``: the Space's
+    start.
 
-    Returns ``(source, problem)``: the source or None, and what went wrong, for the page.
+    Returns ``(facts, problem)``: the opened source's :class:`~rococo_eval.data.facts.GalleryFacts` (everything the
+    page asks of it), or :data:`~rococo_eval.data.facts.NO_SOURCE`, and what went wrong, for the page.
     """
     from rococo_eval.data.source import ImageFolderError, open_source
 
     images_dir = images_dir or os.environ.get(IMAGES_DIR_ENV) or None
     benchmark = benchmark or os.environ.get(BENCHMARK_DIR_ENV) or None
     try:
-        return open_source(images_dir=images_dir, benchmark=benchmark), ""
+        return GalleryFacts.of(open_source(images_dir=images_dir, benchmark=benchmark)), ""
     except ImageFolderError as error:
         logger.warning("images unavailable: %s", error)
         problem = f"images unavailable: {error}"
     except (OSError, ValueError) as error:
         logger.warning("RoCOCO annotations unavailable: %s", error)
-        return None, str(error)
+        return NO_SOURCE, str(error)
     try:
-        return open_source(benchmark=benchmark), problem
+        return GalleryFacts.of(open_source(benchmark=benchmark)), problem
     except (OSError, ValueError) as error:
-        return None, str(error)
+        return NO_SOURCE, str(error)
 
 
-def detect_layouts(paths: Sequence[str] | None, captions_per_image: Sequence[int] | None,
-                   adversarial_per_image: int = ADVERSARIAL_PER_IMAGE,
-                   attacks: Sequence[str] = ATTACKS, source=None) -> list[list[str]]:
+def detect_layouts(paths: Sequence[str] | None, facts: GalleryFacts = NO_SOURCE) -> list[list[str]]:
     """One layout row (``LAYOUT_HEADERS``) per uploaded file: detected, or blank with why; an embeddings file's row
-    says what it is (:func:`embeddings_note`, whether ``source`` has the images it needs).
+    says what it is (:func:`embeddings_note`, whether the set's images are at hand).
 
-    ``attacks`` are those a file may be of (:func:`rococo_eval.scoring.plan.attacks_of`). The shape and name come
-    from the header; the order of an attacked image-to-text gallery comes from the scores when they clearly show it
+    ``facts`` are what the Space's image-text set says of its galleries (its caption counts and the attacks a file
+    may be of; :class:`~rococo_eval.data.facts.GalleryFacts`). The shape and name come from the header; the order
+    of an attacked image-to-text gallery comes from the scores when they clearly show it
     (:func:`rococo_eval.detection.decide_order`), else it stays blank and the note asks for it.
     """
-    rows, facts = [], GalleryFacts(captions_per_image, adversarial_per_image, attacks)
+    rows = []
     for path in paths or []:
         name = Path(path).name
         if is_embeddings_file(path):
-            rows.append([name, "", "", "", embeddings_note(name, source)])
+            rows.append([name, "", "", "", embeddings_note(name, facts)])
             continue
         try:
             _, choice = detect_file_layout(ScoreRequest(path, name), facts, custom=True)
@@ -202,8 +200,7 @@ def detect_layouts(paths: Sequence[str] | None, captions_per_image: Sequence[int
 
 
 def choose_order(paths: Sequence[str] | None, layouts, attack: str, order: str,
-                 captions_per_image: Sequence[int] | None, adversarial_per_image: int = ADVERSARIAL_PER_IMAGE,
-                 attacks: Sequence[str] = ATTACKS) -> list[list[str]]:
+                 facts: GalleryFacts = NO_SOURCE) -> list[list[str]]:
     """The layout table (rows ``LAYOUT_HEADERS``) with ``order`` chosen for the image-to-text gallery of the text
     attack ``attack``: its row is detected again with that order, so that its note says what the scores show of it
     (and no longer asks for an order); a problem becomes the note. The other rows are kept as they are.
@@ -214,7 +211,7 @@ def choose_order(paths: Sequence[str] | None, layouts, attack: str, order: str,
         >>> path = Path(tempfile.mkdtemp()) / "m_danger.npy"
         >>> np.save(path, np.zeros((3, 31), dtype=np.float32))
         >>> table = [["m_danger.npy", "danger", "image_to_text", "", "…: choose the order, …"]]
-        >>> row = choose_order([str(path)], table, "danger", "dataset", [5, 6, 5])[0]
+        >>> row = choose_order([str(path)], table, "danger", "dataset", GalleryFacts([5, 6, 5]))[0]
         >>> row[3], row[4].split(";")[0]
         ('dataset', 'danger image-to-text gallery in the dataset order (shape (3, 31)')
         >>> row[4].split(";")[1]
@@ -228,8 +225,7 @@ def choose_order(paths: Sequence[str] | None, layouts, attack: str, order: str,
             continue
         try:
             _, choice = detect_file_layout(ScoreRequest(by_name[row[0]], row[0], attack, IMAGE_TO_TEXT, order),
-                                           GalleryFacts(captions_per_image, adversarial_per_image, attacks),
-                                           custom=True)
+                                           facts, custom=True)
             row[1:] = [choice.attack, choice.direction, choice.order, choice.note]
         except ValueError as error:
             row[2:] = [IMAGE_TO_TEXT, order, str(error)]
@@ -237,19 +233,18 @@ def choose_order(paths: Sequence[str] | None, layouts, attack: str, order: str,
 
 
 def evaluate_files(paths: Sequence[str] | None, layouts=None, references: str | None = None,
-                   adversarial: str | None = None, *, captions_per_image: Sequence[int] | None = None,
-                   ties: str = "pessimistic", bootstrap: int = 0, source=None,
-                   adversarial_per_image: int = ADVERSARIAL_PER_IMAGE, attacks: Sequence[str] = ATTACKS,
-                   trust_given_order: bool = False) -> Evaluation:
+                   adversarial: str | None = None, *, facts: GalleryFacts = NO_SOURCE, ties: str = "pessimistic",
+                   bootstrap: int = 0, trust_given_order: bool = False) -> Evaluation:
     """Score every uploaded file that can be scored on its layout; the message names every other file and its problem
     (one bad file does not hide the others' results), and one ``ValueError`` lists them all when none can be scored.
 
     ``layouts`` are rows ``[file, attack, direction, order, ...]``; a file without a row, or blank cells,
     gets the detected layout. The files go through the one planner and scorer of :mod:`rococo_eval.scoring.plan`
     (as ``rococo-eval score`` does), with custom layouts allowed: ``references`` and ``adversarial`` are files for
-    custom layouts whose score file does not carry its own; ``attacks`` are those a file may be of
-    (:func:`rococo_eval.scoring.plan.attacks_of`). The metric's per-query arrays of the standard galleries go to
-    the failure analysis (``Evaluation.failures``, its by-word tables from ``source``'s captions).
+    custom layouts whose score file does not carry its own; ``facts`` are what the Space's image-text set says of
+    its galleries (:class:`~rococo_eval.data.facts.GalleryFacts`: its caption counts, the attacks a file may be of,
+    its captions and images when at hand). The metric's per-query arrays of the standard galleries go to the failure
+    analysis (``Evaluation.failures``, its by-word tables from the set's captions).
 
     An order stated in the table (or in a file's name) that the file's scores clearly contradict is refused with the
     evidence, unless ``trust_given_order`` (the page's :data:`TRUST_ORDER_LABEL`). Files whose clean numbers
@@ -264,7 +259,7 @@ def evaluate_files(paths: Sequence[str] | None, layouts=None, references: str | 
     started = time.perf_counter()
     options = ScoringOptions(ties, bootstrap, max_bootstrap=MAX_BOOTSTRAP)
     if any(is_embeddings_file(path) for path in paths):
-        return evaluate_embeddings_file(paths, source, options)
+        return evaluate_embeddings_file(paths, facts, options)
     names = [Path(path).name for path in paths]
     repeated = sorted({name for name in names if names.count(name) > 1})
     if repeated:
@@ -273,7 +268,7 @@ def evaluate_files(paths: Sequence[str] | None, layouts=None, references: str | 
     requests = [ScoreRequest(path, name, *(chosen.get(name, []) + ["", "", ""])[:3])
                 for path, name in zip(paths, names)]
     with validity.recorded() as warnings:
-        plans, problems = plan_each(requests, GalleryFacts(captions_per_image, adversarial_per_image, attacks),
+        plans, problems = plan_each(requests, facts,
                                     PlanPolicy(custom=True, references=references, adversarial=adversarial,
                                                ask_order=_ask_order_in_table, read_off_level=logging.INFO,
                                                trust_given_order=trust_given_order, fix_order=_fix_order_in_table))
@@ -285,14 +280,14 @@ def evaluate_files(paths: Sequence[str] | None, layouts=None, references: str | 
         disagreements = disagreements_of(plans, scored)
     seconds = time.perf_counter() - started
     meta = {**report_meta(plans, options), **report_entries(disagreements), **validity.report_entries(warnings)}
-    evaluated = build_report(scored, meta, source)
+    evaluated = build_report(scored, meta, facts.source)
     files = {planned.key: planned.request.name for planned in plans}
     rows = [{**row.to_dict(), "file": files.get(row.key, ""),
              **({"reranked": True} if row.key in scored and scored[row.key].reranked else {})}
             for row in evaluated.summary]
     message = _scored_message(plans, warnings, bool(disagreements), problems,
                               f"in {seconds:.2f} s, ties {ties}, bootstrap {bootstrap}")
-    return Evaluation(evaluated, rows, message, *_failures(evaluated.results, source))
+    return Evaluation(evaluated, rows, message, *_failures(evaluated.results, facts))
 
 
 def _scored_message(plans, warnings: Sequence[str], disagree: bool, problems: Sequence[str], how: str) -> str:
@@ -315,29 +310,29 @@ def _scored_message(plans, warnings: Sequence[str], disagree: bool, problems: Se
     return message
 
 
-def evaluate_embeddings_file(paths: Sequence[str], source, options: ScoringOptions) -> Evaluation:
+def evaluate_embeddings_file(paths: Sequence[str], facts: GalleryFacts, options: ScoringOptions) -> Evaluation:
     """Score an uploaded embeddings file (:mod:`rococo_eval.scoring.embeddingsfile`): every gallery it covers, as
     ``run`` scores them. It needs the benchmark's images, whose fingerprint the file's must match."""
-    if source is None or source.images_dir is None:
+    if not facts.has_images:
         raise ValueError("this Space has no images, so it cannot check an embeddings file's fingerprints: it scores "
                          f"embeddings files when {IMAGES_DIR_ENV} (or {BENCHMARK_DIR_ENV}) names the images")
     started = time.perf_counter()
     name = Path(paths[0]).name
-    scored, meta, metadata = score_embeddings_file(paths, source, options, name)
-    evaluated = build_report(scored, meta, source)
+    scored, meta, metadata = score_embeddings_file(paths, facts.source, options, name)
+    evaluated = build_report(scored, meta, facts.source)
     rows = [{**row.to_dict(), "file": name} for row in evaluated.summary]
     message = (f"Scored the embeddings file `{name}` ({metadata.get('model')}, dimension {metadata.get('dimension')}): "
                f"{len(scored)} galleries in {time.perf_counter() - started:.2f} s, ties {options.ties}, "
                f"bootstrap {options.bootstrap}.")
-    return Evaluation(evaluated, rows, message, *_failures(evaluated.results, source))
+    return Evaluation(evaluated, rows, message, *_failures(evaluated.results, facts))
 
 
-def _failures(results: GalleryResults, source) -> tuple[Failures | None, dict | None]:
+def _failures(results: GalleryResults, facts: GalleryFacts) -> tuple[Failures | None, dict | None]:
     """The failure analysis of the standard galleries among ``results``, made once for the page and the report."""
     standard = results.analysable()
     if not standard:
         return None, None
-    found = analysis.analyse(standard, source)
+    found = analysis.analyse(standard, facts)
     return Failures(standard, found["by_word"], found["image_attacks"]), found
 
 
@@ -372,13 +367,15 @@ def write_outputs(evaluation: Evaluation, folder: Path) -> tuple[Path, Path]:
     return paths["json"], paths["chart"]
 
 
-def flipped_view(failures: Failures | None, source=None, gallery: str = ALL_GALLERIES, page: int = 1,
-                 min_count: int = analysis.DEFAULT_MIN_COUNT, page_size: int = FLIPPED_PAGE_SIZE) -> FlippedView:
+def flipped_view(failures: Failures | None, facts: GalleryFacts = NO_SOURCE, gallery: str = ALL_GALLERIES,
+                 page: int = 1, min_count: int = analysis.DEFAULT_MIN_COUNT,
+                 page_size: int = FLIPPED_PAGE_SIZE) -> FlippedView:
     """One page of the queries the attacks flipped, with the by-word and by-method tables.
 
     Args:
         failures: the evaluation's :class:`Failures` (None: nothing evaluated yet).
-        source: the captions the rows quote (None: indices only); the views show its images.
+        facts: the Space's image-text set: the captions the rows quote (:data:`~rococo_eval.data.facts.NO_SOURCE`:
+            indices only).
         gallery: ``"all"`` or one attacked gallery's key (``"rand_voca/image_to_text"``): the filter of the
             page, of the CSV and of the by-word table.
         page: 1-based page of ``page_size`` flipped queries; each gallery's are in margin order, galleries in
@@ -386,7 +383,7 @@ def flipped_view(failures: Failures | None, source=None, gallery: str = ALL_GALL
         min_count: the fewest clean-correct images a word needs to enter the by-word table.
 
     Returns:
-        a :class:`FlippedView`: the page's rows (with their captions when ``source`` has them), a note saying what
+        a :class:`FlippedView`: the page's rows (with their captions when ``facts`` has them), a note saying what
         is shown, every flipped query of the filter as CSV, the by-word rows (:data:`WORD_HEADERS`) and the
         by-method rows (:data:`IMAGE_ATTACK_HEADERS`).
 
@@ -418,7 +415,7 @@ def flipped_view(failures: Failures | None, source=None, gallery: str = ALL_GALL
     keys = failures.attacked() if gallery == ALL_GALLERIES else [GalleryKey.parse(gallery)]
     results = failures.results
     rows = [row for key in keys for row in analysis.flipped_queries(results[key].per_query, results[key].layout,
-                                                                    key.attack, source)]
+                                                                    key.attack, facts)]
     pages = max(1, -(-len(rows) // page_size))
     if isinstance(page, bool) or not isinstance(page, int) or not 1 <= page <= pages:
         raise ValueError(f"`page` must be a whole number from 1 to {pages}, got {page!r}")
@@ -467,19 +464,19 @@ to list words with fewer; rates over few images vary a lot.'
 
 
 
-def embeddings_note(name: str, source=None) -> str:
+def embeddings_note(name: str, facts: GalleryFacts = NO_SOURCE) -> str:
     """What the layout table says of an uploaded embeddings file (:mod:`rococo_eval.scoring.embeddingsfile`): what it
-    is, and that scoring it needs the images (which ``source`` may lack).
+    is, and that scoring it needs the images (which the set of ``facts`` may lack).
 
     Example:
-        >>> note = embeddings_note("clip.safetensors")  # no source: no images
+        >>> note = embeddings_note("clip.safetensors")  # no annotations: no images
         >>> note.startswith("clip.safetensors: an embeddings file"), note.endswith("where the images are")
         (True, True)
     """
     note = (f"{name}: an embeddings file (a model's vectors of the images and captions, as `rococo-eval run "
             "--save-embeddings` writes), not a score matrix: Evaluate scores every gallery it covers from it, after "
             "checking its fingerprints against this Space's images")
-    if source is None or source.images_dir is None:
+    if not facts.has_images:
         note += (f"; this Space has no images ({IMAGES_DIR_ENV} is not set), so it cannot score it: score it with "
                  "`rococo-eval score FILE` where the images are")
     return note
@@ -521,38 +518,39 @@ def compare_rows(user_rows: Sequence[dict] | None) -> list[dict]:
     return [{key: value for key, value in row.items() if shown(key)} for row in report.REFERENCE_RESULTS + mine]
 
 
-def explore(source: Source | None, index: int) -> Exploration:
-    """The captions of test image ``index``, each text attack's made from them, and its images when available.
+def explore(facts: GalleryFacts, index: int) -> Exploration:
+    """The captions of test image ``index`` of the set of ``facts``, each text attack's made from them, and its images
+    when available.
 
     Raises:
-        ValueError: ``source`` is None (no annotations), or ``index`` is not one of its images.
+        ValueError: the set is not at hand (:data:`~rococo_eval.data.facts.NO_SOURCE`: no annotations), or ``index``
+            is not one of its images.
 
     Example:
         >>> class Source:
         ...     captions_per_image, adversarial_per_image, image_files = [2, 1], 1, ["a.jpg", "b.jpg"]
-        ...     text_attacks, images_dir = ["danger"], None
+        ...     text_attacks, image_attacks, images_dir = ["danger"], [], None
         ...     def ground_truth_captions(self):
         ...         return ["A dog runs.", "A dog sits.", "A cat."]
         ...     def adversarial_captions(self, attack):
         ...         return ["A weapon runs.", "A gun."]
-        >>> exploration = explore(Source(), 0)
+        >>> exploration = explore(GalleryFacts.of(Source()), 0)
         >>> exploration.ground_truth, exploration.altered, exploration.images
         (['A dog runs.', 'A dog sits.'], {'danger': ['A weapon runs.']}, [])
         >>> exploration.note[:22]
         'Image 0: `a.jpg`. The '
     """
-    if source is None:
+    if not facts.has_annotations:
         raise ValueError("the RoCOCO annotation files are not available here (see the note at the top)")
-    if not 0 <= index < len(source.captions_per_image):
-        last = len(source.captions_per_image) - 1
-        raise ValueError(f"`index` must be an image index from 0 to {last}, got {index!r}")
-    offsets = caption_offsets(source.captions_per_image)
+    if not 0 <= index < facts.num_images:
+        raise ValueError(f"`index` must be an image index from 0 to {facts.num_images - 1}, got {index!r}")
+    source, per_image = facts.source, facts.adversarial_per_image
+    offsets = caption_offsets(facts.captions_per_image)
     ground_truth = source.ground_truth_captions()[offsets[index]:offsets[index + 1]]
-    per_image = source.adversarial_per_image if source.text_attacks else 0
     altered = {attack: source.adversarial_captions(attack)[per_image * index:per_image * (index + 1)]
-               for attack in source.text_attacks}
+               for attack in facts.text_attacks}
     images, note = [], f"Image {index}: `{source.image_files[index]}`."
-    if source.images_dir is None:
+    if not facts.has_images:
         note += (f" The COCO images are not available here: set ${IMAGES_DIR_ENV} to a COCO root holding "
                  "`val2014/` to see the original beside its altered copies.")
         return Exploration(ground_truth, altered, images, note)

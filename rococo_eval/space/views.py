@@ -20,6 +20,7 @@ from pandas.io.formats.style import Styler
 
 from rococo_eval.attacks.replacements import find_replacements, highlight
 from rococo_eval.catalog import IMAGE_ATTACKS, TEXT_ATTACKS
+from rococo_eval.data.facts import NO_SOURCE, GalleryFacts
 from rococo_eval.reporting import report
 from rococo_eval.results import percent_text
 from rococo_eval.board.leaderboard import EVALUATED, KINDS, PUBLISHED, board_row
@@ -78,11 +79,12 @@ BOARD_LEGEND = ("R@1 in %. The rows with a mean text R@1 come first, best first,
                 + "; ".join(f"{kind} ({meaning})" for kind, meaning in KINDS.items()) + ".")
 
 
-def flipped_html(rows: Sequence[dict], source=None) -> str:
+def flipped_html(rows: Sequence[dict], facts: GalleryFacts = NO_SOURCE) -> str:
     """An HTML table of flipped queries (:func:`rococo_eval.reporting.analysis.flipped_queries` rows): image-to-text
     rows show the query image, its best correct caption and the winning adversarial caption with the replaced
     word marked; text-to-image rows the caption, its image, the altered image that won and that image's
-    partner. Images appear when ``source`` has an ``images_dir``.
+    partner. Images appear when the set of ``facts`` has its images (:attr:`~rococo_eval.data.facts.GalleryFacts
+    .has_images`).
 
     Example:
         >>> row = {"attack": "danger", "direction": "image_to_text", "query": 4, "margin": 0.1, "winner_score": 0.5,
@@ -95,7 +97,7 @@ def flipped_html(rows: Sequence[dict], source=None) -> str:
     for row in rows:
         scores = (f"margin {row['margin']:.4f}<br><small>winner {row['winner_score']:.4f}<br>"
                   f"correct {row['correct_score']:.4f}</small>")
-        query_image = _figure(source, row["image"], None, f"image {row['image']}")
+        query_image = _figure(facts, row["image"], None, f"image {row['image']}")
         cells = [f"{html.escape(row['attack'])}<br><small>query {row['query']}</small>", scores]
         if row["direction"] == "image_to_text":
             winner = (_marked(row["winner_source_caption"], row["winner_caption"]) if row.get("winner_caption")
@@ -109,8 +111,8 @@ def flipped_html(rows: Sequence[dict], source=None) -> str:
             winner, partner = row.get("winner_image"), row.get("partner_image")
             caption = html.escape(row.get("query_caption") or f"caption {row['query']}", quote=False)
             cells += ["<small>query caption</small><br>" + caption, query_image,
-                      _figure(source, winner, row["attack"], f"altered image {winner}"),
-                      _figure(source, partner, None, f"its partner, image {partner}")]
+                      _figure(facts, winner, row["attack"], f"altered image {winner}"),
+                      _figure(facts, partner, None, f"its partner, image {partner}")]
         body.append("<tr>" + "".join(f"<td>{cell}</td>" for cell in cells) + "</tr>")
     return f'<table class="rococo-flipped"><tbody>{"".join(body)}</tbody></table>'
 
@@ -289,15 +291,15 @@ def _markdown_text(text: str) -> str:
     return re.sub(r"([\\`*_{}\[\]()#+!|~>-])", r"\\\1", html.escape(text, quote=False))
 
 
-def _figure(source, index, attack, label) -> str:
+def _figure(facts: GalleryFacts, index, attack, label) -> str:
     """A thumbnail of image ``index`` (its altered copy under ``attack``) with ``label``, or the label alone."""
     if index is None:
         return ""
     caption = f"<figcaption>{html.escape(label)}</figcaption>"
-    if source is None or source.images_dir is None:
+    if not facts.has_images:
         return f"<figure>{caption}</figure>"
     try:
-        image = source.original_image(index) if attack is None else source.altered_image(index, attack)
+        image = facts.source.original_image(index) if attack is None else facts.source.altered_image(index, attack)
     except (OSError, ValueError) as error:
         logger.warning("cannot show image %s: %s", index, error)
         return f"<figure>{caption}</figure>"

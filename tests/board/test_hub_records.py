@@ -9,6 +9,8 @@ import time
 import numpy as np
 import pytest
 
+from helpers import typed_rows
+from rococo_eval.data.facts import GalleryFacts
 from rococo_eval.catalog import TEXT_ATTACKS, gallery_key
 from rococo_eval.space.handlers import Handlers
 from rococo_eval.board.hub_records import HubRecords
@@ -133,7 +135,7 @@ def test_a_restart_on_a_new_disk_shows_the_same_board_from_200_records(tmp_path,
     first = space(tmp_path / "disk1", fake_hub)
     for seed in (1000, 1001):
         rows, outcomes = evaluation(seed)
-        added, message = first.submit(rows, model=f"submitted {seed}", outcomes=outcomes)
+        added, message = first.submit(typed_rows(rows), model=f"submitted {seed}", outcomes=outcomes)
         assert added and "pending until its record is in the dataset repo" in message
     assert first.hub.wait(60)
     first.hub.close()
@@ -170,12 +172,12 @@ def test_the_line_under_the_board_names_the_damaged_records_and_what_a_restart_l
     fake_hub.files[REPO][damaged] = b"not json"
     board = space(tmp_path / "repo", fake_hub)
     board.hub.close()
-    note = Handlers(None, CAPTIONS, tmp_path / "outputs", board=board).board_note("", SUBMITTED)
+    note = Handlers(GalleryFacts(CAPTIONS), tmp_path / "outputs", board=board).board_note("", SUBMITTED)
     assert note.startswith("Rows 1-1 of 1 (page 1 of 1).")
     assert f"1 record(s) of the dataset repo {REPO} are left out of the board, damaged: {damaged}: not JSON" in note
     assert "restart" not in note
     local = Leaderboard(tmp_path / "local.sqlite3", galleries=GALLERIES)
-    note = Handlers(None, CAPTIONS, tmp_path / "outputs", board=local).board_note()
+    note = Handlers(GalleryFacts(CAPTIONS), tmp_path / "outputs", board=local).board_note()
     assert note.startswith("Rows 1-5 of 5 (page 1 of 1).")
     assert "a restart of a Space without persistent storage loses it" in note
 
@@ -194,11 +196,11 @@ def test_the_hourly_limit_counts_the_submissions_to_this_space_not_the_records_o
     assert [row[0] for row in shown(board)] == ["elsewhere 0", "elsewhere 1", "elsewhere 2"]
     for seed in (10, 11):
         rows, outcomes = evaluation(seed)
-        assert board.submit(rows, model=f"here {seed}", outcomes=outcomes)[0]
+        assert board.submit(typed_rows(rows), model=f"here {seed}", outcomes=outcomes)[0]
     rows, outcomes = evaluation(12)
     with pytest.raises(ValueError, match=r"the board took 2 submissions in the last hour, its limit for everyone "
                                          r"together \(2\)"):
-        board.submit(rows, model="here 12", outcomes=outcomes)
+        board.submit(typed_rows(rows), model="here 12", outcomes=outcomes)
 
 
 def test_the_same_model_with_the_same_results_in_two_records_is_one_row(tmp_path, fake_hub):
@@ -216,7 +218,7 @@ def test_an_unreachable_hub_at_start_serves_the_cache_and_queues_submissions(tmp
     assert [row[0] for row in shown(board)] == ["model 1"]  # the cache as it is
     assert board.hub.reachable is False
     rows, outcomes = evaluation(2)
-    assert board.submit(rows, model="queued", outcomes=outcomes)[0]
+    assert board.submit(typed_rows(rows), model="queued", outcomes=outcomes)[0]
     assert ("queued", True) in [(row[0], row[3]) for row in shown(board)]  # pending
     fake_hub.down = fake_hub.fail = False
     assert board.hub.wait(60)  # tried again with backoff, and landed
@@ -228,7 +230,7 @@ def test_a_pending_row_comes_back_from_its_outbox_and_lands_at_the_next_start(tm
     fake_hub.down = fake_hub.fail = True
     board = space(tmp_path, fake_hub, timeout_s=2, retry_s=60)
     rows, outcomes = evaluation(4)
-    assert board.submit(rows, model="waiting", outcomes=outcomes)[0]
+    assert board.submit(typed_rows(rows), model="waiting", outcomes=outcomes)[0]
     board.hub.close()
     (tmp_path / "board.sqlite3").unlink()  # the database is lost, the outbox survived
     restarted = space(tmp_path, fake_hub, timeout_s=2, retry_s=60)
@@ -249,7 +251,7 @@ def test_a_hanging_hub_never_holds_a_submission_and_16_at_once_are_16_records(tm
     def submit(seed):
         rows, outcomes = evaluation(seed)
         started = time.monotonic()
-        added, _ = board.submit(rows, model=f"at once {seed}", outcomes=outcomes, client=f"10.0.0.{seed}")
+        added, _ = board.submit(typed_rows(rows), model=f"at once {seed}", outcomes=outcomes, client=f"10.0.0.{seed}")
         return added, time.monotonic() - started
 
     with concurrent.futures.ThreadPoolExecutor(16) as pool:
@@ -269,7 +271,7 @@ def test_two_replicas_submitting_at_once_converge_after_a_refresh(tmp_path, fake
     one, two = space(tmp_path / "one", fake_hub), space(tmp_path / "two", fake_hub, refresh_s=0.5)
     for board, seed in ((one, 1), (two, 2)):
         rows, outcomes = evaluation(seed)
-        assert board.submit(rows, model=f"replica {seed}", outcomes=outcomes)[0]
+        assert board.submit(typed_rows(rows), model=f"replica {seed}", outcomes=outcomes)[0]
     assert one.hub.wait(60) and two.hub.wait(60)
     assert until(lambda: len(shown(two)) == 2)  # the timed refresh
     assert one.hub.refresh()
@@ -291,7 +293,7 @@ def test_validity_warnings_go_into_the_record_and_onto_the_board(tmp_path, fake_
     board = space(tmp_path, fake_hub)
     rows, outcomes = evaluation(6)
     rows[1] = {**rows[1], "order_overridden": True}
-    assert board.submit(rows, model="overridden", outcomes=outcomes)[0]
+    assert board.submit(typed_rows(rows), model="overridden", outcomes=outcomes)[0]
     assert board.hub.wait(60)
     board.hub.close()
     [stored] = [json.loads(data) for data in fake_hub.files[REPO].values()]
@@ -331,7 +333,7 @@ def test_a_space_restarted_on_a_new_disk_ranks_its_rows_on_the_records_outcomes(
                                 submitted_at="2026-06-01T10:00:00+00:00")
                     for model, hit in (("strong", strong), ("weak", weak))])
     first = space(tmp_path / "disk1", fake_hub, galleries)
-    assert first.submit(ranked(twin)[0], model="weak twin", outcomes=ranked(twin)[1])[0]
+    assert first.submit(typed_rows(ranked(twin)[0]), model="weak twin", outcomes=ranked(twin)[1])[0]
     assert first.hub.wait(60)
     first.hub.close()
     bands = {row["model"]: row["rank"] for row in first.rows()}

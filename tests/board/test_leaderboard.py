@@ -6,6 +6,7 @@ import sqlite3
 
 import pytest
 
+from helpers import typed_rows
 from rococo_eval.catalog import TEXT_ATTACKS, gallery_key
 from rococo_eval.board.leaderboard import (
     COLUMNS,
@@ -62,7 +63,7 @@ def test_published_single_attack_numbers_are_no_mean_and_sort_apart(tmp_path):
     board = board_at(tmp_path / "board.sqlite3")
     four = counted([{"attack": attack, "direction": "image_to_text", "recall@1": 30.0 + n}
                     for n, attack in enumerate(TEXT_ATTACKS)])
-    assert board.submit(four, model="four attacks")[0]
+    assert board.submit(typed_rows(four), model="four attacks")[0]
     rows = board.rows()
     assert [row["model"] for row in rows][:3] == ["four attacks", "BLIP (paper v1)", "BLIP (paper v5)"]
     assert [row[TEXT_MEAN] for row in rows] == [31.5] + [None] * 5  # a mean only where there is one
@@ -75,7 +76,7 @@ def test_a_board_of_an_earlier_version_gets_the_current_published_rows_and_keeps
     rows only, and every submitted row."""
     path = tmp_path / "board.sqlite3"
     board = board_at(path)
-    assert board.submit(ROWS, model="my model")[0]
+    assert board.submit(typed_rows(ROWS), model="my model")[0]
     with sqlite3.connect(path) as connection:
         connection.execute("UPDATE submissions SET model = 'VSE infinity (paper v1)', digest = 'old' "
                            "WHERE model = 'VSE infinity, WSL grid + BERT (paper v1)'")
@@ -87,9 +88,9 @@ def test_a_board_of_an_earlier_version_gets_the_current_published_rows_and_keeps
 def test_a_submission_survives_a_restart_and_is_kept_once(tmp_path):
     path = tmp_path / "board.sqlite3"
     stamp = datetime.datetime(2026, 12, 1, 12, 0, tzinfo=datetime.timezone.utc)
-    assert board_at(path).submit(ROWS, model="my model", link="https://example.org/m", note="first", now=stamp)[0]
+    assert board_at(path).submit(typed_rows(ROWS), model="my model", link="https://example.org/m", note="first", now=stamp)[0]
     again = board_at(path)  # the app restarted on the same file
-    added, message = again.submit(ROWS, model="my model", precision="bf16")
+    added, message = again.submit(typed_rows(ROWS), model="my model", precision="bf16")
     assert not added and "on the board already" in message
     mine = again.rows(kind=SUBMITTED)
     assert len(mine) == 1 and list(mine[0]) == [*COLUMNS, "id", "pending", "warnings"]
@@ -99,7 +100,7 @@ def test_a_submission_survives_a_restart_and_is_kept_once(tmp_path):
     # two of four text attacks and one of six image galleries: no mean, which would sort beside full means
     assert row["text attacks R@1 (i2t, mean)"] is None and row["image attacks R@1 (t2i, mean)"] is None
     assert (row["link"], row["note"], row["submitted"]) == ("https://example.org/m", "first", "2026-12-01T12:00:00+00:00")
-    assert again.submit(ROWS[:3], model="my model")[0]  # other results: another row
+    assert again.submit(typed_rows(ROWS[:3]), model="my model")[0]  # other results: another row
     with sqlite3.connect(path) as connection:
         assert connection.execute("SELECT COUNT(*) FROM submissions WHERE kind = 'submitted'").fetchone() == (2,)
 
@@ -115,7 +116,7 @@ def test_a_submission_survives_a_restart_and_is_kept_once(tmp_path):
 def test_bad_submissions_are_refused_by_name_and_nothing_is_stored(tmp_path, fields, problem):
     board = board_at(tmp_path / "board.sqlite3")
     with pytest.raises(ValueError, match=problem.replace("(", r"\(")):
-        board.submit(ROWS, **fields)
+        board.submit(typed_rows(ROWS), **fields)
     assert board.rows(kind=SUBMITTED) == []
 
 
@@ -124,13 +125,13 @@ def test_a_submission_may_name_any_precision_a_run_takes_or_other(tmp_path):
 
     board = board_at(tmp_path / "board.sqlite3")
     for number, precision in enumerate([*RUN_PRECISIONS, "other"]):
-        assert board.submit(ROWS[:number + 1], model="m", precision=precision)[0], precision
+        assert board.submit(typed_rows(ROWS[:number + 1]), model="m", precision=precision)[0], precision
     assert sorted(row["precision"] for row in board.rows(kind=SUBMITTED)) == sorted([*RUN_PRECISIONS, "other"])
 
 
 def test_markup_in_a_name_is_kept_as_text(tmp_path):
     board = board_at(tmp_path / "board.sqlite3")
-    board.submit(ROWS, model="<b>bold</b>\n model")
+    board.submit(typed_rows(ROWS), model="<b>bold</b>\n model")
     assert board.rows(search="bold")[0]["model"] == "<b>bold</b> model"  # shown by the page as plain text
 
 
@@ -143,9 +144,9 @@ def test_an_evaluation_at_other_settings_is_refused(tmp_path):
     board = board_at(tmp_path / "board.sqlite3")
     rows = [{**row, "settings": "ties optimistic, bootstrap 0"} for row in ROWS]
     with pytest.raises(ValueError, match="the evaluation used ties optimistic, bootstrap 0: the board takes"):
-        board.submit(rows, model="m")
+        board.submit(typed_rows(rows), model="m")
     nan = counted([{"attack": "danger", "direction": "image_to_text", "clean_recall@1": float("nan"), "recall@1": 40.0}])
-    assert board.submit(nan, model="m")[0] and board.rows(kind=SUBMITTED)[0]["clean R@1 (i2t)"] is None
+    assert board.submit(typed_rows(nan), model="m")[0] and board.rows(kind=SUBMITTED)[0]["clean R@1 (i2t)"] is None
 
 
 def test_an_r1_that_the_order_of_a_compact_files_ties_decides_is_refused(tmp_path):
@@ -154,11 +155,11 @@ def test_an_r1_that_the_order_of_a_compact_files_ties_decides_is_refused(tmp_pat
     board = board_at(tmp_path / "board.sqlite3")
     rows = [dict(row, **({"recall@1_bounds": (39.0, 41.0)} if row["attack"] == "danger" else {})) for row in ROWS]
     with pytest.raises(ValueError, match=r"the R@1 of danger/image_to_text depends on the order of a re-ranker's"):
-        board.submit(rows, model="m")
+        board.submit(typed_rows(rows), model="m")
     assert not board.rows(kind=SUBMITTED)
     attacked = counted([{"attack": "danger", "direction": "image_to_text", "clean_recall@1": 50.0,
                          "clean_recall@1_bounds": (50.0, 52.0), "recall@1": 40.0}])
-    assert board.submit(attacked, model="m")[0]
+    assert board.submit(typed_rows(attacked), model="m")[0]
     [row] = board.rows(kind=SUBMITTED)
     assert row["clean R@1 (i2t)"] is None and row["danger R@1"] == 40.0
 
@@ -170,7 +171,7 @@ def test_the_means_are_over_every_attack(tmp_path):
     rows += [{"attack": attack, "direction": "text_to_image", "recall@1": 20.0 + n}
              for n, attack in enumerate(IMAGE_ATTACKS)]
     board = board_at(tmp_path / "board.sqlite3")
-    assert board.submit(counted(rows), model="complete")[0]
+    assert board.submit(typed_rows(counted(rows)), model="complete")[0]
     [row] = board.rows(kind=SUBMITTED)
     assert row["text attacks R@1 (i2t, mean)"] == 41.5 and row["image attacks R@1 (t2i, mean)"] == 22.5
 
@@ -188,14 +189,14 @@ def test_the_means_are_over_every_attack(tmp_path):
 def test_a_row_needs_a_rococo_gallery_of_its_real_shape(tmp_path, rows, problem):
     board = board_at(tmp_path / "board.sqlite3")
     with pytest.raises(ValueError, match=problem):
-        board.submit(rows, model="fake")
+        board.submit(typed_rows(rows), model="fake")
     assert board.rows(kind=SUBMITTED) == []
 
 
 def test_a_board_without_galleries_takes_no_submission(tmp_path):
     board = Leaderboard(tmp_path / "board.sqlite3")  # a Space without RoCOCO's annotations
     with pytest.raises(ValueError, match="this board takes no submissions: it was opened without RoCOCO's galleries"):
-        board.submit(ROWS, model="m")
+        board.submit(typed_rows(ROWS), model="m")
     assert len(board.rows()) == 5  # the published rows are shown
 
 
@@ -209,7 +210,7 @@ def test_the_hourly_limit_holds_for_everyone_together(tmp_path):
 
     def submit(number):
         try:
-            return board.submit(ROWS, model=f"model {number}", now=now)[0]
+            return board.submit(typed_rows(ROWS), model=f"model {number}", now=now)[0]
         except ValueError as error:
             return str(error)
 
@@ -220,7 +221,7 @@ def test_the_hourly_limit_holds_for_everyone_together(tmp_path):
     assert len(refusals) == 11 and all(
         "the board took 5 submissions in the last hour, its limit for everyone together (5)" in answer
         for answer in refusals)
-    assert board.submit(ROWS, model="later", now=now + datetime.timedelta(minutes=61))[0]
+    assert board.submit(typed_rows(ROWS), model="later", now=now + datetime.timedelta(minutes=61))[0]
     with pytest.raises(ValueError, match="`hourly_limit` must be a whole number >= 0, got -1"):
         board_at(tmp_path / "other.sqlite3", hourly_limit=-1)
 
@@ -232,7 +233,7 @@ def test_the_hourly_limit_holds_for_everyone_together(tmp_path):
 ])
 def test_names_links_and_notes_lose_every_control_and_format_character(tmp_path, name, shown):
     board = board_at(tmp_path / "board.sqlite3")
-    assert board.submit(ROWS, model=name, note=f"note {name}", link=f"https://example.org/{name}")[0]
+    assert board.submit(typed_rows(ROWS), model=name, note=f"note {name}", link=f"https://example.org/{name}")[0]
     [row] = board.rows(kind=SUBMITTED)
     assert (row["model"], row["note"], row["link"]) == (shown, f"note {shown}", f"https://example.org/{shown}")
     assert board.rows(search=shown[:6])[0]["model"] == shown
@@ -256,17 +257,17 @@ def test_a_lock_held_too_long_is_named(tmp_path):
     other.execute("BEGIN EXCLUSIVE")  # another process holds the file
     try:
         with pytest.raises(BoardUnavailable, match="board.sqlite3 stayed locked by another process for 0.5 s: try again"):
-            board.submit(ROWS, model="waiting")
+            board.submit(typed_rows(ROWS), model="waiting")
     finally:
         other.execute("ROLLBACK")
         other.close()
-    assert board.submit(ROWS, model="waiting")[0]
+    assert board.submit(typed_rows(ROWS), model="waiting")[0]
 
 
 def test_a_row_whose_results_cannot_be_read_is_named(tmp_path):
     path = tmp_path / "board.sqlite3"
     board = board_at(path)
-    assert board.submit(ROWS, model="damaged")[0]
+    assert board.submit(typed_rows(ROWS), model="damaged")[0]
     with sqlite3.connect(path) as connection:
         connection.execute("UPDATE submissions SET results = '{not json' WHERE model = 'damaged'")
     with pytest.raises(BoardUnavailable, match="board.sqlite3 holds a row \\('damaged'\\) whose results cannot be read"):
@@ -280,7 +281,7 @@ def test_rows_whose_clean_numbers_disagree_are_refused_naming_the_files(tmp_path
     disagreeing = [dict(row, file=f"{row['attack']}.npy", **({"clean_recall@1": 90.0}
                                                               if row["attack"] == "danger" else {})) for row in ROWS]
     with pytest.raises(ValueError) as raised:
-        board.submit(disagreeing, model="two models")
+        board.submit(typed_rows(disagreeing), model="two models")
     assert str(raised.value).startswith(
         "the files of this evaluation disagree, so they are not one model's files saved alike: image-to-text: the "
         "clean R@1 differs between files: 51.00 (4 of 8 queries) from clean.npy (the clean gallery), rand_voca.npy "
@@ -288,8 +289,8 @@ def test_rows_whose_clean_numbers_disagree_are_refused_naming_the_files(tmp_path
     assert board.rows(kind=SUBMITTED) == []
     without_clean = [row for row in disagreeing if row["attack"] != "clean"]  # the attacked rows among themselves
     with pytest.raises(ValueError, match="51.00 .* from rand_voca.npy .*; 90.00 .* from danger.npy"):
-        board.submit(without_clean, model="two models")
-    assert board.submit(ROWS, model="one model")[0]
+        board.submit(typed_rows(without_clean), model="two models")
+    assert board.submit(typed_rows(ROWS), model="one model")[0]
 
 
 def test_a_rerankers_rows_are_not_compared_and_give_no_clean_column(tmp_path):
@@ -298,7 +299,7 @@ def test_a_rerankers_rows_are_not_compared_and_give_no_clean_column(tmp_path):
     board = board_at(tmp_path / "board.sqlite3")
     reranked = [dict(row, reranked=True, **({"clean_recall@1": 53.0} if row["attack"] == "danger" else {}))
                 for row in ROWS if row["direction"] == "image_to_text"]
-    added, message = board.submit(reranked, model="blip")
+    added, message = board.submit(typed_rows(reranked), model="blip")
     # issue 39: the check that did not run is said, in the words of `score` and of the evaluation's message
     unchecked = ", ".join(sorted(row["attack"] + "/image_to_text" for row in reranked))
     assert added and message == (
@@ -307,7 +308,7 @@ def test_a_rerankers_rows_are_not_compared_and_give_no_clean_column(tmp_path):
         "candidates than the clean one, so their clean parts may differ by right (the board's clean column comes "
         "from the clean gallery alone)")
     attacked_only = [row for row in reranked if row["attack"] != "clean"]
-    assert board.submit(attacked_only, model="blip, attacks only")[0]
+    assert board.submit(typed_rows(attacked_only), model="blip, attacks only")[0]
     rows = {row["model"]: row for row in board.rows(kind=SUBMITTED)}
     assert rows["blip"]["clean R@1 (i2t)"] == 51.0  # the clean gallery's own
     assert rows["blip, attacks only"]["clean R@1 (i2t)"] is None and rows["blip, attacks only"]["danger R@1"] == 44.0
@@ -317,7 +318,7 @@ def test_a_rerankers_rows_are_not_compared_and_give_no_clean_column(tmp_path):
 def test_a_name_that_looks_blank_is_refused(tmp_path, name):
     board = board_at(tmp_path / "board.sqlite3")
     with pytest.raises(ValueError, match="`model` .* looks blank"):
-        board.submit(ROWS, model=name)
+        board.submit(typed_rows(ROWS), model=name)
     assert board.rows(kind=SUBMITTED) == []
 
 
@@ -325,7 +326,7 @@ def test_a_name_that_looks_blank_is_refused(tmp_path, name):
 def test_a_submission_cannot_take_a_published_rows_name(tmp_path, name):
     board = board_at(tmp_path / "board.sqlite3")
     with pytest.raises(ValueError, match="is the name of a published row"):
-        board.submit(ROWS, model=name)
+        board.submit(typed_rows(ROWS), model=name)
 
 
 def test_one_client_is_limited_apart_from_everyone(tmp_path):
@@ -334,10 +335,10 @@ def test_one_client_is_limited_apart_from_everyone(tmp_path):
 
     board = board_at(tmp_path / "board.sqlite3")
     for number in range(CLIENT_HOURLY_LIMIT):
-        assert board.submit(ROWS, model=f"spam {number}", client="203.0.113.9")[0]
+        assert board.submit(typed_rows(ROWS), model=f"spam {number}", client="203.0.113.9")[0]
     with pytest.raises(ValueError, match=f"{CLIENT_HOURLY_LIMIT} submissions came from your address"):
-        board.submit(ROWS, model="spam again", client="203.0.113.9")
-    assert board.submit(ROWS, model="someone else", client="198.51.100.1")[0]
+        board.submit(typed_rows(ROWS), model="spam again", client="203.0.113.9")
+    assert board.submit(typed_rows(ROWS), model="someone else", client="198.51.100.1")[0]
 
 
 def test_the_board_is_ranked_once_per_change_of_its_rows_by_any_process(tmp_path):
@@ -349,8 +350,26 @@ def test_the_board_is_ranked_once_per_change_of_its_rows_by_any_process(tmp_path
     assert here.rankings == 1
     first[0]["model"] = "changed by a caller"  # a caller's change never reaches the board's memo
     assert here.rows()[0]["model"] != "changed by a caller" and here.rankings == 1
-    assert elsewhere.submit(ROWS, model="from another process")[0]
+    assert elsewhere.submit(typed_rows(ROWS), model="from another process")[0]
     assert "from another process" in [row["model"] for row in here.rows(kind=SUBMITTED)] and here.rankings == 2
     with sqlite3.connect(tmp_path / "board.sqlite3") as connection:  # a change of a row's state counts too
         connection.execute("UPDATE submissions SET note = 'edited' WHERE model = 'from another process'")
     assert here.rows(kind=SUBMITTED)[0]["note"] == "edited" and here.rankings == 3
+
+
+def test_the_board_takes_a_report_or_its_summary_rows_never_dicts(tmp_path):
+    """An evaluation comes as its Report (its summary's gallery rows go on the board) or as its SummaryRows; rows kept
+    as dicts are refused by type, saying how to read them."""
+    from rococo_eval.results import GalleryResult, build_report
+
+    board = board_at(tmp_path / "board.sqlite3")
+    results = {gallery_key(row["attack"], row["direction"]): GalleryResult(
+        {name: value for name, value in row.items() if name not in ("attack", "direction")})
+        for row in ROWS if "seeds" not in row}
+    assert board.submit(build_report(results, {"model": "m"}), model="from a report")[0]
+    with pytest.raises(TypeError, match="`evaluation` must be a Report or a sequence of SummaryRow, got rows of type "
+                                        r"dict \(SummaryRow.from_dict reads a row kept as a dict\)"):
+        board.submit(ROWS, model="dicts")
+    [row] = board.rows(kind=SUBMITTED)
+    assert (row["model"], row["clean R@1 (i2t)"], row["danger R@1"], row["mix_seed1 R@1"]) == (
+        "from a report", 51.0, 44.0, 20.0)

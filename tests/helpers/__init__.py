@@ -14,3 +14,11 @@ def load_script(path: Path):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def typed_rows(rows) -> list:
+    """Summary rows written as dicts (as ``report.json`` and the Space's page keep them), as the
+    :class:`~rococo_eval.results.SummaryRow` values the board takes."""
+    from rococo_eval.results import SummaryRow
+
+    return [SummaryRow.from_dict(row) for row in rows]

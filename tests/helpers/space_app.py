@@ -11,6 +11,7 @@ import pytest
 import numpy as np
 from PIL import Image
 
+from rococo_eval.data.facts import GalleryFacts
 from rococo_eval.catalog import IMAGE_ATTACKS, TEXT_ATTACKS, attack_direction
 from rococo_eval.data.source import ROCOCO_CARD_DATASET
 from rococo_eval.layout import gallery_layout
@@ -116,5 +117,5 @@ def example_upload(source, folder: Path, seed: int) -> tuple[list[str], list[lis
     """The synthetic model's score files of ``seed`` written into the new ``folder``, as the files and layout rows of
     an upload: another model's files of the same galleries, for each seed."""
     folder.mkdir()
-    example = write_example(source, folder, seed=seed)
+    example = write_example(GalleryFacts.of(source), folder, seed=seed)
     return [str(path) for path in example.files], example.layouts

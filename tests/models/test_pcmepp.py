@@ -71,7 +71,7 @@ def test_the_embeddings_file_scores_as_run_through_score_and_the_space(ran, benc
     from safetensors import safe_open
 
     from helpers.space_app import serve
-    from rococo_eval.space.logic import source_and_problem
+    from rococo_eval.data.source import open_source
 
     with safe_open(str(ran / "model.safetensors"), "np") as handle:
         assert handle.metadata()["similarity"] == "csd" and handle.metadata()["normalized"] == "false"
@@ -79,8 +79,7 @@ def test_the_embeddings_file_scores_as_run_through_score_and_the_space(ran, benc
                  str(tmp_path / "scored"), "--quiet"]) == 0
     run_report = _report(ran / "report")
     assert _report(tmp_path / "scored")["results"] == run_report["results"]
-    source, _ = source_and_problem(benchmark=benchmark)
-    demo = app.build_app(source=source, output_dir=tmp_path / "outputs")
+    demo = app.build_app(source=open_source(benchmark=benchmark), output_dir=tmp_path / "outputs")
     try:
         client = Client(serve(demo), verbose=False)
         _, _, _, download = client.predict([handle_file(ran / "model.safetensors")],

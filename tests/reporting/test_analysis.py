@@ -16,6 +16,7 @@ from rococo_eval.reporting import analysis
 from rococo_eval.attacks.replacements import find_replacements
 from rococo_eval.reporting.report import write_report
 from rococo_eval.layout import caption_offsets, gallery_layout
+from rococo_eval.data.facts import GalleryFacts
 from rococo_eval.data.source import ROCOCO_CARD_DATASET, RococoSource
 from rococo_eval.results import PER_QUERY_KEYS, GalleryResult, build_report
 from rococo_recall import rococo_recall
@@ -26,6 +27,7 @@ class HandSource:
 
     captions_per_image = [2, 2, 3, 2]
     adversarial_per_image = 2
+    text_attacks, image_attacks = ("rand_voca",), ("mix_seed1",)
     card_dataset = ROCOCO_CARD_DATASET
     GROUND_TRUTH = ["a man on a bike", "a dog on a table",                        # image 0: rows 0, 1
                     "a man with a kite", "a boy with a kite",                     # image 1: rows 2, 3
@@ -67,7 +69,7 @@ def hand_text_gallery():
 def test_flipped_queries_by_hand():
     layout, scores = hand_text_gallery()
     per_query = rococo_recall(scores, **layout.metric_inputs(), per_query=True)
-    rows = analysis.flipped_queries(per_query, layout, "rand_voca", HandSource())
+    rows = analysis.flipped_queries(per_query, layout, "rand_voca", GalleryFacts.of(HandSource()))
     assert [row["query"] for row in rows] == [1, 0]  # largest margin first
     first, second = rows
     assert first["margin"] == pytest.approx(0.3) and first["winner_score"] == 0.9 and first["correct_score"] == 0.6
@@ -116,7 +118,7 @@ def test_words_come_from_the_caption_the_source_records():
     layout, scores = hand_text_gallery()
     scores[2, 12] = 0.9  # image 2's second adversarial caption now wins over its best ground truth (0.8)
     per_query = rococo_recall(scores, **layout.metric_inputs(), per_query=True)
-    rows = analysis.flipped_queries(per_query, layout, "rand_voca", SkippingSource())
+    rows = analysis.flipped_queries(per_query, layout, "rand_voca", GalleryFacts.of(SkippingSource()))
     row = next(row for row in rows if row["query"] == 2)
     assert (row["winner_source_caption"], row["replaced"], row["replacement"]) == ("a cat on a couch", "cat", "rain")
     table = analysis.word_vulnerability(per_query, layout, "rand_voca", SkippingSource())
@@ -139,7 +141,7 @@ def test_image_attacks_by_hand():
     layout, scores = hand_image_galleries()
     per_query = {attack: rococo_recall(matrix, **layout.metric_inputs(), k=1, per_query=True)
                  for attack, matrix in scores.items()}
-    rows = analysis.flipped_queries(per_query["mix_seed1"], layout, "mix_seed1", HandSource())
+    rows = analysis.flipped_queries(per_query["mix_seed1"], layout, "mix_seed1", GalleryFacts.of(HandSource()))
     assert [(row["query"], row["image"], row["winner_image"], row["partner_image"], row["own_image"])
             for row in rows] == [(1, 1, 0, 1, False), (0, 0, 0, 1, True), (2, 1, 1, 0, True)]
     assert [round(row["margin"], 6) for row in rows] == [0.3, 0.1, 0.05]
@@ -289,7 +291,7 @@ def test_text_attack_at_rococo_size_matches_plain_loops(rococo_source, attack):
     per_query = rococo_recall(query_embeddings=images, gallery_embeddings=gallery, **layout.metric_inputs(),
                               per_query=True)
     clean_correct, expected = reference_flips(lambda query: gallery @ images[query], layout)
-    rows = analysis.flipped_queries(per_query, layout, attack, source)
+    rows = analysis.flipped_queries(per_query, layout, attack, GalleryFacts.of(source))
     assert len(rows) > 200
     assert [(row["query"], row["margin"], row["winner_column"]) for row in rows] == expected
     tables = reference_words(clean_correct, expected, layout, source, attack)
@@ -311,7 +313,7 @@ def test_image_attacks_at_rococo_size_match_plain_loops(rococo_source):
                                           **layout.metric_inputs(), per_query=True)
         clean_correct, flips[attack] = reference_flips(lambda query: gallery @ captions[query], layout)
         assert clean_correct == np.flatnonzero(per_query[attack]["clean_rank"] == 0).tolist()
-        rows = analysis.flipped_queries(per_query[attack], layout, attack, source)
+        rows = analysis.flipped_queries(per_query[attack], layout, attack, GalleryFacts.of(source))
         assert len(rows) > 1000
         assert [(row["query"], row["margin"], row["winner_column"]) for row in rows] == flips[attack]
         image_of = np.repeat(np.arange(source.num_images), source.captions_per_image)

@@ -62,10 +62,9 @@ def test_the_space_scores_the_compact_files_as_run_does(compact_run, benchmark, 
     from gradio_client import Client, handle_file
 
     from helpers.space_app import serve
-    from rococo_eval.space.logic import source_and_problem
+    from rococo_eval.data.source import open_source
 
-    source, _ = source_and_problem(benchmark=benchmark)
-    demo = app.build_app(source=source, output_dir=tmp_path / "outputs")
+    demo = app.build_app(source=open_source(benchmark=benchmark), output_dir=tmp_path / "outputs")
     files = [handle_file(path) for path in sorted((compact_run / "scores").iterdir())]
     try:
         client = Client(serve(demo), verbose=False)
@@ -121,7 +120,8 @@ def test_a_file_with_a_full_and_a_compact_matrix_is_refused(tmp_path):
 
 
 def test_a_compact_file_with_a_repeated_column_is_refused_when_scored(tmp_path):
-    from rococo_eval.scoring.plan import NO_SOURCE, PlanError, ScoreRequest, plan_score_files, score_planned
+    from rococo_eval.data.facts import NO_SOURCE
+    from rococo_eval.scoring.plan import PlanError, ScoreRequest, plan_score_files, score_planned
 
     path = write_compact(tmp_path / "scores.npz", top_columns=np.array([[1, 1], [0, 2]], dtype=np.int32),
                          references=np.array([1, 2]))

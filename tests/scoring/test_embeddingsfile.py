@@ -125,10 +125,9 @@ def test_the_space_scores_the_file_as_run_does(saved, benchmark, tmp_path):
     from gradio_client import Client, handle_file
 
     from helpers.space_app import serve
-    from rococo_eval.space.logic import source_and_problem
+    from rococo_eval.data.source import open_source
 
-    source, _ = source_and_problem(benchmark=benchmark)
-    demo = app.build_app(source=source, output_dir=tmp_path / "outputs")
+    demo = app.build_app(source=open_source(benchmark=benchmark), output_dir=tmp_path / "outputs")
     try:
         client = Client(serve(demo), verbose=False)
         message, _, _, download = client.predict([handle_file(saved / "model.safetensors")],
@@ -141,10 +140,11 @@ def test_the_space_scores_the_file_as_run_does(saved, benchmark, tmp_path):
 
 
 def test_a_space_without_images_refuses_the_file(saved):
+    from rococo_eval.data.facts import NO_SOURCE
     from rococo_eval.space.logic import evaluate_files
 
     with pytest.raises(ValueError, match="this Space has no images, so it cannot check an embeddings file"):
-        evaluate_files([saved / "model.safetensors"], source=None)
+        evaluate_files([saved / "model.safetensors"], facts=NO_SOURCE)
 
 
 def test_run_writes_the_results_as_model_card_metadata(saved):

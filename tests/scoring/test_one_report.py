@@ -17,7 +17,7 @@ from rococo_eval.cli import main
 from rococo_eval.data.benchmark import make_benchmark
 from rococo_eval.data.source import BenchmarkSource
 from rococo_eval.io.savedscores import score_file_name
-from rococo_eval.scoring.plan import (GalleryFacts, PlanError, ScoreRequest, adversarial_per_image_of, attacks_of,
+from rococo_eval.scoring.plan import (GalleryFacts, PlanError, ScoreRequest,
                                       plan_score_files)
 from rococo_eval.space.logic import evaluate_files, write_outputs
 
@@ -61,9 +61,7 @@ def test_the_command_and_the_space_write_the_same_report(benchmark, tmp_path, mo
     paths = _score_files(source, tmp_path)
     monkeypatch.chdir(tmp_path)  # the command names each file as given: here by its name, as the Space does
     assert main(["score", "--benchmark", str(benchmark), "--out", "cli", "-q", *[path.name for path in paths]]) == 0
-    evaluation = evaluate_files([str(path) for path in paths], captions_per_image=source.captions_per_image,
-                                source=source, adversarial_per_image=adversarial_per_image_of(source),
-                                attacks=attacks_of(source))
+    evaluation = evaluate_files([str(path) for path in paths], facts=GalleryFacts.of(source))
     (tmp_path / "space").mkdir()
     json_path, _ = write_outputs(evaluation, tmp_path / "space")
 
@@ -88,6 +86,5 @@ def test_the_command_and_the_space_refuse_alike(benchmark, tmp_path):
     name = "rand_voca_image_to_text_official_order.npy"
     assert raised.value.problems[1] == f"{name}: gallery rand_voca/image_to_text was already given by {name}"
     with pytest.raises(ValueError) as from_the_space:
-        evaluate_files([str(tmp_path / "odd.npy")], captions_per_image=source.captions_per_image, source=source,
-                       adversarial_per_image=adversarial_per_image_of(source), attacks=attacks_of(source))
+        evaluate_files([str(tmp_path / "odd.npy")], facts=GalleryFacts.of(source))
     assert str(from_the_space.value).startswith("odd.npy: shape (3, 3) fits no RoCOCO layout")

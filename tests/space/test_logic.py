@@ -9,6 +9,7 @@ import pytest
 
 from helpers.http_server import refused_url
 from helpers.space_app import CAPTIONS
+from rococo_eval.data.facts import NO_SOURCE, GalleryFacts
 from rococo_eval.space import logic, views
 from rococo_eval.scoring import plan
 from rococo_eval.data.benchmark import make_benchmark
@@ -20,9 +21,9 @@ def test_space_without_annotations_fails_at_once(tmp_path, real_retry_delays, mo
     monkeypatch.setenv("ROCOCO_ANNOTATIONS_BASE_URL", refused_url())
     monkeypatch.setenv("ROCOCO_CACHE_DIR", str(tmp_path))
     started = time.monotonic()
-    source, problem = logic.source_and_problem()
+    facts, problem = logic.facts_and_problem()
     assert time.monotonic() - started < 20
-    assert source is None
+    assert facts is NO_SOURCE and not facts.has_annotations
     assert "(Connection refused)" in problem and "$ROCOCO_ANNOTATIONS_DIR" in problem
     assert list(tmp_path.iterdir()) == []
 
@@ -37,7 +38,7 @@ def test_explore_the_real_captions(annotations_dir):
     """Image 1533's danger caption 4 is its source caption unchanged: a real quirk, shown as such."""
     from rococo_eval.data.source import RococoSource
 
-    exploration = logic.explore(RococoSource(annotations_dir), 1533)
+    exploration = logic.explore(GalleryFacts.of(RococoSource(annotations_dir)), 1533)
     captions = views.caption_table_html(exploration.ground_truth, exploration.altered)
     danger = [row.split("</td>")[5] for row in captions.split("<tr>")[2:]]
     assert danger[4] == "<td>a close up ofa dog looking out of a window<br><small>same as the ground truth</small>"
@@ -45,26 +46,24 @@ def test_explore_the_real_captions(annotations_dir):
 
 
 def test_the_space_explores_and_evaluates_the_benchmark(benchmark, image_set, tmp_path):
-    from rococo_eval.scoring.plan import adversarial_per_image_of
-    from rococo_eval.space.logic import evaluate_files, explore, source_and_problem
+    from rococo_eval.space.logic import evaluate_files, explore, facts_and_problem
 
-    source, problem = source_and_problem(benchmark=benchmark)
-    assert problem == ""
-    exploration = explore(source, 0)
+    facts, problem = facts_and_problem(benchmark=benchmark)
+    assert problem == "" and not facts.is_rococo and facts.has_images
+    exploration = explore(facts, 0)
     assert "danger" in exploration.altered and [label for _, label in exploration.images] == [
         "original", "mix_seed1", "mix_seed7", "patch_seed1", "patch_seed7"]
     # the Space's layouts follow the benchmark's adversarial captions per image (4 here, RoCOCO's 5 by default)
     folder = make_benchmark(image_set / "set.json", tmp_path / "five", strategies=["danger"], per_image=5)
-    five, _ = source_and_problem(benchmark=folder)
-    assert adversarial_per_image_of(five) == 5 and adversarial_per_image_of(source) == 4
-    layout = source.gallery("danger", order="official")
+    five, _ = facts_and_problem(benchmark=folder)
+    assert five.adversarial_per_image == 5 and facts.adversarial_per_image == 4
+    layout = facts.source.gallery("danger", order="official")
     scores = np.zeros((layout.num_queries, layout.num_gallery), dtype=np.float32)
     for query, correct in enumerate(layout.references):
         scores[query, list(correct)] = 1.0
     np.save(tmp_path / "bench_danger.npy", scores)
     evaluation = evaluate_files([str(tmp_path / "bench_danger.npy")], [["bench_danger.npy", "", "", "official"]],
-                                captions_per_image=source.captions_per_image, source=source,
-                                adversarial_per_image=adversarial_per_image_of(source))
+                                facts=facts)
     assert evaluation.results["danger/image_to_text"].metrics["recall@1"] == 100.0
 
 
@@ -93,7 +92,7 @@ def test_a_rerankers_rows_are_marked_for_the_leaderboard(tmp_path):
         paths.append(tmp_path / f"blip_{attack}_text_to_image.npz")
         np.savez(paths[-1], top_columns=top, top_scores=np.take_along_axis(scores, top, axis=1).astype(np.float32),
                  fill=np.float32(-100), num_gallery=layout.num_gallery)
-    evaluation = logic.evaluate_files([str(path) for path in paths], captions_per_image=CAPTIONS)
+    evaluation = logic.evaluate_files([str(path) for path in paths], facts=GalleryFacts(CAPTIONS))
     assert [row.get("reranked") for row in evaluation.rows] == [True, True]
     assert "disagree" not in evaluation.message and "consistency" not in evaluation.meta
     # issue 39: the check that did not run is said, in the message and the report
@@ -120,7 +119,7 @@ def test_the_space_refuses_a_stated_order_that_the_scores_are_significantly_agai
     refused, accepted = (str(tmp_path / f"m{official}_rand_voca.npy") for official in (61, 60))
     table = [["m61_rand_voca.npy", "rand_voca", "image_to_text", "dataset"]]
     with pytest.raises(plan.PlanError) as raised:
-        logic.evaluate_files([refused], table, captions_per_image=DECIDING_CAPTIONS)
+        logic.evaluate_files([refused], table, facts=GalleryFacts(DECIDING_CAPTIONS))
     assert raised.value.problems == [
         "m61_rand_voca.npy: rand_voca image-to-text gallery: the dataset order is given, but the scores are against "
         "the dataset order (one-sided sign test: p = 6.3e-07, below the 1e-06 level): 61 of 80 sampled queries score "
@@ -128,14 +127,14 @@ def test_the_space_refuses_a_stated_order_that_the_scores_are_significantly_agai
         "query's ground truth would be other captions than those its scores pick out; choose official from its "
         f"order list under the layout table, or tick “{logic.TRUST_ORDER_LABEL}” to score it in the dataset order all "
         "the same"]
-    other = logic.evaluate_files([refused], [table[0][:3] + ["official"]], captions_per_image=DECIDING_CAPTIONS)
+    other = logic.evaluate_files([refused], [table[0][:3] + ["official"]], facts=GalleryFacts(DECIDING_CAPTIONS))
     assert other.meta["files"]["rand_voca/image_to_text"]["order"] == "official" and "Warnings" not in other.message
     taken = logic.evaluate_files([accepted], [["m60_rand_voca.npy", "rand_voca", "image_to_text", "dataset"]],
-                                 captions_per_image=DECIDING_CAPTIONS)
+                                 facts=GalleryFacts(DECIDING_CAPTIONS))
     assert taken.meta["files"]["rand_voca/image_to_text"]["order"] == "dataset" and "warnings" not in taken.meta
     assert "the scores do not decide the order (of 80 sampled queries, 60 score" in taken.message
 
-    trusted = logic.evaluate_files([refused], table, captions_per_image=DECIDING_CAPTIONS, trust_given_order=True)
+    trusted = logic.evaluate_files([refused], table, facts=GalleryFacts(DECIDING_CAPTIONS), trust_given_order=True)
     warning = ("m61_rand_voca.npy: scored in the dataset order all the same, as asked, although the scores are "
                "against the dataset order (one-sided sign test: p = 6.3e-07, below the 1e-06 level): 61 of 80 "
                "sampled queries score their official-order ground truth higher, 18 their dataset-order one")
@@ -161,16 +160,16 @@ def test_a_files_note_is_the_same_when_detected_and_when_given_back(tmp_path):
                                 ("rand_voca", "official", "vit_rand_voca.npy")):
         paths.append(str(tmp_path / name))
         np.save(paths[-1], clear_scores(attack, order)[1])
-    rows = logic.detect_layouts(paths, DECIDING_CAPTIONS)
+    rows = logic.detect_layouts(paths, GalleryFacts(DECIDING_CAPTIONS))
     notes = [row[4] for row in rows]
     assert notes[0].startswith("danger image-to-text gallery in the dataset order (shape (80, 801); attack and order "
                                "named in the file name, direction read from the shape); the scores decide the dataset")
     assert notes[1].startswith("rand_voca image-to-text gallery in the official order (shape (80, 801); attack named "
                                "in the file name, direction read from the shape, order read from the scores); the "
                                "scores decide the official")
-    evaluation = logic.evaluate_files(paths, rows, captions_per_image=DECIDING_CAPTIONS)
+    evaluation = logic.evaluate_files(paths, rows, facts=GalleryFacts(DECIDING_CAPTIONS))
     assert [file["note"] for file in evaluation.meta["files"].values()] == notes
     assert all(f"): {note}" in evaluation.message for note in notes)
     attack_only = logic.evaluate_files(paths[1:], [["vit_rand_voca.npy", "rand_voca", "", ""]],
-                                       captions_per_image=DECIDING_CAPTIONS)
+                                       facts=GalleryFacts(DECIDING_CAPTIONS))
     assert attack_only.meta["files"]["rand_voca/image_to_text"]["note"] == notes[1]

@@ -9,6 +9,7 @@ import gradio as gr
 import pytest
 
 from helpers.space_app import DECIDING_CAPTIONS, TinySource, disk_use, example_upload
+from rococo_eval.data.facts import NO_SOURCE, GalleryFacts
 from rococo_eval.space.handlers import Handlers
 from rococo_eval.space.outputs import BUDGET_ENV, LIVE_S
 
@@ -23,7 +24,7 @@ def test_example_clicks_share_their_files(tmp_path):
     hour); now four clicks, each with its flipped queries, hold what one does."""
     source = TinySource(DECIDING_CAPTIONS)
     root = tmp_path / "outputs"
-    handlers = Handlers(source, source.captions_per_image, root)
+    handlers = Handlers(GalleryFacts.of(source), root)
     used = []
     for _ in range(4):
         answer = handlers.example()
@@ -41,7 +42,7 @@ def test_example_clicks_share_their_files(tmp_path):
 def test_files_removed_from_the_output_folder_are_written_again(tmp_path):
     """The example's score files and a report shared by clicks, removed by hand: the next click writes them again."""
     source = TinySource(DECIDING_CAPTIONS)
-    handlers = Handlers(source, source.captions_per_image, tmp_path / "outputs")
+    handlers = Handlers(GalleryFacts.of(source), tmp_path / "outputs")
     first = handlers.example()
     for path in [*(tmp_path / "outputs").rglob("*.npz"), Path(first.download)]:
         path.unlink()
@@ -55,11 +56,11 @@ def test_over_the_budget_the_oldest_folders_go_first_and_live_ones_never(tmp_pat
     longest ago are removed; folders of the last minute are kept, and the new request is refused instead."""
     source = TinySource(DECIDING_CAPTIONS)
     uploads = [example_upload(source, tmp_path / f"seed{seed}", seed) for seed in (1, 2, 3)]
-    probe = Handlers(source, source.captions_per_image, tmp_path / "probe")
+    probe = Handlers(GalleryFacts.of(source), tmp_path / "probe")
     budget = int(2.5 * disk_use(report_folder(probe.evaluate(*uploads[0]))))  # two evaluations fit, not three
     monkeypatch.setenv(BUDGET_ENV, str(budget / 2**20))
     root = tmp_path / "outputs"
-    handlers = Handlers(source, source.captions_per_image, root)
+    handlers = Handlers(GalleryFacts.of(source), root)
     first, second = (report_folder(handlers.evaluate(*upload)) for upload in uploads[:2])
     with pytest.raises(gr.Error, match=rf"the Space's output folder is full: this request's files \(\d+\.\d KB\) and "
                                        rf"those kept for the requests of the last {LIVE_S} s and for everyone "
@@ -79,4 +80,4 @@ def test_over_the_budget_the_oldest_folders_go_first_and_live_ones_never(tmp_pat
 def test_a_budget_that_is_no_positive_number_is_refused(tmp_path, monkeypatch, value):
     monkeypatch.setenv(BUDGET_ENV, value)
     with pytest.raises(ValueError, match=rf"\${BUDGET_ENV} must be a (positive )?number of megabytes, got '{value}'"):
-        Handlers(None, None, tmp_path)
+        Handlers(NO_SOURCE, tmp_path)

@@ -98,7 +98,8 @@ def launched_record(processes: int, request: dict, model: str, source_options: d
                "-m", "rococo_eval.board.worker_run", str(spec_file)]
     logger.info("request %s: evaluating in %d processes (torch.distributed)", request["id"], processes)
     with open(folder / "launch.log", "wb") as log:
-        done = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        done = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT,
+                              env={**os.environ, "PYTHONUNBUFFERED": "1"})
     if done.returncode != 0 or not record_file.is_file():
         failures = sorted(folder.glob("failed-rank*.txt"))
         problem = (failures[0].read_text().strip() if failures else

@@ -18,7 +18,10 @@ Claiming (:meth:`RequestQueue.claim`): the worker reads the repo at its head com
 pending (or running with a claim older than ``claim_expiry_s``: its worker died) and commits it as running with
 ``create_commit(parent_commit=head)``, which the Hub refuses (412) when anything was committed since; the worker then
 reads again. So of two workers that read the same head, one claim lands and the other reads the new head, where the
-request is running.
+request is running. Renewing the claim (:meth:`RequestQueue.renew`) and ending the request
+(:meth:`RequestQueue.finish`, :meth:`RequestQueue.commit_end`) are commits of the same kind, made only while the
+request is still running under that claim (:func:`same_claim`): a worker whose claim expired and was taken over
+changes nothing.
 
 Example:
     >>> request = make_request("hf:org/tiny-clip", "org/tiny-clip", "main", "a" * 40, 1234, link="",
@@ -230,7 +233,7 @@ def _stamp(moment: datetime.datetime) -> str:
 class RequestQueue:
     """The requests repo ``repo_id`` (a dataset repo) through ``huggingface_hub``: ``endpoint`` for a Hub other than
     huggingface.co, ``token`` to write. The Space adds requests (:meth:`submit`) and shows them (:meth:`requests`); a
-    worker claims one (:meth:`claim`) and ends it (:meth:`finish`).
+    worker claims one (:meth:`claim`), renews its claim (:meth:`renew`) and ends it (:meth:`finish`).
 
     Raises:
         ValueError: ``repo_id`` is not ``ORG/NAME``.

@@ -35,7 +35,7 @@ import os
 import socket
 import time
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 from rococo_eval.board.claims import ClaimRenewal, KeptEnds
 from rococo_eval.board.hub_records import HubRecords
@@ -119,13 +119,14 @@ class Worker:
     def process(self, request: dict) -> dict:
         """Evaluate the claimed ``request``, renewing its claim meanwhile, and end it: done with its result record's
         path, or failed with the error's one line; return it as ended. Its end is kept (:class:`KeptEnds`) until the
-        requests repo takes it. A claim another worker took over meanwhile is left to it: no result, no end, and
-        the request is returned as this worker last held it."""
+        requests repo takes it. A claim another worker took over meanwhile is left to it: no result, no end (a launch
+        of several processes is stopped when the renewal finds so), and the request is returned as this worker last
+        held it."""
         logger.info("worker %s: evaluating %s at %s (request %s)", self.name, request["model"],
                     request["commit"][:12], request["id"])
         with ClaimRenewal(self.queue, request, self.claim_expiry_s / 4) as claim:
             try:
-                record, reason = self.evaluate(request), ""
+                record, reason = self.evaluate(request, stop=lambda: claim.lost), ""
             except Exception as error:  # any failure of the model, its files or the run ends the request, not it
                 record, reason = None, f"{type(error).__name__}: {' '.join(str(error).split())}"
         if not claim.held():
@@ -144,8 +145,10 @@ class Worker:
         self.ends.commit(self.queue)
         return ended
 
-    def evaluate(self, request: dict) -> dict:
-        """The result record of ``request`` (the steps of the module's docstring).
+    def evaluate(self, request: dict, stop: Optional[Callable[[], bool]] = None) -> dict:
+        """The result record of ``request`` (the steps of the module's docstring). A launch of several processes ends
+        when ``stop()`` answers True (asked every second; :func:`~rococo_eval.board.worker_run.launched_record`); an
+        evaluation in this process runs to its end.
 
         Raises:
             ValueError: the repository at the commit (:func:`check_hub_model`), code in it, a pickle outside the
@@ -166,7 +169,7 @@ class Worker:
         model = LOCAL_FORMS[family].format(folder)
         if self.processes > 1:
             record = launched_record(self.processes, request, model, self.source_options,
-                                     self.folder / "launches" / request["id"], **options)
+                                     self.folder / "launches" / request["id"], stop, **options)
         else:
             record = evaluated_record(request, model, self.source, **options)
         provenance = {"request_id": request["id"], "model_repo": repo, "model_commit": request["commit"],

@@ -23,7 +23,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 from rococo_eval.board.leaderboard import validity_warnings_of
 from rococo_eval.board.records import make_record, per_query_outcomes
@@ -77,13 +77,15 @@ def images_digest(source, attacks) -> str:
 
 
 def launched_record(processes: int, request: dict, model: str, source_options: dict, folder: Path,
-                    **options) -> dict:
+                    stop: Optional[Callable[[], bool]] = None, **options) -> dict:
     """:func:`evaluated_record` in a launch of ``processes`` processes (torchrun, standalone), with the files of the
     launch under ``folder``: the source opened by each process as ``open_source(**source_options)``, ``options``
-    those of :func:`evaluated_record`.
+    those of :func:`evaluated_record`. ``stop`` is asked every second; when it answers True, the launch is ended
+    (torchrun ends its processes).
 
     Raises:
-        RuntimeError: the launch failed, naming the first failed process's error (or the launcher's last line).
+        RuntimeError: the launch failed, naming the first failed process's error (or the launcher's last line), or
+            was stopped.
     """
     folder.mkdir(parents=True, exist_ok=True)
     for stale in folder.glob("failed-rank*.txt"):
@@ -98,13 +100,22 @@ def launched_record(processes: int, request: dict, model: str, source_options: d
                "-m", "rococo_eval.board.worker_run", str(spec_file)]
     logger.info("request %s: evaluating in %d processes (torch.distributed)", request["id"], processes)
     with open(folder / "launch.log", "wb") as log:
-        done = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT,
-                              env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    if done.returncode != 0 or not record_file.is_file():
+        launch = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
+                                  env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        while launch.poll() is None:
+            if stop is not None and stop():
+                launch.terminate()
+                launch.wait()
+                raise RuntimeError(f"the launch of {processes} processes was stopped")
+            try:
+                launch.wait(timeout=1)
+            except subprocess.TimeoutExpired:
+                pass
+    if launch.returncode != 0 or not record_file.is_file():
         failures = sorted(folder.glob("failed-rank*.txt"))
         problem = (failures[0].read_text().strip() if failures else
                    ((folder / "launch.log").read_text(errors="replace").strip().splitlines() or ["no output"])[-1])
-        raise RuntimeError(f"the launch of {processes} processes failed (exit status {done.returncode}): {problem}")
+        raise RuntimeError(f"the launch of {processes} processes failed (exit status {launch.returncode}): {problem}")
     return json.loads(record_file.read_bytes())
 
 

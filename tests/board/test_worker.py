@@ -23,6 +23,7 @@ from rococo_eval.board.leaderboard import EVALUATED
 from rococo_eval.board.records import SUMMARY_NUMBERS, outcomes_of, read_record
 from rococo_eval.board.requests import RequestQueue, make_request, read_request, request_bytes, request_path
 from rococo_eval.board.worker import Worker
+from rococo_eval.board.worker_run import launched_record
 from rococo_eval.cli import main
 from rococo_eval.data.source import open_source
 from rococo_eval.reporting.compare import report_outcomes
@@ -115,12 +116,12 @@ def test_a_request_is_evaluated_at_its_commit_and_its_numbers_are_run_s(hub, com
 def test_two_processes_on_torch_distributed_give_the_record_of_one(hub, benchmark, tmp_path):
     """A worker of two processes (torchrun, gloo on CPU) and a worker of one, each on its own request of the same
     model: the same numbers and per-query bits in every gallery, the same images and device."""
-    for name in ("one", "two"):
-        put_request(hub, commit=hub.shas[0], link=name)
+    for number, name in enumerate(("one", "two")):
+        put_request(hub, commit=hub.shas[0], link=name, requested_at=f"2026-01-01T00:00:0{number}+00:00")
     one = worker(hub, tmp_path / "one", benchmark, attacks="rand_voca")
     two = worker(hub, tmp_path / "two", benchmark, attacks="rand_voca", processes=2,
                  source_options={"benchmark": str(benchmark)})
-    assert [one.step()["status"], two.step()["status"]] == ["done", "done"]
+    assert [one.step()["link"], two.step()["link"]] == ["one", "two"]
     records = {record["link"]: record for record in records_on(hub)}
     assert records["one"]["galleries"] == records["two"]["galleries"]
     assert set(records["one"]["galleries"]["rand_voca/image_to_text"]["outcomes"]) == {"hit", "top1_adversarial",
@@ -128,6 +129,33 @@ def test_two_processes_on_torch_distributed_give_the_record_of_one(hub, benchmar
     provenance = [records[name]["provenance"] for name in ("one", "two")]
     assert [(found["images_digest"], found["device"], found["processes"]) for found in provenance] == [
         (provenance[0]["images_digest"], "cpu", 1), (provenance[0]["images_digest"], "cpu", 2)]
+    assert {request["status"] for request in requests_on(hub).values()} == {"done"}
+
+
+@pytest.mark.slow
+def test_a_launch_whose_claim_is_lost_is_stopped_with_its_processes(benchmark, tmp_path):
+    """The launch of two processes ends, with every process of it, once ``stop`` answers True (the worker's renewal
+    found its claim taken over): here, as soon as torchrun and both its processes run."""
+    request = make_request("hf:org/tiny-clip", MODEL, "main", "a" * 40, 1, link="", precision="fp32",
+                           requested_at="", client="")
+    spec = str(tmp_path / "spec.json")
+    with pytest.raises(RuntimeError, match="the launch of 2 processes was stopped"):
+        launched_record(2, request, "hf:/nowhere", {"benchmark": str(benchmark)}, tmp_path,
+                        stop=lambda: len(processes_naming(spec)) == 3, attacks="rand_voca", out=tmp_path / "out",
+                        cache_dir=tmp_path / "cache", device="cpu", batch_size=None, workers=0)
+    assert processes_naming(spec) == []
+
+
+def processes_naming(text: str) -> list[str]:
+    """The ids of the running processes whose command line holds ``text``."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if text in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace"):
+                found.append(pid)
+        except OSError:  # ended meanwhile
+            pass
+    return found
 
 
 @pytest.fixture(scope="module")

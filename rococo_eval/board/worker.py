@@ -90,8 +90,9 @@ class Worker:
         self.name = name or f"{socket.gethostname()}-{os.getpid()}"
 
     def run(self, once: bool = False, poll_s: float = POLL_S) -> int:
-        """Evaluate requests as they come (``once``: until none is left to claim); return how many were ended. A Hub
-        that does not answer is tried again after ``poll_s`` seconds (``once``: its error is raised)."""
+        """Evaluate requests as they come (``once``: until none is left to claim); return how many were taken (ended,
+        or left to another worker that took the claim over: :meth:`process`). A Hub that does not answer is tried
+        again after ``poll_s`` seconds (``once``: its error is raised)."""
         ended = 0
         while True:
             try:

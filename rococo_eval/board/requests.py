@@ -260,13 +260,14 @@ class RequestQueue:
         for entry in info.siblings or []:
             if not REQUEST_PATTERN.fullmatch(entry.rfilename):
                 continue
-            if entry.blob_id not in self._read:
+            key = entry.blob_id or f"{info.sha}/{entry.rfilename}"  # a file's content, or its path at the head
+            if key not in self._read:
                 try:
-                    self._read[entry.blob_id] = read_request(self._fetch(entry.rfilename, info.sha), entry.rfilename)
+                    self._read[key] = read_request(self._fetch(entry.rfilename, info.sha), entry.rfilename)
                 except RequestError as error:
                     logger.warning("a request is left out: %s", error)
                     continue
-            found.append(self._read[entry.blob_id])
+            found.append(self._read[key])
         return info.sha, sorted(found, key=lambda request: (request["requested_at"], request["id"]))
 
     def submit(self, model: str, revision: str = "", *, link: str = "", precision: str = "fp32", client: str = "",

@@ -2,6 +2,7 @@
 commit and committing the result record add to the same evaluation.
 
     python benchmarks/bench_worker.py [--attacks rand_voca] [--repeat 1] [--annotations-dir DIR]
+        [--nproc-per-node N]
 
 A tiny random transformers CLIP (``tests/helpers/tiny_models.py``) is served by a fake Hub on 127.0.0.1
 (``tests/helpers/fake_hub.py``, which speaks the endpoints huggingface_hub uses) with the requests and results repos.
@@ -14,12 +15,16 @@ claims a request of the same model (``create_commit`` with ``parent_commit``), e
 ``snapshot_download(revision=commit)``, the pickle and config checks with the sha256 of every weight file, the same
 evaluation, the record), commits the record and ends the request. Both read the images on the calling thread
 (``--workers 0``, the worker's default). Printed: the median seconds of each step over
-``--repeat`` rounds, and the worker's total over ``run``'s.
+``--repeat`` rounds, and the worker's total over ``run``'s. With ``--nproc-per-node N`` > 1 both evaluate in N
+processes on torch.distributed (gloo, on the CPU, as everything here): ``run`` under ``python -m torch.distributed.run
+--standalone --nproc-per-node N``, the worker through its own launch of the same
+(:func:`rococo_eval.board.worker_run.launched_record`).
 """
 
 import argparse
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -62,6 +67,7 @@ def main() -> None:
     parser.add_argument("--attacks", default="rand_voca")
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--annotations-dir", default=os.environ.get("ROCOCO_ANNOTATIONS_DIR"))
+    parser.add_argument("--nproc-per-node", type=int, default=1)
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-worker-"))
     coco = tiny_coco(work / "coco", args.annotations_dir)
@@ -75,16 +81,23 @@ def main() -> None:
                                                            "end request", "worker total")}
     for round_ in range(args.repeat):
         started = time.perf_counter()
-        assert rococo_eval(["run", "--model", f"hf:{model_dir}", "--images-dir", str(coco), "--attacks", args.attacks,
-                            "--annotations-dir", str(args.annotations_dir), "--device", "cpu", "--workers", "0",
-                            "--cache-dir", str(work / f"run-cache{round_}"), "--out", str(work / f"run{round_}"),
-                            "-q"]) == 0
+        run = ["run", "--model", f"hf:{model_dir}", "--images-dir", str(coco), "--attacks", args.attacks,
+               "--annotations-dir", str(args.annotations_dir), "--device", "cpu", "--workers", "0",
+               "--cache-dir", str(work / f"run-cache{round_}"), "--out", str(work / f"run{round_}"), "-q"]
+        if args.nproc_per_node > 1:
+            subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                            f"--nproc-per-node={args.nproc_per_node}", "-m", "rococo_eval", *run], check=True,
+                           stdout=subprocess.DEVNULL)
+        else:
+            assert rococo_eval(run) == 0
         steps["run"].append(time.perf_counter() - started)
         queue = RequestQueue(REQUESTS, endpoint=hub.url)
         checked = queue.submit(f"hf:{MODEL}") if round_ == 0 else checked  # later rounds: the same request again
         hub.files[REQUESTS][request_path(checked)] = request_bytes(checked)
         results = HubRecords(RESULTS, work / f"worker{round_}" / "results", endpoint=hub.url)
-        worker = Worker(queue, results, source, work / f"worker{round_}", attacks=args.attacks, device="cpu")
+        worker = Worker(queue, results, source, work / f"worker{round_}", attacks=args.attacks, device="cpu",
+                        processes=args.nproc_per_node,
+                        source_options={"annotations_dir": args.annotations_dir, "images_dir": str(coco)})
         marks = [time.perf_counter()]
         request = queue.claim(worker.name)
         marks.append(time.perf_counter())
@@ -101,8 +114,8 @@ def main() -> None:
         steps["worker total"].append(marks[-1] - marks[0])
     hub.close()
     median = {name: statistics.median(times) for name, times in steps.items()}
-    print(f"tiny CLIP on RoCOCO's galleries of {args.attacks} (5,000 tiny images), {args.repeat} round(s), "
-          "medians:")
+    print(f"tiny CLIP on RoCOCO's galleries of {args.attacks} (5,000 tiny images), {args.nproc_per_node} "
+          f"process(es), {args.repeat} round(s), medians:")
     for name, seconds in median.items():
         print(f"  {name:<20} {seconds:8.2f} s")
     print(f"worker total / run: {median['worker total'] / median['run']:.2f}; the worker's own steps (claim, "

@@ -18,7 +18,10 @@ Claiming (:meth:`RequestQueue.claim`): the worker reads the repo at its head com
 pending (or running with a claim older than ``claim_expiry_s``: its worker died) and commits it as running with
 ``create_commit(parent_commit=head)``, which the Hub refuses (412) when anything was committed since; the worker then
 reads again. So of two workers that read the same head, one claim lands and the other reads the new head, where the
-request is running.
+request is running. Renewing the claim (:meth:`RequestQueue.renew`) and ending the request
+(:meth:`RequestQueue.finish`, :meth:`RequestQueue.commit_end`) are commits of the same kind, made only while the
+request is still running under that claim (:func:`same_claim`): a worker whose claim expired and was taken over
+changes nothing.
 
 Example:
     >>> request = make_request("hf:org/tiny-clip", "org/tiny-clip", "main", "a" * 40, 1234, link="",
@@ -194,6 +197,31 @@ def claimable(request: Mapping, now: datetime.datetime, claim_expiry_s: float = 
     return (now - claimed).total_seconds() > claim_expiry_s
 
 
+def same_claim(request: Mapping, claimed: Mapping) -> bool:
+    """Whether ``request`` (as the repo holds it) is still running under the claim of ``claimed``: the same worker,
+    claimed at the same time.
+
+    Example:
+        >>> claim = {"status": "running", "claimed_by": "a", "claimed_at": "2026-12-05T11:00:00+00:00"}
+        >>> same_claim(claim, claim), same_claim({**claim, "claimed_by": "b"}, claim)
+        (True, False)
+    """
+    return request["status"] == RUNNING and (request["claimed_by"], request["claimed_at"]) == (
+        claimed["claimed_by"], claimed["claimed_at"])
+
+
+def ended_request(request: Mapping, status: str, reason: str = "", result: str = "") -> dict:
+    """``request`` ended as ``status`` (done or failed), with ``reason``'s first line (at most 500 characters) and
+    its ``result`` record's path.
+
+    Example:
+        >>> ended_request({"id": "0" * 32, "status": "running"}, "failed", "ValueError: no weights")
+        {'id': '00000000000000000000000000000000', 'status': 'failed', 'reason': 'ValueError: no weights', 'result': ''}
+    """
+    line = (str(reason).strip().splitlines() or [""])[0][:500]
+    return {**request, "status": status, "reason": line, "result": result}
+
+
 def _now() -> datetime.datetime:
     return datetime.datetime.now(datetime.timezone.utc)
 
@@ -205,7 +233,7 @@ def _stamp(moment: datetime.datetime) -> str:
 class RequestQueue:
     """The requests repo ``repo_id`` (a dataset repo) through ``huggingface_hub``: ``endpoint`` for a Hub other than
     huggingface.co, ``token`` to write. The Space adds requests (:meth:`submit`) and shows them (:meth:`requests`); a
-    worker claims one (:meth:`claim`) and ends it (:meth:`finish`).
+    worker claims one (:meth:`claim`), renews its claim (:meth:`renew`) and ends it (:meth:`finish`).
 
     Raises:
         ValueError: ``repo_id`` is not ``ORG/NAME``.
@@ -224,22 +252,23 @@ class RequestQueue:
         self._read: dict[str, dict] = {}  # requests already read, by their file's blob id
 
     def requests(self) -> tuple[str, list[dict]]:
-        """``(head commit, every request at it)``, oldest first; a file that cannot be read is logged and left out."""
-        from huggingface_hub.hf_api import RepoFile
-
-        head = self.api.dataset_info(self.repo_id, timeout=self.timeout_s).sha
+        """``(head commit, every request at it)``, oldest first; a file that cannot be read is logged and left out.
+        One call to the Hub (the repo's head with its files' blob ids), plus one download of each request file not
+        read before."""
+        info = self.api.dataset_info(self.repo_id, timeout=self.timeout_s, files_metadata=True)
         found = []
-        for entry in self.api.list_repo_tree(self.repo_id, revision=head, repo_type="dataset", recursive=True):
-            if not isinstance(entry, RepoFile) or not REQUEST_PATTERN.fullmatch(entry.path):
+        for entry in info.siblings or []:
+            if not REQUEST_PATTERN.fullmatch(entry.rfilename):
                 continue
-            if entry.blob_id not in self._read:
+            key = entry.blob_id or f"{info.sha}/{entry.rfilename}"  # a file's content, or its path at the head
+            if key not in self._read:
                 try:
-                    self._read[entry.blob_id] = read_request(self._fetch(entry.path, head), entry.path)
+                    self._read[key] = read_request(self._fetch(entry.rfilename, info.sha), entry.rfilename)
                 except RequestError as error:
                     logger.warning("a request is left out: %s", error)
                     continue
-            found.append(self._read[entry.blob_id])
-        return head, sorted(found, key=lambda request: (request["requested_at"], request["id"]))
+            found.append(self._read[key])
+        return info.sha, sorted(found, key=lambda request: (request["requested_at"], request["id"]))
 
     def submit(self, model: str, revision: str = "", *, link: str = "", precision: str = "fp32", client: str = "",
                now: Optional[datetime.datetime] = None) -> dict:
@@ -299,13 +328,45 @@ class RequestQueue:
                 return claimed
         return None
 
-    def finish(self, request: Mapping, status: str, reason: str = "", result: str = "") -> dict:
-        """Commit ``request`` as ``status`` (done or failed, with ``reason``'s first line and its ``result``
-        record's path); return it."""
-        line = (str(reason).strip().splitlines() or [""])[0][:500]
-        ended = {**request, "status": status, "reason": line, "result": result}
-        self._commit(ended, f"rococo-eval request {request['id']}: {status}", parent=None)
-        return ended
+    def finish(self, request: Mapping, status: str, reason: str = "", result: str = "") -> Optional[dict]:
+        """Commit the claimed ``request`` as ``status`` (:func:`ended_request`); return it as ended, or None when
+        its claim is no longer this one (:meth:`commit_end`)."""
+        ended = ended_request(request, status, reason, result)
+        return ended if self.commit_end(ended) else None
+
+    def commit_end(self, ended: Mapping) -> bool:
+        """Commit ``ended`` (a request :func:`ended_request` made of a claim) while the repo still holds that claim;
+        return whether it is there now (True also when it landed before: an answer that was lost), False when
+        another worker holds the request (the claim expired and was taken over) or it ended otherwise."""
+        return self._commit_over_claim(ended, ended, f"rococo-eval request {ended['id']}: {ended['status']}")
+
+    def renew(self, request: Mapping, now: Optional[datetime.datetime] = None) -> Optional[dict]:
+        """Renew the claim of ``request`` (its ``claimed_at`` set to ``now``) while the repo still holds that
+        claim; return the renewed request, or None when another worker took it over."""
+        renewed = {**request, "claimed_at": _stamp(now or _now())}
+        landed = self._commit_over_claim(request, renewed, f"rococo-eval worker {request['claimed_by']} renews "
+                                                           f"its claim of {request['id']}")
+        return renewed if landed else None
+
+    def _commit_over_claim(self, claimed: Mapping, updated: Mapping, message: str, tries: int = 20) -> bool:
+        """Commit ``updated`` on the head read, if the request there is still ``claimed``'s claim (running, the same
+        worker and claim time; :func:`same_claim`), reading again when another commit came first; return whether
+        the repo holds ``updated`` now.
+
+        Raises:
+            RuntimeError: the head moved under ``tries`` commits in a row.
+        """
+        for _ in range(tries):
+            head, known = self.requests()
+            current = next((request for request in known if request["id"] == claimed["id"]), None)
+            if current == updated:
+                return True
+            if current is None or not same_claim(current, claimed):
+                return False
+            if self._commit(updated, message, parent=head):
+                return True
+        raise RuntimeError(f"request {claimed['id']}: the requests repo {self.repo_id} moved under {tries} commits "
+                           "in a row")
 
     def _commit(self, request: Mapping, message: str, parent: Optional[str]) -> bool:
         """Commit ``request``'s file (on ``parent``, when given); False when the Hub refused the parent (412)."""

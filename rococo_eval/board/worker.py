@@ -12,33 +12,34 @@ For each request, :meth:`Worker.evaluate`:
    file that needs any other type is refused before the model's library opens it, and nothing of it runs;
 3. loads the downloaded folder as its family's local form (``hf:FOLDER``, ``open_clip:local-dir:FOLDER``,
    ``pcmepp:FOLDER``) and runs :func:`rococo_eval.evaluation.evaluate_model`, the function ``rococo-eval run``
-   calls, at the board's default settings, writing the report as ``run`` writes it;
+   calls, at the board's default settings, writing the report as ``run`` writes it; with ``processes`` > 1, in a
+   launch of that many processes on torch.distributed, as ``torchrun ... rococo-eval run`` spans them
+   (:mod:`rococo_eval.board.worker_run`);
 4. makes the result record (:func:`rococo_eval.board.records.make_record`) of the report's summary rows and
    per-query outcomes, with its ``provenance``: the request, the repository and commit, the sha256 of every weight
    file, the images' digest (the fingerprints of the image sets, as the embedding cache keys them), the device, the
-   precision, the run's wall time and the worker.
+   precision, the run's wall time, the worker and its number of processes.
 
 The record joins the worker's outbox (:class:`~rococo_eval.board.hub_records.HubRecords`) and is committed; a
 results repo that does not answer leaves it there, and the worker commits it before its next claim. The request is
 then done (its ``result`` the record's path), or failed with the error's one line; the worker goes on with the next.
-A worker that dies leaves its claim to expire (``claim_expiry_s``), and the request is claimed again.
+An end the requests repo does not take is kept on disk and committed before the next claim. The worker renews its
+claim while it evaluates (:mod:`rococo_eval.board.claims`); a worker that dies leaves its claim to expire
+(``claim_expiry_s``), and the request is claimed again.
 """
 
 from __future__ import annotations
 
-import datetime
-import hashlib
-import json
 import logging
 import os
 import socket
 import time
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
+from rococo_eval.board.claims import ClaimRenewal, KeptEnds
 from rococo_eval.board.hub_records import HubRecords
-from rococo_eval.board.leaderboard import validity_warnings_of
-from rococo_eval.board.records import make_record, per_query_outcomes, record_path
+from rococo_eval.board.records import content_digest, record_path
 from rococo_eval.board.requests import (
     CLAIM_EXPIRY_S,
     DONE,
@@ -46,8 +47,10 @@ from rococo_eval.board.requests import (
     MAX_REPO_BYTES,
     RequestQueue,
     check_hub_model,
+    ended_request,
     hub_repository,
 )
+from rococo_eval.board.worker_run import evaluated_record, launched_record
 from rococo_eval.io.download import sha256_of
 
 logger = logging.getLogger(__name__)
@@ -61,21 +64,35 @@ POLL_S = 60
 class Worker:
     """Claims requests of ``queue`` and commits their result records through ``results`` (the board's dataset repo),
     evaluating on ``source`` (a :class:`~rococo_eval.data.source.Source`), with its files under ``folder`` (the
-    models downloaded, the embedding cache, the reports). ``device``, ``batch_size``, ``workers`` and ``attacks`` are
-    ``run``'s; ``claim_expiry_s`` is how old another worker's claim must be to be taken over."""
+    models downloaded, the embedding cache, the reports, the ends not yet committed). ``device``, ``batch_size``,
+    ``workers`` and ``attacks`` are ``run``'s; ``claim_expiry_s`` is how old another worker's claim must be to be
+    taken over (this worker renews its own every quarter of it while it evaluates: :mod:`rococo_eval.board.claims`).
+    With ``processes`` > 1 each model is evaluated in a launch of that many processes on torch.distributed
+    (:func:`~rococo_eval.board.worker_run.launched_record`), which open the source as ``open_source(**source_options)``.
+
+    Raises:
+        ValueError: ``processes`` > 1 without ``source_options``.
+    """
 
     def __init__(self, queue: RequestQueue, results: HubRecords, source, folder, *, attacks="all",
                  device: Optional[str] = None, batch_size: Optional[int] = None, workers: int = 0,
-                 claim_expiry_s: float = CLAIM_EXPIRY_S, max_bytes: int = MAX_REPO_BYTES, name: str = ""):
+                 claim_expiry_s: float = CLAIM_EXPIRY_S, max_bytes: int = MAX_REPO_BYTES, name: str = "",
+                 processes: int = 1, source_options: Optional[dict] = None):
+        if processes > 1 and source_options is None:
+            raise ValueError(f"`processes` is {processes} but `source_options` is None: each process of a launch "
+                             "opens the source itself, as `open_source(**source_options)`")
         self.queue, self.results, self.source = queue, results, source
         self.folder = Path(folder)
         self.attacks, self.device, self.batch_size, self.workers = attacks, device, batch_size, workers
         self.claim_expiry_s, self.max_bytes = claim_expiry_s, max_bytes
+        self.processes, self.source_options = processes, source_options
+        self.ends = KeptEnds(self.folder / "ends")
         self.name = name or f"{socket.gethostname()}-{os.getpid()}"
 
     def run(self, once: bool = False, poll_s: float = POLL_S) -> int:
-        """Evaluate requests as they come (``once``: until none is left to claim); return how many were ended. A Hub
-        that does not answer is tried again after ``poll_s`` seconds (``once``: its error is raised)."""
+        """Evaluate requests as they come (``once``: until none is left to claim); return how many were taken (ended,
+        or left to another worker that took the claim over: :meth:`process`). A Hub that does not answer is tried
+        again after ``poll_s`` seconds (``once``: its error is raised)."""
         ended = 0
         while True:
             try:
@@ -92,31 +109,47 @@ class Worker:
                 time.sleep(poll_s)
 
     def step(self) -> Optional[dict]:
-        """Commit the records of the outbox, claim one request and evaluate it; return it as ended, or None when there
-        was nothing to claim."""
+        """Commit the records of the outbox and the kept ends, claim one request and evaluate it; return it as this
+        worker left it (:meth:`process`), or None when there was nothing to claim."""
         if self.results.pending():
             self.results.commit_outbox()
+        self.ends.commit(self.queue)
         request = self.queue.claim(self.name, self.claim_expiry_s)
         return None if request is None else self.process(request)
 
     def process(self, request: dict) -> dict:
-        """Evaluate the claimed ``request`` and end it: done with its result record's path, or failed with the
-        error's one line."""
+        """Evaluate the claimed ``request``, renewing its claim meanwhile, and end it: done with its result record's
+        path, or failed with the error's one line; return it as ended. Its end is kept (:class:`KeptEnds`) until the
+        requests repo takes it. A claim another worker took over meanwhile is left to it: no result, no end (a launch
+        of several processes is stopped when the renewal finds so), and the request is returned as this worker last
+        held it."""
         logger.info("worker %s: evaluating %s at %s (request %s)", self.name, request["model"],
                     request["commit"][:12], request["id"])
-        try:
-            record = self.evaluate(request)
-        except Exception as error:  # any failure of the model, its files or the run ends the request, not the worker
-            reason = f"{type(error).__name__}: {' '.join(str(error).split())}"
+        with ClaimRenewal(self.queue, request, self.claim_expiry_s / 4) as claim:
+            try:
+                record, reason = self.evaluate(request, stop=lambda: claim.lost), ""
+            except Exception as error:  # any failure of the model, its files or the run ends the request, not it
+                record, reason = None, f"{type(error).__name__}: {' '.join(str(error).split())}"
+        if not claim.held():
+            return claim.request
+        if record is None:
             logger.warning("worker %s: request %s failed: %s", self.name, request["id"], reason)
-            return self.queue.finish(request, FAILED, reason)
+            return self._end(ended_request(claim.request, FAILED, reason))
         self.results.add_to_outbox(record)
         landed = self.results.commit_outbox()
         note = "" if landed else "its result record waits in the worker's outbox: the results repo did not answer"
-        return self.queue.finish(request, DONE, note, result=record_path(record))
+        return self._end(ended_request(claim.request, DONE, note, result=record_path(record)))
 
-    def evaluate(self, request: dict) -> dict:
-        """The result record of ``request`` (the steps of the module's docstring).
+    def _end(self, ended: dict) -> dict:
+        """Keep ``ended``, then commit the kept ends; return it."""
+        self.ends.keep(ended)
+        self.ends.commit(self.queue)
+        return ended
+
+    def evaluate(self, request: dict, stop: Optional[Callable[[], bool]] = None) -> dict:
+        """The result record of ``request`` (the steps of the module's docstring). A launch of several processes ends
+        when ``stop()`` answers True (asked every second; :func:`~rococo_eval.board.worker_run.launched_record`); an
+        evaluation in this process runs to its end.
 
         Raises:
             ValueError: the repository at the commit (:func:`check_hub_model`), code in it, a pickle outside the
@@ -125,35 +158,27 @@ class Worker:
         """
         from huggingface_hub import snapshot_download
 
-        from rococo_eval.evaluation import evaluate_model
-        from rococo_eval.models.adapters import load_model
-
         started = time.monotonic()
         family, repo = hub_repository(request["model"])
         check_hub_model(request["model"], request["commit"], self.queue.api, self.max_bytes)
         folder = Path(snapshot_download(repo, revision=request["commit"], cache_dir=self.folder / "models",
                                         endpoint=self.queue.api.endpoint, token=self.queue.api.token))
         weights = check_model_files(folder, f"`model` {request['model']!r} at {request['commit'][:12]}")
-        model = load_model(LOCAL_FORMS[family].format(folder), device=self.device, precision=request["precision"])
-        out = self.folder / "reports" / request["id"]
-        options = {} if self.batch_size is None else {"batch_size": self.batch_size}
-        report = evaluate_model(model, self.source, attacks=self.attacks, out=out, cache_dir=self.folder / "cache",
-                                workers=self.workers, name=request["model"],
-                                meta={"precision": request["precision"], "model_commit": request["commit"]}, **options)
-        rows = [row.to_dict() for row in report.summary if not row.is_seed_mean]  # the board makes its own means
+        options = {"attacks": self.attacks, "out": self.folder / "reports" / request["id"],
+                   "cache_dir": self.folder / "cache", "device": self.device, "batch_size": self.batch_size,
+                   "workers": self.workers}
+        model = LOCAL_FORMS[family].format(folder)
+        if self.processes > 1:
+            record = launched_record(self.processes, request, model, self.source_options,
+                                     self.folder / "launches" / request["id"], stop, **options)
+        else:
+            record = evaluated_record(request, model, self.source, **options)
         provenance = {"request_id": request["id"], "model_repo": repo, "model_commit": request["commit"],
-                      "revision_requested": request["revision"], "weight_files": weights,
-                      "images_digest": images_digest(self.source, report.meta["attacks"]),
-                      "device": report.meta["device"], "precision": request["precision"],
-                      "wall_time_s": round(time.monotonic() - started, 3), "worker": self.name,
-                      "results_repo": self.results.repo_id}
-        now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-        outcomes = {key: per_query_outcomes(result.per_query) for key, result in report.results.items()
-                    if result.per_query}  # as the Space's submissions keep them
-        return make_record(rows, outcomes, model=request["model"], link=request["link"],
-                           precision=request["precision"], note=f"evaluated by the board: {repo} at "
-                           f"{request['commit']}", submitted_at=now, validity_warnings=validity_warnings_of(rows),
-                           provenance=provenance)
+                      "revision_requested": request["revision"], "weight_files": weights, **record["provenance"],
+                      "precision": request["precision"], "wall_time_s": round(time.monotonic() - started, 3),
+                      "worker": self.name, "processes": self.processes, "results_repo": self.results.repo_id}
+        record = {**record, "provenance": provenance}
+        return {**record, "digest": content_digest(record)}
 
 
 def check_model_files(folder: Path, what: str) -> dict[str, str]:
@@ -185,16 +210,6 @@ def check_model_files(folder: Path, what: str) -> dict[str, str]:
     return weights
 
 
-def images_digest(source, attacks) -> str:
-    """The SHA-256 of the fingerprints of the image sets a run of ``attacks`` reads (the clean images and each image
-    attack's: names, sizes and alterations, as the embedding cache keys them)."""
-    from rococo_eval.scoring.embeddingsfile import item_sets
-
-    sets = item_sets(source, attacks)
-    return hashlib.sha256(json.dumps(sorted((name, items.fingerprint) for name, items in sets.items()
-                                            if name.startswith("images/"))).encode()).hexdigest()
-
-
 def add_arguments(parser) -> None:
     """The options of ``rococo-eval worker``."""
     parser.add_argument("--requests-repo", required=True, metavar="ORG/NAME",
@@ -208,10 +223,11 @@ def add_arguments(parser) -> None:
                         help=f"seconds between looks at the queue when it is empty (default {POLL_S})")
     parser.add_argument("--claim-expiry", type=float, default=CLAIM_EXPIRY_S, metavar="SECONDS",
                         help="how old another worker's claim must be to be taken over: that worker is taken to have "
-                             f"died (default {CLAIM_EXPIRY_S}; longer than any run)")
+                             f"died (default {CLAIM_EXPIRY_S}; a worker renews its own every quarter of it while "
+                             "it evaluates)")
     parser.add_argument("--work-dir", default="rococo-worker",
-                        help="the worker's folder: models downloaded, embeddings, reports, the outbox (default "
-                             "./rococo-worker)")
+                        help="the worker's folder: models downloaded, embeddings, reports, the outbox of records "
+                             "and the ends not yet committed (default ./rococo-worker)")
     parser.add_argument("--images-dir", help="COCO root holding val2014/ (or a benchmark's images)")
     parser.add_argument("--annotations-dir", help="folder of the official annotation files (default "
                                                   "$ROCOCO_ANNOTATIONS_DIR, else the pinned download)")
@@ -220,26 +236,47 @@ def add_arguments(parser) -> None:
     parser.add_argument("--device", help="torch device (default: cuda when available, else cpu)")
     parser.add_argument("--batch-size", type=int, help="items per forward pass (default run's)")
     parser.add_argument("--workers", type=int, default=0, help="threads loading images ahead of the model")
+    parser.add_argument("--nproc-per-node", type=int, metavar="N",
+                        help="processes evaluating each model together on torch.distributed, one per GPU, as "
+                             "`torchrun --nproc-per-node N ... run` (default: the GPUs visible when there are "
+                             "several and --device is cuda or not given, else 1)")
     parser.add_argument("--max-bytes", type=int, default=MAX_REPO_BYTES,
                         help=f"the largest repository evaluated, all its files together (default {MAX_REPO_BYTES})")
 
 
 def worker_command(args) -> int:
     """``rococo-eval worker``: evaluate the board's requests (the token is $HF_TOKEN, the Hub $HF_ENDPOINT)."""
-    from rococo_eval.data.source import RococoSource, open_source
+    from rococo_eval.data.source import open_source
 
-    if args.benchmark:
-        source = open_source(args.annotations_dir, images_dir=args.images_dir, benchmark=args.benchmark)
-    elif args.images_dir:
-        source = RococoSource(args.annotations_dir, images_dir=Path(args.images_dir).expanduser())
-    else:
+    if not (args.benchmark or args.images_dir):
         raise ValueError("the worker evaluates on RoCOCO's images: pass --images-dir COCO_ROOT (or --benchmark)")
+    processes = default_processes(args.device) if args.nproc_per_node is None else args.nproc_per_node
+    if processes < 1:
+        raise ValueError(f"--nproc-per-node must be at least 1, got {processes}")
+    source_options = {"annotations_dir": args.annotations_dir, "benchmark": args.benchmark,
+                      "images_dir": args.images_dir and str(Path(args.images_dir).expanduser())}
+    source = open_source(**source_options)
     folder = Path(args.work_dir).expanduser()
     queue = RequestQueue(args.requests_repo, max_bytes=args.max_bytes)
     results = HubRecords(args.results_repo, folder / "results", endpoint=queue.api.endpoint)
     worker = Worker(queue, results, source, folder, attacks=args.attacks, device=args.device,
                     batch_size=args.batch_size, workers=args.workers, claim_expiry_s=args.claim_expiry,
-                    max_bytes=args.max_bytes)
+                    max_bytes=args.max_bytes, processes=processes, source_options=source_options)
     ended = worker.run(once=args.once, poll_s=args.poll)
     logger.info("worker %s: %d request(s) ended", worker.name, ended)
     return ended
+
+
+def default_processes(device: Optional[str]) -> int:
+    """How many processes evaluate each model by default: one per visible GPU where there are several and ``device``
+    is ``cuda`` or None (a named GPU, ``cuda:1``, is one), else one.
+
+    Example:
+        >>> default_processes("cpu")
+        1
+    """
+    import torch
+
+    if device not in (None, "cuda"):
+        return 1
+    return max(1, torch.cuda.device_count())

@@ -84,7 +84,9 @@ class HubRequests:
 
     def states(self) -> pd.DataFrame:
         """Every request's state, newest first: pending, running, done (with its result record), or failed with
-        its reason; an empty table without a requests repo, or when the repo does not answer."""
+        its reason; an empty table without a requests repo, or when the repo does not answer. One call to the Hub
+        (:meth:`~rococo_eval.board.requests.RequestQueue.requests`), plus a download of each request file new since
+        the last."""
         if self.queue is None:
             return pd.DataFrame([], columns=STATE_COLUMNS)
         try:

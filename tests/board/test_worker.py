@@ -4,6 +4,7 @@ two commits, the requests repo and the results repo."""
 
 import datetime
 import json
+import logging
 import os
 import re
 import signal
@@ -16,15 +17,18 @@ import pytest
 import torch
 
 from helpers.tiny_models import make_tiny_hf_clip, make_tiny_open_clip_folder, torchvision_stand_in
+from rococo_eval.board.claims import ClaimRenewal
 from rococo_eval.board.hub_records import HubRecords
 from rococo_eval.board.leaderboard import EVALUATED
 from rococo_eval.board.records import SUMMARY_NUMBERS, outcomes_of, read_record
 from rococo_eval.board.requests import RequestQueue, make_request, read_request, request_bytes, request_path
 from rococo_eval.board.worker import Worker
+from rococo_eval.board.worker_run import launched_record
 from rococo_eval.cli import main
 from rococo_eval.data.source import open_source
 from rococo_eval.reporting.compare import report_outcomes
 from rococo_eval.results import Report
+from rococo_eval.space.hub_requests import HubRequests
 
 REQUESTS, RESULTS, MODEL = "org/requests", "org/board", "org/tiny-clip"
 
@@ -106,6 +110,52 @@ def test_a_request_is_evaluated_at_its_commit_and_its_numbers_are_run_s(hub, com
         assert outcomes["hit"].tolist() == run_outcomes[key]["hit"].tolist()
     # every outcome a record keeps, as the Space's submissions keep them: the false rate's bits too
     assert set(outcomes_of(record)["rand_voca/image_to_text"]) == {"hit", "top1_adversarial", "clean_hit"}
+
+
+@pytest.mark.slow
+def test_two_processes_on_torch_distributed_give_the_record_of_one(hub, benchmark, tmp_path):
+    """A worker of two processes (torchrun, gloo on CPU) and a worker of one, each on its own request of the same
+    model: the same numbers and per-query bits in every gallery, the same images and device."""
+    for number, name in enumerate(("one", "two")):
+        put_request(hub, commit=hub.shas[0], link=name, requested_at=f"2026-01-01T00:00:0{number}+00:00")
+    one = worker(hub, tmp_path / "one", benchmark, attacks="rand_voca")
+    two = worker(hub, tmp_path / "two", benchmark, attacks="rand_voca", processes=2,
+                 source_options={"benchmark": str(benchmark)})
+    assert [one.step()["link"], two.step()["link"]] == ["one", "two"]
+    records = {record["link"]: record for record in records_on(hub)}
+    assert records["one"]["galleries"] == records["two"]["galleries"]
+    assert set(records["one"]["galleries"]["rand_voca/image_to_text"]["outcomes"]) == {"hit", "top1_adversarial",
+                                                                                       "clean_hit"}
+    provenance = [records[name]["provenance"] for name in ("one", "two")]
+    assert [(found["images_digest"], found["device"], found["processes"]) for found in provenance] == [
+        (provenance[0]["images_digest"], "cpu", 1), (provenance[0]["images_digest"], "cpu", 2)]
+    assert {request["status"] for request in requests_on(hub).values()} == {"done"}
+
+
+@pytest.mark.slow
+def test_a_launch_whose_claim_is_lost_is_stopped_with_its_processes(benchmark, tmp_path):
+    """The launch of two processes ends, with every process of it, once ``stop`` answers True (the worker's renewal
+    found its claim taken over): here, as soon as torchrun and both its processes run."""
+    request = make_request("hf:org/tiny-clip", MODEL, "main", "a" * 40, 1, link="", precision="fp32",
+                           requested_at="", client="")
+    spec = str(tmp_path / "spec.json")
+    with pytest.raises(RuntimeError, match="the launch of 2 processes was stopped"):
+        launched_record(2, request, "hf:/nowhere", {"benchmark": str(benchmark)}, tmp_path,
+                        stop=lambda: len(processes_naming(spec)) == 3, attacks="rand_voca", out=tmp_path / "out",
+                        cache_dir=tmp_path / "cache", device="cpu", batch_size=None, workers=0)
+    assert processes_naming(spec) == []
+
+
+def processes_naming(text: str) -> list[str]:
+    """The ids of the running processes whose command line holds ``text``."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if text in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace"):
+                found.append(pid)
+        except OSError:  # ended meanwhile
+            pass
+    return found
 
 
 @pytest.fixture(scope="module")
@@ -218,6 +268,64 @@ def test_a_result_the_results_repo_cannot_take_is_kept_and_committed_later(hub, 
     assert mine.step() is None  # nothing to claim; the outbox is committed first
     assert mine.results.pending() == [] and [record["provenance"]["request_id"] for record in records_on(hub)] == [
         ended["id"]]
+
+
+def test_a_renewed_claim_outlives_its_expiry_and_one_taken_over_is_left_to_its_new_worker(hub, benchmark, tmp_path,
+                                                                                           caplog):
+    """A claim of an hour ago, with a minute's expiry, renewed by its worker's heartbeat: not claimable by a second
+    worker. Renewal stopped, it expires and the second worker claims it; the first worker's heartbeat finds the claim
+    lost, and its worker commits neither a result nor an end."""
+    request = put_request(hub, "hf:org/missing", "e" * 40, repo="org/missing")  # fails at once: no evaluation
+    first, second = worker(hub, tmp_path / "a", benchmark, name="a", claim_expiry_s=60), queue(hub)
+    now = datetime.datetime.now(datetime.timezone.utc)
+    claimed = first.queue.claim("a", 60, now=now - datetime.timedelta(hours=1))
+    with ClaimRenewal(first.queue, claimed, every_s=0.05) as renewal:
+        while requests_on(hub)[request_path(request)]["claimed_at"] == claimed["claimed_at"]:
+            time.sleep(0.05)
+        assert second.claim("b", 60) is None
+    assert not renewal.lost and renewal.held()
+    assert second.claim("b", 60, now=now + datetime.timedelta(seconds=30)) is None
+    assert second.claim("b", 60, now=now + datetime.timedelta(seconds=90))["claimed_by"] == "b"
+    with ClaimRenewal(first.queue, renewal.request, every_s=0.05) as lost:
+        while not lost.lost:
+            time.sleep(0.05)
+    caplog.set_level(logging.WARNING, logger="rococo_eval")
+    assert first.process(renewal.request) == renewal.request
+    assert "was claimed by another worker" in caplog.text
+    now_held = requests_on(hub)[request_path(request)]
+    assert (now_held["status"], now_held["claimed_by"], records_on(hub), first.ends.pending()) == (
+        "running", "b", [], [])
+
+
+def test_an_end_the_requests_repo_cannot_take_is_kept_and_committed_later(hub, benchmark, tmp_path):
+    request = put_request(hub, "hf:org/missing", "e" * 40, repo="org/missing")
+    mine = worker(hub, tmp_path, benchmark)
+    claimed = mine.queue.claim(mine.name)
+    hub.unreachable.add(REQUESTS)
+    ended = mine.process(claimed)
+    assert ended["status"] == "failed" and "org/missing" in ended["reason"]
+    assert mine.ends.pending() == [request["id"]]
+    hub.unreachable.clear()
+    assert requests_on(hub)[request_path(request)]["status"] == "running"
+    assert mine.step() is None  # the kept end first; then nothing to claim
+    assert mine.ends.pending() == [] and requests_on(hub)[request_path(request)] == ended
+
+
+def test_the_request_table_asks_the_hub_once_per_page_load(hub):
+    """The tab's table (``HubRequests.states``, what a page load calls): one call to the Hub, plus one download
+    of each request file not read before."""
+    for number in range(3):
+        put_request(hub, requested_at=f"2026-01-01T00:00:0{number}+00:00")
+    table = HubRequests(queue(hub))
+
+    def calls_for_one_load() -> list[str]:
+        before = len(hub.calls)
+        assert table.states()["state"].tolist() == ["pending"] * 3
+        return [call for call, _ in hub.calls[before:] if REQUESTS in call]
+
+    first = calls_for_one_load()
+    assert len(first) == 1 + 3 and first[0] == f"GET /api/datasets/{REQUESTS}"
+    assert calls_for_one_load() == [f"GET /api/datasets/{REQUESTS}"]
 
 
 def test_the_space_refuses_what_the_board_cannot_evaluate(hub):

@@ -82,7 +82,8 @@ class FakeHub:
                     return
                 if info:
                     answer = {"id": repo, "sha": commit, "private": False,
-                              "siblings": [{"rfilename": name, "size": len(data)}
+                              "siblings": [{"rfilename": name, "size": len(data),
+                                            "blobId": hashlib.sha1(data).hexdigest()}
                                            for name, data in sorted(stored.items())]}
                     self._answer(json.dumps(answer).encode(), "application/json")
                     return

@@ -1,0 +1,148 @@
+"""The worker's evaluation of a downloaded model (:mod:`rococo_eval.board.worker`): the evaluation ``rococo-eval run``
+makes, in this process or, on a machine with several GPUs, in a launch of several processes on torch.distributed.
+
+:func:`evaluated_record` loads the model and runs :func:`rococo_eval.evaluation.evaluate_model`, the function
+``run`` calls, among the processes of :mod:`rococo_eval.processes` (which share each item set's embedding and
+each two-stage model's re-ranking, as they do for ``run``), and makes the result record of rank 0's report: its
+summary rows and each gallery's per-query outcomes (the hits, the false rate's ``top1_adversarial`` and the clean
+hits), taken from the report in memory, with the images' digest and the device in its ``provenance``.
+
+:func:`launched_record` runs it in ``python -m torch.distributed.run --standalone --nproc-per-node N -m
+rococo_eval.board.worker_run SPEC`` (a child of the worker, which keeps its claim meanwhile): each process joins
+the process group (NCCL on GPUs, each process on GPU ``LOCAL_RANK``; gloo on CPU), opens the source the spec names
+and evaluates its share; rank 0 writes the record beside the spec, whole or not at all, and the worker reads it. A
+process that fails writes its error's one line there too, and the worker's error names it.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Callable, Optional
+
+from rococo_eval.board.leaderboard import validity_warnings_of
+from rococo_eval.board.records import make_record, per_query_outcomes
+from rococo_eval.io.atomic import write_atomic
+from rococo_eval.processes import ONE, Processes
+
+logger = logging.getLogger(__name__)
+
+
+def evaluated_record(request: dict, model: str, source, *, attacks, out, cache_dir, device: Optional[str],
+                     batch_size: Optional[int], workers: int, processes: Processes = ONE) -> Optional[dict]:
+    """The result record of ``request``'s model, loaded as ``model`` (a ``--model`` name of the downloaded folder),
+    evaluated on ``source`` with ``run``'s options (the report written into ``out``); None on a process other than
+    rank 0 of ``processes``. Its ``provenance`` holds the images' digest and the device; the worker adds the rest.
+
+    Raises:
+        ValueError: a model that does not load or whose embeddings are not finite; or whatever else the run raises.
+    """
+    from rococo_eval.evaluation import evaluate_model
+    from rococo_eval.models.adapters import load_model
+    from rococo_eval.processes import rank_device
+
+    model_object = load_model(model, device=rank_device(processes, device), precision=request["precision"])
+    options = {} if batch_size is None else {"batch_size": batch_size}
+    report = evaluate_model(model_object, source, attacks=attacks, out=out, cache_dir=cache_dir, workers=workers,
+                            name=request["model"], processes=processes,
+                            meta={"precision": request["precision"], "model_commit": request["commit"]}, **options)
+    if report is None:
+        return None
+    rows = [row.to_dict() for row in report.summary if not row.is_seed_mean]  # the board makes its own means
+    outcomes = {key: per_query_outcomes(result.per_query) for key, result in report.results.items()
+                if result.per_query}  # as the Space's submissions keep them
+    now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    return make_record(rows, outcomes, model=request["model"], link=request["link"], precision=request["precision"],
+                       note=f"evaluated by the board: {request['repo']} at {request['commit']}", submitted_at=now,
+                       validity_warnings=validity_warnings_of(rows),
+                       provenance={"images_digest": images_digest(source, report.meta["attacks"]),
+                                   "device": report.meta["device"]})
+
+
+def images_digest(source, attacks) -> str:
+    """The SHA-256 of the fingerprints of the image sets a run of ``attacks`` reads (the clean images and each image
+    attack's: names, sizes and alterations, as the embedding cache keys them)."""
+    import hashlib
+
+    from rococo_eval.scoring.embeddingsfile import item_sets
+
+    sets = item_sets(source, attacks)
+    return hashlib.sha256(json.dumps(sorted((name, items.fingerprint) for name, items in sets.items()
+                                            if name.startswith("images/"))).encode()).hexdigest()
+
+
+def launched_record(processes: int, request: dict, model: str, source_options: dict, folder: Path,
+                    stop: Optional[Callable[[], bool]] = None, **options) -> dict:
+    """:func:`evaluated_record` in a launch of ``processes`` processes (torchrun, standalone), with the files of the
+    launch under ``folder``: the source opened by each process as ``open_source(**source_options)``, ``options``
+    those of :func:`evaluated_record`. ``stop`` is asked every second; when it answers True, the launch is ended
+    (torchrun ends its processes).
+
+    Raises:
+        RuntimeError: the launch failed, naming the first failed process's error (or the launcher's last line), or
+            was stopped.
+    """
+    folder.mkdir(parents=True, exist_ok=True)
+    for stale in folder.glob("failed-rank*.txt"):
+        stale.unlink()
+    record_file = folder / "record.json"
+    record_file.unlink(missing_ok=True)
+    spec = {"request": request, "model": model, "source": source_options, "record": str(record_file),
+            "options": {name: str(value) if isinstance(value, Path) else value for name, value in options.items()},
+            "log_level": logging.getLogger("rococo_eval").getEffectiveLevel()}
+    spec_file = write_atomic(folder / "spec.json", lambda handle: handle.write(json.dumps(spec).encode()))
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={processes}",
+               "-m", "rococo_eval.board.worker_run", str(spec_file)]
+    logger.info("request %s: evaluating in %d processes (torch.distributed)", request["id"], processes)
+    with open(folder / "launch.log", "wb") as log:
+        launch = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
+                                  env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        while launch.poll() is None:
+            if stop is not None and stop():
+                launch.terminate()
+                launch.wait()
+                raise RuntimeError(f"the launch of {processes} processes was stopped")
+            try:
+                launch.wait(timeout=1)
+            except subprocess.TimeoutExpired:
+                pass
+    if launch.returncode != 0 or not record_file.is_file():
+        failures = sorted(folder.glob("failed-rank*.txt"))
+        problem = (failures[0].read_text().strip() if failures else
+                   ((folder / "launch.log").read_text(errors="replace").strip().splitlines() or ["no output"])[-1])
+        raise RuntimeError(f"the launch of {processes} processes failed (exit status {launch.returncode}): {problem}")
+    return json.loads(record_file.read_bytes())
+
+
+def main(argv=None) -> int:
+    """One process of :func:`launched_record`'s launch: ``python -m rococo_eval.board.worker_run SPEC``."""
+    from rococo_eval.data.source import open_source
+    from rococo_eval.processes import join
+
+    spec = json.loads(Path((argv or sys.argv[1:])[0]).read_bytes())
+    options = spec["options"]
+    processes = join(options["device"])
+    logging.basicConfig(format=f"rococo-eval worker [{processes.name}]: %(message)s")
+    logging.getLogger("rococo_eval").setLevel(spec["log_level"])
+    try:
+        source = processes.main_first(lambda: open_source(**spec["source"]))
+        record = evaluated_record(spec["request"], spec["model"], source, processes=processes, **options)
+        if record is not None:
+            write_atomic(spec["record"], lambda handle: handle.write(json.dumps(record).encode()))
+    except Exception as error:
+        line = f"{type(error).__name__}: {' '.join(str(error).split())}"
+        write_atomic(Path(spec["record"]).parent / f"failed-rank{processes.rank}.txt",
+                     lambda handle: handle.write(f"{processes.name}: {line}".encode()))
+        raise
+    finally:
+        processes.leave()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

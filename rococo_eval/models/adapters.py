@@ -177,11 +177,8 @@ def _load_open_clip(name: str, parsed: ModelName, device: Optional[str], precisi
 
 
 def _load_transformers(name: str, parsed: ModelName, device: Optional[str], precision: str):
-    """``hf:REPO_OR_PATH``: a dual encoder, or a BLIP / BLIP-2 retrieval checkpoint (scored in two stages)."""
-    from rococo_eval.models import (
-        blip as rerank_models,  # BLIP and BLIP-2 retrieval checkpoints, scored in two stages (scoring.rerank)
-    )
-
+    """``hf:REPO_OR_PATH``: a dual encoder, or a BLIP / BLIP-2 retrieval checkpoint (scored in two stages), as its
+    checked ``config.json`` says (:func:`~rococo_eval.models.checkpoints.check_transformers_folder`)."""
     from rococo_eval.models.checkpoints import CheckpointError, check_transformers_folder
 
     _import("torch")
@@ -190,16 +187,18 @@ def _load_transformers(name: str, parsed: ModelName, device: Optional[str], prec
     try:
         if not folder.is_dir():  # a Hub id: its config.json, downloaded (or found in the cache), is checked first
             folder = Path(transformers.utils.cached_file(parsed.name, "config.json")).parent
-        check_transformers_folder(folder, f"`model` {name!r}")
+        checked = check_transformers_folder(folder, f"`model` {name!r}")
     except CheckpointError as error:
         raise ModelError(str(error)) from error
     except OSError as error:
         raise ModelError(f"cannot load {name!r} with transformers: {error}") from error
-    try:
-        if rerank_models.is_reranking_config(transformers.AutoConfig.from_pretrained(parsed.name)):
-            return rerank_models.load_reranking_model(name, parsed.name, TorchModel(name, device, precision))
-    except (OSError, ValueError) as error:
-        raise ModelError(f"cannot load {name!r} with transformers: {error}") from error
+    if checked.reranking:  # scored in two stages (scoring.rerank)
+        from rococo_eval.models.blip import load_reranking_model
+
+        try:
+            return load_reranking_model(name, parsed.name, TorchModel(name, device, precision))
+        except (OSError, ValueError) as error:
+            raise ModelError(f"cannot load {name!r} with transformers: {error}") from error
     return HFModel(name, parsed, device, precision)
 
 

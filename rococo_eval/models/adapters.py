@@ -57,7 +57,14 @@ import numpy as np
 from PIL import Image
 
 from rococo_eval.models.cache import weights_digest
-from rococo_eval.models.families import CALLABLE, FAMILIES, MODEL_FORMS, PRECISIONS, ModelForm  # noqa: F401 (public)
+from rococo_eval.models.families import (  # noqa: F401 (MODEL_FORMS, ModelForm: public here)
+    CALLABLE,
+    FAMILIES,
+    MODEL_FORMS,
+    PRECISIONS,
+    TORCH_DTYPES,
+    ModelForm,
+)
 from rococo_eval.models.protocol import ImageTextModel
 from rococo_eval.models.similarity import COSINE
 
@@ -367,7 +374,7 @@ class TorchModel:
         self.name = name
         self.precision = precision
         self.device = resolve_device(device)
-        self.dtype = {"fp32": self.torch.float32, "fp16": self.torch.float16, "bf16": self.torch.bfloat16}[precision]
+        self.dtype = getattr(self.torch, TORCH_DTYPES[precision])
 
     def place(self, module):
         """``module`` on this device, in this dtype, in eval mode."""

@@ -512,6 +512,7 @@ def score_command(args) -> Path:
     from rococo_eval.scoring.plan import (
         GalleryFacts,
         PlanError,
+        PlanPolicy,
         ScoreRequest,
         disagreements_of,
         plan_score_files,
@@ -534,8 +535,8 @@ def score_command(args) -> Path:
         requests.append(ScoreRequest(path, attack=attack, direction=direction, order=order))
     with validity.recorded() as warnings:
         try:
-            plans = plan_score_files(requests, GalleryFacts.of(source), ask_order=_ask_order_by_spec,
-                                     trust_given_order=args.trust_order, fix_order=_fix_order_by_spec)
+            plans = plan_score_files(requests, GalleryFacts.of(source), PlanPolicy(
+                ask_order=_ask_order_by_spec, trust_given_order=args.trust_order, fix_order=_fix_order_by_spec))
             results = score_planned(plans)
         except PlanError as error:
             raise CommandError(str(error)) from None

@@ -23,14 +23,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional, Sequence, Union
 
-from rococo_eval.catalog import select_attacks as catalog_select_attacks
 from rococo_eval.data.source import open_source
 from rococo_eval.io.download import default_cache_dir
 from rococo_eval.models.cache import DEFAULT_BATCH_SIZE
-from rococo_eval.models.custom import as_image_text_model
 from rococo_eval.processes import ONE
 from rococo_eval.reporting.report import write_report
-from rococo_eval.results import Report, build_report
+from rococo_eval.results import Report
 from rococo_eval.scoring.run import score_run
 from rococo_eval.scoring.rerank import DEFAULT_CANDIDATES
 
@@ -77,35 +75,14 @@ def evaluate_model(model, source=None, *, attacks: Union[str, Sequence[str]] = "
         ValueError: an unknown attack, no images for RoCOCO, or a model output that is not finite 2-D rows.
         TypeError: ``model`` lacks ``encode_images`` or ``encode_texts``.
     """
-    model = as_image_text_model(model, name)
     cache_dir = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
     if source is None:
         source = open_source(annotations_dir, images_dir=images_dir, cache_dir=cache_dir, benchmark=benchmark,
                              needs_images=True)
-    attacks = select_attacks(attacks, source)
-    scored = score_run(model, source, attacks, cache_dir, batch_size=batch_size, workers=workers, rerank_k=rerank_k,
-                       save_scores=save_scores, compact_scores=compact_scores, save_embeddings=save_embeddings,
-                       progress=progress, processes=processes)
-    if scored is None:
-        return None  # a process other than rank 0 of a launch: its share is done
-    device = model.device  # its kind: "cuda", whichever GPU a process of a launch took
-    report = build_report(scored.results, {
-        "model": model.name, "model_fingerprint": model.fingerprint, "similarity": model.similarity.name,
-        "precision": model.precision, "device": str(device).split(":")[0] if device is not None else None,
-        "attacks": list(attacks), "images_dir": str(source.images_dir), **(meta or {}), **scored.report_entries},
-        source)
-    if out is not None:
+    report = score_run(model, source, attacks, cache_dir, name=name, batch_size=batch_size, workers=workers,
+                       rerank_k=rerank_k, save_scores=save_scores, compact_scores=compact_scores,
+                       save_embeddings=save_embeddings, progress=progress, processes=processes, meta=meta)
+    if report is not None and out is not None:  # None: a process other than rank 0 of a launch, its share done
         write_report(report, Path(out))
     return report
 
-
-def select_attacks(attacks: Union[str, Sequence[str]], source) -> tuple[str, ...]:
-    """The attacks that ``attacks`` names among ``source``'s: groups ``all``, ``text``, ``image``, or names.
-
-    Example:
-        >>> class Source:
-        ...     text_attacks, image_attacks = ("rand_voca", "danger"), ("mix_seed1",)
-        >>> select_attacks("text", Source()), select_attacks(["mix_seed1", "danger"], Source())
-        (('rand_voca', 'danger'), ('danger', 'mix_seed1'))
-    """
-    return catalog_select_attacks(attacks, source.text_attacks, source.image_attacks)

@@ -204,8 +204,22 @@ class SummaryRow:
         return GalleryKey(self.attack, self.direction)
 
     def get(self, name: str, default=None):
-        """The row's value named ``name`` (``attack``, ``direction``, a number), or ``default``."""
-        return self.to_dict().get(name, default)
+        """The row's value named ``name`` (``attack``, ``direction``, ``seeds``, a number), or ``default``: what
+        :meth:`to_dict` holds under ``name``.
+
+        Example:
+            >>> row = SummaryRow("danger", None, {"recall@1": 40.0})
+            >>> row.get("attack"), row.get("recall@1"), row.get("direction", "none"), row.get("seeds")
+            ('danger', 40.0, 'none', None)
+        """
+        if name in self.values:
+            return self.values[name]
+        if name == "attack":
+            return self.attack
+        if name in ("direction", "seeds"):  # to_dict leaves them out when None
+            value = self.direction if name == "direction" else self.seeds
+            return default if value is None else value
+        return default
 
     def to_dict(self) -> dict[str, Any]:
         """The row as ``report.json``'s ``summary`` holds it: ``attack``, ``direction``, a mean's ``seeds``, the

@@ -47,7 +47,7 @@ from tqdm.auto import tqdm
 
 from rococo_eval.models.adapters import load_model, resolve_device
 from rococo_eval.models.cache import EmbeddingCache, ItemSet, embeddings_of_all, weights_digest
-from rococo_eval.models.families import PRECISIONS
+from rococo_eval.models.families import PRECISIONS, TORCH_DTYPES
 from rococo_eval.processes import ONE
 
 logger = logging.getLogger(__name__)
@@ -78,7 +78,7 @@ class SentenceEncoder:
         import transformers
         self.torch, self.name, self.batch_size = torch, name, _check_batch_size(batch_size)
         self.device = resolve_device(device)
-        dtype = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[_check_precision(precision)]
+        dtype = getattr(torch, TORCH_DTYPES[_check_precision(precision)])
         settings = _read_json(folder / "sentence_bert_config.json", {})
         pooling = _read_json(folder / "1_Pooling" / "config.json", {"pooling_mode_mean_tokens": True})
         if not pooling.get("pooling_mode_mean_tokens", False):

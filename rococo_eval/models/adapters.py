@@ -57,7 +57,14 @@ import numpy as np
 from PIL import Image
 
 from rococo_eval.models.cache import weights_digest
-from rococo_eval.models.families import CALLABLE, FAMILIES, MODEL_FORMS, PRECISIONS, ModelForm  # noqa: F401 (public)
+from rococo_eval.models.families import (  # noqa: F401 (MODEL_FORMS, ModelForm: public here)
+    CALLABLE,
+    FAMILIES,
+    MODEL_FORMS,
+    PRECISIONS,
+    TORCH_DTYPES,
+    ModelForm,
+)
 from rococo_eval.models.protocol import ImageTextModel
 from rococo_eval.models.similarity import COSINE
 
@@ -177,11 +184,8 @@ def _load_open_clip(name: str, parsed: ModelName, device: Optional[str], precisi
 
 
 def _load_transformers(name: str, parsed: ModelName, device: Optional[str], precision: str):
-    """``hf:REPO_OR_PATH``: a dual encoder, or a BLIP / BLIP-2 retrieval checkpoint (scored in two stages)."""
-    from rococo_eval.models import (
-        blip as rerank_models,  # BLIP and BLIP-2 retrieval checkpoints, scored in two stages (scoring.rerank)
-    )
-
+    """``hf:REPO_OR_PATH``: a dual encoder, or a BLIP / BLIP-2 retrieval checkpoint (scored in two stages), as its
+    checked ``config.json`` says (:func:`~rococo_eval.models.checkpoints.check_transformers_folder`)."""
     from rococo_eval.models.checkpoints import CheckpointError, check_transformers_folder
 
     _import("torch")
@@ -190,16 +194,18 @@ def _load_transformers(name: str, parsed: ModelName, device: Optional[str], prec
     try:
         if not folder.is_dir():  # a Hub id: its config.json, downloaded (or found in the cache), is checked first
             folder = Path(transformers.utils.cached_file(parsed.name, "config.json")).parent
-        check_transformers_folder(folder, f"`model` {name!r}")
+        checked = check_transformers_folder(folder, f"`model` {name!r}")
     except CheckpointError as error:
         raise ModelError(str(error)) from error
     except OSError as error:
         raise ModelError(f"cannot load {name!r} with transformers: {error}") from error
-    try:
-        if rerank_models.is_reranking_config(transformers.AutoConfig.from_pretrained(parsed.name)):
-            return rerank_models.load_reranking_model(name, parsed.name, TorchModel(name, device, precision))
-    except (OSError, ValueError) as error:
-        raise ModelError(f"cannot load {name!r} with transformers: {error}") from error
+    if checked.reranking:  # scored in two stages (scoring.rerank)
+        from rococo_eval.models.blip import load_reranking_model
+
+        try:
+            return load_reranking_model(name, parsed.name, TorchModel(name, device, precision))
+        except (OSError, ValueError) as error:
+            raise ModelError(f"cannot load {name!r} with transformers: {error}") from error
     return HFModel(name, parsed, device, precision)
 
 
@@ -368,7 +374,7 @@ class TorchModel:
         self.name = name
         self.precision = precision
         self.device = resolve_device(device)
-        self.dtype = {"fp32": self.torch.float32, "fp16": self.torch.float16, "bf16": self.torch.bfloat16}[precision]
+        self.dtype = getattr(self.torch, TORCH_DTYPES[precision])
 
     def place(self, module):
         """``module`` on this device, in this dtype, in eval mode."""

@@ -56,7 +56,6 @@ from rococo_eval.models.similarity import COSINE
 
 logger = logging.getLogger(__name__)
 
-RERANKING_ARCHITECTURES = ("BlipForImageTextRetrieval", "Blip2ForImageTextRetrieval")
 MAX_LENGTH = 35  # tokens, as both official evaluations tokenize the captions
 BLIP_MAX_WORDS = 30  # salesforce/BLIP's coco_karpathy_retrieval_eval (and RoCOCO's copy of it)
 BLIP2_MAX_WORDS = 50  # LAVIS's BlipCaptionProcessor default
@@ -74,19 +73,6 @@ def pre_caption(caption: str, max_words: int) -> str:
     caption = _SPACES.sub(" ", _PUNCTUATION.sub(" ", caption.lower())).rstrip("\n").strip(" ")
     words = caption.split(" ")
     return " ".join(words[:max_words]) if len(words) > max_words else caption
-
-
-def is_reranking_config(config) -> bool:
-    """Whether a ``transformers`` config belongs to a BLIP or BLIP-2 image-text retrieval checkpoint.
-
-    Example:
-        >>> import types
-        >>> is_reranking_config(types.SimpleNamespace(architectures=["BlipForImageTextRetrieval"]))
-        True
-        >>> is_reranking_config(types.SimpleNamespace(architectures=["CLIPModel"]))
-        False
-    """
-    return any(name in RERANKING_ARCHITECTURES for name in getattr(config, "architectures", None) or ())
 
 
 def load_reranking_model(name: str, path: str, base):

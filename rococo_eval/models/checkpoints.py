@@ -31,6 +31,7 @@ from __future__ import annotations
 import math
 import numbers
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Optional, Sequence
 
@@ -84,6 +85,9 @@ TRANSFORMERS_SIZES = {"num_hidden_layers": MAX_LAYERS, "hidden_size": MAX_WIDTH,
                       "projection_dim": MAX_WIDTH, "num_attention_heads": MAX_WIDTH, "vocab_size": MAX_DIMENSION,
                       "max_position_embeddings": MAX_POSITIONS, "image_size": MAX_IMAGE_SIZE,
                       "patch_size": MAX_IMAGE_SIZE}
+# The architectures (in a transformers config's ``architectures``) of the BLIP and BLIP-2 image-text retrieval
+# checkpoints, which are scored in two stages (rococo_eval.models.blip), not as dual encoders.
+RERANKING_ARCHITECTURES = ("BlipForImageTextRetrieval", "Blip2ForImageTextRetrieval")
 # The same for open_clip's model_cfg (vision_cfg, text_cfg); ``layers`` is a list for a ResNet's stages.
 OPEN_CLIP_CONFIG = "open_clip_config.json"
 OPEN_CLIP_SIZES = {"layers": MAX_LAYERS, "width": MAX_WIDTH, "heads": MAX_WIDTH, "head_width": MAX_WIDTH,
@@ -330,11 +334,26 @@ def attention_heads(heads, width: int, part: str, setting: str, what: str) -> in
     return heads
 
 
-def check_transformers_folder(folder, what: str) -> None:
+@dataclass(frozen=True)
+class TransformersFolder:
+    """What :func:`check_transformers_folder` read of a ``transformers`` model folder.
+
+    Attributes:
+        architectures: the model classes its ``config.json`` names (none when it has no config, or names none).
+        reranking: whether one of them is a BLIP or BLIP-2 retrieval checkpoint's (:data:`RERANKING_ARCHITECTURES`),
+            scored in two stages rather than as a dual encoder.
+    """
+
+    architectures: tuple[str, ...]
+    reranking: bool
+
+
+def check_transformers_folder(folder, what: str) -> TransformersFolder:
     """Check a ``transformers`` model folder before ``from_pretrained`` reads it: its other settings and tokenizer
     files (:data:`TRANSFORMERS_FILES`) within their sizes, and its ``config.json`` within :data:`MAX_SETTINGS_BYTES` and
     :data:`MAX_MODEL_CONFIG_DEPTH`, with every size field (:data:`TRANSFORMERS_SIZES`) an int within its
-    bound, attention heads that split their width and patches no larger than the image.
+    bound, attention heads that split their width and patches no larger than the image; and say what the config
+    names (the folder is read once, for both).
 
     Raises:
         CheckpointError: naming the file and the field.
@@ -342,6 +361,9 @@ def check_transformers_folder(folder, what: str) -> None:
     Example:
         >>> import json, tempfile
         >>> folder = Path(tempfile.mkdtemp())
+        >>> _ = (folder / "config.json").write_text(json.dumps({"architectures": ["BlipForImageTextRetrieval"]}))
+        >>> check_transformers_folder(folder, "`model` 'hf:m'")
+        TransformersFolder(architectures=('BlipForImageTextRetrieval',), reranking=True)
         >>> _ = (folder / "config.json").write_text(json.dumps({"text_config": {"num_hidden_layers": 10**6}}))
         >>> check_transformers_folder(folder, "`model` 'hf:m'")  # doctest: +ELLIPSIS
         Traceback (most recent call last):
@@ -356,7 +378,10 @@ def check_transformers_folder(folder, what: str) -> None:
                 check_size(path, limit)
             except (OSError, ValueError) as error:
                 raise CheckpointError(f"{what}: its file {str(path)!r}: {error}") from error
-    _check_model_config(folder / "config.json", TRANSFORMERS_SIZES, what)
+    config = _check_model_config(folder / "config.json", TRANSFORMERS_SIZES, what)
+    named = config.get("architectures") if isinstance(config, dict) else None
+    architectures = tuple(name for name in named if isinstance(name, str)) if isinstance(named, list) else ()
+    return TransformersFolder(architectures, any(name in RERANKING_ARCHITECTURES for name in architectures))
 
 
 def check_open_clip_folder(folder, what: str) -> None:
@@ -381,11 +406,13 @@ def check_open_clip_folder(folder, what: str) -> None:
     _check_model_config(Path(folder) / OPEN_CLIP_CONFIG, OPEN_CLIP_SIZES, what)
 
 
-def _check_model_config(path: Path, sizes: dict, what: str) -> None:
-    """The model config ``path``, when there is one, read within bounds and its ``sizes`` checked."""
-    if path.is_file():
-        config = read_json_file(path, f"{what}: its config", MAX_SETTINGS_BYTES, MAX_MODEL_CONFIG_DEPTH)
-        _check_sizes(config, sizes, "", f"{what}: its config {str(path)!r}")
+def _check_model_config(path: Path, sizes: dict, what: str):
+    """The model config ``path``, when there is one (else None), read within bounds and its ``sizes`` checked."""
+    if not path.is_file():
+        return None
+    config = read_json_file(path, f"{what}: its config", MAX_SETTINGS_BYTES, MAX_MODEL_CONFIG_DEPTH)
+    _check_sizes(config, sizes, "", f"{what}: its config {str(path)!r}")
+    return config
 
 
 def _check_sizes(config, sizes: dict, prefix: str, what: str) -> None:

@@ -2,7 +2,8 @@
 forms that the errors, ``run --help`` and the docs show, and the functions that check and load their models.
 
 :func:`rococo_eval.models.adapters.load_model` looks a name's prefix up in :data:`FAMILIES`, the command line
-builds ``--model``'s help from :data:`MODEL_FORMS` and ``--precision``'s choices from :data:`PRECISIONS`.
+builds ``--model``'s help from :data:`MODEL_FORMS` and ``--precision``'s choices from :data:`PRECISIONS`
+(the keys of :data:`TORCH_DTYPES`, which gives each one's torch dtype).
 
 Example:
     >>> [family.prefix for family in FAMILIES.values()]
@@ -15,7 +16,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-PRECISIONS = ("fp32", "fp16", "bf16")  # the dtypes a model runs in (--precision), fp32 first: the default
+# The precisions a model runs in (--precision), each with its torch dtype's name (`getattr(torch, name)`); fp32 first:
+# the default.
+TORCH_DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
+PRECISIONS = tuple(TORCH_DTYPES)
 CALLABLE = "python"  # the family of ``module:callable``, the user's own model: it has no prefix
 
 

@@ -198,7 +198,7 @@ def model_card_metadata(rows, model_name=None, dataset: tuple[str, str] | None =
 
     dataset_type, dataset_name = ROCOCO_CARD_DATASET if dataset is None else dataset
     results = []
-    for row in map(SummaryRow.from_dict, rows):
+    for row in _summary_rows(rows):
         if row.get("recall@1") is None:
             continue
         label = f"{row.attack}{' (mean of seeds)' if row.is_seed_mean else ''} {direction_text(row.direction)}"
@@ -249,7 +249,7 @@ def format_rows(rows) -> tuple[list[str], list[list[str]]]:
         >>> format_rows([{"attack": "clean", "direction": "image_to_text", "recall@1": 50.0, "false_rate": 0.0}])
         (['attack', 'direction', 'R@1', 'false rate'], [['clean', 'image-to-text', '50.00', 'n/a']])
     """
-    return _format_rows([SummaryRow.from_dict(row) for row in rows])
+    return _format_rows(_summary_rows(rows))
 
 
 def legend(rows=None) -> str:
@@ -266,7 +266,7 @@ def legend(rows=None) -> str:
         >>> legend([{"attack": "clean", "recall@1": 50.0, "num_queries": 30}]).splitlines()[0]
         '- Numbers are percentages (0 to 100), with 2 decimals, but the counts (queries).'
     """
-    return _legend(None if rows is None else [SummaryRow.from_dict(row) for row in rows])
+    return _legend(None if rows is None else _summary_rows(rows))
 
 
 def to_markdown(rows) -> str:
@@ -282,7 +282,7 @@ def to_markdown(rows) -> str:
         - n/a: not defined (a clean gallery has no adversarial item: no false rate, no attack success).
         - R@K: share of the queries with a correct item among the K top-scored items of the gallery
     """
-    rows = [SummaryRow.from_dict(row) for row in rows]
+    rows = _summary_rows(rows)
     headers, cells = _format_rows(rows)
     align = ["---" if header in _TEXT_COLUMNS + ("source",) else "---:" for header in headers]
     lines = ["| " + " | ".join(line) + " |" for line in [headers] + cells]
@@ -304,7 +304,7 @@ def to_text_table(rows) -> str:
         - n/a: not defined (a clean gallery has no adversarial item: no false rate, no attack success).
         - R@K: share of the queries with a correct item among the K top-scored items of the gallery
     """
-    rows = [SummaryRow.from_dict(row) for row in rows]
+    rows = _summary_rows(rows)
     headers, cells = _format_rows(rows)
     widths = [max(len(text) for text in column) for column in zip(headers, *cells)]
     numeric = [header not in _TEXT_COLUMNS + ("source",) for header in headers]
@@ -331,7 +331,7 @@ def plot_recall(rows, path) -> Path:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    attacked = [row for row in map(SummaryRow.from_dict, rows) if row.attack != CLEAN and "recall@1" in row.values]
+    attacked = [row for row in _summary_rows(rows) if row.attack != CLEAN and "recall@1" in row.values]
     figure = Figure(figsize=(max(5.0, 1.1 * len(attacked) + 2), 3.8), dpi=100, layout="constrained")
     FigureCanvasAgg(figure)
     axes = figure.add_subplot()
@@ -489,6 +489,12 @@ def _markdown_table(headers, cells) -> str:
     lines = ["| " + " | ".join(line) + " |" for line in [headers] + cells]
     lines.insert(1, "|" + "|".join("---:" if n else "---" for n in numeric) + "|")
     return "\n".join(lines)
+
+
+def _summary_rows(rows) -> list[SummaryRow]:
+    """The rows of a table as :class:`~rococo_eval.results.SummaryRow` s: a report's ``summary`` as it is, a dict
+    (``report.json``'s, published numbers) read by :meth:`~rococo_eval.results.SummaryRow.from_dict`."""
+    return [row if isinstance(row, SummaryRow) else SummaryRow.from_dict(row) for row in rows]
 
 
 def _format_rows(rows: list[SummaryRow]) -> tuple[list[str], list[list[str]]]:

@@ -172,35 +172,14 @@ def _give_or_trust(choice: LayoutChoice, request: ScoreRequest) -> str:
 
 @dataclass(frozen=True)
 class PlanPolicy:
-    """How a front end plans its files (the keyword arguments of :func:`plan_score_files`, which says what each
-    does): whether custom layouts are allowed and their ``references`` / ``adversarial`` files, what to say when a
-    file's order is missing (``ask_order``) or refused (``fix_order``), the level of a note on a layout read off the
-    file, and whether a stated order is trusted against its scores."""
+    """How a front end plans its files (:func:`plan_score_files`, :func:`plan_each`).
 
-    custom: bool = False
-    references: Optional[str] = None
-    adversarial: Optional[str] = None
-    ask_order: Callable[[LayoutChoice, ScoreRequest], str] = _give_the_order
-    read_off_level: int = logging.WARNING
-    trust_given_order: bool = False
-    fix_order: Callable[[LayoutChoice, ScoreRequest], str] = _give_or_trust
-
-
-def plan_score_files(requests: Sequence[ScoreRequest], facts: GalleryFacts, *, custom: bool = False,
-                     references=None, adversarial=None,
-                     ask_order: Callable[[LayoutChoice, ScoreRequest], str] = _give_the_order,
-                     read_off_level: int = logging.WARNING, trust_given_order: bool = False,
-                     fix_order: Callable[[LayoutChoice, ScoreRequest], str] = _give_or_trust) -> list[PlannedFile]:
-    """Settle every file's gallery before any is scored; raise one :class:`PlanError` listing every problem.
-
-    Args:
-        requests: the files, each with what was given of its layout.
-        facts: what the image-text set says of its galleries (:meth:`GalleryFacts.of` a source; :data:`NO_SOURCE`
-            when no annotations are at hand, then only custom layouts can be planned).
+    Attributes:
         custom: whether custom layouts are allowed: their references (and adversarial items) come from the score
             file (an ``.npz`` or ``.safetensors`` with ``references`` / ``adversarial`` arrays) or from the
             ``references`` / ``adversarial`` files. ``rococo-eval score`` refuses them (a RoCOCO report has no
             place for them); the Space scores them.
+        references, adversarial: those files, or None.
         ask_order: what to tell the user when the order of an attacked image-to-text gallery is neither given nor
             clear from the scores (the command asks for a spec, the Space for a cell of its table).
         read_off_level: the log level of a note on a layout read off the file rather than given (the command warns;
@@ -211,12 +190,32 @@ def plan_score_files(requests: Sequence[ScoreRequest], facts: GalleryFacts, *, c
             warning says it. False (the default) refuses such a file with the evidence.
         fix_order: what to tell the user when a stated order is refused: how to give the other one, or to trust it
             (the command names its spec and ``--trust-order``, the Space its layout table and checkbox).
+    """
+
+    custom: bool = False
+    references: Optional[str] = None
+    adversarial: Optional[str] = None
+    ask_order: Callable[[LayoutChoice, ScoreRequest], str] = _give_the_order
+    read_off_level: int = logging.WARNING
+    trust_given_order: bool = False
+    fix_order: Callable[[LayoutChoice, ScoreRequest], str] = _give_or_trust
+
+
+def plan_score_files(requests: Sequence[ScoreRequest], facts: GalleryFacts,
+                     policy: PlanPolicy = PlanPolicy()) -> list[PlannedFile]:
+    """Settle every file's gallery before any is scored; raise one :class:`PlanError` listing every problem.
+
+    Args:
+        requests: the files, each with what was given of its layout.
+        facts: what the image-text set says of its galleries (:meth:`GalleryFacts.of` a source; :data:`NO_SOURCE`
+            when no annotations are at hand, then only custom layouts can be planned).
+        policy: how the front end plans (:class:`PlanPolicy`: custom layouts allowed or not, what to tell the user
+            about an order, whether a stated order is trusted against its scores).
 
     Returns:
         one :class:`PlannedFile` per request, in request order.
     """
-    plans, problems = plan_each(requests, facts, PlanPolicy(custom, references, adversarial, ask_order, read_off_level,
-                                                            trust_given_order, fix_order))
+    plans, problems = plan_each(requests, facts, policy)
     if problems:
         raise PlanError(problems)
     return plans

@@ -1,49 +1,46 @@
-"""Score a model's galleries as a run does: its embedding cache, its scorer, what it saves beside the report, and
-what the report's ``meta`` says of the scoring.
+"""Score a model's galleries as a run does, into its report: its embedding cache, its scorer, what it saves beside
+the report, and the report's ``meta``.
 
-:func:`score_run` is the scoring half of :func:`rococo_eval.evaluation.evaluate_model` (which adds the model, the
-source and the report around it): it scores every gallery
-(:func:`~rococo_eval.scoring.galleries.score_model`, two stages for a
+:func:`score_run` is the scoring half of :func:`rococo_eval.evaluation.evaluate_model` (which opens the source
+around it and writes the report): it takes the model in (:func:`~rococo_eval.models.custom.as_image_text_model`),
+selects the attacks, scores every gallery (:func:`~rococo_eval.scoring.galleries.score_model`, two stages for a
 :class:`~rococo_eval.models.protocol.TwoStageModel`), gathers the validity warnings of every process of a launch, and
-gives rank 0 a :class:`ModelScores`.
+gives rank 0 the :class:`~rococo_eval.results.Report` (:func:`~rococo_eval.results.build_report`).
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Optional, Sequence, Union
 
 import rococo_eval.validity as validity
+from rococo_eval.catalog import select_attacks
 from rococo_eval.models.cache import DEFAULT_BATCH_SIZE, EmbeddingCache
+from rococo_eval.models.custom import as_image_text_model
 from rococo_eval.processes import ONE
-from rococo_eval.results import GalleryResult
+from rococo_eval.results import Report, build_report
 from rococo_eval.scoring.galleries import check_saving, score_model, scorer_for
 
 logger = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class ModelScores:
-    """What scoring a model gives its report: every gallery's result (by gallery key, official order, with the
-    per-query arrays), and the ``meta`` entries of the scoring, in the report's order: the validity ``warnings``
-    (when some), a re-ranker's ``rerank`` counts, ``scores_dir`` and ``compact_scores``, ``embeddings_file``."""
+def score_run(model, source, attacks: Union[str, Sequence[str]], cache_dir, *, name: Optional[str] = None,
+              batch_size: int = DEFAULT_BATCH_SIZE, workers: int = 0, rerank_k: Optional[int] = None,
+              save_scores=None, compact_scores: bool = False, save_embeddings=None, progress: bool = False,
+              processes=ONE, meta: Optional[dict] = None) -> Optional[Report]:
+    """Score ``model``'s galleries of ``attacks`` (of ``source``'s) with its embeddings cached in ``cache_dir``'s
+    ``embeddings/``; on rank 0 of ``processes``, return their report; on the others (their share done), None.
 
-    results: dict[str, GalleryResult]
-    report_entries: dict[str, Any]
-
-
-def score_run(model, source, attacks: Sequence[str], cache_dir, *, batch_size: int = DEFAULT_BATCH_SIZE,
-              workers: int = 0, rerank_k: Optional[int] = None, save_scores=None, compact_scores: bool = False,
-              save_embeddings=None, progress: bool = False, processes=ONE) -> Optional[ModelScores]:
-    """Score ``model``'s galleries of ``attacks`` with its embeddings cached in ``cache_dir``'s ``embeddings/``;
-    on rank 0 of ``processes``, return them with the report's entries; on the others (their share done), None.
-
-    The options are :func:`~rococo_eval.evaluation.evaluate_model`'s, each checked once before any work
-    (:func:`~rococo_eval.scoring.galleries.check_saving`): ``save_embeddings`` here, the others by
-    :func:`~rococo_eval.scoring.galleries.score_model`; progress bars are rank 0's only.
+    The arguments are :func:`~rococo_eval.evaluation.evaluate_model`'s, each checked once before any work
+    (:func:`~rococo_eval.scoring.galleries.check_saving`): ``save_embeddings`` here, the other saving options by
+    :func:`~rococo_eval.scoring.galleries.score_model`; progress bars are rank 0's only. The report's ``meta``: the
+    model (name, fingerprint, similarity, precision, device kind), the attacks and the images folder, then ``meta``,
+    then the scoring's entries: the validity ``warnings`` (when some), a re-ranker's ``rerank`` counts,
+    ``scores_dir`` and ``compact_scores``, ``embeddings_file``.
     """
+    model = as_image_text_model(model, name)
+    attacks = select_attacks(attacks, source.text_attacks, source.image_attacks)
     check_saving(model, save_embeddings=save_embeddings)
     with validity.recorded() as warnings:  # a damaged cache file dropped, for the report
         cache = EmbeddingCache(Path(cache_dir) / "embeddings", batch_size=batch_size, workers=workers,
@@ -54,14 +51,18 @@ def score_run(model, source, attacks: Sequence[str], cache_dir, *, batch_size: i
     warnings = list(dict.fromkeys(processes.gathered(warnings)))  # every process's, once: rank 0 writes the report
     if not processes.is_main:
         return None
-    entries = {**validity.report_entries(warnings), **scorer.report_entries()}
+    device = model.device  # its kind: "cuda", whichever GPU a process of a launch took
+    entries = {"model": model.name, "model_fingerprint": model.fingerprint, "similarity": model.similarity.name,
+               "precision": model.precision, "device": str(device).split(":")[0] if device is not None else None,
+               "attacks": list(attacks), "images_dir": str(source.images_dir), **(meta or {}),
+               **validity.report_entries(warnings), **scorer.report_entries()}
     if save_scores is not None:
         entries["scores_dir"] = str(save_scores)
         if compact_scores:
             entries["compact_scores"] = True
     if save_embeddings is not None:
         entries["embeddings_file"] = _save_embeddings(model, source, attacks, cache, save_embeddings)
-    return ModelScores(results, entries)
+    return build_report(results, entries, source)
 
 
 def _save_embeddings(model, source, attacks, cache, path) -> str:

@@ -15,6 +15,8 @@ class TinyCocoSource:
     """A RoCOCO-shaped benchmark of ``num_images`` generated images: 5 captions each (6 for image 1), 5
     adversarial captions per image in each text attack, galleries laid out as RoCOCO's."""
 
+    text_attacks, image_attacks = ATTACKS, ()
+
     def __init__(self, folder, num_images=12, seed=0):
         rng = np.random.default_rng(seed)
         self.images_dir = folder

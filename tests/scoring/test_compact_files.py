@@ -121,11 +121,12 @@ def test_a_file_with_a_full_and_a_compact_matrix_is_refused(tmp_path):
 
 def test_a_compact_file_with_a_repeated_column_is_refused_when_scored(tmp_path):
     from rococo_eval.data.facts import NO_SOURCE
-    from rococo_eval.scoring.plan import PlanError, ScoreRequest, plan_score_files, score_planned
+    from rococo_eval.scoring.plan import PlanError, PlanPolicy, ScoreRequest, plan_score_files, score_planned
 
     path = write_compact(tmp_path / "scores.npz", top_columns=np.array([[1, 1], [0, 2]], dtype=np.int32),
                          references=np.array([1, 2]))
-    plans = plan_score_files([ScoreRequest(path, attack="custom", direction="text_to_image")], NO_SOURCE, custom=True)
+    plans = plan_score_files([ScoreRequest(path, attack="custom", direction="text_to_image")], NO_SOURCE,
+                             PlanPolicy(custom=True))
     with pytest.raises(PlanError, match=r"scores.npz: `top_columns\[0\]` lists column 1 twice"):
         score_planned(plans)
 

@@ -12,7 +12,8 @@ from helpers.one_model import one_model_scores
 from rococo_eval.layout import gallery_layout
 from rococo_eval.results import GalleryResult
 from rococo_eval.scoring.consistency import disagreements, has_fill_block
-from rococo_eval.scoring.plan import GalleryFacts, ScoreRequest, disagreements_of, plan_score_files, score_planned
+from rococo_eval.scoring.plan import (GalleryFacts, PlanPolicy, ScoreRequest, disagreements_of, plan_score_files,
+                                      score_planned)
 
 
 def typed(numbers: dict) -> dict:
@@ -171,7 +172,7 @@ def test_a_custom_layout_is_not_compared(tmp_path):
     np.savez(tmp_path / "rand_voca.npz", scores=np.eye(20, 30, dtype=np.float32), references=np.arange(20),
              adversarial=np.arange(30) >= 25)
     requests.append(ScoreRequest(tmp_path / "rand_voca.npz", "rand_voca.npz", "custom", "image_to_text"))
-    plans = plan_score_files(requests, GalleryFacts(CAPTIONS), custom=True)
+    plans = plan_score_files(requests, GalleryFacts(CAPTIONS), PlanPolicy(custom=True))
     results = score_planned(plans)
     assert results["rand_voca/image_to_text"].metrics["clean_recall@1"] == 100.0
     assert results["clean/image_to_text"].metrics["recall@1"] < 100.0

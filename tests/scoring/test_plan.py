@@ -10,8 +10,8 @@ import pytest
 
 from rococo_eval.cli import main
 from rococo_eval.layout import gallery_layout
-from rococo_eval.scoring.plan import (GalleryFacts, PlanError, ScoreRequest, ScoringOptions, detect_file_layout,
-                                      plan_score_files, report_meta, score_planned)
+from rococo_eval.scoring.plan import (GalleryFacts, PlanError, PlanPolicy, ScoreRequest, ScoringOptions,
+                                      detect_file_layout, plan_score_files, report_meta, score_planned)
 
 CAPTIONS = [5, 6, 5, 5]  # 4 images, 21 captions
 
@@ -65,7 +65,8 @@ def test_every_problem_is_listed_before_any_file_is_scored(tmp_path):
     requests = [ScoreRequest(good), ScoreRequest(tmp_path / "odd.npy", "odd.npy"), ScoreRequest(again, "again.npy"),
                 ScoreRequest(unclear, "danger.npy", order="")]
     with pytest.raises(PlanError) as raised:
-        plan_score_files(requests, GalleryFacts(CAPTIONS), ask_order=lambda choice, request: f"ask for {request.name}'s order")
+        plan_score_files(requests, GalleryFacts(CAPTIONS),
+                         PlanPolicy(ask_order=lambda choice, request: f"ask for {request.name}'s order"))
     problems = raised.value.problems
     assert problems[0].startswith("odd.npy: shape (3, 3) fits no RoCOCO layout")
     assert problems[1].startswith("danger.npy: ") and problems[1].endswith("; ask for danger.npy's order")
@@ -78,7 +79,7 @@ def test_custom_layouts_only_where_allowed(tmp_path):
     request = ScoreRequest(tmp_path / "mine.npz", "mine.npz")
     _, choice = detect_file_layout(request, GalleryFacts(CAPTIONS), custom=True)
     assert choice.attack == "custom"
-    [planned] = plan_score_files([request], GalleryFacts(CAPTIONS), custom=True)
+    [planned] = plan_score_files([request], GalleryFacts(CAPTIONS), PlanPolicy(custom=True))
     assert planned.key == "mine/custom" and not planned.is_standard
     scored = score_planned([planned])["mine/custom"]
     assert scored.metrics["recall@1"] == 100.0 and scored.layout is None and not scored.analysable
@@ -90,7 +91,7 @@ def test_a_layout_read_off_the_file_is_a_warning_for_the_command_and_a_note_for_
     path, _ = _saved(tmp_path, "clean_text_to_image.npy", "clean", "text_to_image")
     with caplog.at_level(logging.INFO, logger="rococo_eval.scoring.plan"):
         plan_score_files([ScoreRequest(path)], GalleryFacts(CAPTIONS))
-        plan_score_files([ScoreRequest(path)], GalleryFacts(CAPTIONS), read_off_level=logging.INFO)
+        plan_score_files([ScoreRequest(path)], GalleryFacts(CAPTIONS), PlanPolicy(read_off_level=logging.INFO))
         plan_score_files([ScoreRequest(path, attack="clean", direction="text_to_image")], GalleryFacts(CAPTIONS))
     notes = [(record.levelno, record.getMessage()) for record in caplog.records if "gallery" in record.getMessage()]
     assert [level for level, _ in notes] == [logging.WARNING, logging.INFO, logging.INFO]
@@ -125,7 +126,7 @@ def test_a_stated_order_that_the_scores_contradict_is_refused_with_the_evidence_
                                   "ground truth higher, 0 their dataset-order one."), problem
         assert problem.endswith("give the official order, or pass `trust_given_order=True` to score it in the "
                                 "dataset order all the same")
-        [planned] = plan_score_files([request], GalleryFacts(DECIDING_CAPTIONS), trust_given_order=True)
+        [planned] = plan_score_files([request], GalleryFacts(DECIDING_CAPTIONS), PlanPolicy(trust_given_order=True))
         assert planned.choice.order == "dataset" and planned.layout.order == "dataset"
         assert "but the scores decide the official order (of 80 sampled queries, 79 score their official-order " \
                "ground truth higher and 0 their dataset-order ground truth)" in planned.choice.note
@@ -166,7 +167,7 @@ def test_a_stated_order_that_the_scores_are_significantly_against_is_refused(tmp
         assert accepted.choice.order == "dataset" and warnings == []
         assert "; the scores do not decide the order (of 80 sampled queries, 60 score their official-order ground " \
                "truth higher and 19 their dataset-order ground truth; deciding takes" in accepted.choice.note
-        [trusted] = plan_score_files([refused], GalleryFacts(DECIDING_CAPTIONS), trust_given_order=True)
+        [trusted] = plan_score_files([refused], GalleryFacts(DECIDING_CAPTIONS), PlanPolicy(trust_given_order=True))
     assert trusted.choice.order == "dataset" and trusted.choice.note.endswith("all the same, as asked")
     assert warnings == ["m61_rand_voca.npy: scored in the dataset order all the same, as asked, although the scores "
                         "are against the dataset order (one-sided sign test: p = 6.3e-07, below the 1e-06 level): 61 "

@@ -1,4 +1,4 @@
-"""rococo_eval.scoring.run: a model's scoring as a run does it, with what the report's ``meta`` says of it."""
+"""rococo_eval.scoring.run: a model's scoring as a run does it, into its report."""
 
 import pytest
 
@@ -9,16 +9,21 @@ from rococo_eval.scoring.galleries import score_model
 from rococo_eval.scoring.run import score_run
 
 
-def test_score_run_gives_score_models_results_and_the_reports_entries(hf_name, tiny_source, tmp_path):
+def test_score_run_gives_score_models_results_in_a_report_with_its_meta(hf_name, tiny_source, tmp_path):
     model = load_model(hf_name, device="cpu")
     (tmp_path / "scores").mkdir()
-    scored = score_run(model, tiny_source, ["rand_voca"], tmp_path / "cache", batch_size=16,
-                       save_scores=tmp_path / "scores")
+    report = score_run(model, tiny_source, "rand_voca", tmp_path / "cache", batch_size=16,
+                       save_scores=tmp_path / "scores", meta={"precision": "fp32", "note": "given"})
     alone = score_model(model, tiny_source, ["rand_voca"], EmbeddingCache(tmp_path / "alone", batch_size=16))
-    assert list(scored.results) == list(alone) == ["clean/image_to_text", "clean/text_to_image",
+    assert list(report.results) == list(alone) == ["clean/image_to_text", "clean/text_to_image",
                                                    "rand_voca/image_to_text"]
-    assert_same_results(scored.results, alone)
-    assert scored.report_entries == {"scores_dir": str(tmp_path / "scores")}  # no warnings, a dual encoder
+    assert_same_results(report.results, alone)
+    assert [row.attack for row in report.summary] == ["clean", "rand_voca", "clean"]
+    meta = {name: value for name, value in report.meta.items() if name not in ("rococo_eval", "python")}
+    assert meta == {"model": hf_name, "model_fingerprint": model.fingerprint, "similarity": "cosine",
+                    "precision": "fp32", "device": "cpu", "attacks": ["rand_voca"],
+                    "images_dir": str(tiny_source.images_dir), "note": "given",
+                    "scores_dir": str(tmp_path / "scores")}  # no warnings, a dual encoder
     assert (tmp_path / "cache" / "embeddings").is_dir()  # the cache is the run's cache folder's embeddings/
     assert (tmp_path / "scores" / "rand_voca_image_to_text_official_order.npy").is_file()
 

@@ -3,7 +3,7 @@ and how a worker claims one so that no two workers evaluate it.
 
 A request is ``requests/<id>.json`` (:func:`request_path`) in the dataset repo named by ``$ROCOCO_REQUESTS_REPO``. Its
 fields (:data:`SCHEMA_VERSION` 1): ``schema_version``, ``id`` (a UUID, hex), ``model`` (a ``--model`` name of a Hub
-repository: ``hf:ORG/REPO``, ``open_clip:hf-hub:ORG/REPO``, ``pcmepp:ORG/REPO``), ``repo``, ``revision`` (as asked),
+repository: one of :data:`HUB_FORMS`, e.g. ``blip:hf-hub:ORG/REPO/PATH.pth``), ``repo``, ``revision`` (as asked),
 ``commit`` (the commit it resolved to when the request came: the worker evaluates that commit, whatever the branch
 holds later), ``size_bytes``, ``link``, ``precision``, ``requested_at``, ``client`` (the digest of the address it came
 from, for the rate limits), and its state: ``status`` (:data:`STATES`), ``claimed_by``, ``claimed_at``, ``attempts``,
@@ -46,6 +46,7 @@ from typing import Mapping, Optional
 
 from rococo_eval.board.leaderboard import CLIENT_HOURLY_LIMIT, HOURLY_LIMIT, PRECISIONS, clean_text
 from rococo_eval.board.records import json_object
+from rococo_eval.models.families import FAMILIES
 
 logger = logging.getLogger(__name__)
 
@@ -55,8 +56,8 @@ REQUEST_FOLDER = "requests"
 REQUEST_PATTERN = re.compile(rf"{REQUEST_FOLDER}/[0-9a-f]{{32}}\.json")
 PENDING, RUNNING, DONE, FAILED = "pending", "running", "done", "failed"
 STATES = (PENDING, RUNNING, DONE, FAILED)
-# the forms of a --model name that name a Hub repository, and the family's name of it
-HUB_FORMS = {"hf": "hf:ORG/REPO", "open_clip": "open_clip:hf-hub:ORG/REPO", "pcmepp": "pcmepp:ORG/REPO"}
+# the forms of a --model name that name a Hub repository, and the family's name of it (the Family records')
+HUB_FORMS = {family.library: family.hub_form for family in FAMILIES.values() if family.hub}
 # all files of a repository together: a ViT-g/14 CLIP is about 5.5 GB in one format, and repositories often hold two
 MAX_REPO_BYTES = 20 * 1024 ** 3
 # a claim older than this is taken to be a dead worker's, and the request is claimed again: a full RoCOCO run of a
@@ -84,6 +85,7 @@ def hub_repository(model: str) -> tuple[str, str]:
         ('open_clip', 'laion/CLIP-ViT-B-32-laion2B-s34B-b79K')
     """
     from rococo_eval.models.adapters import MODEL_FORMS, ModelError, parse_model_name
+    from rococo_eval.models.hub_files import hub_location
 
     text = clean_text(model, "model", required=True)
     forms = ", ".join(HUB_FORMS.values())
@@ -98,10 +100,15 @@ def hub_repository(model: str) -> tuple[str, str]:
                          f"named {forms}")
     if parsed is None:
         raise ValueError(f"`model` {text!r} names no model; the board evaluates {forms}")
-    repo = parsed.name.removeprefix("hf-hub:") if parsed.library == "open_clip" else parsed.name
-    if parsed.library not in HUB_FORMS or (parsed.library == "open_clip" and not parsed.name.startswith("hf-hub:")):
-        raise ValueError(f"`model` {text!r} is not a Hub repository: the board evaluates {forms} (an official "
-                         "checkpoint file or a local folder cannot be fetched at a commit)")
+    location = hub_location(parsed.library, parsed.name, f"`model` {text!r}") if parsed.library in HUB_FORMS \
+        else None
+    if location is None:
+        raise ValueError(f"`model` {text!r} is not a Hub repository: the board evaluates {forms} (a local "
+                         "checkpoint file or folder cannot be fetched at a commit)")
+    if location.revision:
+        raise ValueError(f"`model` {text!r}: give the revision {location.revision!r} as the request's revision, "
+                         "not in the name")
+    repo = location.repo
     if not _REPO_ID.fullmatch(repo) or ".." in repo:
         raise ValueError(f"`model` {text!r}: {repo!r} is no Hub repository id (ORG/REPO), and local paths are "
                          "refused: the board evaluates what the Hub holds")
@@ -115,11 +122,14 @@ def check_hub_model(model: str, revision: str = "", api=None, max_bytes: int = M
 
     Raises:
         ValueError: the name (:func:`hub_repository`), a repository or revision the Hub does not know, a file that
-            would run code of the repository, or files over ``max_bytes`` together; each names what it found.
+            would run code of the repository, a checkpoint file the name names that the commit lacks, or files over
+            ``max_bytes`` together; each names what it found.
     """
     from huggingface_hub.errors import RepositoryNotFoundError, RevisionNotFoundError
 
-    _, repo = hub_repository(model)
+    from rococo_eval.models.hub_files import hub_location
+
+    family, repo = hub_repository(model)
     revision = clean_text(revision, "note") or "main"
     if not re.fullmatch(r"[\w./-]{1,200}", revision) or ".." in revision:
         raise ValueError(f"`revision` {revision!r} is no branch, tag or commit name")
@@ -134,6 +144,9 @@ def check_hub_model(model: str, revision: str = "", api=None, max_bytes: int = M
     if code:
         raise ValueError(f"`model` {model!r}: {repo} holds code ({', '.join(code[:3])}), which only "
                          "trust_remote_code would run: the board runs no code from a repository")
+    named = hub_location(family, clean_text(model, "model").partition(":")[2]).path  # blip:, vse: name a file
+    if named is not None and named not in files:
+        raise ValueError(f"`model` {model!r}: {repo} has no file {named!r} at {info.sha[:12]}")
     size = sum(files.values())
     if size > max_bytes:
         raise ValueError(f"`model` {model!r}: {repo} holds {size:,} bytes at {info.sha[:12]}, more than the board "

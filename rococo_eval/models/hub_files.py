@@ -9,10 +9,11 @@ repository (:func:`parse_hub_file`).
 What the loader reads beside the checkpoint comes from the same repository at the same commit
 (:func:`download_hub_file`): the settings file ``PATH.json`` beside it, when the repository holds one, and each file
 or folder the settings name by a path relative to it (BERT's vocabulary as ``tokenizer``; VSE infinity's
-``region_features``). ``snapshot_download(allow_patterns=...)`` puts them in the Hugging Face cache, which keeps the
-repository's layout, so the settings' relative paths resolve there as they do beside a local checkpoint, and the
-local form's loader reads the copy: the numbers are those of ``blip:PATH.pth`` on the same files. Offline
-(``HF_HUB_OFFLINE=1``) the cache answers, at the commit the revision last resolved to.
+``region_features``; a path that leaves the repository, by ``..``, ``/`` or ``~``, is refused).
+``snapshot_download(allow_patterns=...)`` puts them in the Hugging Face cache, which keeps the repository's layout,
+so the settings' relative paths resolve there as they do beside a local checkpoint, and the local form's loader reads
+the copy: the numbers are those of ``blip:PATH.pth`` on the same files. Offline (``HF_HUB_OFFLINE=1``) the cache
+answers, at the commit the revision last resolved to.
 
 A name in the settings that is no path of the repository (a Hub id, such as ``bert-base-uncased``, the ``tokenizer``
 both loaders read when the settings name none: :data:`READ_ELSEWHERE`) is read as the local form reads it; the board
@@ -119,8 +120,8 @@ def download_hub_file(hub_file: HubFile, what: str, *, revision: Optional[str] =
         file downloaded.
 
     Raises:
-        CheckpointError: a repository, revision or file the Hub (or the cache, offline) does not have; with
-            ``own_files_only``, a setting read from another repository.
+        CheckpointError: a repository, revision or file the Hub (or the cache, offline) does not have; a setting
+            whose path leaves the repository; with ``own_files_only``, a setting read from another repository.
     """
     from huggingface_hub import snapshot_download
 
@@ -150,8 +151,12 @@ def download_hub_file(hub_file: HubFile, what: str, *, revision: Optional[str] =
         if not isinstance(value, str):
             continue
         inside = posixpath.normpath(posixpath.join(posixpath.dirname(settings), value))
+        if value.startswith(("/", "~")) or inside == ".." or inside.startswith("../"):
+            raise CheckpointError(f"{what}: its settings file {settings} names {key} {value!r}, outside "
+                                  f"{hub_file.repo}: a checkpoint of a Hub repository reads files of that "
+                                  "repository, by paths relative to its settings file, or Hub ids")
         found = []
-        if _PATH.fullmatch(inside) and not value.startswith(("/", "~")):
+        if _PATH.fullmatch(inside):
             download([inside, f"{inside}/*"], commit)
             found = sorted(path.relative_to(folder).as_posix()
                            for path in [folder / inside, *(folder / inside).rglob("*")] if path.is_file())

@@ -20,6 +20,8 @@ from rococo_eval.cli import main
 from rococo_eval.data.source import open_source
 from rococo_eval.io.download import sha256_of
 from rococo_eval.models.adapters import ModelError, check_model_name, load_model
+from rococo_eval.models.checkpoints import CheckpointError
+from rococo_eval.models.hub_files import HubFile, download_hub_file
 
 REQUESTS, RESULTS, REPO = "org/requests", "org/board", "org/tiny-vse"
 CHECKPOINT = "coco_wsl_grid_bert/model_best.pth"
@@ -144,3 +146,18 @@ def test_the_worker_reads_one_repository_at_one_commit_and_pickles_through_the_a
     assert "coco_wsl_grid_bert/model.pth' is not a BLIP retrieval checkpoint" in reasons["org/not-blip"]
     assert not marker.exists() and hub.files[RESULTS] == {}
     assert all("\n" not in reason for reason in reasons.values())
+
+
+def test_a_settings_file_naming_a_path_outside_its_repository_is_refused(hub, tmp_path):
+    """A settings file whose relative path climbs out of the snapshot folder (into the Hugging Face cache, or past it
+    to a file of the machine) names no file of the repository: refused in one line, for ``run`` as for the board,
+    before the loader would read that file."""
+    (tmp_path / "outside.txt").write_text("[PAD]\n")  # tmp_path/hf-cache/models--org--escape/snapshots/COMMIT/...
+    escape = "../../../../../outside.txt"
+    hub.put_model("org/escape", {CHECKPOINT: b"not read", CHECKPOINT.replace(".pth", ".json"): json.dumps(
+        {"tokenizer": escape}).encode()})
+    for own_files_only in (True, False):
+        with pytest.raises(CheckpointError, match=re.escape(
+                f"`model` 'vse:...': its settings file coco_wsl_grid_bert/model_best.json names tokenizer "
+                f"{escape!r}, outside org/escape")):
+            download_hub_file(HubFile("org/escape", CHECKPOINT), "`model` 'vse:...'", own_files_only=own_files_only)

@@ -42,11 +42,14 @@ import json
 import logging
 import re
 import uuid
-from typing import Mapping, Optional
+from typing import TYPE_CHECKING, Mapping, Optional
 
 from rococo_eval.board.leaderboard import CLIENT_HOURLY_LIMIT, HOURLY_LIMIT, PRECISIONS, clean_text
 from rococo_eval.board.records import json_object
 from rococo_eval.models.families import FAMILIES
+
+if TYPE_CHECKING:
+    from rococo_eval.models.hub_files import HubFile
 
 logger = logging.getLogger(__name__)
 
@@ -78,11 +81,27 @@ def hub_repository(model: str) -> tuple[str, str]:
     """``(family, repo id)`` of a ``--model`` name that names a Hub repository (:data:`HUB_FORMS`).
 
     Raises:
-        ValueError: a local path, ``module:callable``, or any other form, naming ``model`` and the forms taken.
+        ValueError: as :func:`hub_model`.
 
     Example:
         >>> hub_repository("open_clip:hf-hub:laion/CLIP-ViT-B-32-laion2B-s34B-b79K")
         ('open_clip', 'laion/CLIP-ViT-B-32-laion2B-s34B-b79K')
+    """
+    family, location = hub_model(model)
+    return family, location.repo
+
+
+def hub_model(model: str) -> tuple[str, "HubFile"]:
+    """``(family, location)`` of a ``--model`` name that names a Hub repository (:data:`HUB_FORMS`): its
+    :class:`~rococo_eval.models.hub_files.HubFile`, the repository and, for ``blip:`` and ``vse:``, the file in it.
+
+    Raises:
+        ValueError: a local path, ``module:callable``, or any other form, naming ``model`` and the forms taken; a
+            revision in the name (the request's revision is its own field).
+
+    Example:
+        >>> hub_model("vse:hf-hub:org/vse-infty/coco/model_best.pth")
+        ('vse', HubFile(repo='org/vse-infty', path='coco/model_best.pth', revision=None))
     """
     from rococo_eval.models.adapters import MODEL_FORMS, ModelError, parse_model_name
     from rococo_eval.models.hub_files import hub_location
@@ -108,11 +127,10 @@ def hub_repository(model: str) -> tuple[str, str]:
     if location.revision:
         raise ValueError(f"`model` {text!r}: give the revision {location.revision!r} as the request's revision, "
                          "not in the name")
-    repo = location.repo
-    if not _REPO_ID.fullmatch(repo) or ".." in repo:
-        raise ValueError(f"`model` {text!r}: {repo!r} is no Hub repository id (ORG/REPO), and local paths are "
-                         "refused: the board evaluates what the Hub holds")
-    return parsed.library, repo
+    if not _REPO_ID.fullmatch(location.repo) or ".." in location.repo:
+        raise ValueError(f"`model` {text!r}: {location.repo!r} is no Hub repository id (ORG/REPO), and local paths "
+                         "are refused: the board evaluates what the Hub holds")
+    return parsed.library, location
 
 
 def check_hub_model(model: str, revision: str = "", api=None, max_bytes: int = MAX_REPO_BYTES) -> dict:
@@ -121,15 +139,14 @@ def check_hub_model(model: str, revision: str = "", api=None, max_bytes: int = M
     there (``{path: size}``). ``api`` is an ``huggingface_hub.HfApi`` (its endpoint and token).
 
     Raises:
-        ValueError: the name (:func:`hub_repository`), a repository or revision the Hub does not know, a file that
+        ValueError: the name (:func:`hub_model`), a repository or revision the Hub does not know, a file that
             would run code of the repository, a checkpoint file the name names that the commit lacks, or files over
             ``max_bytes`` together; each names what it found.
     """
     from huggingface_hub.errors import RepositoryNotFoundError, RevisionNotFoundError
 
-    from rococo_eval.models.hub_files import hub_location
-
-    family, repo = hub_repository(model)
+    _, location = hub_model(model)
+    repo = location.repo
     revision = clean_text(revision, "note") or "main"
     if not re.fullmatch(r"[\w./-]{1,200}", revision) or ".." in revision:
         raise ValueError(f"`revision` {revision!r} is no branch, tag or commit name")
@@ -144,9 +161,8 @@ def check_hub_model(model: str, revision: str = "", api=None, max_bytes: int = M
     if code:
         raise ValueError(f"`model` {model!r}: {repo} holds code ({', '.join(code[:3])}), which only "
                          "trust_remote_code would run: the board runs no code from a repository")
-    named = hub_location(family, clean_text(model, "model").partition(":")[2]).path  # blip:, vse: name a file
-    if named is not None and named not in files:
-        raise ValueError(f"`model` {model!r}: {repo} has no file {named!r} at {info.sha[:12]}")
+    if location.path is not None and location.path not in files:  # blip:, vse: name a file
+        raise ValueError(f"`model` {model!r}: {repo} has no file {location.path!r} at {info.sha[:12]}")
     size = sum(files.values())
     if size > max_bytes:
         raise ValueError(f"`model` {model!r}: {repo} holds {size:,} bytes at {info.sha[:12]}, more than the board "

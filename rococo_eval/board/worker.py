@@ -48,7 +48,7 @@ from rococo_eval.board.requests import (
     MAX_REPO_BYTES,
     RequestQueue,
     check_hub_model,
-    hub_repository,
+    hub_model,
 )
 from rococo_eval.io.download import sha256_of
 
@@ -129,9 +129,10 @@ class Worker:
         from rococo_eval.models.adapters import load_model
 
         started = time.monotonic()
-        family, repo = hub_repository(request["model"])
+        family, location = hub_model(request["model"])
+        repo = location.repo
         check_hub_model(request["model"], request["commit"], self.queue.api, self.max_bytes)
-        local_name, weights = self.download(request, family, repo)
+        local_name, weights = self.download(request, family, location)
         model = load_model(local_name, device=self.device, precision=request["precision"])
         out = self.folder / "reports" / request["id"]
         options = {} if self.batch_size is None else {"batch_size": self.batch_size}
@@ -153,20 +154,20 @@ class Worker:
                            f"{request['commit']}", submitted_at=now, validity_warnings=validity_warnings_of(rows),
                            provenance=provenance)
 
-    def download(self, request: dict, family: str, repo: str) -> tuple[str, dict[str, str]]:
-        """Download the model of ``request`` at its commit only, checked (:func:`check_model_files`); return the local
-        ``--model`` name that loads it and ``{path: sha256}`` of its weight files. A repository is downloaded whole; a
-        checkpoint file (``blip:hf-hub:ORG/REPO/PATH.pth``) with what its loader reads beside it, all from the commit
+    def download(self, request: dict, family: str, location) -> tuple[str, dict[str, str]]:
+        """Download the model of ``request`` (``location``, :func:`~rococo_eval.board.requests.hub_model`) at its
+        commit only, checked (:func:`check_model_files`); return the local ``--model`` name that loads it and
+        ``{path: sha256}`` of its weight files. A repository is downloaded whole; a checkpoint file
+        (``blip:hf-hub:ORG/REPO/PATH.pth``) with what its loader reads beside it, all from the commit
         (:func:`~rococo_eval.models.hub_files.download_hub_file`)."""
         from huggingface_hub import snapshot_download
 
-        from rococo_eval.models.hub_files import download_hub_file, hub_location
+        from rococo_eval.models.hub_files import download_hub_file
 
         what = f"`model` {request['model']!r} at {request['commit'][:12]}"
         hub = {"cache_dir": self.folder / "models", "endpoint": self.queue.api.endpoint, "token": self.queue.api.token}
-        location = hub_location(family, request["model"].partition(":")[2])
         if location.path is None:
-            folder = Path(snapshot_download(repo, revision=request["commit"], **hub))
+            folder = Path(snapshot_download(location.repo, revision=request["commit"], **hub))
             return LOCAL_FORMS[family].format(folder), check_model_files(folder, what)
         folder, read = download_hub_file(location, what, revision=request["commit"], own_files_only=True, **hub)
         return f"{family}:{folder / location.path}", check_model_files(folder, what, read, (location.path,))

@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Mapping, Optional
 
 from rococo_eval.board.leaderboard import CLIENT_HOURLY_LIMIT, HOURLY_LIMIT, PRECISIONS, clean_text
 from rococo_eval.board.records import json_object
-from rococo_eval.models.families import FAMILIES
+from rococo_eval.models.families import FAMILIES, HUB_REPO_ID
 
 if TYPE_CHECKING:
     from rococo_eval.models.hub_files import HubFile
@@ -68,7 +68,7 @@ MAX_REPO_BYTES = 20 * 1024 ** 3
 CLAIM_EXPIRY_S = 3 * 3600
 MAX_REQUEST_BYTES = 64 * 1024
 CODE_FILES = (".py",)  # files of a repository that only code of the repository (trust_remote_code) would run
-_REPO_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*")
+_REPO_ID = re.compile(HUB_REPO_ID)
 _FIELDS = ("schema_version", "id", "model", "repo", "revision", "commit", "size_bytes", "link", "precision",
            "requested_at", "client", "status", "claimed_by", "claimed_at", "attempts", "reason", "result")
 

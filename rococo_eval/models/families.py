@@ -24,6 +24,7 @@ CALLABLE = "python"  # the family of ``module:callable``, the user's own model: 
 # How a family's names name a Hub repository (Family.hub): the name is the repository id (or a local folder), the
 # name is the repository after open_clip's schema, or a file in it (rococo_eval.models.hub_files); and as forms
 HUB_SCHEMA = "hf-hub:"
+HUB_REPO_ID = r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*"  # a repository id, ORG/REPO, as a regular expression
 HUB_REPO, HUB_SCHEMA_REPO, HUB_FILE = "repo", "schema", "file"
 HUB_SYNTAX = {HUB_REPO: "ORG/REPO", HUB_SCHEMA_REPO: f"{HUB_SCHEMA}ORG/REPO",
               HUB_FILE: f"{HUB_SCHEMA}ORG/REPO/PATH.pth"}

@@ -38,7 +38,7 @@ from pathlib import Path, PurePosixPath
 from typing import Optional
 
 from rococo_eval.models.checkpoints import MAX_SETTINGS_BYTES, MAX_SETTINGS_DEPTH, CheckpointError, read_json_file
-from rococo_eval.models.families import FAMILIES, HUB_FILE, HUB_REPO, HUB_SCHEMA
+from rococo_eval.models.families import FAMILIES, HUB_FILE, HUB_REPO, HUB_REPO_ID, HUB_SCHEMA
 
 logger = logging.getLogger(__name__)
 
@@ -46,7 +46,7 @@ logger = logging.getLogger(__name__)
 # vocabulary (blip_official.DEFAULT_TOKENIZER, vse_infty.DEFAULT_TOKENIZER, as the official code loads it)
 READ_ELSEWHERE = {"tokenizer": "bert-base-uncased"}
 _PART = r"[\w.+-]+"  # a file or folder name: no glob characters (allow_patterns), no spaces
-_NAME = re.compile(rf"hf-hub:(?P<repo>[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*)(?:@(?P<revision>[\w.-]+))?/(?P<path>.+)")
+_NAME = re.compile(rf"{HUB_SCHEMA}(?P<repo>{HUB_REPO_ID})(?:@(?P<revision>[\w.-]+))?/(?P<path>.+)")
 _PATH = re.compile(rf"{_PART}(/{_PART})*")
 
 

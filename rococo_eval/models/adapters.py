@@ -59,14 +59,7 @@ import numpy as np
 from PIL import Image
 
 from rococo_eval.models.cache import weights_digest
-from rococo_eval.models.families import (  # noqa: F401 (public)
-    CALLABLE,
-    FAMILIES,
-    HUB_FILE,
-    MODEL_FORMS,
-    PRECISIONS,
-    ModelForm,
-)
+from rococo_eval.models.families import CALLABLE, FAMILIES, MODEL_FORMS, PRECISIONS, ModelForm  # noqa: F401 (public)
 from rococo_eval.models.protocol import ImageTextModel
 from rococo_eval.models.similarity import COSINE
 
@@ -227,7 +220,7 @@ def _checkpoint_family(module: str, loader: str):
         family = importlib.import_module(f"rococo_eval.models.{module}")
         try:
             path = parsed.name
-            hub_file = hub_location(parsed.library, path) if FAMILIES[parsed.library].hub == HUB_FILE else None
+            hub_file = hub_location(parsed.library, path, f"`model` {name!r}")
             if hub_file is not None:
                 path = str(download_hub_file(hub_file, f"`model` {name!r}")[0] / hub_file.path)
             return getattr(family, loader)(name, path, TorchModel(name, device, precision))

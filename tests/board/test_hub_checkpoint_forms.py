@@ -161,3 +161,19 @@ def test_a_settings_file_naming_a_path_outside_its_repository_is_refused(hub, tm
                 f"`model` 'vse:...': its settings file coco_wsl_grid_bert/model_best.json names tokenizer "
                 f"{escape!r}, outside org/escape")):
             download_hub_file(HubFile("org/escape", CHECKPOINT), "`model` 'vse:...'", own_files_only=own_files_only)
+
+
+def test_every_file_of_a_checkpoint_comes_from_the_commit_asked_for(hub):
+    """The checkpoint, its settings file and the vocabulary it names are read at one commit: the request's (the
+    worker's ``revision``) or the name's ``@REVISION``, not the branch's head after a later commit."""
+    settings = CHECKPOINT.replace(".pth", ".json")
+    old = {CHECKPOINT: b"old weights", settings: b'{"tokenizer": "vocab.txt"}', "coco_wsl_grid_bert/vocab.txt": b"old"}
+    old_commit = hub.put_model("org/moving", old)
+    hub.put_model("org/moving", {path: data.replace(b"old", b"new") for path, data in old.items()})
+    for hub_file, revision in [(HubFile("org/moving", CHECKPOINT), old_commit),
+                               (HubFile("org/moving", CHECKPOINT, old_commit), None)]:
+        folder, read = download_hub_file(hub_file, "`model` 'vse:...'", revision=revision, own_files_only=True)
+        assert folder.name == old_commit and read == [CHECKPOINT, settings, "coco_wsl_grid_bert/vocab.txt"]
+        assert {path: (folder / path).read_bytes() for path in read} == old
+    folder, _ = download_hub_file(HubFile("org/moving", CHECKPOINT), "`model` 'vse:...'")
+    assert (folder / CHECKPOINT).read_bytes() == b"new weights"

@@ -45,6 +45,10 @@ logger = logging.getLogger(__name__)
 # What the official loaders read from another repository when the settings file names nothing else: BERT's
 # vocabulary (blip_official.DEFAULT_TOKENIZER, vse_infty.DEFAULT_TOKENIZER, as the official code loads it)
 READ_ELSEWHERE = {"tokenizer": "bert-base-uncased"}
+# The settings the loaders read as paths (checkpoints.read_sidecar's paths and folders: blip_official.read_sidecar,
+# vse_infty's); they refuse any other string, so no other key is followed (a settings file of a thousand keys would
+# cost a thousand downloads)
+PATH_SETTINGS = ("tokenizer", "region_features")
 _PART = r"[\w.+-]+"  # a file or folder name: no glob characters (allow_patterns), no spaces
 _NAME = re.compile(rf"{HUB_SCHEMA}(?P<repo>{HUB_REPO_ID})(?:@(?P<revision>[\w.-]+))?/(?P<path>.+)")
 _PATH = re.compile(rf"{_PART}(/{_PART})*")
@@ -148,7 +152,7 @@ def download_hub_file(hub_file: HubFile, what: str, *, revision: Optional[str] =
         values = values if isinstance(values, dict) else {}  # the loader refuses it, naming what it holds
     elsewhere = [f"{key} {value!r} (the default)" for key, value in READ_ELSEWHERE.items() if key not in values]
     for key, value in values.items():
-        if not isinstance(value, str):
+        if key not in PATH_SETTINGS or not isinstance(value, str):
             continue
         inside = posixpath.normpath(posixpath.join(posixpath.dirname(settings), value))
         if value.startswith(("/", "~")) or inside == ".." or inside.startswith("../"):

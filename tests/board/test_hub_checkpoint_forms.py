@@ -177,3 +177,15 @@ def test_every_file_of_a_checkpoint_comes_from_the_commit_asked_for(hub):
         assert {path: (folder / path).read_bytes() for path in read} == old
     folder, _ = download_hub_file(HubFile("org/moving", CHECKPOINT), "`model` 'vse:...'")
     assert (folder / CHECKPOINT).read_bytes() == b"new weights"
+
+
+def test_only_the_settings_a_loader_reads_as_paths_are_downloaded(hub):
+    """Of a settings file's strings, only ``tokenizer`` and ``region_features`` name files to download (the loader
+    refuses any other key): a settings file of many other keys costs no download each."""
+    settings = CHECKPOINT.replace(".pth", ".json")
+    files = {CHECKPOINT: b"weights", settings: json.dumps({"tokenizer": "vocab.txt", "other": "other.bin"}).encode(),
+             "coco_wsl_grid_bert/vocab.txt": b"[PAD]", "coco_wsl_grid_bert/other.bin": b"not read"}
+    hub.put_model("org/other-settings", files)
+    folder, read = download_hub_file(HubFile("org/other-settings", CHECKPOINT), "`model` 'vse:...'")
+    assert read == [CHECKPOINT, settings, "coco_wsl_grid_bert/vocab.txt"]
+    assert not (folder / "coco_wsl_grid_bert/other.bin").exists()

@@ -69,7 +69,7 @@ def parse_hub_file(location: str, what: str) -> HubFile:
     its prefix), read from the name alone.
 
     Raises:
-        CheckpointError: ``what`` (the argument and its value) and the form expected.
+        CheckpointError: ``what`` (the argument and its value) and the form expected; a path or revision with ``..``.
 
     Example:
         >>> parse_hub_file("hf-hub:org/blip/../model.pth", "`model` 'blip:hf-hub:...'")  # doctest: +ELLIPSIS
@@ -81,6 +81,9 @@ def parse_hub_file(location: str, what: str) -> HubFile:
     if match is None:
         raise CheckpointError(f"{what}: {location!r} names no file of a Hub repository: expected "
                               "hf-hub:ORG/REPO/PATH or hf-hub:ORG/REPO@REVISION/PATH")
+    if match["revision"] is not None and (match["revision"].startswith(".") or ".." in match["revision"]):
+        raise CheckpointError(f"{what}: {match['revision']!r} is no revision of {match['repo']}: a branch, a tag or "
+                              "a commit, which git names without a leading '.' or '..'")
     path = match["path"]
     if not _PATH.fullmatch(path) or any(part in (".", "..") for part in path.split("/")):
         raise CheckpointError(f"{what}: {path!r} is no path of a file in {match['repo']}: names of letters, digits "

@@ -117,6 +117,8 @@ def test_the_board_refuses_a_checkpoint_the_repository_does_not_hold(hub):
     assert hub.files[REQUESTS] == {}
     with pytest.raises(ModelError, match=re.escape(f"`model` 'vse:hf-hub:{REPO}/../x.pth': '../x.pth' is no path")):
         check_model_name(f"vse:hf-hub:{REPO}/../x.pth")
+    with pytest.raises(ModelError, match=re.escape(f"`model` 'vse:hf-hub:{REPO}@../x.pth': '..' is no revision")):
+        check_model_name(f"vse:hf-hub:{REPO}@../x.pth")
 
 
 def test_the_worker_reads_one_repository_at_one_commit_and_pickles_through_the_allowlist(hub, benchmark, tmp_path):

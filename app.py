@@ -284,7 +284,7 @@ def _requests_form(hub_requests: HubRequests) -> SimpleNamespace:
     with gr.Accordion("Evaluate a model from the Hub", open=False):
         gr.Markdown(hub_requests.intro())
         with gr.Row():
-            form.model = gr.Textbox(label="model (hf:ORG/REPO, open_clip:hf-hub:ORG/REPO, pcmepp:ORG/REPO)",
+            form.model = gr.Textbox(label="model (a --model name of a Hub repository, in a form named above)",
                                     max_length=leaderboard.LIMITS["model"], elem_id="request-model", scale=3)
             form.revision = gr.Textbox(label="revision (default main)", max_length=200, scale=1)
             form.link = gr.Textbox(label="link (https://...)", max_length=leaderboard.LIMITS["link"], scale=2)

@@ -475,6 +475,7 @@ def test_unwritable_out_is_refused_before_any_model_work(tmp_path, monkeypatch, 
 @pytest.mark.parametrize("name, problem", [
     ("vse:missing.pth", "no such file 'missing.pth': expected vse:PATH.pth (an official VSE infinity checkpoint"),
     ("blip:nowhere/model.pth", "no such file 'nowhere/model.pth': expected blip:PATH.pth (an official BLIP"),
+    ("vse:hf-hub:org/repo", "'hf-hub:org/repo' names no file of a Hub repository: expected hf-hub:ORG/REPO/PATH"),
     ("pcmepp:nowhere", "no such folder, and not a Hub repository id (ORG/NAME): expected pcmepp:REPO_OR_FOLDER ("),
     ("hf:./no/such/folder", "no such folder, and not a Hub repository id: expected hf:REPO_OR_PATH ("),
     ("open_clip:local-dir:/no/such/folder", "no such folder '/no/such/folder': expected open_clip:local-dir:PATH ("),

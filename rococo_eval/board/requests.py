@@ -3,7 +3,7 @@ and how a worker claims one so that no two workers evaluate it.
 
 A request is ``requests/<id>.json`` (:func:`request_path`) in the dataset repo named by ``$ROCOCO_REQUESTS_REPO``. Its
 fields (:data:`SCHEMA_VERSION` 1): ``schema_version``, ``id`` (a UUID, hex), ``model`` (a ``--model`` name of a Hub
-repository: ``hf:ORG/REPO``, ``open_clip:hf-hub:ORG/REPO``, ``pcmepp:ORG/REPO``), ``repo``, ``revision`` (as asked),
+repository: one of :data:`HUB_FORMS`, e.g. ``blip:hf-hub:ORG/REPO/PATH.pth``), ``repo``, ``revision`` (as asked),
 ``commit`` (the commit it resolved to when the request came: the worker evaluates that commit, whatever the branch
 holds later), ``size_bytes``, ``link``, ``precision``, ``requested_at``, ``client`` (the digest of the address it came
 from, for the rate limits), and its state: ``status`` (:data:`STATES`), ``claimed_by``, ``claimed_at``, ``attempts``,
@@ -45,10 +45,14 @@ import json
 import logging
 import re
 import uuid
-from typing import Mapping, Optional
+from typing import TYPE_CHECKING, Mapping, Optional
 
 from rococo_eval.board.leaderboard import CLIENT_HOURLY_LIMIT, HOURLY_LIMIT, PRECISIONS, clean_text
 from rococo_eval.board.records import json_object
+from rococo_eval.models.families import FAMILIES, HUB_REPO_ID
+
+if TYPE_CHECKING:
+    from rococo_eval.models.hub_files import HubFile
 
 logger = logging.getLogger(__name__)
 
@@ -58,8 +62,8 @@ REQUEST_FOLDER = "requests"
 REQUEST_PATTERN = re.compile(rf"{REQUEST_FOLDER}/[0-9a-f]{{32}}\.json")
 PENDING, RUNNING, DONE, FAILED = "pending", "running", "done", "failed"
 STATES = (PENDING, RUNNING, DONE, FAILED)
-# the forms of a --model name that name a Hub repository, and the family's name of it
-HUB_FORMS = {"hf": "hf:ORG/REPO", "open_clip": "open_clip:hf-hub:ORG/REPO", "pcmepp": "pcmepp:ORG/REPO"}
+# the forms of a --model name that name a Hub repository, and the family's name of it (the Family records')
+HUB_FORMS = {family.library: family.hub_form for family in FAMILIES.values() if family.hub}
 # all files of a repository together: a ViT-g/14 CLIP is about 5.5 GB in one format, and repositories often hold two
 MAX_REPO_BYTES = 20 * 1024 ** 3
 # a claim older than this is taken to be a dead worker's, and the request is claimed again: a full RoCOCO run of a
@@ -67,7 +71,7 @@ MAX_REPO_BYTES = 20 * 1024 ** 3
 CLAIM_EXPIRY_S = 3 * 3600
 MAX_REQUEST_BYTES = 64 * 1024
 CODE_FILES = (".py",)  # files of a repository that only code of the repository (trust_remote_code) would run
-_REPO_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*")
+_REPO_ID = re.compile(HUB_REPO_ID)
 _FIELDS = ("schema_version", "id", "model", "repo", "revision", "commit", "size_bytes", "link", "precision",
            "requested_at", "client", "status", "claimed_by", "claimed_at", "attempts", "reason", "result")
 
@@ -80,13 +84,30 @@ def hub_repository(model: str) -> tuple[str, str]:
     """``(family, repo id)`` of a ``--model`` name that names a Hub repository (:data:`HUB_FORMS`).
 
     Raises:
-        ValueError: a local path, ``module:callable``, or any other form, naming ``model`` and the forms taken.
+        ValueError: as :func:`hub_model`.
 
     Example:
         >>> hub_repository("open_clip:hf-hub:laion/CLIP-ViT-B-32-laion2B-s34B-b79K")
         ('open_clip', 'laion/CLIP-ViT-B-32-laion2B-s34B-b79K')
     """
+    family, location = hub_model(model)
+    return family, location.repo
+
+
+def hub_model(model: str) -> tuple[str, "HubFile"]:
+    """``(family, location)`` of a ``--model`` name that names a Hub repository (:data:`HUB_FORMS`): its
+    :class:`~rococo_eval.models.hub_files.HubFile`, the repository and, for ``blip:`` and ``vse:``, the file in it.
+
+    Raises:
+        ValueError: a local path, ``module:callable``, or any other form, naming ``model`` and the forms taken; a
+            revision in the name (the request's revision is its own field).
+
+    Example:
+        >>> hub_model("vse:hf-hub:org/vse-infty/coco/model_best.pth")
+        ('vse', HubFile(repo='org/vse-infty', path='coco/model_best.pth', revision=None))
+    """
     from rococo_eval.models.adapters import MODEL_FORMS, ModelError, parse_model_name
+    from rococo_eval.models.hub_files import hub_location
 
     text = clean_text(model, "model", required=True)
     forms = ", ".join(HUB_FORMS.values())
@@ -101,14 +122,18 @@ def hub_repository(model: str) -> tuple[str, str]:
                          f"named {forms}")
     if parsed is None:
         raise ValueError(f"`model` {text!r} names no model; the board evaluates {forms}")
-    repo = parsed.name.removeprefix("hf-hub:") if parsed.library == "open_clip" else parsed.name
-    if parsed.library not in HUB_FORMS or (parsed.library == "open_clip" and not parsed.name.startswith("hf-hub:")):
-        raise ValueError(f"`model` {text!r} is not a Hub repository: the board evaluates {forms} (an official "
-                         "checkpoint file or a local folder cannot be fetched at a commit)")
-    if not _REPO_ID.fullmatch(repo) or ".." in repo:
-        raise ValueError(f"`model` {text!r}: {repo!r} is no Hub repository id (ORG/REPO), and local paths are "
-                         "refused: the board evaluates what the Hub holds")
-    return parsed.library, repo
+    location = hub_location(parsed.library, parsed.name, f"`model` {text!r}") if parsed.library in HUB_FORMS \
+        else None
+    if location is None:
+        raise ValueError(f"`model` {text!r} is not a Hub repository: the board evaluates {forms} (a local "
+                         "checkpoint file or folder cannot be fetched at a commit)")
+    if location.revision:
+        raise ValueError(f"`model` {text!r}: give the revision {location.revision!r} as the request's revision, "
+                         "not in the name")
+    if not _REPO_ID.fullmatch(location.repo) or ".." in location.repo:
+        raise ValueError(f"`model` {text!r}: {location.repo!r} is no Hub repository id (ORG/REPO), and local paths "
+                         "are refused: the board evaluates what the Hub holds")
+    return parsed.library, location
 
 
 def check_hub_model(model: str, revision: str = "", api=None, max_bytes: int = MAX_REPO_BYTES) -> dict:
@@ -117,12 +142,14 @@ def check_hub_model(model: str, revision: str = "", api=None, max_bytes: int = M
     there (``{path: size}``). ``api`` is an ``huggingface_hub.HfApi`` (its endpoint and token).
 
     Raises:
-        ValueError: the name (:func:`hub_repository`), a repository or revision the Hub does not know, a file that
-            would run code of the repository, or files over ``max_bytes`` together; each names what it found.
+        ValueError: the name (:func:`hub_model`), a repository or revision the Hub does not know, a file that
+            would run code of the repository, a checkpoint file the name names that the commit lacks, or files over
+            ``max_bytes`` together; each names what it found.
     """
     from huggingface_hub.errors import RepositoryNotFoundError, RevisionNotFoundError
 
-    _, repo = hub_repository(model)
+    _, location = hub_model(model)
+    repo = location.repo
     revision = clean_text(revision, "note") or "main"
     if not re.fullmatch(r"[\w./-]{1,200}", revision) or ".." in revision:
         raise ValueError(f"`revision` {revision!r} is no branch, tag or commit name")
@@ -137,6 +164,8 @@ def check_hub_model(model: str, revision: str = "", api=None, max_bytes: int = M
     if code:
         raise ValueError(f"`model` {model!r}: {repo} holds code ({', '.join(code[:3])}), which only "
                          "trust_remote_code would run: the board runs no code from a repository")
+    if location.path is not None and location.path not in files:  # blip:, vse: name a file
+        raise ValueError(f"`model` {model!r}: {repo} has no file {location.path!r} at {info.sha[:12]}")
     size = sum(files.values())
     if size > max_bytes:
         raise ValueError(f"`model` {model!r}: {repo} holds {size:,} bytes at {info.sha[:12]}, more than the board "

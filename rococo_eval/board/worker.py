@@ -6,15 +6,17 @@ For each request, :meth:`Worker.evaluate`:
 
 1. checks the repository at the request's commit again (:func:`~rococo_eval.board.requests.check_hub_model`: it
    exists, the commit resolves, no code, within the size limit);
-2. downloads that commit only (``snapshot_download(revision=commit)``); refuses a ``config.json`` with ``auto_map``
-   (code of the repository: ``trust_remote_code`` is never set); reads every pickle (``.bin``, ``.pt``, ``.pth``,
-   ``.ckpt``, ``.pkl``) through the allowlist of :func:`~rococo_eval.models.checkpoints.load_torch_file` first, so a
-   file that needs any other type is refused before the model's library opens it, and nothing of it runs;
-3. loads the downloaded folder as its family's local form (``hf:FOLDER``, ``open_clip:local-dir:FOLDER``,
-   ``pcmepp:FOLDER``) and runs :func:`rococo_eval.evaluation.evaluate_model`, the function ``rococo-eval run``
-   calls, at the board's default settings, writing the report as ``run`` writes it; with ``processes`` > 1, in a
-   launch of that many processes on torch.distributed, as ``torchrun ... rococo-eval run`` spans them
-   (:mod:`rococo_eval.board.worker_run`);
+2. downloads that commit only (``snapshot_download(revision=commit)``; for a checkpoint file, ``blip:`` or ``vse:``,
+   that file and what its loader reads beside it, all from the repository); refuses a ``config.json`` with
+   ``auto_map`` (code of the repository: ``trust_remote_code`` is never set); reads every pickle (``.bin``, ``.pt``,
+   ``.pth``, ``.ckpt``, ``.pkl``) through the allowlist of :func:`~rococo_eval.models.checkpoints.load_torch_file`
+   first (a ``blip:``/``vse:`` checkpoint is read by its family's loader, through its family's allowlist, and
+   nothing else opens it), so a file that needs any other type is refused, and nothing of it runs;
+3. loads the downloaded folder (or file) as its family's local form (``hf:FOLDER``, ``open_clip:local-dir:FOLDER``,
+   ``pcmepp:FOLDER``, ``blip:FILE``, ``vse:FILE``) and runs :func:`rococo_eval.evaluation.evaluate_model`, the
+   function ``rococo-eval run`` calls, at the board's default settings, writing the report as ``run`` writes it;
+   with ``processes`` > 1, in a launch of that many processes on torch.distributed, as ``torchrun ... rococo-eval
+   run`` spans them (:mod:`rococo_eval.board.worker_run`);
 4. makes the result record (:func:`rococo_eval.board.records.make_record`) of the report's summary rows and
    per-query outcomes, with its ``provenance``: the request, the repository and commit, the sha256 of every weight
    file, the images' digest (the fingerprints of the image sets, as the embedding cache keys them), the device, the
@@ -48,7 +50,7 @@ from rococo_eval.board.requests import (
     RequestQueue,
     check_hub_model,
     ended_request,
-    hub_repository,
+    hub_model,
 )
 from rococo_eval.board.worker_run import evaluated_record, launched_record
 from rococo_eval.io.download import sha256_of
@@ -156,18 +158,14 @@ class Worker:
                 allowlist, a model that does not load or whose embeddings are not finite; or whatever else the run
                 raises.
         """
-        from huggingface_hub import snapshot_download
-
         started = time.monotonic()
-        family, repo = hub_repository(request["model"])
+        family, location = hub_model(request["model"])
+        repo = location.repo
         check_hub_model(request["model"], request["commit"], self.queue.api, self.max_bytes)
-        folder = Path(snapshot_download(repo, revision=request["commit"], cache_dir=self.folder / "models",
-                                        endpoint=self.queue.api.endpoint, token=self.queue.api.token))
-        weights = check_model_files(folder, f"`model` {request['model']!r} at {request['commit'][:12]}")
+        model, weights = self.download(request, family, location)
         options = {"attacks": self.attacks, "out": self.folder / "reports" / request["id"],
                    "cache_dir": self.folder / "cache", "device": self.device, "batch_size": self.batch_size,
                    "workers": self.workers}
-        model = LOCAL_FORMS[family].format(folder)
         if self.processes > 1:
             record = launched_record(self.processes, request, model, self.source_options,
                                      self.folder / "launches" / request["id"], stop, **options)
@@ -180,9 +178,29 @@ class Worker:
         record = {**record, "provenance": provenance}
         return {**record, "digest": content_digest(record)}
 
+    def download(self, request: dict, family: str, location) -> tuple[str, dict[str, str]]:
+        """Download the model of ``request`` (``location``, :func:`~rococo_eval.board.requests.hub_model`) at its
+        commit only, checked (:func:`check_model_files`); return the local ``--model`` name that loads it and
+        ``{path: sha256}`` of its weight files. A repository is downloaded whole; a checkpoint file
+        (``blip:hf-hub:ORG/REPO/PATH.pth``) with what its loader reads beside it, all from the commit
+        (:func:`~rococo_eval.models.hub_files.download_hub_file`)."""
+        from huggingface_hub import snapshot_download
 
-def check_model_files(folder: Path, what: str) -> dict[str, str]:
+        from rococo_eval.models.hub_files import download_hub_file
+
+        what = f"`model` {request['model']!r} at {request['commit'][:12]}"
+        hub = {"cache_dir": self.folder / "models", "endpoint": self.queue.api.endpoint, "token": self.queue.api.token}
+        if location.path is None:
+            folder = Path(snapshot_download(location.repo, revision=request["commit"], **hub))
+            return LOCAL_FORMS[family].format(folder), check_model_files(folder, what)
+        folder, read = download_hub_file(location, what, revision=request["commit"], own_files_only=True, **hub)
+        return f"{family}:{folder / location.path}", check_model_files(folder, what, read, (location.path,))
+
+
+def check_model_files(folder: Path, what: str, files=None, read_by_loader=()) -> dict[str, str]:
     """Check a downloaded model folder before its library reads it; return ``{path: sha256}`` of its weight files.
+    ``files`` are the paths checked (default every file of ``folder``); ``read_by_loader`` are pickles that the
+    family's own loader reads through its allowlist (``blip:``, ``vse:``), hashed here, not read twice.
 
     Raises:
         ValueError: a ``config.json`` with ``auto_map`` (code of the repository), or a pickle that needs a type
@@ -201,10 +219,10 @@ def check_model_files(folder: Path, what: str) -> dict[str, str]:
         raise ValueError(f"{what}: its config.json names code of the repository (auto_map), which only "
                          "trust_remote_code would run: the board runs no code from a repository")
     weights = {}
-    for path in sorted(folder.rglob("*")):
-        if path.is_file() and path.name.endswith(WEIGHT_SUFFIXES):
-            name = path.relative_to(folder).as_posix()
-            if path.name.endswith(PICKLE_SUFFIXES):
+    for path in sorted(folder.rglob("*")) if files is None else [folder / name for name in files]:
+        name = path.relative_to(folder).as_posix()
+        if path.is_file() and (path.name.endswith(WEIGHT_SUFFIXES) or name in read_by_loader):
+            if path.name.endswith(PICKLE_SUFFIXES) and name not in read_by_loader:
                 load_torch_file(path, f"{what}: {name}")
             weights[name] = sha256_of(path)
     return weights

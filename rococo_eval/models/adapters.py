@@ -14,6 +14,8 @@ that the error messages, ``run --help`` and the docs show; :func:`load_model` lo
   ``transformers`` when loaded (:mod:`rococo_eval.models.blip_official`).
 - ``vse:PATH.pth``: an official VSE infinity checkpoint (``model_best.pth``), built from the options saved in it
   (:mod:`rococo_eval.models.vse_infty`).
+- ``blip:hf-hub:ORG/REPO[@REVISION]/PATH.pth``, ``vse:hf-hub:...``: the same, a file of a Hub repository, downloaded
+  at one commit with what its loader reads beside it (:mod:`rococo_eval.models.hub_files`).
 - ``pcmepp:REPO_OR_FOLDER``: an official PCME++ checkpoint, probabilistic embeddings scored by CSD
   (:mod:`rococo_eval.models.pcmepp`).
 - ``module:callable``: the user's own model (:mod:`rococo_eval.models.custom`).
@@ -211,16 +213,23 @@ def _load_transformers(name: str, parsed: ModelName, device: Optional[str], prec
 
 def _checkpoint_family(module: str, loader: str):
     """The loader of a family read from its official checkpoints: ``rococo_eval.models.<module>.<loader>(name, path,
-    base)``, its :class:`~rococo_eval.models.checkpoints.CheckpointError` turned into a :class:`ModelError`."""
+    base)``, its :class:`~rococo_eval.models.checkpoints.CheckpointError` turned into a :class:`ModelError`; a file
+    named in a Hub repository (``blip:hf-hub:ORG/REPO/PATH.pth``) is downloaded first, with what its loader reads
+    beside it (:func:`~rococo_eval.models.hub_files.download_hub_file`)."""
 
     def load(name: str, parsed: ModelName, device: Optional[str], precision: str):
         _import("torch")
         _import("transformers")
         from rococo_eval.models.checkpoints import CheckpointError
+        from rococo_eval.models.hub_files import download_hub_file, hub_location
 
         family = importlib.import_module(f"rococo_eval.models.{module}")
         try:
-            return getattr(family, loader)(name, parsed.name, TorchModel(name, device, precision))
+            path = parsed.name
+            hub_file = hub_location(parsed.library, path, f"`model` {name!r}")
+            if hub_file is not None:
+                path = str(download_hub_file(hub_file, f"`model` {name!r}")[0] / hub_file.path)
+            return getattr(family, loader)(name, path, TorchModel(name, device, precision))
         except CheckpointError as error:
             raise ModelError(str(error)) from error
 
@@ -255,7 +264,16 @@ def _check_transformers(name: str, parsed: ModelName) -> None:
 
 
 def _check_file(name: str, parsed: ModelName) -> None:
-    """``blip:`` and ``vse:``: a checkpoint file that exists."""
+    """``blip:`` and ``vse:``: a checkpoint file that exists, or a file of a Hub repository
+    (``hf-hub:ORG/REPO[@REVISION]/PATH``, :func:`~rococo_eval.models.hub_files.parse_hub_file`)."""
+    from rococo_eval.models.checkpoints import CheckpointError
+    from rococo_eval.models.hub_files import hub_location
+
+    try:
+        if hub_location(parsed.library, parsed.name, f"`model` {name!r}") is not None:
+            return
+    except CheckpointError as error:
+        raise ModelError(str(error)) from error
     if not Path(parsed.name).expanduser().is_file():
         raise ModelError(f"`model` {name!r}: no such file {parsed.name!r}: expected {_form_of(name)}")
 

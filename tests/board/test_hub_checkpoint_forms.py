@@ -11,6 +11,7 @@ import shutil
 import huggingface_hub.constants
 import pytest
 
+from helpers.fake_hub import make_default_hub
 from helpers.tiny_models import TINY_VSE, bert_vocabulary, save_vse_checkpoint, tiny_vse_states, vse_options
 from rococo_eval.board.hub_records import HubRecords
 from rococo_eval.board.records import SUMMARY_NUMBERS, read_record
@@ -54,10 +55,7 @@ def hub(fake_hub, repository, tmp_path, monkeypatch):
     endpoint is the fake Hub's (as ``$HF_ENDPOINT`` makes it when huggingface_hub is imported), its cache the test's."""
     fake_hub.commit = fake_hub.put_model(REPO, repository[1])
     fake_hub.files[REQUESTS], fake_hub.files[RESULTS] = {}, {}
-    monkeypatch.setattr(huggingface_hub.constants, "ENDPOINT", fake_hub.url)
-    monkeypatch.setattr(huggingface_hub.constants, "HUGGINGFACE_CO_URL_TEMPLATE",
-                        fake_hub.url + "/{repo_id}/resolve/{revision}/{filename}")
-    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hf-cache"))
+    make_default_hub(fake_hub, monkeypatch, tmp_path / "hf-cache")
     return fake_hub
 
 

@@ -242,3 +242,15 @@ class FakeHub:
                 commits.append({line["value"]["path"]: base64.b64decode(line["value"]["content"])
                                 for line in lines if line["key"] == "file"})
         return commits
+
+
+def make_default_hub(hub: FakeHub, monkeypatch, cache) -> None:
+    """Make ``hub`` huggingface_hub's default endpoint for the test (as ``$HF_ENDPOINT`` makes it when huggingface_hub
+    is imported), and the folder ``cache`` its cache: what ``--model ...:hf-hub:ORG/REPO/...`` downloads comes from
+    ``hub`` into ``cache``."""
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(huggingface_hub.constants, "ENDPOINT", hub.url)
+    monkeypatch.setattr(huggingface_hub.constants, "HUGGINGFACE_CO_URL_TEMPLATE",
+                        hub.url + "/{repo_id}/resolve/{revision}/{filename}")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(cache))

@@ -20,25 +20,37 @@ The project loads the checkpoint through ``--model blip:PATH.pth`` and through t
 - the official test transform's pixels within :data:`PIXEL_TOLERANCE`;
 - the official ``pre_caption`` of every caption of the five annotation files, the official token ids, and ``[ENC]``
   (BLIP's id, the last of the vocabulary) first in every ITM pass.
+
+The checkpoint's folder (the checkpoint, its settings file and vocabulary, what a Hub repository of an official
+checkpoint holds), served by the tests' fake Hub, is run as ``--model blip:hf-hub:ORG/REPO/PATH.pth`` and evaluated by
+the board's worker: the matrices and numbers of ``blip:PATH.pth``.
 """
 
 import json
 import re
+import shutil
 from pathlib import Path
 
 import numpy as np
 import PIL
 import pytest
 
+from rococo_eval.board.hub_records import HubRecords
+from rococo_eval.board.records import SUMMARY_NUMBERS, read_record
+from rococo_eval.board.requests import RequestQueue
+from rococo_eval.board.worker import Worker
 from rococo_eval.catalog import TEXT_ATTACKS
 from rococo_eval.cli import main
 from rococo_eval.data.annotations import read_annotation_file
+from rococo_eval.data.source import open_source
+from rococo_eval.io.download import sha256_of
 from rococo_eval.io.savedscores import score_file_name
 from rococo_eval.models import blip_official
 from rococo_eval.models.adapters import ModelError, load_model
 from rococo_eval.models.blip import BLIP_MAX_WORDS, pre_caption
 from rococo_eval.models.checkpoints import CheckpointError
 from rococo_eval.scoring.rerank import FILL
+from helpers.fake_hub import make_default_hub
 from helpers.official_set import (
     ATTACK,
     GRAYSCALE,
@@ -60,6 +72,7 @@ MODEL = {"seed": 0, "image_size": 384, "embed_dim": 32, "queue_size": 64,
 SCORE_TOLERANCE = 1e-5  # measured: at most 4.3e-6 (2026-12-01)
 PIXEL_TOLERANCE = 1e-6  # normalised pixels in [-1.8, 2.2]: the same PIL resize, then /255 and normalisation (measured:
 # equal, 0.0)
+HUB_REPO, HUB_REQUESTS, HUB_RESULTS = "org/blip-small", "org/requests", "org/board"  # the fake Hub's repositories
 
 
 def run_blip_reference(command: str, task: dict, folder: Path):
@@ -194,6 +207,49 @@ def test_official_itm_eval_of_the_project_matrices_is_identical(case, official_i
 def test_the_converted_folder_scores_as_blip_path(project):
     for key, matrix in project["blip"].items():
         np.testing.assert_array_equal(matrix, project["hf"][key], err_msg=key)
+
+
+def test_the_checkpoint_in_a_hub_repository_scores_as_blip_path_for_run_and_the_board(case, project, fake_hub,
+                                                                                         monkeypatch, tmp_path):
+    """The checkpoint folder (the checkpoint, its settings file, the vocabulary they name), served as a Hub
+    repository: ``run --model blip:hf-hub:ORG/REPO/PATH.pth`` saves the matrices of ``blip:PATH.pth`` bit for bit and
+    reports its numbers; a board request of that name, evaluated by the worker at the repository's commit (every
+    candidate re-ranked, as at FULL_K), records the numbers of ``blip:PATH.pth`` at FULL_K: its cache a copy of that
+    run's, which it reads as the same model's (the fingerprint is the checkpoint's), so it computes nothing again.
+
+    The run is at SMALL_K in an empty cache, as ``blip:PATH.pth``'s first run: the last bits of an ITM score depend on
+    the pairs batched with it, so a run at FULL_K in an empty cache differs from ``blip:PATH.pth``'s FULL_K run (whose
+    cache held the SMALL_K pairs) by up to 2e-6 relative (measured 2026-12-05)."""
+    repository = case["checkpoint"].parent
+    commit = fake_hub.put_model(HUB_REPO, {path.name: path.read_bytes() for path in repository.iterdir()})
+    fake_hub.files[HUB_REQUESTS], fake_hub.files[HUB_RESULTS] = {}, {}
+    make_default_hub(fake_hub, monkeypatch, tmp_path / "hf-cache")
+    name = f"blip:hf-hub:{HUB_REPO}/{case['checkpoint'].name}"
+    for key, matrix in _project_run(case, name, "hub", SMALL_K).items():
+        np.testing.assert_array_equal(matrix, project["blip"][key], err_msg=key)
+    reports = {(which, k): json.loads((case["root"] / "project" / which / f"k{k}" / "report" / "report.json")
+                                      .read_text()) for which, k in (("hub", SMALL_K), ("blip", SMALL_K),
+                                                                     ("blip", FULL_K))}
+    assert reports["hub", SMALL_K]["results"] == reports["blip", SMALL_K]["results"]
+    assert reports["hub", SMALL_K]["summary"] == reports["blip", SMALL_K]["summary"]
+
+    assert RequestQueue(HUB_REQUESTS, endpoint=fake_hub.url).submit(name)["commit"] == commit
+    shutil.copytree(case["root"] / "project" / "blip" / "cache", tmp_path / "worker" / "cache")
+    worker = Worker(RequestQueue(HUB_REQUESTS, endpoint=fake_hub.url),
+                    HubRecords(HUB_RESULTS, tmp_path / "results", endpoint=fake_hub.url, timeout_s=30),
+                    open_source(benchmark=case["benchmark"]), tmp_path / "worker", device="cpu",
+                    attacks=f"{ATTACK},{IMAGE_ATTACK}")
+    ended = worker.step()
+    assert ended["status"] == "done", ended["reason"]
+    (record,) = [read_record(data, None, path) for path, data in fake_hub.files[HUB_RESULTS].items()]
+    assert record["model"] == name and record["provenance"]["model_commit"] == commit
+    assert record["provenance"]["weight_files"] == {case["checkpoint"].name: sha256_of(case["checkpoint"])}
+    rows = [row for row in reports["blip", FULL_K]["summary"] if "seeds" not in row]
+    assert sorted(record["galleries"]) == sorted(f"{row['attack']}/{row['direction']}" for row in rows)
+    for row in rows:
+        numbers = record["galleries"][f"{row['attack']}/{row['direction']}"]
+        shared = [key for key in SUMMARY_NUMBERS if key in numbers]
+        assert "recall@1" in shared and [numbers[key] for key in shared] == [row[key] for key in shared], row
 
 
 def test_the_matrices_have_no_near_ties_among_reranked_entries(case):

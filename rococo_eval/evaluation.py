@@ -26,6 +26,7 @@ from typing import Optional, Sequence, Union
 from rococo_eval.data.source import open_source
 from rococo_eval.io.download import default_cache_dir
 from rococo_eval.models.cache import DEFAULT_BATCH_SIZE
+from rococo_eval.models.custom import as_image_text_model
 from rococo_eval.processes import ONE
 from rococo_eval.reporting.report import write_report
 from rococo_eval.results import Report
@@ -76,7 +77,8 @@ def evaluate_model(model, source=None, *, attacks: Union[str, Sequence[str]] = "
         TypeError: ``model`` lacks ``encode_images`` or ``encode_texts``.
     """
     cache_dir = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
-    if source is None:
+    if source is None:  # the model is taken in first, refused before the source is opened (a download, a folder)
+        model = as_image_text_model(model, name)
         source = open_source(annotations_dir, images_dir=images_dir, cache_dir=cache_dir, benchmark=benchmark,
                              needs_images=True)
     report = score_run(model, source, attacks, cache_dir, name=name, batch_size=batch_size, workers=workers,

@@ -251,8 +251,9 @@ class Leaderboard:
         moment = (now or datetime.datetime.now(datetime.timezone.utc)).astimezone(datetime.timezone.utc)
         stamp, hour_ago = (moment.isoformat(timespec="seconds"),
                            (moment - datetime.timedelta(hours=1)).isoformat(timespec="seconds"))
-        record = make_record([row.to_dict() for row in summary_rows], outcomes or {}, model=model, link=link, precision=precision, note=note,
-                             submitted_at=stamp, validity_warnings=validity_warnings_of(summary_rows))
+        record = make_record([row.to_dict() for row in summary_rows], outcomes or {}, model=model, link=link,
+                             precision=precision, note=note, submitted_at=stamp,
+                             validity_warnings=validity_warnings_of(summary_rows))
         read_record(record_bytes(record), self.galleries, "this submission")  # never a record the board would refuse
         client_key = hashlib.sha256(client.encode()).hexdigest() if client else ""
         with self._connect(immediate=True) as connection:  # the counts and the insert in one write transaction
@@ -504,10 +505,11 @@ def _unchecked_note(rows: Sequence[SummaryRow]) -> str:
     return f"; {unchecked} (the board's clean column comes from the clean gallery alone)" if unchecked else ""
 
 
-def validity_warnings_of(rows: Sequence[dict]) -> list[str]:
-    """What the board says of the numbers of ``rows``: a gallery scored in an order its scores contradict (the
-    Space's or the command's trust-order override, ``order_overridden``), and a re-ranker's gallery (``reranked``: a
-    constant fill block), whose clean numbers the agreement check could not compare.
+def validity_warnings_of(rows: Sequence[SummaryRow | Mapping]) -> list[str]:
+    """What the board says of the numbers of ``rows`` (:class:`~rococo_eval.results.SummaryRow` s, or their dicts):
+    a gallery scored in an order its scores contradict (the Space's or the command's trust-order override,
+    ``order_overridden``), and a re-ranker's gallery (``reranked``: a constant fill block), whose clean numbers the
+    agreement check could not compare.
 
     Example:
         >>> validity_warnings_of([{"attack": "danger", "direction": "image_to_text", "order_overridden": True}])
@@ -535,7 +537,7 @@ def rococo_galleries(captions_per_image: Sequence[int], attacks: Sequence[str] =
             for attack, direction in galleries(attacks)}
 
 
-def recall_at_1(summary_rows: Sequence[dict]) -> dict[str, float]:
+def recall_at_1(summary_rows: Sequence[SummaryRow | Mapping]) -> dict[str, float]:
     """``{gallery key: R@1}`` of the summary rows (seed means under their method, ``mix/text_to_image``), and
     ``clean/<direction>`` from an attacked row's clean R@1 when no clean row is given (and that R@1 has no bounds:
     a compact file's order of ties decides none of the board's numbers; nor is the row a re-ranker's, whose clean

@@ -50,7 +50,7 @@ class GalleryFacts:
     captions_per_image: Optional[tuple[int, ...]]
     adversarial_per_image: int = ADVERSARIAL_PER_IMAGE
     attacks: tuple[str, ...] = ATTACKS
-    source: Optional[Source] = field(default=None, repr=False, compare=False)
+    source: Optional[Source] = field(default=None, repr=False)  # compared (by identity): equal facts answer alike
 
     def __post_init__(self):
         if self.captions_per_image is not None:

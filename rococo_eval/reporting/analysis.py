@@ -120,7 +120,7 @@ def vulnerability(results: Mapping[str, GalleryResult], facts: GalleryFacts = NO
     for key, (per_query, layout) in _analysable(results).items():
         attack = GalleryKey.parse(key).attack
         if layout.num_adversarial and layout.direction == IMAGE_TO_TEXT and facts.has_annotations:
-            by_word[attack] = word_vulnerability(per_query, layout, attack, facts.source)
+            by_word[attack] = word_vulnerability(per_query, layout, attack, facts)
         if layout.direction == TEXT_TO_IMAGE and is_image_attack(attack):
             image_attacks[attack], layouts[attack] = per_query, layout
     return {"by_word": by_word, "image_attacks": image_attack_vulnerability(image_attacks, layouts)}
@@ -200,8 +200,9 @@ def flipped_queries(per_query: dict, layout: GalleryLayout, attack: str = "",
     return rows
 
 
-def word_vulnerability(per_query: dict, layout: GalleryLayout, attack: str, source) -> dict:
-    """Attack success by replaced word and by replacement for a text attack's gallery (module docstring).
+def word_vulnerability(per_query: dict, layout: GalleryLayout, attack: str, facts: GalleryFacts) -> dict:
+    """Attack success by replaced word and by replacement for a text attack's gallery (module docstring), from the
+    captions of the set of ``facts`` (:class:`~rococo_eval.data.facts.GalleryFacts`, as :func:`flipped_queries`).
 
     Returns:
         ``{"replaced": rows, "replacement": rows, "clean_correct": n, "flipped": n, "other_image_wins": n}``,
@@ -209,7 +210,8 @@ def word_vulnerability(per_query: dict, layout: GalleryLayout, attack: str, sour
         successes, then word.
 
     Raises:
-        ValueError: ``layout`` is not an attacked image-to-text gallery, or ``per_query`` lacks a key.
+        ValueError: ``layout`` is not an attacked image-to-text gallery, ``facts`` has no captions
+            (:data:`~rococo_eval.data.facts.NO_SOURCE`), or ``per_query`` lacks a key.
 
     Example:
         >>> from rococo_eval.layout import gallery_layout
@@ -222,15 +224,18 @@ def word_vulnerability(per_query: dict, layout: GalleryLayout, attack: str, sour
         >>> per_query = {"rank": np.array([1, 0]), "clean_rank": np.array([0, 0]), "top_index": np.array([2, 1]),
         ...              "top_score": np.array([0.9, 0.5]), "best_correct_index": np.array([0, 1]),
         ...              "best_correct_score": np.array([0.4, 0.5])}
-        >>> table = word_vulnerability(per_query, layout, "same_concept", Two())
+        >>> table = word_vulnerability(per_query, layout, "same_concept", GalleryFacts.of(Two()))
         >>> [(row["word"], row["images"], row["successes"], row["success_rate"]) for row in table["replaced"]]
         [('man', 1, 1, 100.0), ('table', 1, 0, 0.0)]
     """
     if not layout.num_adversarial or layout.direction != IMAGE_TO_TEXT:
         raise ValueError(f"`layout` must be a text attack's image-to-text gallery, got a {layout.direction} gallery "
                          f"with {layout.num_adversarial} adversarial items ({attack!r})")
+    if not facts.has_annotations:
+        raise ValueError("`facts` must be a set's, with its captions: the by-word tables read the replaced words, got "
+                         "facts without annotations (NO_SOURCE)")
     _check(per_query, layout)
-    items = _GalleryItems(layout, attack, GalleryFacts.of(source))
+    items = _GalleryItems(layout, attack, facts)
     clean_correct = np.flatnonzero(np.asarray(per_query["clean_rank"]) == 0)
     flipped = flipped_mask(per_query)
     top = np.asarray(per_query["top_index"])

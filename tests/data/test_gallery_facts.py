@@ -44,6 +44,16 @@ def test_without_annotations_every_answer_holds():
     assert logic.embeddings_note("e.safetensors", NO_SOURCE).endswith("where the images are")
 
 
+def test_facts_are_equal_only_when_every_answer_is(benchmark):
+    """Equal facts answer alike: the facts of a source are not those of its caption counts given by hand (which have
+    no captions to quote nor images to show)."""
+    source = open_source(benchmark=benchmark)
+    facts = GalleryFacts.of(source)
+    assert facts == GalleryFacts.of(source) and hash(facts) == hash(GalleryFacts.of(source))
+    by_hand = GalleryFacts(source.captions_per_image, facts.adversarial_per_image, facts.attacks)
+    assert facts.has_annotations != by_hand.has_annotations and facts != by_hand
+
+
 def test_the_analysis_quotes_the_captions_of_the_facts_it_is_given(benchmark):
     """One flipped query of a benchmark's danger gallery: its captions and words with the benchmark's facts, its
     indices alone with NO_SOURCE."""

@@ -16,7 +16,7 @@ from rococo_eval.reporting import analysis
 from rococo_eval.attacks.replacements import find_replacements
 from rococo_eval.reporting.report import write_report
 from rococo_eval.layout import caption_offsets, gallery_layout
-from rococo_eval.data.facts import GalleryFacts
+from rococo_eval.data.facts import NO_SOURCE, GalleryFacts
 from rococo_eval.data.source import ROCOCO_CARD_DATASET, RococoSource
 from rococo_eval.results import PER_QUERY_KEYS, GalleryResult, build_report
 from rococo_recall import rococo_recall
@@ -88,7 +88,7 @@ def test_flipped_queries_by_hand():
 def test_word_vulnerability_by_hand():
     layout, scores = hand_text_gallery()
     per_query = rococo_recall(scores, **layout.metric_inputs(), per_query=True)
-    table = analysis.word_vulnerability(per_query, layout, "rand_voca", HandSource())
+    table = analysis.word_vulnerability(per_query, layout, "rand_voca", GalleryFacts.of(HandSource()))
     # clean-correct images 0 {man, table}, 1 {man, kite}, 2 {table, cat}; image 0 flipped by its own "man"
     # caption, image 1 by image 2's caption (no word), image 2 not flipped
     assert [(r["word"], r["images"], r["successes"], r["success_rate"]) for r in table["replaced"]] == [
@@ -103,7 +103,10 @@ def test_word_vulnerability_by_hand():
     clean = gallery_layout("clean", "image_to_text", HandSource.captions_per_image)
     with pytest.raises(ValueError, match=r"`layout` must be a text attack's image-to-text gallery, got a "
                                          r"image_to_text gallery with 0 adversarial items \('clean'\)"):
-        analysis.word_vulnerability(per_query, clean, "clean", HandSource())
+        analysis.word_vulnerability(per_query, clean, "clean", GalleryFacts.of(HandSource()))
+    with pytest.raises(ValueError, match=r"`facts` must be a set's, with its captions: .* got facts without "
+                                         r"annotations \(NO_SOURCE\)"):
+        analysis.word_vulnerability(per_query, layout, "rand_voca", NO_SOURCE)
 
 
 class SkippingSource(HandSource):
@@ -121,7 +124,7 @@ def test_words_come_from_the_caption_the_source_records():
     rows = analysis.flipped_queries(per_query, layout, "rand_voca", GalleryFacts.of(SkippingSource()))
     row = next(row for row in rows if row["query"] == 2)
     assert (row["winner_source_caption"], row["replaced"], row["replacement"]) == ("a cat on a couch", "cat", "rain")
-    table = analysis.word_vulnerability(per_query, layout, "rand_voca", SkippingSource())
+    table = analysis.word_vulnerability(per_query, layout, "rand_voca", GalleryFacts.of(SkippingSource()))
     assert [(r["word"], r["images"], r["successes"]) for r in table["replaced"] if r["word"] == "cat"] == [("cat", 1, 1)]
 
 
@@ -295,7 +298,7 @@ def test_text_attack_at_rococo_size_matches_plain_loops(rococo_source, attack):
     assert len(rows) > 200
     assert [(row["query"], row["margin"], row["winner_column"]) for row in rows] == expected
     tables = reference_words(clean_correct, expected, layout, source, attack)
-    found = analysis.word_vulnerability(per_query, layout, attack, source)
+    found = analysis.word_vulnerability(per_query, layout, attack, GalleryFacts.of(source))
     for kind in ("replaced", "replacement"):
         assert {row["word"]: (row["images"], row["successes"]) for row in found[kind]} == tables[kind]
     assert found["flipped"] == len(expected)

@@ -3,6 +3,7 @@
 import pytest
 
 from helpers.metric_cases import assert_same_results
+from rococo_eval.evaluation import evaluate_model
 from rococo_eval.models.adapters import load_model
 from rococo_eval.models.cache import EmbeddingCache
 from rococo_eval.scoring.galleries import score_model
@@ -35,3 +36,10 @@ def test_score_run_checks_what_it_saves_before_any_work(hf_name, tiny_source, tm
     with pytest.raises(ValueError, match="give a file ending in .safetensors"):
         score_run(model, tiny_source, ["rand_voca"], tmp_path / "cache", save_embeddings=tmp_path / "e.npz")
     assert not (tmp_path / "cache").exists()  # nothing embedded, nothing cached
+
+
+def test_evaluate_model_refuses_a_model_before_it_opens_the_source():
+    """An object that is no model is refused before any source is opened: its TypeError, not the source's complaint
+    of missing images (nor a download of the annotations), as evaluate_model's docstring says."""
+    with pytest.raises(TypeError, match=r"`model` \(object\) has no encode_images and no encode_texts"):
+        evaluate_model(object())

@@ -15,8 +15,10 @@ kept in this process beyond the request and the user's session.
 
 from __future__ import annotations
 
+import atexit
 import functools
 import logging
+import shutil
 import tempfile
 from pathlib import Path
 from types import SimpleNamespace
@@ -105,9 +107,9 @@ def build_app(source=None, captions_per_image=None, *, concurrency: int = 2, out
             is given. The page reads it only through its :class:`~rococo_eval.data.facts.GalleryFacts`.
         captions_per_image: caption counts of the standard layouts; default the source's.
         concurrency: how many evaluations run at once (each holds at most one score matrix in memory).
-        output_dir: where per-request result files go (default a fresh temporary folder), kept by content within
-            ``$ROCOCO_SPACE_OUTPUT_MB`` (:class:`rococo_eval.space.outputs.OutputFolders`); the synthetic example's
-            files are written there once.
+        output_dir: where per-request result files go (default a fresh temporary folder, removed when the process
+            exits), kept by content within ``$ROCOCO_SPACE_OUTPUT_MB``
+            (:class:`rococo_eval.space.outputs.OutputFolders`); the synthetic example's files are written there once.
         leaderboard_db: the leaderboard's SQLite file (default ``$ROCOCO_LEADERBOARD_DB``, else
             ``/data/leaderboard.sqlite3`` on a Space's persistent storage, else ``leaderboard.sqlite3`` in
             ``output_dir``, which a restart loses); see :func:`~rococo_eval.space.handlers.open_board`.
@@ -118,7 +120,7 @@ def build_app(source=None, captions_per_image=None, *, concurrency: int = 2, out
     facts, problem = GalleryFacts.of(source, captions_per_image), ""  # the arguments' facts, read once
     if facts.captions_per_image is None:  # neither argument given: the Space's own set
         facts, problem = facts_and_problem()
-    output_root = Path(output_dir or tempfile.mkdtemp(prefix="rococo-app-"))
+    output_root = Path(output_dir or _temporary_output_dir())
     reopen = functools.partial(open_board, leaderboard_db, output_root, facts)
     board, board_problem = reopen()
     handlers = Handlers(facts, output_root, board, board_problem, reopen)
@@ -478,6 +480,14 @@ def _intro(facts: GalleryFacts) -> str:
                    f"{shape('rand_voca', 'image_to_text')}; text-to-image clean {shape(CLEAN, 'text_to_image')}, "
                    f"image attack {shape('mix_seed1', 'text_to_image')}. Put the attack's name in a file's name "
                    "(`clip_rand_voca.npy`) and its layout is found for you.")
+
+
+def _temporary_output_dir() -> str:
+    """A fresh folder for this process's result files, removed at its exit: nothing else knows its name, and a
+    restart makes another (without it, every start left one in the temporary folder)."""
+    folder = tempfile.mkdtemp(prefix="rococo-app-")
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    return folder
 
 
 def _shorten(text: str, limit: int = 400) -> str:

@@ -540,7 +540,8 @@ def real_app(annotations_dir, tmp_path_factory):
     port = free_port()
     env = {**os.environ, "GRADIO_SERVER_NAME": "127.0.0.1", "GRADIO_SERVER_PORT": str(port),
            "ROCOCO_ANNOTATIONS_DIR": str(annotations_dir), "GRADIO_ANALYTICS_ENABLED": "False",
-           "GRADIO_TEMP_DIR": str(tmp_path_factory.mktemp("gradio")), "ROCOCO_MAX_UPLOAD_MB": "16"}
+           "GRADIO_TEMP_DIR": str(tmp_path_factory.mktemp("gradio")), "ROCOCO_MAX_UPLOAD_MB": "16",
+           "TMPDIR": str(tmp_path_factory.mktemp("tmp"))}  # its own output folder, which a terminated app leaves
     log = open(tmp_path_factory.mktemp("log") / "app.log", "w+")
     process = subprocess.Popen([sys.executable, "app.py"], cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}/"

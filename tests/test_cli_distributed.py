@@ -7,6 +7,7 @@ tiny BLIP. A dying rank is a process that sends itself SIGKILL (``helpers/dying_
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -54,13 +55,15 @@ def model(request, hf_name, blip_name):
 
 @pytest.fixture(scope="module")
 def references(benchmark, tmp_path_factory):
-    """The report of one process for each model, made when first asked for (once for the module)."""
+    """The report of one process for each model and the folder of that run (its cache is ``cache-1``), made when
+    first asked for (once for the module)."""
     made = {}
 
-    def of(model) -> bytes:
+    def of(model) -> tuple[bytes, Path]:
         name, extra = model
         if name not in made:
-            made[name] = one_process(name, benchmark, tmp_path_factory.mktemp("one"), *extra)
+            folder = tmp_path_factory.mktemp("one")
+            made[name] = one_process(name, benchmark, folder, *extra), folder
         return made[name]
     return of
 
@@ -68,7 +71,7 @@ def references(benchmark, tmp_path_factory):
 @pytest.fixture
 def reference(model, references):
     """The report of one process."""
-    return references(model)
+    return references(model)[0]
 
 
 def test_three_processes_give_the_report_of_one_each_row_embedded_once(model, benchmark, reference, tmp_path):
@@ -146,13 +149,14 @@ def test_a_dying_rank_is_named_and_the_rerun_resumes(model, benchmark, reference
         assert 0 < sum(entry["rows"] for entry in again) == total["rows"] - kept["rows"] < total["rows"]
 
 
-def test_a_damaged_cache_is_noticed_by_every_rank_and_changes_no_number(model, benchmark, reference, tmp_path):
-    """The one-process run's cache, its finished embeddings flipped and its ITM shards cut short: two processes
-    drop and recompute what is damaged, name it, and give one process's report, whose warnings name every damaged
-    file, whichever rank found it."""
+def test_a_damaged_cache_is_noticed_by_every_rank_and_changes_no_number(model, benchmark, references, tmp_path):
+    """The one-process run's cache (a copy), its finished embeddings flipped and its ITM shards cut short: two
+    processes drop and recompute what is damaged, name it, and give one process's report, whose warnings name every
+    damaged file, whichever rank found it."""
     name, extra = model
-    assert main([str(argument) for argument in run_arguments(name, benchmark, tmp_path, "n", *extra)]) == 0
+    reference, one = references(model)
     cache = tmp_path / "cache-n"
+    shutil.copytree(one / "cache-1", cache)
     damaged = sorted(cache.rglob("embeddings.*.npy"))[:2] + sorted(cache.rglob("pairs-*.npz"))[:2]
     for path in damaged:
         data = bytearray(path.read_bytes())

@@ -27,7 +27,7 @@ def replica(folder, hub):
     folder.mkdir()
     env = {**os.environ, "ROCOCO_LEADERBOARD_REPO": REPO, "HF_ENDPOINT": hub.url, "HF_HUB_OFFLINE": "0",
            "ROCOCO_LEADERBOARD_REFRESH_S": "1", "GRADIO_ANALYTICS_ENABLED": "False",
-           "GRADIO_TEMP_DIR": str(folder / "gradio")}
+           "GRADIO_TEMP_DIR": str(folder / "gradio"), "TMPDIR": str(folder)}  # a terminated app leaves its folders
     log = open(folder / "space.log", "w+")
     process = subprocess.Popen([sys.executable, str(REPO_ROOT / "tests" / "helpers" / "replica_space.py"), str(port),
                                 str(folder)], cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)

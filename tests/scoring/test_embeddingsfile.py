@@ -183,6 +183,7 @@ class RowsModel:
 
     def __init__(self, source, attacks):
         self.base = np.random.default_rng(0).standard_normal((source.num_images, self.dimension))
+        self.vectors = {}  # by content: run's path and the dataset's rows embed the same items
         self.image_of_pixels = {self._key(source.original_image(i)): i for i in range(source.num_images)}
         counts = source.captions_per_image
         self.image_of_text = {text: i for i, text in zip(np.repeat(np.arange(len(counts)), counts),
@@ -200,8 +201,10 @@ class RowsModel:
         return hashlib.sha256(np.asarray(image.convert("RGB")).tobytes()).digest()
 
     def _vector(self, seed: bytes, index):
-        noise = np.random.default_rng(list(seed[:16])).standard_normal(self.dimension)
-        return noise if index is None else self.base[index] + 0.9 * noise
+        if seed not in self.vectors:
+            noise = np.random.default_rng(list(seed[:16])).standard_normal(self.dimension)
+            self.vectors[seed] = noise if index is None else self.base[index] + 0.9 * noise
+        return self.vectors[seed]
 
     def encode_images(self, images):
         return np.stack([self._vector(key, self.image_of_pixels.get(key)) for key in map(self._key, images)])

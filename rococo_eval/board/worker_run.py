@@ -80,7 +80,8 @@ def launched_record(processes: int, request: dict, model: str, source_options: d
                     stop: Optional[Callable[[], bool]] = None, **options) -> dict:
     """:func:`evaluated_record` in a launch of ``processes`` processes (torchrun, standalone), with the files of the
     launch under ``folder``: the source opened by each process as ``open_source(**source_options)``, ``options``
-    those of :func:`evaluated_record`. ``stop`` is asked every second; when it answers True, the launch is ended
+    those of :func:`evaluated_record`. ``stop`` is asked every second; when it answers True, or the worker is
+    interrupted (Ctrl-C; SIGTERM under :func:`~rococo_eval.board.worker.sigterm_as_interrupt`), the launch is ended
     (torchrun ends its processes).
 
     Raises:
@@ -102,15 +103,18 @@ def launched_record(processes: int, request: dict, model: str, source_options: d
     with open(folder / "launch.log", "wb") as log:
         launch = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
                                   env={**os.environ, "PYTHONUNBUFFERED": "1"})
-        while launch.poll() is None:
-            if stop is not None and stop():
+        try:
+            while launch.poll() is None:
+                if stop is not None and stop():
+                    raise RuntimeError(f"the launch of {processes} processes was stopped")
+                try:
+                    launch.wait(timeout=1)
+                except subprocess.TimeoutExpired:
+                    pass
+        finally:
+            if launch.poll() is None:  # stopped, or the worker interrupted: torchrun ends its processes
                 launch.terminate()
                 launch.wait()
-                raise RuntimeError(f"the launch of {processes} processes was stopped")
-            try:
-                launch.wait(timeout=1)
-            except subprocess.TimeoutExpired:
-                pass
     if launch.returncode != 0 or not record_file.is_file():
         failures = sorted(folder.glob("failed-rank*.txt"))
         problem = (failures[0].read_text().strip() if failures else

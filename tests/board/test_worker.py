@@ -22,7 +22,7 @@ from rococo_eval.board.hub_records import HubRecords
 from rococo_eval.board.leaderboard import EVALUATED
 from rococo_eval.board.records import SUMMARY_NUMBERS, outcomes_of, read_record
 from rococo_eval.board.requests import RequestQueue, make_request, read_request, request_bytes, request_path
-from rococo_eval.board.worker import Worker
+from rococo_eval.board.worker import Worker, check_processes, sigterm_as_interrupt
 from rococo_eval.board.worker_run import launched_record
 from rococo_eval.cli import main
 from rococo_eval.data.source import open_source
@@ -144,6 +144,44 @@ def test_a_launch_whose_claim_is_lost_is_stopped_with_its_processes(benchmark, t
                         stop=lambda: len(processes_naming(spec)) == 3, attacks="rand_voca", out=tmp_path / "out",
                         cache_dir=tmp_path / "cache", device="cpu", batch_size=None, workers=0)
     assert processes_naming(spec) == []
+
+
+def test_an_interrupted_launch_ends_with_its_processes(benchmark, tmp_path):
+    """Ctrl-C while a launch runs (or SIGTERM: :func:`sigterm_as_interrupt`): torchrun is ended, and its processes
+    with it, before the interruption goes on."""
+    request = make_request("hf:org/tiny-clip", MODEL, "main", "a" * 40, 1, link="", precision="fp32",
+                           requested_at="", client="")
+    spec = str(tmp_path / "spec.json")
+
+    def interrupt() -> bool:
+        if processes_naming(spec):
+            raise KeyboardInterrupt
+        return False
+
+    with pytest.raises(KeyboardInterrupt):
+        launched_record(2, request, "hf:/nowhere", {"benchmark": str(benchmark)}, tmp_path, stop=interrupt,
+                        attacks="rand_voca", out=tmp_path / "out", cache_dir=tmp_path / "cache", device="cpu",
+                        batch_size=None, workers=0)
+    assert processes_naming(spec) == []
+
+
+def test_sigterm_stops_the_worker_as_ctrl_c_does():
+    """A worker stopped with SIGTERM (kill, a scheduler's end of job) leaves as after Ctrl-C, through its ``finally``
+    blocks (a launch's torchrun ended: the test above); the signal's handler is restored after."""
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(KeyboardInterrupt), sigterm_as_interrupt():
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_more_processes_than_visible_gpus_is_refused_before_any_request(benchmark, capsys):
+    """``--nproc-per-node`` on CUDA beyond the GPUs visible (none here) would fail every request it claims: refused
+    at the start, naming the argument and its value; on the CPU (gloo) any number runs."""
+    assert main(["worker", "--requests-repo", REQUESTS, "--results-repo", RESULTS, "--benchmark", str(benchmark),
+                 "--device", "cuda", "--nproc-per-node", "2", "--once"]) == 1
+    assert "--nproc-per-node 2" in capsys.readouterr().err
+    assert check_processes(3, "cpu") is None
 
 
 def processes_naming(text: str) -> list[str]:

@@ -10,8 +10,9 @@ hits), taken from the report in memory, with the images' digest and the device i
 :func:`launched_record` runs it in ``python -m torch.distributed.run --standalone --nproc-per-node N -m
 rococo_eval.board.worker_run SPEC`` (a child of the worker, which keeps its claim meanwhile): each process joins
 the process group (NCCL on GPUs, each process on GPU ``LOCAL_RANK``; gloo on CPU), opens the source the spec names
-and evaluates its share; rank 0 writes the record beside the spec, whole or not at all, and the worker reads it. A
-process that fails writes its error's one line there too, and the worker's error names it.
+and evaluates its share; rank 0 writes the record beside the spec, whole or not at all, and the worker reads it (then
+removes the launch's folder). A process that fails writes its error's one line there too, and the worker's error
+names the first one written (:func:`launch_failure`).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import datetime
 import json
 import logging
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -116,11 +118,29 @@ def launched_record(processes: int, request: dict, model: str, source_options: d
                 launch.terminate()
                 launch.wait()
     if launch.returncode != 0 or not record_file.is_file():
-        failures = sorted(folder.glob("failed-rank*.txt"))
-        problem = (failures[0].read_text().strip() if failures else
-                   ((folder / "launch.log").read_text(errors="replace").strip().splitlines() or ["no output"])[-1])
-        raise RuntimeError(f"the launch of {processes} processes failed (exit status {launch.returncode}): {problem}")
-    return json.loads(record_file.read_bytes())
+        raise RuntimeError(f"the launch of {processes} processes failed (exit status {launch.returncode}): "
+                           f"{launch_failure(folder)}")
+    record = json.loads(record_file.read_bytes())
+    shutil.rmtree(folder)  # read: a failed launch's folder stays, with its log
+    return record
+
+
+def launch_failure(folder: Path) -> str:
+    """The line that says why the launch whose files are in ``folder`` failed: the error of the process that failed
+    first (the others' are mostly the group's end: a peer gone), else the launcher's last line.
+
+    Example:
+        >>> import pathlib, tempfile
+        >>> folder = pathlib.Path(tempfile.mkdtemp())
+        >>> _ = (folder / "launch.log").write_text("starting\nSignal 15 (SIGTERM) received\n")
+        >>> launch_failure(folder)
+        'Signal 15 (SIGTERM) received'
+    """
+    failures = sorted(folder.glob("failed-rank*.txt"), key=lambda path: path.stat().st_mtime_ns)
+    if failures:
+        return failures[0].read_text().strip()
+    log = folder / "launch.log"
+    return ((log.read_text(errors="replace") if log.is_file() else "").strip().splitlines() or ["no output"])[-1]
 
 
 def main(argv=None) -> int:

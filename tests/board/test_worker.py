@@ -23,7 +23,7 @@ from rococo_eval.board.leaderboard import EVALUATED
 from rococo_eval.board.records import SUMMARY_NUMBERS, outcomes_of, read_record
 from rococo_eval.board.requests import RequestQueue, make_request, read_request, request_bytes, request_path
 from rococo_eval.board.worker import Worker, check_processes, sigterm_as_interrupt
-from rococo_eval.board.worker_run import launched_record
+from rococo_eval.board.worker_run import launch_failure, launched_record
 from rococo_eval.cli import main
 from rococo_eval.data.source import open_source
 from rococo_eval.reporting.compare import report_outcomes
@@ -130,6 +130,8 @@ def test_two_processes_on_torch_distributed_give_the_record_of_one(hub, benchmar
     assert [(found["images_digest"], found["device"], found["processes"]) for found in provenance] == [
         (provenance[0]["images_digest"], "cpu", 1), (provenance[0]["images_digest"], "cpu", 2)]
     assert {request["status"] for request in requests_on(hub).values()} == {"done"}
+    assert not (tmp_path / "two" / "work" / "launches").exists() or not any(
+        (tmp_path / "two" / "work" / "launches").iterdir())  # the spec, record and log removed once read
 
 
 @pytest.mark.slow
@@ -182,6 +184,16 @@ def test_more_processes_than_visible_gpus_is_refused_before_any_request(benchmar
                  "--device", "cuda", "--nproc-per-node", "2", "--once"]) == 1
     assert "--nproc-per-node 2" in capsys.readouterr().err
     assert check_processes(3, "cpu") is None
+
+
+def test_a_failed_launch_is_named_by_the_process_that_failed_first(tmp_path):
+    """Rank 1 fails (its GPU's memory, say); rank 0 fails after it, in a collective whose peer is gone: the request's
+    line is rank 1's."""
+    first, then = tmp_path / "failed-rank1.txt", tmp_path / "failed-rank0.txt"
+    first.write_text("rank 1 of 2: OutOfMemoryError: CUDA out of memory")
+    then.write_text("rank 0 of 2: RuntimeError: Connection closed by peer")
+    os.utime(first, ns=(1, 1))
+    assert launch_failure(tmp_path) == "rank 1 of 2: OutOfMemoryError: CUDA out of memory"
 
 
 def processes_naming(text: str) -> list[str]:

@@ -132,7 +132,7 @@ def launch_failure(folder: Path) -> str:
     Example:
         >>> import pathlib, tempfile
         >>> folder = pathlib.Path(tempfile.mkdtemp())
-        >>> _ = (folder / "launch.log").write_text("starting\nSignal 15 (SIGTERM) received\n")
+        >>> _ = (folder / "launch.log").write_text("starting\\nSignal 15 (SIGTERM) received\\n")
         >>> launch_failure(folder)
         'Signal 15 (SIGTERM) received'
     """

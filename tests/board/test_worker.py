@@ -347,6 +347,19 @@ def test_a_renewed_claim_outlives_its_expiry_and_one_taken_over_is_left_to_its_n
         "running", "b", [], [])
 
 
+def test_a_renewal_whose_answer_was_lost_leaves_the_claim_held(hub):
+    """A renewal that landed but whose answer never came back (the network): the worker still holds the older stamp.
+    Its next renewal, and its end, find the claim still its own (its worker, its attempt), not taken over."""
+    put_request(hub)
+    mine = queue(hub)
+    claimed = mine.claim("a")
+    landed = {**claimed, "claimed_at": "2099-01-01T00:00:00+00:00"}
+    hub.files[REQUESTS][request_path(claimed)] = request_bytes(landed)
+    renewed = mine.renew(claimed)
+    assert renewed is not None and requests_on(hub)[request_path(claimed)] == renewed
+    assert mine.finish(claimed, "failed", "a reason")["status"] == "failed"
+
+
 def test_an_end_the_requests_repo_cannot_take_is_kept_and_committed_later(hub, benchmark, tmp_path):
     request = put_request(hub, "hf:org/missing", "e" * 40, repo="org/missing")
     mine = worker(hub, tmp_path, benchmark)

@@ -276,9 +276,10 @@ class RequestQueue:
         return info.sha, sorted(found, key=lambda request: (request["requested_at"], request["id"]))
 
     def submit(self, model: str, revision: str = "", *, link: str = "", precision: str = "fp32", client: str = "",
-               now: Optional[datetime.datetime] = None) -> dict:
-        """Check ``model`` at ``revision`` (:func:`check_hub_model`) and the limits, and commit its pending request
-        (one new file); return it.
+               now: Optional[datetime.datetime] = None, known: Optional[list[dict]] = None) -> dict:
+        """Check ``model`` at ``revision`` (:func:`check_hub_model`) and the limits against the requests ``known``
+        (:meth:`requests`' list, just read by the caller; read here when None), and commit its pending request (one
+        new file); return it.
 
         Raises:
             ValueError: the model (:func:`check_hub_model`), a link or precision the board refuses, the same
@@ -295,7 +296,7 @@ class RequestQueue:
         checked = check_hub_model(model, revision, self.api, self.max_bytes)
         moment = now or _now()
         client_key = hashlib.sha256(client.encode()).hexdigest() if client else ""
-        _, known = self.requests()
+        known = self.requests()[1] if known is None else known
         same = [request for request in known if (request["repo"], request["commit"], request["precision"]) ==
                 (checked["repo"], checked["commit"], precision) and request["status"] != FAILED]
         if same:

@@ -376,7 +376,7 @@ def test_an_end_the_requests_repo_cannot_take_is_kept_and_committed_later(hub, b
 
 def test_the_request_table_asks_the_hub_once_per_page_load(hub):
     """The tab's table (``HubRequests.states``, what a page load calls): one call to the Hub, plus one download
-    of each request file not read before."""
+    of each request file not read before; a request made on the tab reads the queue once too."""
     for number in range(3):
         put_request(hub, requested_at=f"2026-01-01T00:00:0{number}+00:00")
     table = HubRequests(queue(hub))
@@ -389,6 +389,9 @@ def test_the_request_table_asks_the_hub_once_per_page_load(hub):
     first = calls_for_one_load()
     assert len(first) == 1 + 3 and first[0] == f"GET /api/datasets/{REQUESTS}"
     assert calls_for_one_load() == [f"GET /api/datasets/{REQUESTS}"]
+    before = len(hub.calls)  # a request made on the tab: the queue read once, for its checks and the table after
+    assert table.submit(f"hf:{MODEL}", hub.shas[0]).states["state"].tolist() == ["pending"] * 4
+    assert [call for call, _ in hub.calls[before:]].count(f"GET /api/datasets/{REQUESTS}") == 1
 
 
 def test_the_space_refuses_what_the_board_cannot_evaluate(hub):

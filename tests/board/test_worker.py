@@ -17,11 +17,18 @@ import pytest
 import torch
 
 from helpers.tiny_models import make_tiny_hf_clip, make_tiny_open_clip_folder, torchvision_stand_in
-from rococo_eval.board.claims import ClaimRenewal
+from rococo_eval.board.claims import ClaimRenewal, KeptEnds
 from rococo_eval.board.hub_records import HubRecords
 from rococo_eval.board.leaderboard import EVALUATED
 from rococo_eval.board.records import SUMMARY_NUMBERS, outcomes_of, read_record
-from rococo_eval.board.requests import RequestQueue, make_request, read_request, request_bytes, request_path
+from rococo_eval.board.requests import (
+    RequestQueue,
+    ended_request,
+    make_request,
+    read_request,
+    request_bytes,
+    request_path,
+)
 from rococo_eval.board.worker import Worker, check_processes, sigterm_as_interrupt
 from rococo_eval.board.worker_run import launch_failure, launched_record
 from rococo_eval.cli import main
@@ -372,6 +379,21 @@ def test_an_end_the_requests_repo_cannot_take_is_kept_and_committed_later(hub, b
     assert requests_on(hub)[request_path(request)]["status"] == "running"
     assert mine.step() is None  # the kept end first; then nothing to claim
     assert mine.ends.pending() == [] and requests_on(hub)[request_path(request)] == ended
+
+
+def test_a_kept_end_is_dropped_once_another_worker_holds_the_request(hub, tmp_path, caplog):
+    """An end kept while the requests repo did not answer, whose claim expired meanwhile and was taken over: at the
+    next try it is dropped (logged), and the request stays the other worker's."""
+    request = put_request(hub)
+    first = queue(hub)
+    claimed = first.claim("a", 60, now=datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(hours=1))
+    ends = KeptEnds(tmp_path)
+    ends.keep(ended_request(claimed, "done", result="results/x.json"))
+    assert queue(hub).claim("b", 60)["claimed_by"] == "b"
+    caplog.set_level(logging.WARNING, logger="rococo_eval")
+    assert ends.commit(first) and ends.pending() == [] and "is dropped" in caplog.text
+    held = requests_on(hub)[request_path(request)]
+    assert (held["status"], held["claimed_by"], held["result"]) == ("running", "b", "")
 
 
 def test_the_request_table_asks_the_hub_once_per_page_load(hub):

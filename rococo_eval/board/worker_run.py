@@ -21,6 +21,7 @@ import datetime
 import json
 import logging
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -127,20 +128,28 @@ def launched_record(processes: int, request: dict, model: str, source_options: d
 
 def launch_failure(folder: Path) -> str:
     """The line that says why the launch whose files are in ``folder`` failed: the error of the process that failed
-    first (the others' are mostly the group's end: a peer gone), else the launcher's last line.
+    first (the others' are mostly the group's end: a peer gone); else, for a process that ended without one (a
+    signal: the kernel's out-of-memory killer, say), the rank and exit code of torchrun's root cause; else the last
+    line of the launch's log.
 
     Example:
         >>> import pathlib, tempfile
         >>> folder = pathlib.Path(tempfile.mkdtemp())
-        >>> _ = (folder / "launch.log").write_text("starting\\nSignal 15 (SIGTERM) received\\n")
+        >>> _ = (folder / "launch.log").write_text("Root Cause (first observed failure):\\n[0]:\\n"
+        ...     "  rank      : 1 (local_rank: 1)\\n  exitcode  : -9 (pid: 7)\\n" + "=" * 60 + "\\n")
         >>> launch_failure(folder)
-        'Signal 15 (SIGTERM) received'
+        'rank 1 (local_rank: 1) ended with exit code -9 (pid: 7), no error written (a signal?)'
     """
     failures = sorted(folder.glob("failed-rank*.txt"), key=lambda path: path.stat().st_mtime_ns)
     if failures:
         return failures[0].read_text().strip()
     log = folder / "launch.log"
-    return ((log.read_text(errors="replace") if log.is_file() else "").strip().splitlines() or ["no output"])[-1]
+    text = log.read_text(errors="replace") if log.is_file() else ""
+    cause = re.search(r"Root Cause.*?^\s*rank\s*:\s*(.+?)\s*$.*?^\s*exitcode\s*:\s*(.+?)\s*$", text,
+                      re.DOTALL | re.MULTILINE)
+    if cause:
+        return f"rank {cause.group(1)} ended with exit code {cause.group(2)}, no error written (a signal?)"
+    return (text.strip().splitlines() or ["no output"])[-1]
 
 
 def main(argv=None) -> int:
@@ -150,21 +159,23 @@ def main(argv=None) -> int:
 
     spec = json.loads(Path((argv or sys.argv[1:])[0]).read_bytes())
     options = spec["options"]
-    processes = join(options["device"])
-    logging.basicConfig(format=f"rococo-eval worker [{processes.name}]: %(message)s")
-    logging.getLogger("rococo_eval").setLevel(spec["log_level"])
+    rank, processes = os.environ.get("RANK", "0"), None
     try:
+        processes = join(options["device"])  # its failure too (a GPU taken, the rendezvous) is named
+        logging.basicConfig(format=f"rococo-eval worker [{processes.name}]: %(message)s")
+        logging.getLogger("rococo_eval").setLevel(spec["log_level"])
         source = processes.main_first(lambda: open_source(**spec["source"]))
         record = evaluated_record(spec["request"], spec["model"], source, processes=processes, **options)
         if record is not None:
             write_atomic(spec["record"], lambda handle: handle.write(json.dumps(record).encode()))
     except Exception as error:
-        line = f"{type(error).__name__}: {' '.join(str(error).split())}"
-        write_atomic(Path(spec["record"]).parent / f"failed-rank{processes.rank}.txt",
-                     lambda handle: handle.write(f"{processes.name}: {line}".encode()))
+        line = f"{processes.name if processes else f'rank {rank}'}: {type(error).__name__}: " \
+               f"{' '.join(str(error).split())}"
+        write_atomic(Path(spec["record"]).parent / f"failed-rank{rank}.txt", lambda handle: handle.write(line.encode()))
         raise
     finally:
-        processes.leave()
+        if processes is not None:
+            processes.leave()
     return 0
 
 

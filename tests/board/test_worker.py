@@ -193,6 +193,21 @@ def test_more_processes_than_visible_gpus_is_refused_before_any_request(benchmar
     assert check_processes(3, "cpu") is None
 
 
+@pytest.mark.slow
+def test_a_launch_whose_processes_fail_raises_one_line_naming_the_process(benchmark, tmp_path):
+    """Both processes of a launch fail to load the model: the error is one line, naming a process and its error;
+    the launch's files stay for the reader."""
+    request = make_request("hf:org/tiny-clip", MODEL, "main", "a" * 40, 1, link="", precision="fp32",
+                           requested_at="", client="")
+    with pytest.raises(RuntimeError) as raised:
+        launched_record(2, request, f"hf:{tmp_path / 'nowhere'}", {"benchmark": str(benchmark)}, tmp_path,
+                        attacks="rand_voca", out=tmp_path / "out", cache_dir=tmp_path / "cache", device="cpu",
+                        batch_size=None, workers=0)
+    assert re.fullmatch(r"the launch of 2 processes failed \(exit status 1\): rank [01] of 2: \w+: .*nowhere.*",
+                        str(raised.value)), raised.value
+    assert (tmp_path / "launch.log").is_file() and (tmp_path / "spec.json").is_file()
+
+
 def test_a_failed_launch_is_named_by_the_process_that_failed_first(tmp_path):
     """Rank 1 fails (its GPU's memory, say); rank 0 fails after it, in a collective whose peer is gone: the request's
     line is rank 1's."""

@@ -20,8 +20,8 @@ pending (or running with a claim older than ``claim_expiry_s``: its worker died)
 reads again. So of two workers that read the same head, one claim lands and the other reads the new head, where the
 request is running. Renewing the claim (:meth:`RequestQueue.renew`) and ending the request
 (:meth:`RequestQueue.finish`, :meth:`RequestQueue.commit_end`) are commits of the same kind, made only while the
-request is still running under that claim (:func:`same_claim`): a worker whose claim expired and was taken over
-changes nothing.
+request is still running under that claim (:func:`same_claim`: the same worker and attempt): a worker whose claim
+expired and was taken over changes nothing.
 
 Example:
     >>> request = make_request("hf:org/tiny-clip", "org/tiny-clip", "main", "a" * 40, 1234, link="",
@@ -211,7 +211,9 @@ def read_request(data: bytes, name: str) -> dict:
 
 def claimable(request: Mapping, now: datetime.datetime, claim_expiry_s: float = CLAIM_EXPIRY_S) -> bool:
     """Whether a worker may claim ``request`` at ``now``: pending, or running under a claim older than
-    ``claim_expiry_s`` (its worker died).
+    ``claim_expiry_s`` (its worker died). ``now`` is this worker's clock, the claim's stamp its worker's (renewed
+    every quarter of the expiry): the workers of one requests repo share one ``claim_expiry_s``, and their clocks
+    agree to well within three quarters of it.
 
     Example:
         >>> now = datetime.datetime(2026, 12, 5, 12, tzinfo=datetime.timezone.utc)
@@ -228,15 +230,18 @@ def claimable(request: Mapping, now: datetime.datetime, claim_expiry_s: float = 
 
 def same_claim(request: Mapping, claimed: Mapping) -> bool:
     """Whether ``request`` (as the repo holds it) is still running under the claim of ``claimed``: the same worker,
-    claimed at the same time.
+    at the same attempt (each claim counts one). Not the claim's time, which each renewal moves: a renewal that
+    landed without its answer leaves the worker holding the older time.
 
     Example:
-        >>> claim = {"status": "running", "claimed_by": "a", "claimed_at": "2026-12-05T11:00:00+00:00"}
-        >>> same_claim(claim, claim), same_claim({**claim, "claimed_by": "b"}, claim)
-        (True, False)
+        >>> claim = {"status": "running", "claimed_by": "a", "claimed_at": "2026-12-05T11:00:00+00:00", "attempts": 1}
+        >>> same_claim({**claim, "claimed_at": "2026-12-05T12:00:00+00:00"}, claim)
+        True
+        >>> same_claim({**claim, "claimed_by": "b", "attempts": 2}, claim), same_claim({**claim, "attempts": 2}, claim)
+        (False, False)
     """
-    return request["status"] == RUNNING and (request["claimed_by"], request["claimed_at"]) == (
-        claimed["claimed_by"], claimed["claimed_at"])
+    return request["status"] == RUNNING and (request["claimed_by"], request["attempts"]) == (
+        claimed["claimed_by"], claimed["attempts"])
 
 
 def ended_request(request: Mapping, status: str, reason: str = "", result: str = "") -> dict:
@@ -300,9 +305,10 @@ class RequestQueue:
         return info.sha, sorted(found, key=lambda request: (request["requested_at"], request["id"]))
 
     def submit(self, model: str, revision: str = "", *, link: str = "", precision: str = "fp32", client: str = "",
-               now: Optional[datetime.datetime] = None) -> dict:
-        """Check ``model`` at ``revision`` (:func:`check_hub_model`) and the limits, and commit its pending request
-        (one new file); return it.
+               now: Optional[datetime.datetime] = None, known: Optional[list[dict]] = None) -> dict:
+        """Check ``model`` at ``revision`` (:func:`check_hub_model`) and the limits against the requests ``known``
+        (:meth:`requests`' list, just read by the caller; read here when None), and commit its pending request (one
+        new file); return it.
 
         Raises:
             ValueError: the model (:func:`check_hub_model`), a link or precision the board refuses, the same
@@ -319,7 +325,7 @@ class RequestQueue:
         checked = check_hub_model(model, revision, self.api, self.max_bytes)
         moment = now or _now()
         client_key = hashlib.sha256(client.encode()).hexdigest() if client else ""
-        _, known = self.requests()
+        known = self.requests()[1] if known is None else known
         same = [request for request in known if (request["repo"], request["commit"], request["precision"]) ==
                 (checked["repo"], checked["commit"], precision) and request["status"] != FAILED]
         if same:
@@ -379,7 +385,7 @@ class RequestQueue:
 
     def _commit_over_claim(self, claimed: Mapping, updated: Mapping, message: str, tries: int = 20) -> bool:
         """Commit ``updated`` on the head read, if the request there is still ``claimed``'s claim (running, the same
-        worker and claim time; :func:`same_claim`), reading again when another commit came first; return whether
+        worker and attempt; :func:`same_claim`), reading again when another commit came first; return whether
         the repo holds ``updated`` now.
 
         Raises:

@@ -32,9 +32,12 @@ claim while it evaluates (:mod:`rococo_eval.board.claims`); a worker that dies l
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import signal
 import socket
+import threading
 import time
 from pathlib import Path
 from typing import Callable, Optional
@@ -269,8 +272,7 @@ def worker_command(args) -> int:
     if not (args.benchmark or args.images_dir):
         raise ValueError("the worker evaluates on RoCOCO's images: pass --images-dir COCO_ROOT (or --benchmark)")
     processes = default_processes(args.device) if args.nproc_per_node is None else args.nproc_per_node
-    if processes < 1:
-        raise ValueError(f"--nproc-per-node must be at least 1, got {processes}")
+    check_processes(processes, args.device)
     source_options = {"annotations_dir": args.annotations_dir, "benchmark": args.benchmark,
                       "images_dir": args.images_dir and str(Path(args.images_dir).expanduser())}
     source = open_source(**source_options)
@@ -280,7 +282,8 @@ def worker_command(args) -> int:
     worker = Worker(queue, results, source, folder, attacks=args.attacks, device=args.device,
                     batch_size=args.batch_size, workers=args.workers, claim_expiry_s=args.claim_expiry,
                     max_bytes=args.max_bytes, processes=processes, source_options=source_options)
-    ended = worker.run(once=args.once, poll_s=args.poll)
+    with sigterm_as_interrupt():
+        ended = worker.run(once=args.once, poll_s=args.poll)
     logger.info("worker %s: %d request(s) ended", worker.name, ended)
     return ended
 
@@ -298,3 +301,46 @@ def default_processes(device: Optional[str]) -> int:
     if device not in (None, "cuda"):
         return 1
     return max(1, torch.cuda.device_count())
+
+
+def check_processes(processes: int, device: Optional[str]) -> None:
+    """Check ``--nproc-per-node`` against ``--device`` before any request is claimed: a launch on CUDA takes one GPU
+    per process (GPU ``LOCAL_RANK``), so more processes than visible GPUs, or several on one named GPU, would fail
+    every request. On the CPU (gloo) any number runs.
+
+    Raises:
+        ValueError: ``processes`` < 1, or more than the GPUs a CUDA launch can take.
+
+    Example:
+        >>> check_processes(2, "cpu")
+    """
+    import torch
+
+    if processes < 1:
+        raise ValueError(f"--nproc-per-node must be at least 1, got {processes}")
+    if processes == 1 or not (str(device).startswith("cuda") or device is None and torch.cuda.is_available()):
+        return
+    visible = torch.cuda.device_count() if device in (None, "cuda") else 1
+    if processes > visible:
+        raise ValueError(f"--nproc-per-node {processes} asks for one GPU per process, but --device {device or 'cuda'} "
+                         f"gives {visible} (CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}): "
+                         f"pass --nproc-per-node {max(visible, 1)} or fewer, or --device cpu")
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt():
+    """Within the block, SIGTERM (``kill``, a scheduler ending the job) interrupts the main thread as Ctrl-C does,
+    so that its ``finally`` blocks run (a launch's torchrun is ended with its processes); the signal's handler is
+    restored after. Outside the main thread, nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    before = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, before)

@@ -10,8 +10,9 @@ hits), taken from the report in memory, with the images' digest and the device i
 :func:`launched_record` runs it in ``python -m torch.distributed.run --standalone --nproc-per-node N -m
 rococo_eval.board.worker_run SPEC`` (a child of the worker, which keeps its claim meanwhile): each process joins
 the process group (NCCL on GPUs, each process on GPU ``LOCAL_RANK``; gloo on CPU), opens the source the spec names
-and evaluates its share; rank 0 writes the record beside the spec, whole or not at all, and the worker reads it. A
-process that fails writes its error's one line there too, and the worker's error names it.
+and evaluates its share; rank 0 writes the record beside the spec, whole or not at all, and the worker reads it (then
+removes the launch's folder). A process that fails writes its error's one line there too, and the worker's error
+names the first one written (:func:`launch_failure`).
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ import datetime
 import json
 import logging
 import os
+import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -80,7 +83,8 @@ def launched_record(processes: int, request: dict, model: str, source_options: d
                     stop: Optional[Callable[[], bool]] = None, **options) -> dict:
     """:func:`evaluated_record` in a launch of ``processes`` processes (torchrun, standalone), with the files of the
     launch under ``folder``: the source opened by each process as ``open_source(**source_options)``, ``options``
-    those of :func:`evaluated_record`. ``stop`` is asked every second; when it answers True, the launch is ended
+    those of :func:`evaluated_record`. ``stop`` is asked every second; when it answers True, or the worker is
+    interrupted (Ctrl-C; SIGTERM under :func:`~rococo_eval.board.worker.sigterm_as_interrupt`), the launch is ended
     (torchrun ends its processes).
 
     Raises:
@@ -102,21 +106,50 @@ def launched_record(processes: int, request: dict, model: str, source_options: d
     with open(folder / "launch.log", "wb") as log:
         launch = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
                                   env={**os.environ, "PYTHONUNBUFFERED": "1"})
-        while launch.poll() is None:
-            if stop is not None and stop():
+        try:
+            while launch.poll() is None:
+                if stop is not None and stop():
+                    raise RuntimeError(f"the launch of {processes} processes was stopped")
+                try:
+                    launch.wait(timeout=1)
+                except subprocess.TimeoutExpired:
+                    pass
+        finally:
+            if launch.poll() is None:  # stopped, or the worker interrupted: torchrun ends its processes
                 launch.terminate()
                 launch.wait()
-                raise RuntimeError(f"the launch of {processes} processes was stopped")
-            try:
-                launch.wait(timeout=1)
-            except subprocess.TimeoutExpired:
-                pass
     if launch.returncode != 0 or not record_file.is_file():
-        failures = sorted(folder.glob("failed-rank*.txt"))
-        problem = (failures[0].read_text().strip() if failures else
-                   ((folder / "launch.log").read_text(errors="replace").strip().splitlines() or ["no output"])[-1])
-        raise RuntimeError(f"the launch of {processes} processes failed (exit status {launch.returncode}): {problem}")
-    return json.loads(record_file.read_bytes())
+        raise RuntimeError(f"the launch of {processes} processes failed (exit status {launch.returncode}): "
+                           f"{launch_failure(folder)}")
+    record = json.loads(record_file.read_bytes())
+    shutil.rmtree(folder)  # read: a failed launch's folder stays, with its log
+    return record
+
+
+def launch_failure(folder: Path) -> str:
+    """The line that says why the launch whose files are in ``folder`` failed: the error of the process that failed
+    first (the others' are mostly the group's end: a peer gone); else, for a process that ended without one (a
+    signal: the kernel's out-of-memory killer, say), the rank and exit code of torchrun's root cause; else the last
+    line of the launch's log.
+
+    Example:
+        >>> import pathlib, tempfile
+        >>> folder = pathlib.Path(tempfile.mkdtemp())
+        >>> _ = (folder / "launch.log").write_text("Root Cause (first observed failure):\\n[0]:\\n"
+        ...     "  rank      : 1 (local_rank: 1)\\n  exitcode  : -9 (pid: 7)\\n" + "=" * 60 + "\\n")
+        >>> launch_failure(folder)
+        'rank 1 (local_rank: 1) ended with exit code -9 (pid: 7), no error written (a signal?)'
+    """
+    failures = sorted(folder.glob("failed-rank*.txt"), key=lambda path: path.stat().st_mtime_ns)
+    if failures:
+        return failures[0].read_text().strip()
+    log = folder / "launch.log"
+    text = log.read_text(errors="replace") if log.is_file() else ""
+    cause = re.search(r"Root Cause.*?^\s*rank\s*:\s*(.+?)\s*$.*?^\s*exitcode\s*:\s*(.+?)\s*$", text,
+                      re.DOTALL | re.MULTILINE)
+    if cause:
+        return f"rank {cause.group(1)} ended with exit code {cause.group(2)}, no error written (a signal?)"
+    return (text.strip().splitlines() or ["no output"])[-1]
 
 
 def main(argv=None) -> int:
@@ -126,21 +159,23 @@ def main(argv=None) -> int:
 
     spec = json.loads(Path((argv or sys.argv[1:])[0]).read_bytes())
     options = spec["options"]
-    processes = join(options["device"])
-    logging.basicConfig(format=f"rococo-eval worker [{processes.name}]: %(message)s")
-    logging.getLogger("rococo_eval").setLevel(spec["log_level"])
+    rank, processes = os.environ.get("RANK", "0"), None
     try:
+        processes = join(options["device"])  # its failure too (a GPU taken, the rendezvous) is named
+        logging.basicConfig(format=f"rococo-eval worker [{processes.name}]: %(message)s")
+        logging.getLogger("rococo_eval").setLevel(spec["log_level"])
         source = processes.main_first(lambda: open_source(**spec["source"]))
         record = evaluated_record(spec["request"], spec["model"], source, processes=processes, **options)
         if record is not None:
             write_atomic(spec["record"], lambda handle: handle.write(json.dumps(record).encode()))
     except Exception as error:
-        line = f"{type(error).__name__}: {' '.join(str(error).split())}"
-        write_atomic(Path(spec["record"]).parent / f"failed-rank{processes.rank}.txt",
-                     lambda handle: handle.write(f"{processes.name}: {line}".encode()))
+        line = f"{processes.name if processes else f'rank {rank}'}: {type(error).__name__}: " \
+               f"{' '.join(str(error).split())}"
+        write_atomic(Path(spec["record"]).parent / f"failed-rank{rank}.txt", lambda handle: handle.write(line.encode()))
         raise
     finally:
-        processes.leave()
+        if processes is not None:
+            processes.leave()
     return 0
 
 

@@ -74,13 +74,15 @@ class HubRequests:
             raise gr.Error(f"at most {leaderboard.RATE_LIMIT} requests every {leaderboard.RATE_WINDOW_S // 60} minutes "
                            "from one session: try again later", title="Cannot request", print_exception=False)
         try:
-            queued = self.queue.submit(model, revision, link=link, precision=precision, client=client_address(request))
+            _, known = self.queue.requests()  # read once: for the checks, and the table after
+            queued = self.queue.submit(model, revision, link=link, precision=precision, client=client_address(request),
+                                       known=known)
         except ValueError as error:
             raise gr.Error(str(error), title="Cannot request", print_exception=False) from None
         times.append(now)
         message = (f"requested {queued['model']} at commit {queued['commit']} (revision {queued['revision']}): "
                    f"pending, request {queued['id']}")
-        return Requested(message, self.states(), times)
+        return Requested(message, state_table([*known, queued]), times)
 
     def states(self) -> pd.DataFrame:
         """Every request's state, newest first: pending, running, done (with its result record), or failed with
@@ -94,6 +96,19 @@ class HubRequests:
         except Exception as error:  # the Hub's errors, a network's: the tab shows no states rather than failing
             logger.warning("the requests repo %s: %s", self.queue.repo_id, error)
             return pd.DataFrame([], columns=STATE_COLUMNS)
-        rows = [[request["model"], request["commit"][:12], request["precision"], request["status"], request["reason"],
-                 request["requested_at"][:16].replace("T", " "), request["result"]] for request in reversed(known)]
-        return pd.DataFrame(rows, columns=STATE_COLUMNS)
+        return state_table(known)
+
+
+def state_table(known: list[dict]) -> pd.DataFrame:
+    """The table of the requests ``known`` (oldest first, as :meth:`~rococo_eval.board.requests.RequestQueue.requests`
+    gives them), newest first.
+
+    Example:
+        >>> state_table([])
+        Empty DataFrame
+        Columns: [model, commit, precision, state, reason, requested, result]
+        Index: []
+    """
+    rows = [[request["model"], request["commit"][:12], request["precision"], request["status"], request["reason"],
+             request["requested_at"][:16].replace("T", " "), request["result"]] for request in reversed(known)]
+    return pd.DataFrame(rows, columns=STATE_COLUMNS)

@@ -17,13 +17,20 @@ import pytest
 import torch
 
 from helpers.tiny_models import make_tiny_hf_clip, make_tiny_open_clip_folder, torchvision_stand_in
-from rococo_eval.board.claims import ClaimRenewal
+from rococo_eval.board.claims import ClaimRenewal, KeptEnds
 from rococo_eval.board.hub_records import HubRecords
 from rococo_eval.board.leaderboard import EVALUATED
 from rococo_eval.board.records import SUMMARY_NUMBERS, outcomes_of, read_record
-from rococo_eval.board.requests import RequestQueue, make_request, read_request, request_bytes, request_path
-from rococo_eval.board.worker import Worker
-from rococo_eval.board.worker_run import launched_record
+from rococo_eval.board.requests import (
+    RequestQueue,
+    ended_request,
+    make_request,
+    read_request,
+    request_bytes,
+    request_path,
+)
+from rococo_eval.board.worker import Worker, check_processes, sigterm_as_interrupt
+from rococo_eval.board.worker_run import launch_failure, launched_record
 from rococo_eval.cli import main
 from rococo_eval.data.source import open_source
 from rococo_eval.reporting.compare import report_outcomes
@@ -130,6 +137,8 @@ def test_two_processes_on_torch_distributed_give_the_record_of_one(hub, benchmar
     assert [(found["images_digest"], found["device"], found["processes"]) for found in provenance] == [
         (provenance[0]["images_digest"], "cpu", 1), (provenance[0]["images_digest"], "cpu", 2)]
     assert {request["status"] for request in requests_on(hub).values()} == {"done"}
+    assert not (tmp_path / "two" / "work" / "launches").exists() or not any(
+        (tmp_path / "two" / "work" / "launches").iterdir())  # the spec, record and log removed once read
 
 
 @pytest.mark.slow
@@ -144,6 +153,69 @@ def test_a_launch_whose_claim_is_lost_is_stopped_with_its_processes(benchmark, t
                         stop=lambda: len(processes_naming(spec)) == 3, attacks="rand_voca", out=tmp_path / "out",
                         cache_dir=tmp_path / "cache", device="cpu", batch_size=None, workers=0)
     assert processes_naming(spec) == []
+
+
+def test_an_interrupted_launch_ends_with_its_processes(benchmark, tmp_path):
+    """Ctrl-C while a launch runs (or SIGTERM: :func:`sigterm_as_interrupt`): torchrun is ended, and its processes
+    with it, before the interruption goes on."""
+    request = make_request("hf:org/tiny-clip", MODEL, "main", "a" * 40, 1, link="", precision="fp32",
+                           requested_at="", client="")
+    spec = str(tmp_path / "spec.json")
+
+    def interrupt() -> bool:
+        if processes_naming(spec):
+            raise KeyboardInterrupt
+        return False
+
+    with pytest.raises(KeyboardInterrupt):
+        launched_record(2, request, "hf:/nowhere", {"benchmark": str(benchmark)}, tmp_path, stop=interrupt,
+                        attacks="rand_voca", out=tmp_path / "out", cache_dir=tmp_path / "cache", device="cpu",
+                        batch_size=None, workers=0)
+    assert processes_naming(spec) == []
+
+
+def test_sigterm_stops_the_worker_as_ctrl_c_does():
+    """A worker stopped with SIGTERM (kill, a scheduler's end of job) leaves as after Ctrl-C, through its ``finally``
+    blocks (a launch's torchrun ended: the test above); the signal's handler is restored after."""
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(KeyboardInterrupt), sigterm_as_interrupt():
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_more_processes_than_visible_gpus_is_refused_before_any_request(benchmark, capsys):
+    """``--nproc-per-node`` on CUDA beyond the GPUs visible (none here) would fail every request it claims: refused
+    at the start, naming the argument and its value; on the CPU (gloo) any number runs."""
+    assert main(["worker", "--requests-repo", REQUESTS, "--results-repo", RESULTS, "--benchmark", str(benchmark),
+                 "--device", "cuda", "--nproc-per-node", "2", "--once"]) == 1
+    assert "--nproc-per-node 2" in capsys.readouterr().err
+    assert check_processes(3, "cpu") is None
+
+
+@pytest.mark.slow
+def test_a_launch_whose_processes_fail_raises_one_line_naming_the_process(benchmark, tmp_path):
+    """Both processes of a launch fail to load the model: the error is one line, naming a process and its error;
+    the launch's files stay for the reader."""
+    request = make_request("hf:org/tiny-clip", MODEL, "main", "a" * 40, 1, link="", precision="fp32",
+                           requested_at="", client="")
+    with pytest.raises(RuntimeError) as raised:
+        launched_record(2, request, f"hf:{tmp_path / 'nowhere'}", {"benchmark": str(benchmark)}, tmp_path,
+                        attacks="rand_voca", out=tmp_path / "out", cache_dir=tmp_path / "cache", device="cpu",
+                        batch_size=None, workers=0)
+    assert re.fullmatch(r"the launch of 2 processes failed \(exit status 1\): rank [01] of 2: \w+: .*nowhere.*",
+                        str(raised.value)), raised.value
+    assert (tmp_path / "launch.log").is_file() and (tmp_path / "spec.json").is_file()
+
+
+def test_a_failed_launch_is_named_by_the_process_that_failed_first(tmp_path):
+    """Rank 1 fails (its GPU's memory, say); rank 0 fails after it, in a collective whose peer is gone: the request's
+    line is rank 1's."""
+    first, then = tmp_path / "failed-rank1.txt", tmp_path / "failed-rank0.txt"
+    first.write_text("rank 1 of 2: OutOfMemoryError: CUDA out of memory")
+    then.write_text("rank 0 of 2: RuntimeError: Connection closed by peer")
+    os.utime(first, ns=(1, 1))
+    assert launch_failure(tmp_path) == "rank 1 of 2: OutOfMemoryError: CUDA out of memory"
 
 
 def processes_naming(text: str) -> list[str]:
@@ -297,6 +369,19 @@ def test_a_renewed_claim_outlives_its_expiry_and_one_taken_over_is_left_to_its_n
         "running", "b", [], [])
 
 
+def test_a_renewal_whose_answer_was_lost_leaves_the_claim_held(hub):
+    """A renewal that landed but whose answer never came back (the network): the worker still holds the older stamp.
+    Its next renewal, and its end, find the claim still its own (its worker, its attempt), not taken over."""
+    put_request(hub)
+    mine = queue(hub)
+    claimed = mine.claim("a")
+    landed = {**claimed, "claimed_at": "2099-01-01T00:00:00+00:00"}
+    hub.files[REQUESTS][request_path(claimed)] = request_bytes(landed)
+    renewed = mine.renew(claimed)
+    assert renewed is not None and requests_on(hub)[request_path(claimed)] == renewed
+    assert mine.finish(claimed, "failed", "a reason")["status"] == "failed"
+
+
 def test_an_end_the_requests_repo_cannot_take_is_kept_and_committed_later(hub, benchmark, tmp_path):
     request = put_request(hub, "hf:org/missing", "e" * 40, repo="org/missing")
     mine = worker(hub, tmp_path, benchmark)
@@ -311,9 +396,24 @@ def test_an_end_the_requests_repo_cannot_take_is_kept_and_committed_later(hub, b
     assert mine.ends.pending() == [] and requests_on(hub)[request_path(request)] == ended
 
 
+def test_a_kept_end_is_dropped_once_another_worker_holds_the_request(hub, tmp_path, caplog):
+    """An end kept while the requests repo did not answer, whose claim expired meanwhile and was taken over: at the
+    next try it is dropped (logged), and the request stays the other worker's."""
+    request = put_request(hub)
+    first = queue(hub)
+    claimed = first.claim("a", 60, now=datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(hours=1))
+    ends = KeptEnds(tmp_path)
+    ends.keep(ended_request(claimed, "done", result="results/x.json"))
+    assert queue(hub).claim("b", 60)["claimed_by"] == "b"
+    caplog.set_level(logging.WARNING, logger="rococo_eval")
+    assert ends.commit(first) and ends.pending() == [] and "is dropped" in caplog.text
+    held = requests_on(hub)[request_path(request)]
+    assert (held["status"], held["claimed_by"], held["result"]) == ("running", "b", "")
+
+
 def test_the_request_table_asks_the_hub_once_per_page_load(hub):
     """The tab's table (``HubRequests.states``, what a page load calls): one call to the Hub, plus one download
-    of each request file not read before."""
+    of each request file not read before; a request made on the tab reads the queue once too."""
     for number in range(3):
         put_request(hub, requested_at=f"2026-01-01T00:00:0{number}+00:00")
     table = HubRequests(queue(hub))
@@ -326,6 +426,9 @@ def test_the_request_table_asks_the_hub_once_per_page_load(hub):
     first = calls_for_one_load()
     assert len(first) == 1 + 3 and first[0] == f"GET /api/datasets/{REQUESTS}"
     assert calls_for_one_load() == [f"GET /api/datasets/{REQUESTS}"]
+    before = len(hub.calls)  # a request made on the tab: the queue read once, for its checks and the table after
+    assert table.submit(f"hf:{MODEL}", hub.shas[0]).states["state"].tolist() == ["pending"] * 4
+    assert [call for call, _ in hub.calls[before:]].count(f"GET /api/datasets/{REQUESTS}") == 1
 
 
 def test_the_space_refuses_what_the_board_cannot_evaluate(hub):

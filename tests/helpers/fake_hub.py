@@ -80,15 +80,16 @@ class FakeHub:
                 if stored is None:
                     self._not_found("RevisionNotFound" if info else "EntryNotFound" if resolve else "RepoNotFound")
                     return
-                if info:
+                if info:  # the files' sizes and git blob ids only when asked (files_metadata=True sends blobs)
+                    blobs = re.search(r"[?&]blobs=true(&|$)", self.path, re.IGNORECASE) is not None
                     answer = {"id": repo, "sha": commit, "private": False,
-                              "siblings": [{"rfilename": name, "size": len(data),
-                                            "blobId": hashlib.sha1(data).hexdigest()}
+                              "siblings": [{"rfilename": name, **({"size": len(data), "blobId": git_blob_id(data)}
+                                                                  if blobs else {})}
                                            for name, data in sorted(stored.items())]}
                     self._answer(json.dumps(answer).encode(), "application/json")
                     return
                 if tree:
-                    listing = [{"type": "file", "path": name, "size": len(data), "oid": hashlib.sha1(data).hexdigest()}
+                    listing = [{"type": "file", "path": name, "size": len(data), "oid": git_blob_id(data)}
                                for name, data in sorted(stored.items())]
                     self._answer(json.dumps(listing).encode(), "application/json")
                     return
@@ -254,3 +255,8 @@ def make_default_hub(hub: FakeHub, monkeypatch, cache) -> None:
     monkeypatch.setattr(huggingface_hub.constants, "HUGGINGFACE_CO_URL_TEMPLATE",
                         hub.url + "/{repo_id}/resolve/{revision}/{filename}")
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(cache))
+
+
+def git_blob_id(data: bytes) -> str:
+    """The id git (and so the Hub) gives a file's content: the SHA-1 of ``blob <size>\\0`` and the bytes."""
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()

@@ -227,7 +227,7 @@ def _checkpoint_family(module: str, loader: str):
         try:
             path = parsed.name
             hub_file = hub_location(parsed.library, path, f"`model` {name!r}")
-            if hub_file is not None:
+            if hub_file is not None and hub_file.path is not None:  # a file of a repository (a repository: the loader's)
                 path = str(download_hub_file(hub_file, f"`model` {name!r}")[0] / hub_file.path)
             return getattr(family, loader)(name, path, TorchModel(name, device, precision))
         except CheckpointError as error:

@@ -125,9 +125,9 @@ class RococoRetrieval(AbsTaskRetrieval):
         queries, gallery = load_queries_and_gallery(self.source_dataset, self.attack, self.direction,
                                                     **self.load_kwargs)
         query_column, gallery_column = ("image", "caption") if self.direction == IMAGE_TO_TEXT else ("caption", "image")
-        query_images = np.asarray(queries["image_index"])
-        gallery_images = np.asarray(gallery["image_index"])
-        adversarial = np.asarray(gallery["is_adversarial"], dtype=bool)
+        query_images = np.asarray(queries["image_index"][:])  # whole columns: a column iterated formats each row
+        gallery_images = np.asarray(gallery["image_index"][:])
+        adversarial = np.asarray(gallery["is_adversarial"][:], dtype=bool)
         gallery_ids = [(ADVERSARIAL_ID if is_adversarial else CLEAN_ID).format(row)
                        for row, is_adversarial in enumerate(adversarial)]
         query_ids = [f"query-{row:06d}" for row in range(len(queries))]

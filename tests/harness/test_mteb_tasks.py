@@ -52,10 +52,11 @@ def tiny_model(dataset, cache_dir):
             # embed the same captions and images
             images = datasets.load_dataset(str(dataset), "images", split="test", cache_dir=str(cache_dir))
             captions = datasets.load_dataset(str(dataset), "captions", split="test", cache_dir=str(cache_dir))
-            self.grids = np.stack([self.preprocess_image(image) for image in images["image"]]).astype(np.float64)
+            # whole columns at once (a column iterated, datasets formats each row alone)
+            self.grids = np.stack([self.preprocess_image(image) for image in images["image"][:]]).astype(np.float64)
             self.grid_norms = (self.grids ** 2).sum(axis=1)
             sums = np.zeros((len(self.grids), DIMENSION), np.float32)
-            np.add.at(sums, np.asarray(captions["image_index"]), self.encode_texts(captions["caption"]))
+            np.add.at(sums, np.asarray(captions["image_index"][:]), self.encode_texts(captions["caption"][:]))
             self.meanings = sums / np.linalg.norm(sums, axis=1, keepdims=True)
 
         def word(self, word):

@@ -23,10 +23,8 @@ pytestmark = pytest.mark.slow
 
 
 def launch(processes: int, *arguments, script=None, check=True, hash_seed=None) -> subprocess.CompletedProcess:
-    """``torchrun --nproc-per-node processes`` of ``-m rococo_eval ARGUMENTS`` (or of ``script``); with 0
-    processes, plain ``python -m rococo_eval``."""
+    """``torchrun --nproc-per-node processes`` of ``-m rococo_eval ARGUMENTS`` (or of ``script``)."""
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={processes}"]
-    command = command if processes else [sys.executable]
     command += [str(script)] if script else ["-m", "rococo_eval"]
     environment = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
     if hash_seed is not None:
@@ -191,12 +189,17 @@ def test_shard_models_spreads_whole_models_over_the_processes(hf_name, blip_name
     assert hf_name in table and blip_name in table and "rand_voca (i2t)" in table
 
 
-def test_attack_shares_the_text_encoder_and_writes_the_same_benchmark(image_set, tmp_path):
+def test_attack_shares_the_text_encoder_and_writes_the_same_benchmark(image_set, benchmark, tmp_path):
     """``rococo-eval attack`` as 2 processes: the same benchmark folder, file for file, as one process, each under
-    its own PYTHONHASHSEED (same_concept's replacements once depended on it)."""
+    its own PYTHONHASHSEED (same_concept's replacements once depended on it).
+
+    The one process is this one (its own hash seed, not the launch's), with a copy of the encoder cache that
+    ``benchmark`` filled from the same captions: it reads the encodings back; the 2 processes compute theirs."""
     arguments = ["attack", str(image_set / "set.json"), "--strategies", "text", "--quiet"]
-    launch(0, *arguments, "--out", tmp_path / "one", "--cache-dir", tmp_path / "cache-one", hash_seed=0)
-    launch(2, *arguments, "--out", tmp_path / "two", "--cache-dir", tmp_path / "cache-two", hash_seed=1)
+    shutil.copytree(Path(benchmark).parent / "cache", tmp_path / "cache-one")
+    assert main(arguments + ["--out", str(tmp_path / "one"), "--cache-dir", str(tmp_path / "cache-one")]) == 0
+    launch(2, *arguments, "--out", tmp_path / "two", "--cache-dir", tmp_path / "cache-two",
+           hash_seed=2 if os.environ.get("PYTHONHASHSEED") == "1" else 1)
     files = sorted(path.relative_to(tmp_path / "one") for path in (tmp_path / "one").rglob("*") if path.is_file())
     assert files == sorted(path.relative_to(tmp_path / "two") for path in (tmp_path / "two").rglob("*")
                            if path.is_file())

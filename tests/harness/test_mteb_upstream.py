@@ -85,9 +85,14 @@ def test_the_projects_tasks_are_built_on_the_upstream_metadata(benchmark, tmp_pa
 
 
 def load_reference_module(path: Path):
+    """The module of MTEB's file ``path``, read in place: no bytecode is written beside it."""
     spec = importlib.util.spec_from_file_location(f"mteb_reference_{path.stem}", path)
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    writes, sys.dont_write_bytecode = sys.dont_write_bytecode, True
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.dont_write_bytecode = writes
     return module
 
 
@@ -153,7 +158,7 @@ def test_mtebs_own_task_tests_pass_on_a_copy_of_mteb_holding_the_files(tmp_path)
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
                            "-W", "ignore::DeprecationWarning", str(MTEB_TESTS)],
                           cwd=tmp_path, capture_output=True, text=True,
-                          env=dict(os.environ, PYTHONPATH=str(tmp_path)))
+                          env=dict(os.environ, PYTHONPATH=str(tmp_path), PYTHONDONTWRITEBYTECODE="1"))  # read in place
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "13 passed" in done.stdout, done.stdout[-2000:]  # 12 tasks' metadata, and the quality of all 12
 

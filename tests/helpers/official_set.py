@@ -130,7 +130,8 @@ def run_reference(runner: str, command: str, task: dict, folder: Path, path=(), 
     task_path = folder / f"{command}.json"
     task_path.write_text(json.dumps(task, indent=1))
     environment = {key: value for key, value in os.environ.items() if key not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    environment.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+    environment.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
+                       PYTHONDONTWRITEBYTECODE="1")  # the official code is read in place: nothing written beside it
     if path:
         environment["PYTHONPATH"] = os.pathsep.join(str(part) for part in path)
     result = subprocess.run([str(REFERENCE_ENV / "bin" / "python"), str(HELPERS / runner), command, str(task_path)],

@@ -80,20 +80,6 @@ class RequestError(ValueError):
     """A request file that cannot be read: the message names the file and the problem."""
 
 
-def hub_repository(model: str) -> tuple[str, str]:
-    """``(family, repo id)`` of a ``--model`` name that names a Hub repository (:data:`HUB_FORMS`).
-
-    Raises:
-        ValueError: as :func:`hub_model`.
-
-    Example:
-        >>> hub_repository("open_clip:hf-hub:laion/CLIP-ViT-B-32-laion2B-s34B-b79K")
-        ('open_clip', 'laion/CLIP-ViT-B-32-laion2B-s34B-b79K')
-    """
-    family, location = hub_model(model)
-    return family, location.repo
-
-
 def hub_model(model: str) -> tuple[str, "HubFile"]:
     """``(family, location)`` of a ``--model`` name that names a Hub repository (:data:`HUB_FORMS`): its
     :class:`~rococo_eval.models.hub_files.HubFile`, the repository and, for ``blip:`` and ``vse:``, the file in it.

@@ -129,6 +129,7 @@ def test_two_processes_on_torch_distributed_give_the_record_of_one(hub, benchmar
     two = worker(hub, tmp_path / "two", benchmark, attacks="rand_voca", processes=2,
                  source_options={"benchmark": str(benchmark)})
     assert [one.step()["link"], two.step()["link"]] == ["one", "two"]
+    assert one.results.wait(60) and two.results.wait(60)  # each record is committed in the background
     records = {record["link"]: record for record in records_on(hub)}
     assert records["one"]["galleries"] == records["two"]["galleries"]
     assert set(records["one"]["galleries"]["rand_voca/image_to_text"]["outcomes"]) == {"hit", "top1_adversarial",
